@@ -1,0 +1,24 @@
+//! # sluice-core — the rate-limiting algorithms
+//!
+//! Pure functions `(state, params, now) -> (decision, new state)`. No I/O, no clock reads, no
+//! allocation on the check path (LOG keeps its ring of timestamps in place). Time is integer
+//! nanoseconds ([`Nanos`]) with saturating arithmetic, so nothing overflows and sub-millisecond
+//! emission intervals stay exact enough (see each algorithm's module for its rounding rule).
+//!
+//! # Layout
+//! - [`time`]: the `Nanos` newtype.
+//! - [`params`]: `Algo`, `Params` (validated arguments of one check).
+//! - [`decision`]: `Decision`, the five fields of an `RL.CHECK` reply.
+//! - [`state`]: `State`, the per-key state of each algorithm, and [`check`], the dispatcher.
+//! - one module per algorithm.
+//! - [`compat`]: redis-cell `CL.THROTTLE` and Redis `GCRA` replies on top of the GCRA core.
+
+pub mod decision;
+pub mod params;
+pub mod state;
+pub mod time;
+
+pub use decision::Decision;
+pub use params::{Algo, CheckError, Params};
+pub use state::{State, check};
+pub use time::Nanos;
