@@ -1,1 +1,239 @@
-//! placeholder
+//! # sluice-tests — the end-to-end harness
+//!
+//! Starts the real `sluice` binary on a free loopback port (`--port 0`; the port is read from
+//! the server's ready line), hands out real clients (the `redis` crate, raw sockets, `redis-cli`,
+//! `redis-benchmark`) and stops the process by its PID when dropped.
+//!
+//! The binary is `target/<profile>/sluice`, built by `cargo test --workspace` (the server crate's
+//! own integration test makes cargo build it first); `SLUICE_BIN` overrides the path.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+/// A running `sluice` process, stopped on drop.
+#[derive(Debug)]
+pub struct Sluice {
+    child: Child,
+    pub port: u16,
+    log: Arc<Mutex<String>>,
+}
+
+/// Path of the `sluice` binary under test.
+pub fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("SLUICE_BIN") {
+        return PathBuf::from(p);
+    }
+    // Test executables live in target/<profile>/deps; the binary one level up.
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let bin = dir.join("sluice");
+    assert!(
+        bin.exists(),
+        "{} not found: run the suite with `cargo test --workspace` (or set SLUICE_BIN)",
+        bin.display()
+    );
+    bin
+}
+
+impl Sluice {
+    /// Starts a server with default settings on a free port.
+    pub fn start() -> Sluice {
+        Sluice::start_with(&[])
+    }
+
+    /// Starts a server with extra flags (`--port 0 --bind 127.0.0.1` come first).
+    pub fn start_with(args: &[&str]) -> Sluice {
+        let mut child = Command::new(binary())
+            .args(["--port", "0", "--bind", "127.0.0.1"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sluice");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(tx) = tx.as_ref()
+                    && let Some(port) = ready_port(&line)
+                {
+                    let _ = tx.send(port);
+                }
+                if line.contains("ready to accept") {
+                    tx = None;
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let port = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(p) => p,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("sluice did not become ready; log:\n{}", log.lock().unwrap());
+            }
+        };
+        Sluice { child, port, log }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A RESP2 client.
+    pub fn client(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection())
+            .expect("connect")
+    }
+
+    /// A RESP3 client (the `redis` crate sends `HELLO 3` on connect).
+    pub fn resp3(&self) -> redis::Connection {
+        redis::Client::open(format!("{}?protocol=resp3", self.url()))
+            .and_then(|c| c.get_connection())
+            .expect("connect resp3")
+    }
+
+    /// A raw socket with a read timeout, for protocol-level tests.
+    pub fn raw(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect raw");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+
+    /// What the server has logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Sends a signal to the server process.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, sig);
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn ready_port(line: &str) -> Option<u16> {
+    let rest = line.split("ready to accept connections on ").nth(1)?;
+    let addr = rest.split_whitespace().next()?;
+    addr.rsplit(':').next()?.parse().ok()
+}
+
+/// Sends raw bytes and reads until the peer has sent `expect_len` bytes or closed.
+pub fn send_raw(stream: &mut TcpStream, bytes: &[u8]) {
+    stream.write_all(bytes).expect("write");
+}
+
+/// Reads exactly `n` bytes (panics on timeout or early close).
+pub fn read_exact_str(stream: &mut TcpStream, n: usize) -> String {
+    let mut buf = vec![0; n];
+    stream.read_exact(&mut buf).expect("read reply");
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Reads until the peer closes (or the read timeout hits); returns what arrived and whether it closed.
+pub fn read_to_close(stream: &mut TcpStream) -> (String, bool) {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return (String::from_utf8_lossy(&all).into_owned(), true),
+            Ok(n) => all.extend_from_slice(&buf[..n]),
+            Err(_) => return (String::from_utf8_lossy(&all).into_owned(), false),
+        }
+    }
+}
+
+/// Whether an external tool is on the PATH. In CI (`CI=true`) a missing tool is a failure:
+/// `.ci/run` installs it; on a developer machine the test says what it skipped.
+pub fn have_tool(name: &str) -> bool {
+    let found = Command::new(name)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !found {
+        assert!(
+            std::env::var("CI").is_err(),
+            "{name} is not installed (apt-get install -y redis-tools)"
+        );
+        eprintln!("SKIPPED: {name} not installed (apt-get install -y redis-tools)");
+    }
+    found
+}
+
+/// Runs `redis-cli -p PORT args...` and returns its output.
+pub fn redis_cli(port: u16, args: &[&str]) -> Output {
+    Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("run redis-cli")
+}
+
+/// Runs `redis-benchmark -p PORT args...` with a time bound, returning its output.
+pub fn redis_benchmark(port: u16, args: &[&str]) -> Output {
+    Command::new("timeout")
+        .args([
+            "120",
+            "redis-benchmark",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .args(args)
+        .output()
+        .expect("run redis-benchmark")
+}
+
+/// Runs one `RL.CHECK` and returns its five integers.
+pub fn rl_check(conn: &mut redis::Connection, args: &[&str]) -> redis::RedisResult<Vec<i64>> {
+    let mut cmd = redis::cmd("RL.CHECK");
+    for a in args {
+        cmd.arg(*a);
+    }
+    cmd.query(conn)
+}

@@ -3,22 +3,30 @@
 //! Pure functions `(state, params, now) -> (decision, new state)`. No I/O, no clock reads, no
 //! allocation on the check path (LOG keeps its ring of timestamps in place). Time is integer
 //! nanoseconds ([`Nanos`]) with saturating arithmetic, so nothing overflows and sub-millisecond
-//! emission intervals stay exact enough (see each algorithm's module for its rounding rule).
+//! emission intervals stay exact (see each algorithm's module for its rounding rule).
 //!
 //! # Layout
 //! - [`time`]: the `Nanos` newtype.
 //! - [`params`]: `Algo`, `Params` (validated arguments of one check).
 //! - [`decision`]: `Decision`, the five fields of an `RL.CHECK` reply.
 //! - [`state`]: `State`, the per-key state of each algorithm, and [`check`], the dispatcher.
-//! - one module per algorithm.
+//! - one module per algorithm: [`token`] (TOKEN and GCRA), [`sliding`], [`fixed`], [`log`],
+//!   [`leaky`].
 //! - [`compat`]: redis-cell `CL.THROTTLE` and Redis `GCRA` replies on top of the GCRA core.
 
+pub mod compat;
 pub mod decision;
+pub mod fixed;
+pub mod leaky;
+pub mod log;
 pub mod params;
+pub mod sliding;
 pub mod state;
 pub mod time;
+pub mod token;
 
 pub use decision::Decision;
+pub use log::LOG_LIMIT_MAX;
 pub use params::{Algo, CheckError, Params};
 pub use state::{State, check};
 pub use time::Nanos;

@@ -3,29 +3,56 @@
 //! CONTRACT (the store codes against exactly this):
 //! - `State` is the stored value of one limiter key; `State::algo()` names its algorithm.
 //! - `check(slot, algo, params, now, dry)`: `slot` is `None` for a missing (or expired) key.
-//!   Returns the decision and, unless `dry`, updates `slot` in place: `Some(new)` to store,
-//!   `None` when the key is back to its fresh state (the store then drops it). The store keeps
-//!   the entry until `now + decision.reset_after`, when it is fresh again.
+//!   Returns the decision and, unless `dry` (or `COST 0`, which only reads), updates `slot` in
+//!   place: `Some(new)` to store, `None` when the key is back to its fresh state (the store then
+//!   drops it). The store keeps the entry until `now + decision.reset_after`, when it is fresh
+//!   again; `reset_after == 0` means fresh now.
 //! - `Err(WrongType)` when `slot` holds another algorithm's state; errors change nothing.
+//!
+//! TOKEN and GCRA share their math but are distinct variants, so that a key made by one and
+//! called with the other answers `WRONGTYPE` (as a Redis key of another type would).
 
-use crate::{Algo, CheckError, Decision, Nanos, Params};
+use crate::fixed::{self, Fixed};
+use crate::log::{self, LogRing};
+use crate::sliding::{self, Sliding};
+use crate::{Algo, CheckError, Decision, Nanos, Params, leaky, token};
 
-/// The stored state of one limiter key. (Placeholder shape; the algorithms module defines it.)
+/// The stored state of one limiter key: 8 bytes of payload for the GCRA family, 16 for the
+/// window counters, a boxed ring for LOG.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum State {
+    /// TOKEN: the bucket's theoretical arrival time (full again at `tat`).
     Token { tat: Nanos },
+    /// GCRA (also `CL.THROTTLE` and Redis `GCRA`): the same `tat`.
+    Gcra { tat: Nanos },
+    /// SLIDING: window start and the previous and current counts.
+    Sliding(Sliding),
+    /// FIXED: window start and its count.
+    Fixed(Fixed),
+    /// LOG: the ring of admitted timestamps.
+    Log(LogRing),
+    /// LEAKY: the instant the queue is empty.
+    Leaky { tat: Nanos },
 }
 
 impl State {
     pub fn algo(&self) -> Algo {
         match self {
             State::Token { .. } => Algo::Token,
+            State::Gcra { .. } => Algo::Gcra,
+            State::Sliding(_) => Algo::Sliding,
+            State::Fixed(_) => Algo::Fixed,
+            State::Log(_) => Algo::Log,
+            State::Leaky { .. } => Algo::Leaky,
         }
     }
 
     /// Bytes this state owns on the heap (LOG's ring), for memory accounting.
     pub fn heap_bytes(&self) -> usize {
-        0
+        match self {
+            State::Log(ring) => ring.heap_bytes(),
+            _ => 0,
+        }
     }
 }
 
@@ -37,6 +64,59 @@ pub fn check(
     now: Nanos,
     dry: bool,
 ) -> Result<Decision, CheckError> {
-    let _ = (slot, algo, params, now, dry);
-    Err(CheckError::CostExceedsCapacity)
+    if slot.as_ref().is_some_and(|s| s.algo() != algo) {
+        return Err(CheckError::WrongType);
+    }
+    let commit = !dry && params.cost != 0;
+    // For each Copy state: read it, run the pure function, write back only when committing.
+    macro_rules! pure {
+        ($variant:ident, $field:ident, $f:path) => {{
+            let old = match slot {
+                Some(State::$variant { $field }) => Some(*$field),
+                _ => None,
+            };
+            let (decision, new) = $f(old, params, now)?;
+            if commit {
+                *slot = new.map(|$field| State::$variant { $field });
+            }
+            Ok(decision)
+        }};
+    }
+    match algo {
+        Algo::Token => pure!(Token, tat, token::check),
+        Algo::Gcra => pure!(Gcra, tat, token::check),
+        Algo::Leaky => pure!(Leaky, tat, leaky::check),
+        Algo::Sliding => {
+            let old = match slot {
+                Some(State::Sliding(s)) => Some(*s),
+                _ => None,
+            };
+            let (decision, new) = sliding::check(old, params, now)?;
+            if commit {
+                *slot = new.map(State::Sliding);
+            }
+            Ok(decision)
+        }
+        Algo::Fixed => {
+            let old = match slot {
+                Some(State::Fixed(s)) => Some(*s),
+                _ => None,
+            };
+            let (decision, new) = fixed::check(old, params, now)?;
+            if commit {
+                *slot = new.map(State::Fixed);
+            }
+            Ok(decision)
+        }
+        Algo::Log => {
+            let mut ring = match slot.take() {
+                Some(State::Log(r)) => Some(r),
+                _ => None,
+            };
+            // log::check leaves `ring` as it was on error and when not committing.
+            let result = log::check(&mut ring, params, now, !commit);
+            *slot = ring.map(State::Log);
+            result
+        }
+    }
 }

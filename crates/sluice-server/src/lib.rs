@@ -1,1 +1,88 @@
-//! placeholder
+//! # sluice-server — the Sluice node
+//!
+//! A Redis-protocol server whose native command is `RL.CHECK`.
+//!
+//! # Layout
+//! - [`config`]: the clap `Config` (flags and defaults).
+//! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
+//! - [`conn`]: the connection loop (read, decode every frame, execute, write once).
+//! - [`cmd`]: one file per command, the static command table, argument cursor, errors.
+//! - [`clock`]: the process clock (monotonic, anchored to Unix time).
+//! - [`clients`], [`stats`]: the client registry and INFO counters.
+//!
+//! `main.rs` only parses flags and calls [`run`]; everything testable lives here.
+
+pub mod clients;
+pub mod clock;
+pub mod cmd;
+pub mod config;
+pub mod conn;
+pub mod server;
+pub mod stats;
+
+use std::io;
+use std::sync::{Arc, mpsc};
+use std::task::Poll;
+
+pub use config::Config;
+pub use server::{Server, Shared};
+
+/// Redis-compatible version we report to clients (`redis_version`, HELLO `version`): clients
+/// gate features on it, so it names the Redis command surface we follow.
+pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
+
+/// Runs a server until `shutdown` completes or a `SHUTDOWN` command arrives.
+///
+/// `shutdown` is polled once before the server starts accepting, so whatever it sets up on its
+/// first poll (signal handlers, in the binary) is in place before the ready line is logged.
+pub fn run(
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let (armed_tx, armed_rx) = mpsc::channel::<()>();
+    let (server_tx, server_rx) = mpsc::channel::<Arc<Shared>>();
+    std::thread::Builder::new()
+        .name("sluice-signals".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                let _ = armed_tx.send(());
+                return;
+            };
+            rt.block_on(async move {
+                let mut fut = std::pin::pin!(shutdown);
+                let fired =
+                    std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_ready())).await;
+                let _ = armed_tx.send(());
+                if !fired {
+                    fut.await;
+                }
+            });
+            if let Ok(shared) = server_rx.recv() {
+                shared.shutdown();
+            }
+        })?;
+    let _ = armed_rx.recv();
+    let server = Server::start(config)?;
+    let _ = server_tx.send(server.shared.clone());
+    log(&format!(
+        "Sluice {} ready to accept connections on {} (threads={}, shards={})",
+        env!("CARGO_PKG_VERSION"),
+        server.local_addr(),
+        server.shared.config.threads(),
+        server.shared.store.shard_count()
+    ));
+    server.join();
+    log("Sluice stopped");
+    Ok(())
+}
+
+/// One log line on stderr, with a timestamp. Used for lifecycle events, never per command.
+pub fn log(msg: &str) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    eprintln!("{}.{:03} {msg}", now.as_secs(), now.subsec_millis());
+}

@@ -1,0 +1,917 @@
+//! The request parser: RESP multibulk frames and inline commands, incremental and zero-copy.
+//!
+//! # Format
+//!
+//! A request whose first byte is `*` is a multibulk frame:
+//!
+//! ```text
+//! *<count>\r\n  then <count> times:  $<len>\r\n<len bytes>\r\n
+//! ```
+//!
+//! Anything else is an inline command: one line ending in `\n` (an `\r` before it is dropped),
+//! split by Redis's `sdssplitargs` quoting rules (see the private `inline` module). `*0`, `*-1`
+//! (any count ≤ 0) and blank inline lines are no request at all: they are consumed and skipped,
+//! as Redis does.
+//!
+//! # How it reads
+//!
+//! [`Parser::parse`] looks at the front of the connection's `BytesMut`. While a frame is
+//! incomplete it removes nothing and returns `Ok(None)`, but remembers how far it got — the
+//! offset of the next header, the `(offset, len)` of every argument found so far, and how far it
+//! already searched for a line end — so the next call resumes there instead of rescanning. Once
+//! the frame is complete it is split off with `split_to(len).freeze()` and the arguments are
+//! slices of that one `Bytes`: no argument is copied. This is why the caller must only *append*
+//! to the buffer between calls, and must keep using the same buffer with the same parser.
+//!
+//! # Limits and errors, as Redis has them
+//!
+//! The checks, their order and their texts follow `processMultibulkBuffer` and
+//! `processInlineBuffer` in Redis's `src/networking.c`, with numbers parsed by its `string2ll`
+//! (no sign but `-`, no leading zeros, no blanks, at most 20 characters):
+//!
+//! | condition | reply text |
+//! | --- | --- |
+//! | no `\r` in the first line of a `*` frame, and more than `max_inline_len` bytes buffered | `Protocol error: too big mbulk count string` |
+//! | count is not a number, or above `max_multibulk_len` | `Protocol error: invalid multibulk length` |
+//! | no `\r` in a `$` line, and more than `max_inline_len` bytes buffered from it | `Protocol error: too big bulk count string` |
+//! | a bulk header does not start with `$` | `Protocol error: expected '$', got 'X'` |
+//! | length is not a number, negative, or above `max_bulk_len` | `Protocol error: invalid bulk length` |
+//! | no `\n` in an inline line, and more than `max_inline_len` bytes buffered | `Protocol error: too big inline request` |
+//! | an inline quote left open | `Protocol error: unbalanced quotes in request` |
+//!
+//! Like Redis, the parser does not check the byte after a header's `\r`, nor the two bytes that
+//! end a bulk payload: it skips them. Redis has no error text for those cases, and matching its
+//! acceptance exactly is the point. The "too big" checks fire, as in Redis, only while a line's
+//! end has not arrived yet, so they bound how much a client can make us buffer for one line.
+
+use std::fmt;
+use std::ops::Deref;
+
+use bytes::{Bytes, BytesMut};
+use smallvec::SmallVec;
+
+use crate::inline;
+
+/// Protocol limits, named as in Redis's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest accepted bulk argument (`proto-max-bulk-len`).
+    pub max_bulk_len: usize,
+    /// Largest accepted argument count of one multibulk frame.
+    pub max_multibulk_len: usize,
+    /// Longest line buffered without its terminator (`PROTO_INLINE_MAX_SIZE`): an inline command,
+    /// or a `*`/`$` header line.
+    pub max_inline_len: usize,
+}
+
+impl Default for Limits {
+    /// Redis's defaults: 512 MB bulks, 1 Mi arguments (the classic limit; Redis 7 raised it to
+    /// `INT_MAX`, which no rate-limit request needs), 64 KB lines.
+    fn default() -> Self {
+        Limits {
+            max_bulk_len: 512 * 1024 * 1024,
+            max_multibulk_len: 1024 * 1024,
+            max_inline_len: 64 * 1024,
+        }
+    }
+}
+
+/// What went wrong; [`ProtocolError`]'s `Display` gives Redis's text for each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProtocolErrorKind {
+    /// `Protocol error: invalid bulk length`
+    InvalidBulkLength,
+    /// `Protocol error: invalid multibulk length`
+    InvalidMultibulkLength,
+    /// `Protocol error: too big inline request`
+    TooBigInlineRequest,
+    /// `Protocol error: too big mbulk count string`
+    TooBigMbulkCount,
+    /// `Protocol error: too big bulk count string`
+    TooBigBulkCount,
+    /// `Protocol error: expected '$', got 'X'`, with the byte found instead of `$`.
+    ExpectedDollar(u8),
+    /// `Protocol error: unbalanced quotes in request`
+    UnbalancedQuotes,
+}
+
+/// A framing error: the connection must reply `-ERR <Display>` and close, since the stream can no
+/// longer be split into requests. (A bad *argument* is not this: it is an ordinary error reply.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProtocolError {
+    kind: ProtocolErrorKind,
+}
+
+impl ProtocolError {
+    fn new(kind: ProtocolErrorKind) -> Self {
+        ProtocolError { kind }
+    }
+
+    /// Which error this is.
+    pub fn kind(&self) -> ProtocolErrorKind {
+        self.kind
+    }
+
+    /// Appends the whole error reply, `-ERR <text>\r\n`, byte for byte as Redis sends it.
+    ///
+    /// Differs from formatting [`Display`](fmt::Display) only for `expected '$', got 'X'` with a
+    /// non-ASCII byte: Redis sends that raw byte, which a Rust `str` cannot hold.
+    pub fn write_reply(&self, out: &mut BytesMut) {
+        out.extend_from_slice(b"-ERR ");
+        match self.kind {
+            ProtocolErrorKind::ExpectedDollar(b) => {
+                out.extend_from_slice(b"Protocol error: expected '$', got '");
+                out.extend_from_slice(&[printable_in_reply(b)]);
+                out.extend_from_slice(b"'");
+            }
+            _ => out.extend_from_slice(self.static_text().as_bytes()),
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+
+    fn static_text(&self) -> &'static str {
+        match self.kind {
+            ProtocolErrorKind::InvalidBulkLength => "Protocol error: invalid bulk length",
+            ProtocolErrorKind::InvalidMultibulkLength => "Protocol error: invalid multibulk length",
+            ProtocolErrorKind::TooBigInlineRequest => "Protocol error: too big inline request",
+            ProtocolErrorKind::TooBigMbulkCount => "Protocol error: too big mbulk count string",
+            ProtocolErrorKind::TooBigBulkCount => "Protocol error: too big bulk count string",
+            ProtocolErrorKind::UnbalancedQuotes => "Protocol error: unbalanced quotes in request",
+            ProtocolErrorKind::ExpectedDollar(_) => "Protocol error: expected '$', got '?'",
+        }
+    }
+}
+
+/// Redis formats the unexpected byte with `%c` and then turns CR and LF into spaces, so that the
+/// error stays on one line (`addReplyErrorFormat`).
+fn printable_in_reply(b: u8) -> u8 {
+    if b == b'\r' || b == b'\n' { b' ' } else { b }
+}
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            ProtocolErrorKind::ExpectedDollar(b) => {
+                // Bytes above 0x7f show as the Latin-1 character of the same value.
+                let c = char::from(printable_in_reply(b));
+                write!(f, "Protocol error: expected '$', got '{c}'")
+            }
+            _ => f.write_str(self.static_text()),
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+/// One decoded command: its arguments, the command name first.
+///
+/// Each argument is a `Bytes` slice of the frame it came in, so holding a request keeps that
+/// frame's part of the read buffer alive and nothing more.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    args: SmallVec<[Bytes; 8]>,
+    inline: bool,
+}
+
+impl Request {
+    /// The arguments, the command name first. Never empty.
+    pub fn args(&self) -> &[Bytes] {
+        &self.args
+    }
+
+    /// Whether this came as an inline command rather than a multibulk frame.
+    pub fn is_inline(&self) -> bool {
+        self.inline
+    }
+
+    /// The arguments, by value.
+    pub fn into_args(self) -> SmallVec<[Bytes; 8]> {
+        self.args
+    }
+}
+
+impl Deref for Request {
+    type Target = [Bytes];
+
+    fn deref(&self) -> &[Bytes] {
+        &self.args
+    }
+}
+
+/// Where the parser stands in the frame at the front of the buffer. Offsets are from the start
+/// of the buffer, which is the start of the frame: nothing is removed until the frame is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// At a frame boundary.
+    Start,
+    /// Inside an inline line; `searched` bytes hold no `\n`.
+    Inline { searched: usize },
+    /// Inside the `*<count>` line; `searched` bytes hold no usable `\r`.
+    Count { searched: usize },
+    /// Reading the arguments: `pos` is where the next header or payload starts, `remaining` how
+    /// many arguments are still to come, `bulk` the length of the payload at `pos` once its
+    /// header has been read, and `searched` how far the `\r` of the header at `pos` was sought.
+    Args {
+        pos: usize,
+        remaining: usize,
+        bulk: Option<usize>,
+        searched: usize,
+    },
+}
+
+/// How far a line-end search got.
+enum Line {
+    /// The `\r` at this offset, with at least one byte after it.
+    Found(usize),
+    /// Not there yet: resume the search at this offset.
+    Pending(usize),
+}
+
+/// The argument-offset list is kept between frames so that it does not allocate per request;
+/// one huge request should not pin its memory forever, though.
+const KEPT_OFFSETS_CAPACITY: usize = 1024;
+
+/// An incremental RESP request decoder; one per connection.
+#[derive(Debug)]
+pub struct Parser {
+    limits: Limits,
+    state: State,
+    /// `(offset, len)` of each argument of the current frame found so far.
+    offsets: Vec<(usize, usize)>,
+}
+
+impl Parser {
+    /// A parser at a frame boundary.
+    pub fn new(limits: Limits) -> Parser {
+        Parser {
+            limits,
+            state: State::Start,
+            offsets: Vec::new(),
+        }
+    }
+
+    /// Decodes the next complete request at the front of `buf`, removing its bytes.
+    ///
+    /// - `Ok(Some(request))`: one request; call again, more may be buffered (pipelining).
+    /// - `Ok(None)`: no complete request yet. What was parsed is remembered; call again with the
+    ///   same buffer after appending the next read. Skipped non-requests (`*0`, blank lines) have
+    ///   been removed.
+    /// - `Err(e)`: a framing error. Reply `-ERR {e}` and close; the parser is reset, but the
+    ///   stream cannot be resynchronised, so do not parse more from it.
+    pub fn parse(&mut self, buf: &mut BytesMut) -> Result<Option<Request>, ProtocolError> {
+        let result = self.step(buf);
+        if result.is_err() {
+            self.reset();
+        }
+        result
+    }
+
+    /// How many more bytes the partial frame needs at least, when a bulk payload's length is
+    /// known and its bytes have not all arrived; `buffered` is the buffer's current length.
+    ///
+    /// A read-buffer sizing hint only: it follows a length the client declared, so the caller
+    /// must cap whatever it reserves on its account.
+    pub fn bytes_needed(&self, buffered: usize) -> Option<usize> {
+        match self.state {
+            State::Args {
+                pos,
+                bulk: Some(len),
+                ..
+            } => {
+                let end = pos.saturating_add(len).saturating_add(2);
+                Some(end.saturating_sub(buffered)).filter(|&n| n > 0)
+            }
+            _ => None,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.state = State::Start;
+        self.offsets.clear();
+        if self.offsets.capacity() > KEPT_OFFSETS_CAPACITY {
+            self.offsets = Vec::new();
+        }
+    }
+
+    /// The furthest offset the saved progress refers to.
+    fn resume_point(&self) -> usize {
+        match self.state {
+            State::Start => 0,
+            State::Inline { searched } | State::Count { searched } => searched,
+            State::Args { pos, searched, .. } => pos.max(searched),
+        }
+    }
+
+    fn step(&mut self, buf: &mut BytesMut) -> Result<Option<Request>, ProtocolError> {
+        // A buffer that shrank since the last call breaks the append-only contract; restarting
+        // the frame from the front keeps that a wrong answer instead of an out-of-bounds panic.
+        if self.resume_point() > buf.len() {
+            self.reset();
+        }
+        loop {
+            match self.state {
+                State::Start => match buf.first() {
+                    None => return Ok(None),
+                    Some(b'*') => self.state = State::Count { searched: 1 },
+                    Some(_) => self.state = State::Inline { searched: 0 },
+                },
+                State::Inline { searched } => {
+                    let Some(i) = buf[searched..].iter().position(|&b| b == b'\n') else {
+                        if buf.len() > self.limits.max_inline_len {
+                            return Err(ProtocolError::new(ProtocolErrorKind::TooBigInlineRequest));
+                        }
+                        self.state = State::Inline {
+                            searched: buf.len(),
+                        };
+                        return Ok(None);
+                    };
+                    let newline = searched + i;
+                    let line_end = if newline > 0 && buf[newline - 1] == b'\r' {
+                        newline - 1
+                    } else {
+                        newline
+                    };
+                    self.offsets.clear();
+                    inline::split_args(&mut buf[..line_end], &mut self.offsets)
+                        .map_err(|_| ProtocolError::new(ProtocolErrorKind::UnbalancedQuotes))?;
+                    if let Some(request) = self.finish(buf, newline + 1, true) {
+                        return Ok(Some(request));
+                    }
+                }
+                State::Count { searched } => {
+                    let cr = match self.find_cr(
+                        buf,
+                        0,
+                        searched,
+                        ProtocolErrorKind::TooBigMbulkCount,
+                    )? {
+                        Line::Found(cr) => cr,
+                        Line::Pending(searched) => {
+                            self.state = State::Count { searched };
+                            return Ok(None);
+                        }
+                    };
+                    let count = string2ll(&buf[1..cr])
+                        .filter(|&n| n <= 0 || n as u64 <= self.limits.max_multibulk_len as u64)
+                        .ok_or(ProtocolError::new(
+                            ProtocolErrorKind::InvalidMultibulkLength,
+                        ))?;
+                    let pos = cr + 2;
+                    if count <= 0 {
+                        let _ = buf.split_to(pos);
+                        self.state = State::Start;
+                        continue;
+                    }
+                    // `count` is at most `max_multibulk_len`, a usize.
+                    let remaining = count as usize;
+                    self.offsets.clear();
+                    self.offsets.reserve(remaining.min(KEPT_OFFSETS_CAPACITY));
+                    self.state = State::Args {
+                        pos,
+                        remaining,
+                        bulk: None,
+                        searched: pos,
+                    };
+                }
+                State::Args {
+                    mut pos,
+                    mut remaining,
+                    mut bulk,
+                    mut searched,
+                } => {
+                    while remaining > 0 {
+                        let len = match bulk {
+                            Some(len) => len,
+                            None => {
+                                let cr = match self.find_cr(
+                                    buf,
+                                    pos,
+                                    searched,
+                                    ProtocolErrorKind::TooBigBulkCount,
+                                )? {
+                                    Line::Found(cr) => cr,
+                                    Line::Pending(at) => {
+                                        searched = at;
+                                        break;
+                                    }
+                                };
+                                if buf[pos] != b'$' {
+                                    return Err(ProtocolError::new(
+                                        ProtocolErrorKind::ExpectedDollar(buf[pos]),
+                                    ));
+                                }
+                                let len = string2ll(&buf[pos + 1..cr])
+                                    .filter(|&n| {
+                                        n >= 0 && n as u64 <= self.limits.max_bulk_len as u64
+                                    })
+                                    .ok_or(ProtocolError::new(
+                                        ProtocolErrorKind::InvalidBulkLength,
+                                    ))? as usize;
+                                pos = cr + 2;
+                                bulk = Some(len);
+                                len
+                            }
+                        };
+                        // The payload and the two bytes that end it.
+                        let Some(end) = pos.checked_add(len).and_then(|e| e.checked_add(2)) else {
+                            return Err(ProtocolError::new(ProtocolErrorKind::InvalidBulkLength));
+                        };
+                        if buf.len() < end {
+                            break;
+                        }
+                        self.offsets.push((pos, len));
+                        pos = end;
+                        searched = end;
+                        bulk = None;
+                        remaining -= 1;
+                    }
+                    if remaining > 0 {
+                        self.state = State::Args {
+                            pos,
+                            remaining,
+                            bulk,
+                            searched,
+                        };
+                        return Ok(None);
+                    }
+                    // At least one argument was read (the count was positive), so this is
+                    // always a request; the `if` only keeps the types honest.
+                    if let Some(request) = self.finish(buf, pos, false) {
+                        return Ok(Some(request));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Looks for the `\r` ending the header line that starts at `line_start`, resuming at
+    /// `searched`. Like Redis, the line is complete once one more byte follows the `\r`.
+    fn find_cr(
+        &self,
+        buf: &[u8],
+        line_start: usize,
+        searched: usize,
+        too_big: ProtocolErrorKind,
+    ) -> Result<Line, ProtocolError> {
+        match buf[searched..].iter().position(|&b| b == b'\r') {
+            Some(i) if searched + i + 1 < buf.len() => Ok(Line::Found(searched + i)),
+            // The `\r` is the last byte: find it again next time.
+            Some(i) => Ok(Line::Pending(searched + i)),
+            None if buf.len() - line_start > self.limits.max_inline_len => {
+                Err(ProtocolError::new(too_big))
+            }
+            None => Ok(Line::Pending(buf.len())),
+        }
+    }
+
+    /// Splits the finished frame (`frame_len` bytes) off `buf` and slices the arguments in
+    /// `self.offsets` out of it. `None` when the frame held no argument (a blank line).
+    fn finish(&mut self, buf: &mut BytesMut, frame_len: usize, inline: bool) -> Option<Request> {
+        let frame = buf.split_to(frame_len).freeze();
+        let args: SmallVec<[Bytes; 8]> = self
+            .offsets
+            .iter()
+            .map(|&(offset, len)| frame.slice(offset..offset + len))
+            .collect();
+        self.reset();
+        if args.is_empty() {
+            return None;
+        }
+        Some(Request { args, inline })
+    }
+}
+
+/// Redis's `string2ll`: a decimal `long long` with an optional `-`, no leading zeros (but `0`
+/// itself), no `+`, no blanks, shorter than 21 characters. `None` when Redis would say "not ok".
+fn string2ll(s: &[u8]) -> Option<i64> {
+    if s.is_empty() || s.len() >= 21 {
+        return None;
+    }
+    if s == b"0" {
+        return Some(0);
+    }
+    let (negative, digits) = match s.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, s),
+    };
+    match digits.first() {
+        Some(b'1'..=b'9') => {}
+        _ => return None,
+    }
+    let mut v: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    if negative {
+        // Up to |i64::MIN|, which is one more than i64::MAX.
+        if v > i64::MAX as u64 + 1 {
+            return None;
+        }
+        Some((v as i64).wrapping_neg())
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parser() -> Parser {
+        Parser::new(Limits::default())
+    }
+
+    /// Every request in `input` parsed from one buffer, then what is left of it.
+    fn parse_all(input: &[u8]) -> (Vec<Request>, Result<(), ProtocolError>, BytesMut) {
+        let mut p = parser();
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        loop {
+            match p.parse(&mut buf) {
+                Ok(Some(r)) => out.push(r),
+                Ok(None) => return (out, Ok(()), buf),
+                Err(e) => return (out, Err(e), buf),
+            }
+        }
+    }
+
+    fn args(r: &Request) -> Vec<&[u8]> {
+        r.iter().map(|a| a.as_ref()).collect()
+    }
+
+    fn error_of(input: &[u8]) -> String {
+        let (_, result, _) = parse_all(input);
+        result.expect_err("should be a protocol error").to_string()
+    }
+
+    #[test]
+    fn string2ll_matches_redis() {
+        assert_eq!(string2ll(b"0"), Some(0));
+        assert_eq!(string2ll(b"12"), Some(12));
+        assert_eq!(string2ll(b"-1"), Some(-1));
+        assert_eq!(string2ll(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(string2ll(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"-0",
+            b"01",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"1a",
+            b"9223372036854775808",
+            b"-9223372036854775809",
+            b"000000000000000000001",
+        ] {
+            assert_eq!(string2ll(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn multibulk_and_inline() {
+        let (reqs, result, rest) = parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n");
+        result.unwrap();
+        assert!(rest.is_empty());
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(args(&reqs[0]), [&b"GET"[..], b"k"]);
+        assert!(!reqs[0].is_inline());
+        assert_eq!(args(&reqs[1]), [&b"PING"[..]]);
+        assert!(reqs[1].is_inline());
+    }
+
+    #[test]
+    fn inline_line_endings_and_quoting() {
+        let (reqs, result, _) =
+            parse_all(b"SET k \"a b\\x41\"\nGET 'k'\r\n  \r\n\n\r\nECHO \"\"\n");
+        result.unwrap();
+        let got: Vec<Vec<&[u8]>> = reqs.iter().map(args).collect();
+        assert_eq!(
+            got,
+            vec![
+                vec![&b"SET"[..], b"k", b"a bA"],
+                vec![&b"GET"[..], b"k"],
+                vec![&b"ECHO"[..], b""],
+            ]
+        );
+    }
+
+    #[test]
+    fn pipelined_frames_decode_one_by_one() {
+        let mut input = Vec::new();
+        for i in 0..50 {
+            let key = format!("key{i}");
+            input.extend_from_slice(
+                format!(
+                    "*3\r\n$8\r\nRL.CHECK\r\n${}\r\n{key}\r\n$2\r\n10\r\n",
+                    key.len()
+                )
+                .as_bytes(),
+            );
+            input.extend_from_slice(b"PING\r\n*0\r\n*-1\r\n");
+        }
+        let mut p = parser();
+        let mut buf = BytesMut::from(&input[..]);
+        for i in 0..50 {
+            let r = p.parse(&mut buf).unwrap().unwrap();
+            assert_eq!(
+                args(&r),
+                [&b"RL.CHECK"[..], format!("key{i}").as_bytes(), b"10"]
+            );
+            let r = p.parse(&mut buf).unwrap().unwrap();
+            assert_eq!(args(&r), [&b"PING"[..]]);
+        }
+        assert_eq!(p.parse(&mut buf), Ok(None));
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn empty_requests_are_skipped() {
+        for input in [
+            &b"*0\r\n"[..],
+            b"*-1\r\n",
+            b"*-100\r\n",
+            b"\r\n",
+            b"\n",
+            b"   \t  \r\n",
+        ] {
+            let (reqs, result, rest) = parse_all(input);
+            result.unwrap();
+            assert!(reqs.is_empty(), "{input:?}");
+            assert!(rest.is_empty(), "{input:?} should be consumed");
+        }
+        let (reqs, result, _) = parse_all(b"*0\r\n\r\n*1\r\n$4\r\nPING\r\n");
+        result.unwrap();
+        assert_eq!(reqs.len(), 1);
+    }
+
+    #[test]
+    fn binary_safe_payloads() {
+        let (reqs, result, _) = parse_all(b"*2\r\n$4\r\nSET\0\r\n$6\r\n\r\n*1\r\n\r\n");
+        result.unwrap();
+        assert_eq!(args(&reqs[0]), [&b"SET\0"[..], b"\r\n*1\r\n"]);
+    }
+
+    #[test]
+    fn every_error_text() {
+        let cases: [(&[u8], &str); 12] = [
+            (b"*abc\r\n", "Protocol error: invalid multibulk length"),
+            (b"*1048577\r\n", "Protocol error: invalid multibulk length"),
+            (b"*-0\r\n", "Protocol error: invalid multibulk length"),
+            (b"*1\r\n$-1\r\n", "Protocol error: invalid bulk length"),
+            (b"*1\r\n$x\r\n", "Protocol error: invalid bulk length"),
+            (
+                b"*1\r\n$536870913\r\n",
+                "Protocol error: invalid bulk length",
+            ),
+            (
+                b"*1\r\n$2147483648\r\n",
+                "Protocol error: invalid bulk length",
+            ),
+            (b"*1\r\n+OK\r\n", "Protocol error: expected '$', got '+'"),
+            (b"*1\r\n\r\n\r\n", "Protocol error: expected '$', got ' '"),
+            (
+                b"GET \"k\r\n",
+                "Protocol error: unbalanced quotes in request",
+            ),
+            (
+                b"GET 'k'x\r\n",
+                "Protocol error: unbalanced quotes in request",
+            ),
+            (
+                b"GET \"k\"x\r\n",
+                "Protocol error: unbalanced quotes in request",
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(
+                error_of(input),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(input)
+            );
+        }
+
+        let long = vec![b'1'; 64 * 1024];
+        let mut inline = b"GET ".to_vec();
+        inline.extend_from_slice(&long);
+        assert_eq!(error_of(&inline), "Protocol error: too big inline request");
+        let mut count = b"*".to_vec();
+        count.extend_from_slice(&long);
+        assert_eq!(
+            error_of(&count),
+            "Protocol error: too big mbulk count string"
+        );
+        let mut bulk = b"*1\r\n$".to_vec();
+        bulk.extend_from_slice(&long);
+        assert_eq!(error_of(&bulk), "Protocol error: too big bulk count string");
+    }
+
+    #[test]
+    fn too_big_fires_only_past_the_limit() {
+        // Exactly max_inline_len unterminated bytes: still waiting, as in Redis (`>`, not `>=`).
+        let limits = Limits {
+            max_inline_len: 8,
+            ..Limits::default()
+        };
+        let mut p = Parser::new(limits);
+        let mut buf = BytesMut::from(&b"PINGPING"[..]);
+        assert_eq!(p.parse(&mut buf), Ok(None));
+        buf.extend_from_slice(b"!");
+        assert_eq!(
+            p.parse(&mut buf).unwrap_err().kind(),
+            ProtocolErrorKind::TooBigInlineRequest
+        );
+        // A long line whose end is already there is accepted, as in Redis.
+        let mut p = Parser::new(limits);
+        let mut buf = BytesMut::from(&b"ECHO 0123456789abcdef\r\n"[..]);
+        assert_eq!(p.parse(&mut buf).unwrap().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn error_reply_bytes() {
+        let mut out = BytesMut::new();
+        ProtocolError::new(ProtocolErrorKind::ExpectedDollar(0xff)).write_reply(&mut out);
+        assert_eq!(
+            &out[..],
+            b"-ERR Protocol error: expected '$', got '\xff'\r\n"
+        );
+        let mut out = BytesMut::new();
+        ProtocolError::new(ProtocolErrorKind::InvalidBulkLength).write_reply(&mut out);
+        assert_eq!(&out[..], b"-ERR Protocol error: invalid bulk length\r\n");
+    }
+
+    #[test]
+    fn limits_are_configurable() {
+        let limits = Limits {
+            max_bulk_len: 3,
+            max_multibulk_len: 2,
+            max_inline_len: 64,
+        };
+        let mut p = Parser::new(limits);
+        let mut buf = BytesMut::from(&b"*2\r\n$3\r\nabc\r\n$3\r\ndef\r\n"[..]);
+        assert!(p.parse(&mut buf).unwrap().is_some());
+        let mut buf = BytesMut::from(&b"*3\r\n"[..]);
+        assert_eq!(
+            p.parse(&mut buf).unwrap_err().kind(),
+            ProtocolErrorKind::InvalidMultibulkLength
+        );
+        let mut buf = BytesMut::from(&b"*1\r\n$4\r\n"[..]);
+        assert_eq!(
+            p.parse(&mut buf).unwrap_err().kind(),
+            ProtocolErrorKind::InvalidBulkLength
+        );
+    }
+
+    #[test]
+    fn split_at_every_offset_resumes() {
+        let input: &[u8] =
+            b"*3\r\n$3\r\nSET\r\n$5\r\nk\r\ney\r\n$0\r\n\r\nECHO \"a\\x42\" 'c d'\r\n*0\r\n\
+                             *1\r\n$4\r\nPING\r\n\n*2\r\n$4\r\nECHO\r\n$12\r\n012345678901\r\n";
+        let (whole, result, _) = parse_all(input);
+        result.unwrap();
+        assert_eq!(whole.len(), 4);
+        for cut in 0..=input.len() {
+            let mut p = parser();
+            let mut buf = BytesMut::from(&input[..cut]);
+            let mut got = Vec::new();
+            while let Some(r) = p.parse(&mut buf).unwrap() {
+                got.push(r);
+            }
+            buf.extend_from_slice(&input[cut..]);
+            while let Some(r) = p.parse(&mut buf).unwrap() {
+                got.push(r);
+            }
+            assert_eq!(got, whole, "split at {cut}");
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn byte_by_byte_resumes() {
+        let input: &[u8] = b"*2\r\n$4\r\nECHO\r\n$10\r\n0123456789\r\nSET k 'v w'\r\n";
+        let mut p = parser();
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for &b in input {
+            buf.extend_from_slice(&[b]);
+            if let Some(r) = p.parse(&mut buf).unwrap() {
+                got.push(r);
+            }
+        }
+        assert_eq!(got.len(), 2);
+        assert_eq!(args(&got[0]), [&b"ECHO"[..], b"0123456789"]);
+        assert_eq!(args(&got[1]), [&b"SET"[..], b"k", b"v w"]);
+    }
+
+    #[test]
+    fn resumes_without_rescanning() {
+        let mut p = parser();
+        let mut buf = BytesMut::from(&b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nab"[..]);
+        assert_eq!(p.parse(&mut buf), Ok(None));
+        // Two arguments and the third header are already known.
+        assert_eq!(p.offsets, [(8, 3), (17, 1)]);
+        assert_eq!(
+            p.state,
+            State::Args {
+                pos: 24,
+                remaining: 1,
+                bulk: Some(5),
+                searched: 20
+            }
+        );
+        assert_eq!(p.bytes_needed(buf.len()), Some(5));
+        buf.extend_from_slice(b"cde\r\n");
+        let r = p.parse(&mut buf).unwrap().unwrap();
+        assert_eq!(args(&r), [&b"SET"[..], b"k", b"abcde"]);
+        assert_eq!(p.bytes_needed(buf.len()), None);
+    }
+
+    #[test]
+    fn arguments_are_slices_of_the_read_buffer() {
+        let mut buf = BytesMut::with_capacity(256);
+        buf.extend_from_slice(
+            b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\nSET k \"v\\tw\"\r\n",
+        );
+        let range = buf.as_ptr() as usize..buf.as_ptr() as usize + buf.len();
+        let mut p = parser();
+        for _ in 0..2 {
+            let r = p.parse(&mut buf).unwrap().unwrap();
+            for a in r.iter() {
+                let start = a.as_ptr() as usize;
+                assert!(
+                    range.contains(&start) && start + a.len() <= range.end,
+                    "{a:?} was copied"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn huge_declared_bulk_is_never_allocated() {
+        for declared in [&b"2147483648"[..], b"524288000", b"536870912"] {
+            let limits = Limits {
+                max_bulk_len: usize::MAX,
+                ..Limits::default()
+            };
+            for limits in [limits, Limits::default()] {
+                let mut p = Parser::new(limits);
+                let mut buf = BytesMut::with_capacity(64);
+                buf.extend_from_slice(b"*1\r\n$");
+                buf.extend_from_slice(declared);
+                buf.extend_from_slice(b"\r\nabc");
+                let before = buf.capacity();
+                for _ in 0..3 {
+                    match p.parse(&mut buf) {
+                        Ok(None) => {}
+                        Err(e) => assert_eq!(e.kind(), ProtocolErrorKind::InvalidBulkLength),
+                        Ok(Some(r)) => panic!("nothing complete, got {r:?}"),
+                    }
+                    buf.extend_from_slice(b"xyz");
+                }
+                assert!(
+                    buf.capacity() <= before.max(64),
+                    "the buffer grew to {}",
+                    buf.capacity()
+                );
+                assert!(p.offsets.capacity() <= 1024);
+            }
+        }
+    }
+
+    #[test]
+    fn huge_multibulk_count_reserves_a_bounded_amount() {
+        let mut p = parser();
+        let mut buf = BytesMut::from(&b"*1048576\r\n$1\r\na\r\n"[..]);
+        assert_eq!(p.parse(&mut buf), Ok(None));
+        assert!(p.offsets.capacity() <= KEPT_OFFSETS_CAPACITY);
+    }
+
+    #[test]
+    fn a_buffer_that_shrank_restarts_instead_of_panicking() {
+        let mut p = parser();
+        let mut buf = BytesMut::from(&b"*2\r\n$4\r\nECHO\r\n$3\r\nab"[..]);
+        assert_eq!(p.parse(&mut buf), Ok(None));
+        buf.truncate(3);
+        assert_eq!(p.parse(&mut buf), Ok(None));
+        buf.extend_from_slice(b"\n$4\r\nPING\r\n");
+        assert_eq!(p.parse(&mut buf), Ok(None));
+        buf.extend_from_slice(b"$1\r\nx\r\n");
+        let r = p.parse(&mut buf).unwrap().unwrap();
+        assert_eq!(args(&r), [&b"PING"[..], b"x"]);
+    }
+
+    #[test]
+    fn negative_lengths() {
+        assert_eq!(
+            error_of(b"*1\r\n$-5\r\nabc\r\n"),
+            "Protocol error: invalid bulk length"
+        );
+        let (reqs, result, rest) = parse_all(b"*-5\r\n*-9223372036854775808\r\n");
+        result.unwrap();
+        assert!(reqs.is_empty() && rest.is_empty());
+    }
+}

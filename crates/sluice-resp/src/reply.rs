@@ -1,0 +1,406 @@
+//! Reply encoders: each function appends one RESP2 or RESP3 value to the output buffer.
+//!
+//! # Format
+//!
+//! | function | RESP2 | RESP3 |
+//! | --- | --- | --- |
+//! | [`simple`] | `+OK\r\n` | same |
+//! | [`error`] | `-ERR msg\r\n` | same |
+//! | [`integer`] | `:42\r\n` | same |
+//! | [`bulk`] | `$3\r\nabc\r\n` | same |
+//! | [`null`] | `$-1\r\n` | `_\r\n` |
+//! | [`null_array`] | `*-1\r\n` | `_\r\n` |
+//! | [`array()`] | `*2\r\n` + 2 values | same |
+//! | [`map`] | `*4\r\n` + 4 values | `%2\r\n` + 2 key/value pairs |
+//! | [`set`] | `*2\r\n` + 2 values | `~2\r\n` + 2 values |
+//! | [`double`] | `$3\r\n1.5\r\n` | `,1.5\r\n` |
+//! | [`boolean`] | `:1\r\n` / `:0\r\n` | `#t\r\n` / `#f\r\n` |
+//! | [`verbatim`] | `$5\r\nhello\r\n` | `=9\r\ntxt:hello\r\n` |
+//!
+//! Aggregates ([`array()`], [`map`], [`set`]) write only their header; the caller writes the
+//! elements right after, which keeps every reply a sequence of flat appends with no builder.
+//!
+//! # Invariants
+//!
+//! - Nothing allocates but the output buffer's own growth: numbers are formatted on the stack.
+//! - A simple string or an error never carries a bare CR or LF: they become spaces, as Redis's
+//!   `addReplyErrorFormat` does, because one would end the line early and desynchronise the client.
+//! - Doubles are formatted as Redis 7.2+ does (`d2string`): `nan`, `inf`, `-inf`, `0`, `-0`,
+//!   integral values in ±2^62 as integers, everything else as the shortest text that reads back
+//!   to the same double, with `fpconv`'s choice between plain and `e` notation.
+
+use std::fmt::Write as _;
+
+use bytes::{BufMut, BytesMut};
+
+/// The protocol a connection speaks, chosen with `HELLO 2|3` (RESP2 until then).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Proto {
+    /// RESP2: the default of every connection.
+    #[default]
+    Resp2,
+    /// RESP3: after `HELLO 3`.
+    Resp3,
+}
+
+/// `<prefix><n>\r\n`: integers and every length header.
+fn header(out: &mut BytesMut, prefix: u8, n: impl itoa::Integer) {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(n).as_bytes();
+    out.reserve(digits.len() + 3);
+    out.put_u8(prefix);
+    out.extend_from_slice(digits);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `<prefix><text>\r\n` with CR and LF in `text` turned into spaces.
+fn one_line(out: &mut BytesMut, prefix: u8, text: &[u8]) {
+    out.reserve(text.len() + 3);
+    out.put_u8(prefix);
+    if text.iter().any(|&b| b == b'\r' || b == b'\n') {
+        out.extend(
+            text.iter()
+                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
+    } else {
+        out.extend_from_slice(text);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A simple string: `+s\r\n`.
+pub fn simple(out: &mut BytesMut, s: &str) {
+    one_line(out, b'+', s.as_bytes());
+}
+
+/// An error: `-msg\r\n`. `msg` carries its own code (`ERR ...`, `WRONGTYPE ...`).
+pub fn error(out: &mut BytesMut, msg: &str) {
+    one_line(out, b'-', msg.as_bytes());
+}
+
+/// An integer: `:n\r\n`.
+pub fn integer(out: &mut BytesMut, n: i64) {
+    header(out, b':', n);
+}
+
+/// A bulk string: `$len\r\nbytes\r\n`. Binary-safe.
+pub fn bulk(out: &mut BytesMut, b: &[u8]) {
+    header(out, b'$', b.len());
+    out.reserve(b.len() + 2);
+    out.extend_from_slice(b);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A missing value (`GET` of an absent key): `$-1\r\n`, or `_\r\n` in RESP3.
+pub fn null(out: &mut BytesMut, p: Proto) {
+    out.extend_from_slice(match p {
+        Proto::Resp2 => b"$-1\r\n",
+        Proto::Resp3 => b"_\r\n",
+    });
+}
+
+/// A missing aggregate: `*-1\r\n`, or `_\r\n` in RESP3.
+pub fn null_array(out: &mut BytesMut, p: Proto) {
+    out.extend_from_slice(match p {
+        Proto::Resp2 => b"*-1\r\n",
+        Proto::Resp3 => b"_\r\n",
+    });
+}
+
+/// An array header, `*len\r\n`; the caller then writes `len` values.
+pub fn array(out: &mut BytesMut, len: usize) {
+    header(out, b'*', len);
+}
+
+/// A map header, `%pairs\r\n`, or in RESP2 the flat array `*2·pairs\r\n`; the caller then writes
+/// `pairs` keys and values, alternating.
+pub fn map(out: &mut BytesMut, p: Proto, pairs: usize) {
+    match p {
+        Proto::Resp2 => header(out, b'*', pairs.saturating_mul(2)),
+        Proto::Resp3 => header(out, b'%', pairs),
+    }
+}
+
+/// A set header, `~len\r\n`, or in RESP2 `*len\r\n`; the caller then writes `len` values.
+pub fn set(out: &mut BytesMut, p: Proto, len: usize) {
+    match p {
+        Proto::Resp2 => header(out, b'*', len),
+        Proto::Resp3 => header(out, b'~', len),
+    }
+}
+
+/// A double: `,v\r\n` in RESP3, a bulk string of the same text in RESP2 (as Redis replies to
+/// `INCRBYFLOAT` or `ZSCORE`). See the module docs for the text.
+pub fn double(out: &mut BytesMut, p: Proto, v: f64) {
+    let mut text = TextBuf::new();
+    format_double(v, &mut text);
+    match p {
+        Proto::Resp2 => bulk(out, text.as_bytes()),
+        Proto::Resp3 => {
+            out.reserve(text.len + 3);
+            out.put_u8(b',');
+            out.extend_from_slice(text.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+/// A boolean: `#t\r\n`/`#f\r\n`, or in RESP2 the integers `:1\r\n`/`:0\r\n`.
+pub fn boolean(out: &mut BytesMut, p: Proto, v: bool) {
+    out.extend_from_slice(match (p, v) {
+        (Proto::Resp2, true) => b":1\r\n",
+        (Proto::Resp2, false) => b":0\r\n",
+        (Proto::Resp3, true) => b"#t\r\n",
+        (Proto::Resp3, false) => b"#f\r\n",
+    });
+}
+
+/// A verbatim string (`INFO`, `CLIENT LIST`): `=len\r\nfmt:text\r\n` in RESP3, where `format` is
+/// the three-letter type (`txt`, `mkd`); a plain bulk string of `text` in RESP2.
+///
+/// A `format` that is not three bytes long cannot be encoded: the text goes out as a bulk string
+/// then (and debug builds stop, since it is a bug in the caller).
+pub fn verbatim(out: &mut BytesMut, p: Proto, format: &str, text: &[u8]) {
+    debug_assert_eq!(format.len(), 3, "a verbatim format is three bytes");
+    if p == Proto::Resp2 || format.len() != 3 {
+        bulk(out, text);
+        return;
+    }
+    header(out, b'=', text.len() + 4);
+    out.reserve(text.len() + 6);
+    out.extend_from_slice(format.as_bytes());
+    out.put_u8(b':');
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// An array of integers, `*n\r\n` then `:v\r\n` for each (the shape of `RL.CHECK`'s reply).
+pub fn int_array(out: &mut BytesMut, values: &[i64]) {
+    array(out, values.len());
+    for &v in values {
+        integer(out, v);
+    }
+}
+
+/// A small stack buffer for formatting one number.
+struct TextBuf {
+    bytes: [u8; 48],
+    len: usize,
+}
+
+impl TextBuf {
+    fn new() -> Self {
+        TextBuf {
+            bytes: [0; 48],
+            len: 0,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    fn push(&mut self, b: u8) {
+        self.bytes[self.len] = b;
+        self.len += 1;
+    }
+
+    fn extend(&mut self, bytes: &[u8]) {
+        self.bytes[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+}
+
+impl std::fmt::Write for TextBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.len + s.len() > self.bytes.len() {
+            return Err(std::fmt::Error);
+        }
+        self.extend(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Redis's `d2string` (7.2+). Its longest text is 25 bytes (a sign and 17 digits with up to 7
+/// trailing zeros, or 17 digits in `e` notation), well within `TextBuf`.
+fn format_double(v: f64, text: &mut TextBuf) {
+    if v.is_nan() {
+        text.extend(b"nan");
+    } else if v.is_infinite() {
+        text.extend(if v < 0.0 { b"-inf" } else { b"inf" });
+    } else if v == 0.0 {
+        text.extend(if v.is_sign_negative() { b"-0" } else { b"0" });
+    } else if v.fract() == 0.0 && v.abs() <= (i64::MAX / 2) as f64 {
+        // Redis's `double2ll` fast path: an integral value prints as an integer.
+        let mut digits = itoa::Buffer::new();
+        text.extend(digits.format(v as i64).as_bytes());
+    } else {
+        fpconv_dtoa(v, text);
+    }
+}
+
+/// `fpconv_dtoa`'s layout of the shortest round-trip digits of a finite, non-zero `v`.
+///
+/// Rust's `{:e}` yields those digits (`d.ddde±x`); `fpconv` (Grisu2) yields the same shortest
+/// digits for all but rare doubles, where its text is longer but reads back to the same value.
+fn fpconv_dtoa(v: f64, text: &mut TextBuf) {
+    let mut sci = TextBuf::new();
+    // 17 digits, a sign, a point and `e-324` fit in 48 bytes: this cannot fail.
+    let _ = write!(sci, "{:e}", v.abs());
+    let sci = sci.as_bytes();
+    let e_at = sci.iter().position(|&b| b == b'e').unwrap_or(sci.len());
+    let mut digits = [0u8; 24];
+    let mut ndigits = 0;
+    for &b in &sci[..e_at] {
+        if b.is_ascii_digit() && ndigits < digits.len() {
+            digits[ndigits] = b;
+            ndigits += 1;
+        }
+    }
+    let digits = &digits[..ndigits];
+    let exponent: i32 = std::str::from_utf8(sci.get(e_at + 1..).unwrap_or_default())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let nd = ndigits as i32;
+    // `v = digits × 10^k`, in fpconv's terms.
+    let k = exponent - (nd - 1);
+
+    if v < 0.0 {
+        text.push(b'-');
+    }
+    let exp = (k + nd - 1).abs();
+    if k >= 0 && exp < nd + 7 {
+        // Plain integer.
+        text.extend(digits);
+        for _ in 0..k {
+            text.push(b'0');
+        }
+    } else if k < 0 && (k > -7 || exp < 4) {
+        // Plain decimal.
+        let offset = nd - k.abs();
+        if offset <= 0 {
+            text.extend(b"0.");
+            for _ in 0..-offset {
+                text.push(b'0');
+            }
+            text.extend(digits);
+        } else {
+            let offset = offset as usize;
+            text.extend(&digits[..offset]);
+            text.push(b'.');
+            text.extend(&digits[offset..]);
+        }
+    } else {
+        // Scientific: `d.ddde±x`, the exponent without leading zeros.
+        text.push(digits[0]);
+        if ndigits > 1 {
+            text.push(b'.');
+            text.extend(&digits[1..]);
+        }
+        text.push(b'e');
+        text.push(if exponent < 0 { b'-' } else { b'+' });
+        let mut exp_digits = itoa::Buffer::new();
+        text.extend(exp_digits.format(exponent.unsigned_abs()).as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(f: impl FnOnce(&mut BytesMut)) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        f(&mut out);
+        out.to_vec()
+    }
+
+    fn double_text(v: f64) -> String {
+        let mut text = TextBuf::new();
+        format_double(v, &mut text);
+        String::from_utf8(text.as_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn scalars() {
+        assert_eq!(encoded(|o| simple(o, "OK")), b"+OK\r\n");
+        assert_eq!(
+            encoded(|o| error(o, "ERR bad\r\nthing\n")),
+            b"-ERR bad  thing \r\n"
+        );
+        assert_eq!(encoded(|o| simple(o, "a\rb")), b"+a b\r\n");
+        assert_eq!(encoded(|o| integer(o, -42)), b":-42\r\n");
+        assert_eq!(
+            encoded(|o| integer(o, i64::MIN)),
+            b":-9223372036854775808\r\n"
+        );
+        assert_eq!(encoded(|o| bulk(o, b"a\r\nb")), b"$4\r\na\r\nb\r\n");
+        assert_eq!(encoded(|o| bulk(o, b"")), b"$0\r\n\r\n");
+    }
+
+    #[test]
+    fn resp2_and_resp3_shapes() {
+        use Proto::*;
+        assert_eq!(encoded(|o| null(o, Resp2)), b"$-1\r\n");
+        assert_eq!(encoded(|o| null(o, Resp3)), b"_\r\n");
+        assert_eq!(encoded(|o| null_array(o, Resp2)), b"*-1\r\n");
+        assert_eq!(encoded(|o| null_array(o, Resp3)), b"_\r\n");
+        assert_eq!(encoded(|o| array(o, 5)), b"*5\r\n");
+        assert_eq!(encoded(|o| map(o, Resp2, 3)), b"*6\r\n");
+        assert_eq!(encoded(|o| map(o, Resp3, 3)), b"%3\r\n");
+        assert_eq!(encoded(|o| set(o, Resp2, 2)), b"*2\r\n");
+        assert_eq!(encoded(|o| set(o, Resp3, 2)), b"~2\r\n");
+        assert_eq!(encoded(|o| boolean(o, Resp2, true)), b":1\r\n");
+        assert_eq!(encoded(|o| boolean(o, Resp3, false)), b"#f\r\n");
+        assert_eq!(encoded(|o| double(o, Resp3, 1.5)), b",1.5\r\n");
+        assert_eq!(encoded(|o| double(o, Resp2, 1.5)), b"$3\r\n1.5\r\n");
+        assert_eq!(
+            encoded(|o| double(o, Resp3, f64::NEG_INFINITY)),
+            b",-inf\r\n"
+        );
+        assert_eq!(
+            encoded(|o| verbatim(o, Resp3, "txt", b"hi")),
+            b"=6\r\ntxt:hi\r\n"
+        );
+        assert_eq!(
+            encoded(|o| verbatim(o, Resp2, "txt", b"hi")),
+            b"$2\r\nhi\r\n"
+        );
+        assert_eq!(
+            encoded(|o| int_array(o, &[1, 10, 9, -1, 6000])),
+            b"*5\r\n:1\r\n:10\r\n:9\r\n:-1\r\n:6000\r\n"
+        );
+    }
+
+    #[test]
+    fn doubles_as_redis_prints_them() {
+        let cases: [(f64, &str); 23] = [
+            (1.5, "1.5"),
+            (-1.5, "-1.5"),
+            (0.1, "0.1"),
+            (3.0, "3"),
+            (-0.0, "-0"),
+            (0.0, "0"),
+            (f64::NAN, "nan"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+            (1e-6, "0.000001"),
+            (1.5e-6, "1.5e-6"),
+            (1e-7, "1e-7"),
+            (123.456, "123.456"),
+            (1e19, "1e+19"),
+            (1.5e300, "1.5e+300"),
+            (4.611686018427388e18, "4611686018427387904"),
+            (9.223372036854776e18, "9223372036854776000"),
+            (1e22, "1e+22"),
+            (1.2345678e22, "1.2345678e+22"),
+            (0.30000000000000004, "0.30000000000000004"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (5e-324, "5e-324"),
+            (12345678.9, "12345678.9"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(double_text(v), want, "{v:?}");
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! The registry of connected clients, for `CLIENT LIST`, `CLIENT KILL` and INFO.
+//!
+//! Touched only on connect, disconnect and the CLIENT commands, never per request, so one mutex
+//! is enough. Each client has a handle its connection task shares: a kill request sets a flag
+//! and wakes the task, which closes the connection at its next turn.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// What the registry and the connection share about one client.
+#[derive(Debug)]
+pub struct ClientHandle {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub laddr: SocketAddr,
+    pub created: Instant,
+    pub name: Mutex<Option<String>>,
+    pub lib_name: Mutex<Option<String>>,
+    pub lib_ver: Mutex<Option<String>>,
+    /// Milliseconds since `created` of the last command (for `idle=`).
+    pub last_active_ms: AtomicU64,
+    /// The protocol version the client speaks (2 or 3).
+    pub resp: AtomicU8,
+    /// Woken to close the connection (CLIENT KILL).
+    pub kill: Notify,
+}
+
+#[derive(Debug, Default)]
+pub struct Clients {
+    next_id: AtomicU64,
+    by_id: Mutex<BTreeMap<u64, Arc<ClientHandle>>>,
+}
+
+impl Clients {
+    pub fn register(&self, addr: SocketAddr, laddr: SocketAddr) -> Arc<ClientHandle> {
+        let id = self.next_id.fetch_add(1, Relaxed) + 1;
+        let handle = Arc::new(ClientHandle {
+            id,
+            addr,
+            laddr,
+            created: Instant::now(),
+            name: Mutex::new(None),
+            lib_name: Mutex::new(None),
+            lib_ver: Mutex::new(None),
+            last_active_ms: AtomicU64::new(0),
+            resp: AtomicU8::new(2),
+            kill: Notify::new(),
+        });
+        self.by_id.lock().insert(id, handle.clone());
+        handle
+    }
+
+    pub fn unregister(&self, id: u64) {
+        self.by_id.lock().remove(&id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A snapshot of every client, in id order.
+    pub fn all(&self) -> Vec<Arc<ClientHandle>> {
+        self.by_id.lock().values().cloned().collect()
+    }
+
+    /// Kills every client `matches` selects; returns how many.
+    pub fn kill_where(&self, matches: impl Fn(&ClientHandle) -> bool) -> usize {
+        let victims: Vec<_> = self
+            .by_id
+            .lock()
+            .values()
+            .filter(|c| matches(c))
+            .cloned()
+            .collect();
+        for c in &victims {
+            c.kill.notify_one();
+        }
+        victims.len()
+    }
+}
+
+impl ClientHandle {
+    /// One `CLIENT LIST` line, in Redis's field order (the fields that mean something here).
+    pub fn list_line(&self, current_cmd: &str) -> String {
+        let age = self.created.elapsed().as_secs();
+        let idle_ms = (self.created.elapsed().as_millis() as u64)
+            .saturating_sub(self.last_active_ms.load(Relaxed));
+        format!(
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+            self.id,
+            self.addr,
+            self.laddr,
+            self.name.lock().as_deref().unwrap_or(""),
+            age,
+            idle_ms / 1000,
+            current_cmd,
+            self.resp.load(Relaxed),
+            self.lib_name.lock().as_deref().unwrap_or(""),
+            self.lib_ver.lock().as_deref().unwrap_or(""),
+        )
+    }
+}

@@ -1,0 +1,145 @@
+//! A cursor over a request's arguments (after the command name).
+//!
+//! Arguments are `Bytes` slices of the connection's read buffer: nothing here copies them.
+//! Number parsing follows Redis (`string2ll`): optional '-', digits only, no '+', no spaces,
+//! no leading zeros except "0" itself.
+
+use bytes::Bytes;
+
+use super::CmdError;
+
+#[derive(Debug)]
+pub struct Args<'a> {
+    items: &'a [Bytes],
+    pos: usize,
+}
+
+impl<'a> Args<'a> {
+    pub fn new(items: &'a [Bytes]) -> Args<'a> {
+        Args { items, pos: 0 }
+    }
+
+    /// The next argument, if any.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<&'a Bytes> {
+        let item = self.items.get(self.pos)?;
+        self.pos += 1;
+        Some(item)
+    }
+
+    /// The next argument; a missing one is a syntax error.
+    pub fn required(&mut self) -> Result<&'a Bytes, CmdError> {
+        self.next().ok_or(CmdError::Syntax)
+    }
+
+    /// The next argument, which must exist (the table's arity guarantees it).
+    pub fn key(&mut self) -> Result<&'a Bytes, CmdError> {
+        self.next().ok_or(CmdError::Arity)
+    }
+
+    /// The next argument as an i64, or `value is not an integer or out of range`.
+    pub fn i64(&mut self) -> Result<i64, CmdError> {
+        parse_i64(self.required()?).ok_or(CmdError::NotInteger)
+    }
+
+    pub fn peek(&self) -> Option<&'a Bytes> {
+        self.items.get(self.pos)
+    }
+
+    /// Arguments not yet consumed.
+    pub fn remaining(&self) -> usize {
+        self.items.len() - self.pos
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.remaining() == 0
+    }
+
+    /// Every argument not yet consumed, consuming them.
+    pub fn rest(&mut self) -> &'a [Bytes] {
+        let rest = &self.items[self.pos..];
+        self.pos = self.items.len();
+        rest
+    }
+
+    /// Errors with a syntax error if arguments are left over.
+    pub fn finish(&self) -> Result<(), CmdError> {
+        if self.is_empty() {
+            Ok(())
+        } else {
+            Err(CmdError::Syntax)
+        }
+    }
+}
+
+/// Parses a Redis-style signed 64-bit integer.
+pub fn parse_i64(b: &[u8]) -> Option<i64> {
+    let (neg, digits) = match b.split_first()? {
+        (b'-', rest) => (true, rest),
+        _ => (false, b),
+    };
+    let magnitude = parse_u64(digits)?;
+    if neg {
+        if magnitude == 0 {
+            return None; // "-0" is not an integer to Redis.
+        }
+        0i64.checked_sub_unsigned(magnitude)
+    } else {
+        i64::try_from(magnitude).ok()
+    }
+}
+
+/// Parses an unsigned decimal with no sign, no spaces and no leading zeros.
+pub fn parse_u64(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 20 || (b.len() > 1 && b[0] == b'0') {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &c in b {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    Some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_parse_like_redis() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-5"), Some(-5));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"9223372036854775808"), None);
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"01",
+            b"-0",
+            b"1.5",
+            b"abc",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+    }
+
+    #[test]
+    fn cursor_walks_and_finishes() {
+        let items = [Bytes::from_static(b"a"), Bytes::from_static(b"12")];
+        let mut args = Args::new(&items);
+        assert_eq!(args.required().unwrap().as_ref(), b"a");
+        assert!(args.finish().is_err());
+        assert_eq!(args.i64().unwrap(), 12);
+        assert!(args.finish().is_ok());
+        assert!(matches!(args.required(), Err(CmdError::Syntax)));
+    }
+}

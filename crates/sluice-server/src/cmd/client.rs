@@ -1,0 +1,213 @@
+//! `CLIENT SETNAME|GETNAME|SETINFO|ID|LIST|INFO|KILL|HELP` — connection introspection.
+
+use std::net::SocketAddr;
+
+use sluice_resp::reply;
+
+use super::args::parse_u64;
+use super::{Args, CmdError, Command, Ctx};
+
+/// Redis refuses names with spaces, newlines or other non-printable bytes.
+pub fn valid_name(name: &[u8]) -> bool {
+    name.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+#[derive(Debug)]
+pub enum Client<'a> {
+    SetName(&'a [u8]),
+    GetName,
+    SetInfo { lib_name: bool, value: &'a [u8] },
+    Id,
+    List,
+    Info,
+    KillAddr(SocketAddr),
+    KillFilter(Vec<KillFilter>),
+    Help,
+}
+
+#[derive(Debug)]
+pub enum KillFilter {
+    Id(u64),
+    Addr(SocketAddr),
+    LAddr(SocketAddr),
+    SkipMe(bool),
+}
+
+fn arity(sub: &str) -> CmdError {
+    CmdError::msg(format!(
+        "ERR wrong number of arguments for 'client|{sub}' command"
+    ))
+}
+
+fn parse_addr(b: &[u8]) -> Result<SocketAddr, CmdError> {
+    std::str::from_utf8(b)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| CmdError::msg("ERR No such client"))
+}
+
+impl<'a> Command<'a> for Client<'a> {
+    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
+        let sub = args.key()?;
+        let n = args.remaining();
+        let cmd = match sub.to_ascii_uppercase().as_slice() {
+            b"SETNAME" if n == 1 => {
+                let name = args.key()?;
+                if !valid_name(name) {
+                    return Err(CmdError::msg(
+                        "ERR Client names cannot contain spaces, newlines or special characters.",
+                    ));
+                }
+                Client::SetName(name)
+            }
+            b"SETNAME" => return Err(arity("setname")),
+            b"GETNAME" if n == 0 => Client::GetName,
+            b"GETNAME" => return Err(arity("getname")),
+            b"SETINFO" if n == 2 => {
+                let attr = args.key()?.to_ascii_uppercase();
+                let value = args.key()?;
+                let lib_name = match attr.as_slice() {
+                    b"LIB-NAME" => true,
+                    b"LIB-VER" => false,
+                    _ => {
+                        return Err(CmdError::msg(format!(
+                            "ERR Unrecognized option '{}'",
+                            String::from_utf8_lossy(&attr)
+                        )));
+                    }
+                };
+                if !valid_name(value) {
+                    return Err(CmdError::msg(
+                        "ERR lib-name/lib-ver cannot contain spaces, newlines or special characters.",
+                    ));
+                }
+                Client::SetInfo { lib_name, value }
+            }
+            b"SETINFO" => return Err(arity("setinfo")),
+            b"ID" if n == 0 => Client::Id,
+            b"ID" => return Err(arity("id")),
+            b"LIST" => Client::List,
+            b"INFO" if n == 0 => Client::Info,
+            b"INFO" => return Err(arity("info")),
+            b"HELP" => Client::Help,
+            b"KILL" if n == 1 => Client::KillAddr(parse_addr(args.key()?)?),
+            b"KILL" if n >= 2 && n.is_multiple_of(2) => {
+                let mut filters = Vec::new();
+                while let Some(field) = args.next() {
+                    let v = args.key()?;
+                    filters.push(match field.to_ascii_uppercase().as_slice() {
+                        b"ID" => {
+                            KillFilter::Id(parse_u64(v).filter(|&id| id > 0).ok_or_else(|| {
+                                CmdError::msg("ERR client-id should be greater than 0")
+                            })?)
+                        }
+                        b"ADDR" => KillFilter::Addr(parse_addr(v)?),
+                        b"LADDR" => KillFilter::LAddr(parse_addr(v)?),
+                        b"SKIPME" => match v.to_ascii_lowercase().as_slice() {
+                            b"yes" => KillFilter::SkipMe(true),
+                            b"no" => KillFilter::SkipMe(false),
+                            _ => return Err(CmdError::Syntax),
+                        },
+                        _ => return Err(CmdError::Syntax),
+                    });
+                }
+                Client::KillFilter(filters)
+            }
+            b"KILL" => return Err(CmdError::Syntax),
+            _ => {
+                return Err(CmdError::msg(format!(
+                    "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                    String::from_utf8_lossy(sub)
+                )));
+            }
+        };
+        Ok(cmd)
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        let me = &ctx.session.client;
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        match self {
+            Client::SetName(name) => {
+                *me.name.lock() = (!name.is_empty()).then(|| text(name));
+                reply::simple(ctx.out, "OK");
+            }
+            Client::GetName => match me.name.lock().as_deref() {
+                Some(n) => reply::bulk(ctx.out, n.as_bytes()),
+                None => reply::null(ctx.out, ctx.session.proto),
+            },
+            Client::SetInfo { lib_name, value } => {
+                let slot = if lib_name { &me.lib_name } else { &me.lib_ver };
+                *slot.lock() = Some(text(value));
+                reply::simple(ctx.out, "OK");
+            }
+            Client::Id => reply::integer(ctx.out, me.id as i64),
+            Client::List => {
+                let mut all = String::new();
+                for c in ctx.shared.clients.all() {
+                    let cmd = if c.id == me.id { "client|list" } else { "NULL" };
+                    all.push_str(&c.list_line(cmd));
+                }
+                reply::verbatim(ctx.out, ctx.session.proto, "txt", all.as_bytes());
+            }
+            Client::Info => {
+                let line = me.list_line("client|info");
+                reply::verbatim(ctx.out, ctx.session.proto, "txt", line.as_bytes());
+            }
+            Client::KillAddr(addr) => {
+                let killed = ctx.shared.clients.kill_where(|c| c.addr == addr);
+                if killed == 0 {
+                    return Err(CmdError::msg("ERR No such client"));
+                }
+                if addr == me.addr {
+                    ctx.session.close = true;
+                }
+                reply::simple(ctx.out, "OK");
+            }
+            Client::KillFilter(filters) => {
+                let skip_me = !filters
+                    .iter()
+                    .any(|f| matches!(f, KillFilter::SkipMe(false)));
+                let my_id = me.id;
+                let killed = ctx.shared.clients.kill_where(|c| {
+                    (!skip_me || c.id != my_id)
+                        && filters.iter().all(|f| match f {
+                            KillFilter::Id(id) => c.id == *id,
+                            KillFilter::Addr(a) => c.addr == *a,
+                            KillFilter::LAddr(a) => c.laddr == *a,
+                            KillFilter::SkipMe(_) => true,
+                        })
+                });
+                reply::integer(ctx.out, killed as i64);
+            }
+            Client::Help => {
+                let lines = [
+                    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "ID",
+                    "    Return the ID of the current connection.",
+                    "GETNAME",
+                    "    Return the name of the current connection.",
+                    "SETNAME <name>",
+                    "    Assign the name <name> to the current connection.",
+                    "SETINFO <LIB-NAME|LIB-VER> <value>",
+                    "    Record the client library name or version.",
+                    "LIST",
+                    "    Return information about client connections.",
+                    "INFO",
+                    "    Return information about the current client connection.",
+                    "KILL <ip:port>",
+                    "    Kill connection made from <ip:port>.",
+                    "KILL <option> <value> [<option> <value> [...]]",
+                    "    Kill connections. Options are: ID, ADDR, LADDR, SKIPME.",
+                    "HELP",
+                    "    Print this help.",
+                ];
+                reply::array(ctx.out, lines.len());
+                for l in lines {
+                    reply::simple(ctx.out, l);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,53 @@
+//! Command errors: small values on the hot path, turned into wire text in one place.
+
+use std::borrow::Cow;
+
+use sluice_store::StoreError;
+
+#[derive(Debug)]
+pub enum CmdError {
+    /// `ERR syntax error`
+    Syntax,
+    /// `ERR value is not an integer or out of range`
+    NotInteger,
+    /// `WRONGTYPE Operation against a key holding the wrong kind of value`
+    WrongType,
+    /// `ERR increment or decrement would overflow`
+    Overflow,
+    /// `ERR wrong number of arguments for '<command>' command`
+    Arity,
+    /// A full error line, prefix included (`ERR ...`, `NOPROTO ...`).
+    Msg(Cow<'static, str>),
+}
+
+impl CmdError {
+    pub fn msg(text: impl Into<Cow<'static, str>>) -> CmdError {
+        CmdError::Msg(text.into())
+    }
+
+    /// The error line for a failure of `command` (its lower-case table name).
+    pub fn text(&self, command: &str) -> String {
+        match self {
+            CmdError::Syntax => "ERR syntax error".into(),
+            CmdError::NotInteger => "ERR value is not an integer or out of range".into(),
+            CmdError::WrongType => {
+                "WRONGTYPE Operation against a key holding the wrong kind of value".into()
+            }
+            CmdError::Overflow => "ERR increment or decrement would overflow".into(),
+            CmdError::Arity => format!("ERR wrong number of arguments for '{command}' command"),
+            CmdError::Msg(m) => m.to_string(),
+        }
+    }
+}
+
+impl From<StoreError> for CmdError {
+    fn from(e: StoreError) -> CmdError {
+        match e {
+            StoreError::WrongType => CmdError::WrongType,
+            StoreError::NotInteger => CmdError::NotInteger,
+            StoreError::Overflow => CmdError::Overflow,
+            StoreError::Check(sluice_core::CheckError::WrongType) => CmdError::WrongType,
+            StoreError::Check(e) => CmdError::msg(format!("ERR {e:?}")),
+        }
+    }
+}

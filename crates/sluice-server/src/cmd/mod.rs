@@ -1,0 +1,539 @@
+//! Commands: one file per command, one static table.
+//!
+//! Every command is a type with `parse(&mut Args) -> Result<Self, CmdError>` (validation only, no
+//! state touched) and `apply(self, &mut Ctx)` (the state change and the reply). The table
+//! [`COMMANDS`] names each one with its arity (the Redis convention: positive = exact count,
+//! negative = at least, both counting the command name), flags and key positions; dispatch, arity
+//! errors, unknown-command errors and the `COMMAND` replies all come from it. Errors are values
+//! ([`CmdError`]) mapped to their wire text in one place, so a bad argument is an `-ERR` reply and
+//! the connection goes on.
+
+mod args;
+mod error;
+
+pub use args::Args;
+pub use error::CmdError;
+
+mod auth;
+mod cl_throttle;
+mod client;
+mod command;
+mod config;
+mod dbsize;
+mod del;
+mod echo;
+mod exists;
+mod expire;
+mod flushall;
+mod gcra;
+mod get;
+mod hello;
+mod incr;
+mod info;
+mod ping;
+mod quit;
+mod reset;
+mod rl_check;
+mod select;
+mod set;
+mod shutdown;
+mod time;
+mod ttl;
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use sluice_core::Nanos;
+use sluice_resp::reply::{self, Proto};
+
+use crate::clients::ClientHandle;
+use crate::server::Shared;
+
+/// What one connection carries between its commands.
+#[derive(Debug)]
+pub struct Session {
+    pub client: Arc<ClientHandle>,
+    pub proto: Proto,
+    pub authenticated: bool,
+    /// Set by QUIT and SHUTDOWN: close once this batch's replies are written.
+    pub close: bool,
+}
+
+/// Everything a command's `apply` may touch.
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    pub shared: &'a Shared,
+    pub session: &'a mut Session,
+    pub out: &'a mut BytesMut,
+    /// The server clock, read once for the batch this command arrived in.
+    pub now: Nanos,
+}
+
+/// A command type: parse first (no side effects), then apply. A command may borrow its
+/// arguments (`'a` is the request's lifetime), so nothing is copied between the two steps.
+pub trait Command<'a>: Sized {
+    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError>;
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError>;
+}
+
+/// Flags, as Redis names them in `COMMAND` replies.
+pub mod flag {
+    pub const WRITE: &str = "write";
+    pub const READONLY: &str = "readonly";
+    pub const FAST: &str = "fast";
+    pub const DENYOOM: &str = "denyoom";
+    pub const NOAUTH: &str = "no_auth";
+    pub const LOADING: &str = "loading";
+    pub const STALE: &str = "stale";
+    pub const ADMIN: &str = "admin";
+    pub const NOSCRIPT: &str = "noscript";
+}
+
+/// One row of the command table.
+#[derive(Debug)]
+pub struct CommandSpec {
+    /// Lower-case, as Redis reports names.
+    pub name: &'static str,
+    pub arity: i32,
+    pub flags: &'static [&'static str],
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    pub group: &'static str,
+    pub summary: &'static str,
+    pub since: &'static str,
+    pub run: fn(&mut Ctx<'_>, &mut Args<'_>) -> Result<(), CmdError>,
+}
+
+impl CommandSpec {
+    pub fn has_flag(&self, f: &str) -> bool {
+        self.flags.contains(&f)
+    }
+
+    fn arity_ok(&self, argc: usize) -> bool {
+        if self.arity >= 0 {
+            argc == self.arity as usize
+        } else {
+            argc >= self.arity.unsigned_abs() as usize
+        }
+    }
+}
+
+macro_rules! spec {
+    ($name:literal, $arity:expr, [$($flag:expr),*], ($first:expr, $last:expr, $step:expr), $group:literal, $since:literal, $summary:literal, $ty:ty) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: &[$($flag),*],
+            first_key: $first,
+            last_key: $last,
+            step: $step,
+            group: $group,
+            summary: $summary,
+            since: $since,
+            run: |ctx, args| <$ty as Command<'_>>::parse(args)?.apply(ctx),
+        }
+    };
+}
+
+use flag::*;
+
+/// The command table, sorted by name (dispatch binary-searches it).
+pub static COMMANDS: &[CommandSpec] = &[
+    spec!(
+        "auth",
+        -2,
+        [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Authenticates the connection.",
+        auth::Auth
+    ),
+    spec!(
+        "cl.throttle",
+        -5,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "ratelimit",
+        "0.1.0",
+        "redis-cell compatible GCRA rate limit check.",
+        cl_throttle::ClThrottle
+    ),
+    spec!(
+        "client",
+        -2,
+        [NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "connection",
+        "2.4.0",
+        "A container for client connection commands.",
+        client::Client
+    ),
+    spec!(
+        "command",
+        -1,
+        [LOADING, STALE],
+        (0, 0, 0),
+        "server",
+        "2.8.13",
+        "Returns detailed information about all commands.",
+        command::CommandCmd
+    ),
+    spec!(
+        "config",
+        -2,
+        [ADMIN, NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "server",
+        "2.0.0",
+        "A container for server configuration commands.",
+        config::ConfigCmd
+    ),
+    spec!(
+        "dbsize",
+        1,
+        [READONLY, FAST],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Returns the number of keys in the database.",
+        dbsize::DbSize
+    ),
+    spec!(
+        "decr",
+        2,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Decrements the integer value of a key by one.",
+        incr::Decr
+    ),
+    spec!(
+        "decrby",
+        3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Decrements a number from the integer value of a key.",
+        incr::DecrBy
+    ),
+    spec!(
+        "del",
+        -2,
+        [WRITE],
+        (1, -1, 1),
+        "keyspace",
+        "1.0.0",
+        "Deletes one or more keys.",
+        del::Del
+    ),
+    spec!(
+        "echo",
+        2,
+        [FAST],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Returns the given string.",
+        echo::Echo
+    ),
+    spec!(
+        "exists",
+        -2,
+        [READONLY, FAST],
+        (1, -1, 1),
+        "keyspace",
+        "1.0.0",
+        "Determines whether one or more keys exist.",
+        exists::Exists
+    ),
+    spec!(
+        "expire",
+        -3,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "1.0.0",
+        "Sets the expiration time of a key in seconds.",
+        expire::Expire
+    ),
+    spec!(
+        "flushall",
+        -1,
+        [WRITE],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Removes all keys.",
+        flushall::FlushAll
+    ),
+    spec!(
+        "flushdb",
+        -1,
+        [WRITE],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Removes all keys.",
+        flushall::FlushAll
+    ),
+    spec!(
+        "gcra",
+        -5,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "ratelimit",
+        "0.1.0",
+        "Redis GCRA rate limit check.",
+        gcra::Gcra
+    ),
+    spec!(
+        "get",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Returns the string value of a key.",
+        get::Get
+    ),
+    spec!(
+        "hello",
+        -1,
+        [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
+        (0, 0, 0),
+        "connection",
+        "6.0.0",
+        "Handshakes with the server.",
+        hello::Hello
+    ),
+    spec!(
+        "incr",
+        2,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Increments the integer value of a key by one.",
+        incr::Incr
+    ),
+    spec!(
+        "incrby",
+        3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Increments the integer value of a key by a number.",
+        incr::IncrBy
+    ),
+    spec!(
+        "info",
+        -1,
+        [LOADING, STALE],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Returns information and statistics about the server.",
+        info::Info
+    ),
+    spec!(
+        "pexpire",
+        -3,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "2.6.0",
+        "Sets the expiration time of a key in milliseconds.",
+        expire::PExpire
+    ),
+    spec!(
+        "ping",
+        -1,
+        [FAST],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Returns the server's liveliness response.",
+        ping::Ping
+    ),
+    spec!(
+        "pttl",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "2.6.0",
+        "Returns the expiration time in milliseconds of a key.",
+        ttl::PTtl
+    ),
+    spec!(
+        "quit",
+        -1,
+        [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Closes the connection.",
+        quit::Quit
+    ),
+    spec!(
+        "reset",
+        1,
+        [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
+        (0, 0, 0),
+        "connection",
+        "6.2.0",
+        "Resets the connection.",
+        reset::Reset
+    ),
+    spec!(
+        "rl.check",
+        -4,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "ratelimit",
+        "0.1.0",
+        "Checks and consumes a rate limit atomically.",
+        rl_check::RlCheck
+    ),
+    spec!(
+        "select",
+        2,
+        [LOADING, STALE, FAST],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Changes the selected database (only 0 exists).",
+        select::Select
+    ),
+    spec!(
+        "set",
+        -3,
+        [WRITE, DENYOOM],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Sets the string value of a key.",
+        set::Set
+    ),
+    spec!(
+        "shutdown",
+        -1,
+        [ADMIN, NOSCRIPT, LOADING, STALE, NOAUTH],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Stops the server.",
+        shutdown::Shutdown
+    ),
+    spec!(
+        "time",
+        1,
+        [LOADING, STALE, FAST],
+        (0, 0, 0),
+        "server",
+        "2.6.0",
+        "Returns the server time.",
+        time::Time
+    ),
+    spec!(
+        "ttl",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "1.0.0",
+        "Returns the expiration time in seconds of a key.",
+        ttl::Ttl
+    ),
+];
+
+/// Finds a command by name, case-insensitively.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    // Lower-case into a small stack buffer; command names are short.
+    let mut buf = [0u8; 32];
+    if name.len() > buf.len() {
+        return None;
+    }
+    let lower = &mut buf[..name.len()];
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    COMMANDS
+        .binary_search_by(|c| c.name.as_bytes().cmp(lower))
+        .ok()
+        .map(|i| &COMMANDS[i])
+}
+
+/// Executes one request, appending its reply to `ctx.out`.
+pub fn execute(req: &[Bytes], ctx: &mut Ctx<'_>) {
+    let Some((name, rest)) = req.split_first() else {
+        return;
+    };
+    let Some(spec) = lookup(name) else {
+        return reply::error(ctx.out, &unknown_command(name, rest));
+    };
+    if !ctx.session.authenticated && !spec.has_flag(NOAUTH) {
+        return reply::error(ctx.out, "NOAUTH Authentication required.");
+    }
+    if !spec.arity_ok(req.len()) {
+        return reply::error(ctx.out, &CmdError::Arity.text(spec.name));
+    }
+    let mut args = Args::new(rest);
+    if let Err(e) = (spec.run)(ctx, &mut args) {
+        reply::error(ctx.out, &e.text(spec.name));
+    }
+}
+
+/// Redis's text for a command it does not know, quoting the first arguments.
+fn unknown_command(name: &[u8], args: &[Bytes]) -> String {
+    let mut quoted = String::new();
+    for a in args {
+        if quoted.len() >= 128 {
+            break;
+        }
+        let room = 128 - quoted.len();
+        let shown = String::from_utf8_lossy(&a[..a.len().min(room)]);
+        quoted.push('\'');
+        quoted.push_str(&shown);
+        quoted.push_str("' ");
+    }
+    let name = String::from_utf8_lossy(&name[..name.len().min(128)]);
+    format!("ERR unknown command '{name}', with args beginning with: {quoted}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_and_unique() {
+        for w in COMMANDS.windows(2) {
+            assert!(w[0].name < w[1].name, "{} before {}", w[0].name, w[1].name);
+        }
+    }
+
+    #[test]
+    fn lookup_is_case_insensitive() {
+        assert_eq!(lookup(b"RL.CHECK").map(|c| c.name), Some("rl.check"));
+        assert_eq!(lookup(b"Ping").map(|c| c.name), Some("ping"));
+        assert!(lookup(b"nosuch").is_none());
+        assert!(lookup(&[b'a'; 100]).is_none());
+    }
+
+    #[test]
+    fn unknown_command_text_matches_redis() {
+        let args = [Bytes::from_static(b"a"), Bytes::from_static(b"b c")];
+        assert_eq!(
+            unknown_command(b"FOO", &args),
+            "ERR unknown command 'FOO', with args beginning with: 'a' 'b c' "
+        );
+        assert_eq!(
+            unknown_command(b"foo", &[]),
+            "ERR unknown command 'foo', with args beginning with: "
+        );
+    }
+}

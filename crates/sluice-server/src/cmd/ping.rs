@@ -1,0 +1,26 @@
+//! `PING [message]` — `+PONG`, or the message as a bulk string.
+
+use sluice_resp::reply;
+
+use super::{Args, CmdError, Command, Ctx};
+
+#[derive(Debug)]
+pub struct Ping<'a>(Option<&'a [u8]>);
+
+impl<'a> Command<'a> for Ping<'a> {
+    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
+        let message = args.next().map(|b| &b[..]);
+        if !args.is_empty() {
+            return Err(CmdError::Arity);
+        }
+        Ok(Ping(message))
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        match self.0 {
+            None => reply::simple(ctx.out, "PONG"),
+            Some(m) => reply::bulk(ctx.out, m),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,25 @@
+//! `RESET` — back to a fresh connection: RESP2, no name, unauthenticated if a password is set.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use sluice_resp::reply::{self, Proto};
+
+use super::{Args, CmdError, Command, Ctx};
+
+#[derive(Debug)]
+pub struct Reset;
+
+impl Command<'_> for Reset {
+    fn parse(_args: &mut Args<'_>) -> Result<Self, CmdError> {
+        Ok(Reset)
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        ctx.session.proto = Proto::Resp2;
+        ctx.session.client.resp.store(2, Relaxed);
+        *ctx.session.client.name.lock() = None;
+        ctx.session.authenticated = ctx.shared.requirepass.read().is_none();
+        reply::simple(ctx.out, "RESET");
+        Ok(())
+    }
+}

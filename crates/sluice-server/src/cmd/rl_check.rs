@@ -1,0 +1,200 @@
+//! `RL.CHECK key limit period [BURST n] [COST n] [ALGO name] [DRY]` — check and consume a rate
+//! limit atomically.
+//!
+//! # Format
+//! Reply (RESP2 and RESP3 alike): `*5 :allowed :limit :remaining :retry_after_ms :reset_after_ms`.
+//! `period` is integer seconds or a duration with a unit (`500ms`, `10s`, `1m`, `1h`, `1d`).
+//! Every argument is validated before the store is touched, so a bad one changes nothing and its
+//! error names it.
+
+use sluice_core::{Algo, CheckError, Nanos, Params};
+use sluice_resp::reply;
+use sluice_store::StoreError;
+
+use super::args::parse_u64;
+use super::{Args, CmdError, Command, Ctx};
+
+#[derive(Debug)]
+pub struct RlCheck<'a> {
+    key: &'a [u8],
+    algo: Algo,
+    params: Params,
+    dry: bool,
+}
+
+/// Parses `period`: integer seconds, or an integer with a unit `ms`, `s`, `m`, `h` or `d`.
+pub fn parse_period(arg: &[u8]) -> Option<Nanos> {
+    let digits = arg.iter().take_while(|c| c.is_ascii_digit()).count();
+    let (number, unit) = arg.split_at(digits);
+    let n = parse_u64(number)?;
+    let unit_ns: u64 = match unit.to_ascii_lowercase().as_slice() {
+        b"" | b"s" => Nanos::PER_SEC,
+        b"ms" => Nanos::PER_MS,
+        b"m" => 60 * Nanos::PER_SEC,
+        b"h" => 3600 * Nanos::PER_SEC,
+        b"d" => 86_400 * Nanos::PER_SEC,
+        _ => return None,
+    };
+    let ns = n.checked_mul(unit_ns)?;
+    (ns > 0).then_some(Nanos(ns))
+}
+
+fn positive(arg: &[u8], name: &str) -> Result<u64, CmdError> {
+    match parse_u64(arg) {
+        Some(n) if n >= 1 => Ok(n),
+        _ => Err(CmdError::msg(format!(
+            "ERR {name} must be a positive integer"
+        ))),
+    }
+}
+
+fn value<'a>(args: &mut Args<'a>, option: &str) -> Result<&'a [u8], CmdError> {
+    args.next()
+        .map(|b| &b[..])
+        .ok_or_else(|| CmdError::msg(format!("ERR {option} needs a value")))
+}
+
+impl<'a> Command<'a> for RlCheck<'a> {
+    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
+        let key = args.key()?;
+        let limit = positive(args.key()?, "limit")?;
+        let period = parse_period(args.key()?).ok_or_else(|| {
+            CmdError::msg(
+                "ERR period must be a positive number of seconds or a duration such as 500ms, 10s, 1m, 1h or 1d",
+            )
+        })?;
+        let mut burst = None;
+        let mut cost = 1;
+        let mut algo = Algo::Token;
+        let mut dry = false;
+        while let Some(opt) = args.next() {
+            match opt.to_ascii_uppercase().as_slice() {
+                b"BURST" => burst = Some(positive(value(args, "BURST")?, "BURST")?),
+                b"COST" => {
+                    cost = parse_u64(value(args, "COST")?)
+                        .ok_or_else(|| CmdError::msg("ERR COST must be a non-negative integer"))?;
+                }
+                b"ALGO" => {
+                    let name = value(args, "ALGO")?;
+                    algo = Algo::parse(name).ok_or_else(|| {
+                        CmdError::msg(format!(
+                            "ERR unknown ALGO '{}'; expected TOKEN, GCRA, SLIDING, FIXED, LOG or LEAKY",
+                            String::from_utf8_lossy(name)
+                        ))
+                    })?;
+                }
+                b"DRY" => dry = true,
+                _ => {
+                    return Err(CmdError::msg(format!(
+                        "ERR unknown option '{}' for 'rl.check'",
+                        String::from_utf8_lossy(opt)
+                    )));
+                }
+            }
+        }
+        let bucket = matches!(algo, Algo::Token | Algo::Gcra | Algo::Leaky);
+        if burst.is_some() && !bucket {
+            return Err(CmdError::msg(format!(
+                "ERR BURST applies to ALGO TOKEN, GCRA and LEAKY only, not {}",
+                algo.name()
+            )));
+        }
+        let max_limit = match algo {
+            Algo::Log => sluice_core::LOG_LIMIT_MAX,
+            Algo::Sliding => sluice_core::sliding::SLIDING_LIMIT_MAX,
+            _ => u64::MAX,
+        };
+        if limit > max_limit {
+            return Err(limit_error(algo, max_limit));
+        }
+        let capacity = burst.unwrap_or(limit);
+        if cost > capacity {
+            return Err(cost_error(cost, capacity));
+        }
+        Ok(RlCheck {
+            key,
+            algo,
+            params: Params {
+                limit,
+                period,
+                burst: capacity,
+                cost,
+            },
+            dry,
+        })
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        let decision = ctx
+            .shared
+            .store
+            .check(self.key, self.algo, &self.params, ctx.now, self.dry)
+            .map_err(|e| match e {
+                StoreError::Check(CheckError::CostExceedsCapacity) => {
+                    cost_error(self.params.cost, self.params.burst)
+                }
+                StoreError::Check(CheckError::LimitTooLarge { max }) => CmdError::msg(format!(
+                    "ERR limit for ALGO {} must be at most {max}",
+                    self.algo.name()
+                )),
+                other => other.into(),
+            })?;
+        reply::int_array(
+            ctx.out,
+            &[
+                i64::from(decision.allowed),
+                clamp(decision.limit),
+                clamp(decision.remaining),
+                decision.retry_after_ms(),
+                decision.reset_after_ms(),
+            ],
+        );
+        Ok(())
+    }
+}
+
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn limit_error(algo: Algo, max: u64) -> CmdError {
+    CmdError::msg(format!(
+        "ERR limit for ALGO {} must be at most {max}",
+        algo.name()
+    ))
+}
+
+fn cost_error(cost: u64, capacity: u64) -> CmdError {
+    CmdError::msg(format!(
+        "ERR COST {cost} exceeds the capacity {capacity}: it could never be allowed"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_parse_with_units() {
+        assert_eq!(parse_period(b"10"), Some(Nanos::from_secs(10)));
+        assert_eq!(parse_period(b"500ms"), Some(Nanos::from_millis(500)));
+        assert_eq!(parse_period(b"10s"), Some(Nanos::from_secs(10)));
+        assert_eq!(parse_period(b"1m"), Some(Nanos::from_secs(60)));
+        assert_eq!(parse_period(b"1h"), Some(Nanos::from_secs(3600)));
+        assert_eq!(parse_period(b"1d"), Some(Nanos::from_secs(86_400)));
+        assert_eq!(parse_period(b"2MS"), Some(Nanos::from_millis(2)));
+        for bad in [
+            &b"0"[..],
+            b"0ms",
+            b"",
+            b"ms",
+            b"-1",
+            b"1.5",
+            b"10x",
+            b"1 s",
+            b"99999999999999999999d",
+        ] {
+            assert_eq!(parse_period(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The thread-per-core runtime.
+//!
+//! `run` binds one SO_REUSEPORT listener per thread on the same address (the kernel spreads new
+//! connections across them), then starts each thread with its own current-thread tokio runtime.
+//! A connection lives on the thread that accepted it for its whole life, so nothing about a
+//! connection is ever shared between threads; what is shared ([`Shared`]) is the store (sharded
+//! locks), counters (per-thread cache lines) and the client registry (touched on connect only).
+//!
+//! Each thread also runs the timing wheels of its own subset of store shards every few
+//! milliseconds, so expiry needs no extra thread and no lock another thread holds for long.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use sluice_resp::Limits;
+use sluice_store::{Store, StoreConfig};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::clients::Clients;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::conn;
+use crate::stats::Stats;
+
+/// How often each thread runs its shards' timing wheels.
+const EXPIRE_EVERY: Duration = Duration::from_millis(10);
+/// How long shutdown waits for connections to write the replies in flight.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// State every thread shares.
+#[derive(Debug)]
+pub struct Shared {
+    pub config: Config,
+    pub store: Store,
+    pub clock: Clock,
+    pub stats: Stats,
+    pub clients: Clients,
+    pub limits: Limits,
+    /// The password clients must AUTH with, if any (`CONFIG SET requirepass` changes it).
+    pub requirepass: RwLock<Option<String>>,
+    /// The address actually bound (the port is resolved when `--port 0`).
+    pub local_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Shared {
+    /// Asks every thread to stop accepting, finish the replies in flight and exit.
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+}
+
+/// A started server: its address and a handle to stop it.
+#[derive(Debug)]
+pub struct Server {
+    pub shared: Arc<Shared>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds every listener and starts every thread. Returns once the server accepts connections.
+    pub fn start(config: Config) -> io::Result<Server> {
+        let threads = config.threads();
+        let listeners = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
+        let local_addr = listeners[0].local_addr()?;
+        let (shutdown, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            store: Store::new(StoreConfig {
+                shards: config.shards(),
+            }),
+            clock: Clock::new(),
+            stats: Stats::new(threads),
+            clients: Clients::default(),
+            limits: Limits::default(),
+            requirepass: RwLock::new(config.requirepass.clone()),
+            local_addr,
+            shutdown,
+            config,
+        });
+        let handles = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(index, listener)| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("sluice-{index}"))
+                    .spawn(move || thread_main(index, threads, listener, shared))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Server {
+            shared,
+            threads: handles,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local_addr
+    }
+
+    /// Waits until every thread has stopped (after `Shared::shutdown`).
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Binds `n` listeners to the same address with SO_REUSEPORT. With port 0 the first one picks
+/// the port and the others join it.
+fn bind_all(addr: SocketAddr, n: usize) -> io::Result<Vec<StdListener>> {
+    let mut listeners = Vec::with_capacity(n);
+    let mut addr = addr;
+    for _ in 0..n {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(1024)?;
+        let listener: StdListener = socket.into();
+        addr = listener.local_addr()?;
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+fn thread_main(index: usize, threads: usize, listener: StdListener, shared: Arc<Shared>) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            crate::log(&format!("thread {index}: cannot start its runtime: {e}"));
+            shared.shutdown();
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                crate::log(&format!(
+                    "thread {index}: cannot register its listener: {e}"
+                ));
+                shared.shutdown();
+                return;
+            }
+        };
+        let housekeeping = tokio::spawn(housekeeping(index, threads, shared.clone()));
+        accept_loop(index, listener, &shared).await;
+        housekeeping.abort();
+    });
+}
+
+async fn accept_loop(index: usize, listener: TcpListener, shared: &Arc<Shared>) {
+    let mut shutdown = shared.shutdown_signal();
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    connections.spawn(conn::serve(stream, peer, shared.clone(), index));
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning, keep serving the others.
+                    crate::log(&format!("accept failed: {e}"));
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+        }
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        connections.abort_all();
+    }
+}
+
+/// Per-thread periodic work: expire this thread's shards; thread 0 also samples the op rate.
+async fn housekeeping(index: usize, threads: usize, shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(EXPIRE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rounds: u64 = 0;
+    loop {
+        tick.tick().await;
+        let now = shared.clock.now();
+        for shard in (index..shared.store.shard_count()).step_by(threads) {
+            shared.store.expire_due(shard, now);
+        }
+        rounds += 1;
+        if index == 0 && rounds.is_multiple_of(10) {
+            shared.stats.sample_ops(now.as_millis_floor());
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! `Entry`: one key of a shard table, and its value.
+//!
+//! An entry is a key, a value and two times: `deadline`, the instant the key disappears
+//! (`Nanos::MAX` for none), and `filed`, the tick of its live timing-wheel item (see
+//! [`crate::wheel`]). A limiter's deadline is the instant its bucket is fresh again, so dropping
+//! it then loses nothing; a counter's deadline is its Redis TTL.
+//!
+//! Invariant: an entry with a finite deadline is filed in its shard's wheel
+//! (`filed != NOT_FILED`), at a tick no later than the tick of its deadline.
+
+use bytes::Bytes;
+use sluice_core::{Nanos, State};
+
+use crate::key::SmallBytes;
+
+/// One key in a shard's table.
+#[derive(Debug)]
+pub struct Entry {
+    pub key: SmallBytes,
+    pub value: Value,
+    /// When the key disappears; `Nanos::MAX` = never.
+    pub deadline: Nanos,
+    /// Target tick of this entry's wheel item, or `wheel::NOT_FILED`.
+    pub filed: u64,
+}
+
+impl Entry {
+    /// Bytes owned on the heap by the key and the value.
+    pub fn heap_bytes(&self) -> usize {
+        self.key.heap_bytes() + self.value.heap_bytes()
+    }
+
+    pub fn has_deadline(&self) -> bool {
+        self.deadline != Nanos::MAX
+    }
+}
+
+/// What a key holds: a rate limiter's state or a plain-string counter. A key is one or the other;
+/// the other kind of command answers `WRONGTYPE`. 24 bytes: the discriminant lives in a spare
+/// value of `State`'s own tag, which is why `Counter` is kept to 16 bytes.
+#[derive(Debug)]
+pub enum Value {
+    Limiter(State),
+    Counter(Counter),
+}
+
+impl Value {
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Value::Limiter(s) => s.heap_bytes(),
+            Value::Counter(c) => c.heap_bytes(),
+        }
+    }
+
+    /// Moves a limiter's state out for the algorithms to work on as an `Option<State>`, leaving
+    /// a counter `0` in its place: the caller must put a state back or remove the entry before
+    /// it releases the shard lock. A counter is left as it is (`None`).
+    pub fn take_limiter(&mut self) -> Option<State> {
+        match std::mem::replace(self, Value::Counter(Counter::Int(0))) {
+            Value::Limiter(s) => Some(s),
+            counter => {
+                *self = counter;
+                None
+            }
+        }
+    }
+}
+
+/// Longest non-integer counter value stored inline (16 bytes with the tag and length).
+pub const COUNTER_INLINE_CAP: usize = 14;
+
+/// A plain-string value (GET/SET/INCR). Integers in canonical form are kept as `i64`, as Redis
+/// does: `INCR` needs no parsing and the value takes no heap. Other short strings are inline;
+/// long ones take a boxed slice behind a thin pointer (two allocations, but 8 bytes in the
+/// entry instead of 16: long string values are rare in a rate limiter).
+///
+/// Invariant: the representation is a function of the bytes (Int iff canonical integer, else
+/// Inline iff short), so equal strings are equal values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Counter {
+    Int(i64),
+    Inline {
+        len: u8,
+        bytes: [u8; COUNTER_INLINE_CAP],
+    },
+    Heap(Box<Box<[u8]>>),
+}
+
+impl Counter {
+    /// Stores `b`, as `Int` iff it is exactly what formatting an `i64` gives (no sign `+`, no
+    /// leading zeros, no `-0`): the strings Redis accepts as integers.
+    pub fn from_bytes(b: &[u8]) -> Counter {
+        if let Some(n) = parse_canonical_i64(b) {
+            Counter::Int(n)
+        } else if b.len() <= COUNTER_INLINE_CAP {
+            let mut bytes = [0; COUNTER_INLINE_CAP];
+            bytes[..b.len()].copy_from_slice(b);
+            Counter::Inline {
+                len: b.len() as u8,
+                bytes,
+            }
+        } else {
+            Counter::Heap(Box::new(b.into()))
+        }
+    }
+
+    pub fn to_bytes(&self) -> Bytes {
+        match self {
+            Counter::Int(n) => Bytes::from(n.to_string()),
+            Counter::Inline { len, bytes } => Bytes::copy_from_slice(&bytes[..*len as usize]),
+            Counter::Heap(b) => Bytes::copy_from_slice(b),
+        }
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Counter::Int(_) | Counter::Inline { .. } => 0,
+            Counter::Heap(b) => size_of::<Box<[u8]>>() + b.len(),
+        }
+    }
+}
+
+fn parse_canonical_i64(b: &[u8]) -> Option<i64> {
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    let canonical = match digits {
+        [] => false,
+        [b'0'] => digits.len() == b.len(), // "0" yes, "-0" no
+        [first, rest @ ..] => (b'1'..=b'9').contains(first) && rest.iter().all(u8::is_ascii_digit),
+    };
+    if !canonical {
+        return None;
+    }
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout() {
+        println!(
+            "size_of: Entry = {}, SmallBytes = {}, Value = {}, Counter = {}, State = {}",
+            size_of::<Entry>(),
+            size_of::<SmallBytes>(),
+            size_of::<Value>(),
+            size_of::<Counter>(),
+            size_of::<State>(),
+        );
+        assert_eq!(size_of::<Counter>(), 16);
+        // The counter hides in `State`'s niche: a value is no bigger than a state.
+        assert_eq!(size_of::<Value>(), size_of::<State>().max(16));
+        // Key, value, deadline and wheel tick, nothing else: no per-entry Vec or Box.
+        assert_eq!(size_of::<Entry>(), 24 + size_of::<Value>() + 16);
+    }
+
+    #[test]
+    fn canonical_integers_only() {
+        for (s, want) in [
+            ("0", Some(0)),
+            ("7", Some(7)),
+            ("-12", Some(-12)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775808", None),
+            ("-0", None),
+            ("007", None),
+            ("+1", None),
+            (" 1", None),
+            ("1 ", None),
+            ("", None),
+            ("-", None),
+            ("1.5", None),
+            ("abc", None),
+        ] {
+            assert_eq!(parse_canonical_i64(s.as_bytes()), want, "{s:?}");
+            let c = Counter::from_bytes(s.as_bytes());
+            assert_eq!(
+                c.to_bytes(),
+                Bytes::copy_from_slice(s.as_bytes()),
+                "{s:?} round trip"
+            );
+        }
+    }
+
+    #[test]
+    fn counter_strings_inline_and_heap() {
+        for len in [0, 1, COUNTER_INLINE_CAP, COUNTER_INLINE_CAP + 1, 300] {
+            let v = vec![b'x'; len];
+            let c = Counter::from_bytes(&v);
+            assert_eq!(c.to_bytes(), Bytes::from(v.clone()));
+            let on_heap = len > COUNTER_INLINE_CAP;
+            assert_eq!(matches!(c, Counter::Heap(_)), on_heap, "len {len}");
+            assert_eq!(c.heap_bytes(), if on_heap { 16 + len } else { 0 });
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! A hierarchical timing wheel of key hashes: when does each entry's deadline need a look.
+//!
+//! Time is cut into ticks of 2^20 ns (≈1.05 ms; a power of two so a tick is a shift). Four levels
+//! of 64 slots cover 2^24 ticks (≈4.9 hours); later targets wait in an overflow list that is
+//! re-examined each time the wheel enters a new 2^24-tick block.
+//!
+//! The wheel stores only the key's 64-bit hash (8 bytes per key). The entry in the table keeps
+//! `filed`, the target tick of its one live wheel item (or [`NOT_FILED`]). This gives lazy
+//! re-scheduling:
+//! - A deadline that moves later changes nothing here: when the item fires, the entry is not due
+//!   and is filed again at its current deadline ([`Wheel::refile`]).
+//! - A deadline that moves earlier into another slot is filed again at once, so an entry is
+//!   never looked at more than one tick after its deadline; the old item turns stale.
+//!
+//! Invariants (`cur` is the next tick still to be processed):
+//! - Every item sits in the slot `position(target, cur)`: the level is given by the highest bit
+//!   where `target` and `cur` differ, so the occupied slots' tick ranges partition the future.
+//! - An item matches an entry iff the entry's hash equals the item and the entry's `filed` lies in
+//!   the tick range of the slot being processed; since ranges are disjoint, at most one slot ever
+//!   matches an entry, and stale items (entry gone, or filed elsewhere) are dropped when met.
+//! - `filed <= tick_of(deadline)` for every filed entry, so an entry is processed no later than
+//!   the tick that holds its deadline.
+
+use std::ops::Range;
+
+use sluice_core::Nanos;
+
+/// log2 of the tick length in nanoseconds.
+pub const TICK_SHIFT: u32 = 20;
+/// One tick in nanoseconds.
+pub const TICK_NS: u64 = 1 << TICK_SHIFT;
+const SLOT_BITS: u32 = 6;
+const SLOTS: usize = 1 << SLOT_BITS;
+/// Number of wheel levels.
+pub const LEVELS: usize = 4;
+const HORIZON_BITS: u32 = SLOT_BITS * LEVELS as u32;
+/// `filed` of an entry that has no wheel item (no deadline, or not yet scheduled).
+pub const NOT_FILED: u64 = 0;
+/// A buffer of a fired slot is given back to its slot if at most this many items long, so steady
+/// traffic does not allocate per tick; bigger ones are freed so a burst does not pin memory.
+const REUSE_CAP: usize = 64;
+
+/// The tick whose processing must see `deadline` as due: rounded up, so that when tick `t` is
+/// processed (`now >= t << TICK_SHIFT`) every deadline filed at `t` is `<= now`.
+pub fn tick_of(deadline: Nanos) -> u64 {
+    deadline.as_nanos().div_ceil(TICK_NS)
+}
+
+/// The last tick that has fully begun at `now`.
+pub fn tick_floor(now: Nanos) -> u64 {
+    now.as_nanos() >> TICK_SHIFT
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pos {
+    Slot { level: usize, index: usize },
+    Overflow,
+}
+
+/// One shard's timing wheel. See the module docs.
+#[derive(Debug)]
+pub struct Wheel {
+    /// The next tick to process; ticks before it are done. Starts at 1 so that no target is
+    /// ever `NOT_FILED`.
+    cur: u64,
+    levels: Box<[[Vec<u64>; SLOTS]; LEVELS]>,
+    /// Bit `i` of `occupied[l]` is set iff `levels[l][i]` is non-empty.
+    occupied: [u64; LEVELS],
+    overflow: Vec<u64>,
+    /// Items in the wheel, stale ones included.
+    items: usize,
+}
+
+impl Default for Wheel {
+    fn default() -> Self {
+        Wheel {
+            cur: 1,
+            levels: Box::new(std::array::from_fn(|_| std::array::from_fn(|_| Vec::new()))),
+            occupied: [0; LEVELS],
+            overflow: Vec::new(),
+            items: 0,
+        }
+    }
+}
+
+impl Wheel {
+    /// Items currently filed (live and stale).
+    #[cfg(test)]
+    pub fn items(&self) -> usize {
+        self.items
+    }
+
+    /// Bytes this wheel owns on the heap: the slot array and every slot's buffer capacity.
+    pub fn heap_bytes(&self) -> usize {
+        let buffers: usize = self
+            .levels
+            .iter()
+            .flatten()
+            .chain(std::iter::once(&self.overflow))
+            .map(|v| v.capacity() * size_of::<u64>())
+            .sum();
+        size_of::<[[Vec<u64>; SLOTS]; LEVELS]>() + buffers
+    }
+
+    /// Lets an empty wheel skip straight to `now`: with nothing filed there is nothing to
+    /// process in between, and later filings then land in low levels instead of the overflow.
+    pub fn idle_to(&mut self, now: Nanos) {
+        if self.items == 0 {
+            self.cur = self.cur.max(tick_floor(now));
+        }
+    }
+
+    fn position(&self, target: u64) -> Pos {
+        let target = target.max(self.cur);
+        let diff = target ^ self.cur;
+        let level = if diff == 0 {
+            0
+        } else {
+            ((63 - diff.leading_zeros()) / SLOT_BITS) as usize
+        };
+        if level >= LEVELS {
+            Pos::Overflow
+        } else {
+            let index = (target >> (SLOT_BITS * level as u32)) as usize & (SLOTS - 1);
+            Pos::Slot { level, index }
+        }
+    }
+
+    /// Files `hash` at tick `target` (or at `cur` if that is already past) and returns the
+    /// target actually used, which the caller stores as the entry's `filed`.
+    pub fn file(&mut self, hash: u64, target: u64) -> u64 {
+        let target = target.max(self.cur);
+        match self.position(target) {
+            Pos::Slot { level, index } => {
+                self.levels[level][index].push(hash);
+                self.occupied[level] |= 1 << index;
+            }
+            Pos::Overflow => self.overflow.push(hash),
+        }
+        self.items += 1;
+        target
+    }
+
+    /// Brings an entry's wheel item in line with its (possibly changed) `deadline`; `filed` is
+    /// the entry's field. Later deadlines are left to [`Wheel::refile`] (lazy); an earlier one
+    /// in another slot is filed again now. `Nanos::MAX` means no deadline.
+    pub fn reschedule(&mut self, hash: u64, filed: &mut u64, deadline: Nanos) {
+        if deadline == Nanos::MAX {
+            // Any live item fires, finds no deadline and unfiles the entry.
+            return;
+        }
+        let target = tick_of(deadline).max(self.cur);
+        if *filed == NOT_FILED {
+            *filed = self.file(hash, target);
+        } else if target < *filed {
+            if self.position(target) == self.position(*filed) {
+                // The item already sits in the slot that covers the new target.
+                *filed = target;
+            } else {
+                *filed = self.file(hash, target);
+            }
+        }
+    }
+
+    /// Called for an entry that a fired item matched and that is not due: files it again at
+    /// its current deadline, or unfiles it if it has none.
+    pub fn refile(&mut self, hash: u64, filed: &mut u64, deadline: Nanos) {
+        *filed = if deadline == Nanos::MAX {
+            NOT_FILED
+        } else {
+            self.file(hash, tick_of(deadline))
+        };
+    }
+
+    /// The items filed at exactly `tick` if that is a level-0 slot now (it is for `cur`).
+    pub fn pending_at(&self, tick: u64) -> &[u64] {
+        match self.position(tick) {
+            Pos::Slot { level: 0, index } if tick >= self.cur => &self.levels[0][index],
+            _ => &[],
+        }
+    }
+
+    /// Processes every slot due by `now`: calls `visit(wheel, hash, range)` once per distinct
+    /// hash of each fired slot, where `range` is the slot's tick range (an entry matches iff its
+    /// `filed` is in it). `visit` drops due entries and [`refile`](Wheel::refile)s the others.
+    pub fn advance(&mut self, now: Nanos, mut visit: impl FnMut(&mut Wheel, u64, Range<u64>)) {
+        let now_tick = tick_floor(now);
+        while let Some((from, mut hashes, range)) = self.take_next(now_tick) {
+            // Collisions and stale items may repeat a hash; one visit handles all its entries.
+            hashes.sort_unstable();
+            hashes.dedup();
+            for &h in &hashes {
+                visit(self, h, range.clone());
+            }
+            hashes.clear();
+            let slot = match from {
+                Pos::Slot { level, index } => &mut self.levels[level][index],
+                Pos::Overflow => &mut self.overflow,
+            };
+            if slot.is_empty() && hashes.capacity() <= REUSE_CAP {
+                *slot = hashes;
+            }
+        }
+        self.cur = self.cur.max(now_tick + 1);
+    }
+
+    /// Takes the earliest slot due by `now_tick` out of the wheel and moves `cur` to it.
+    /// Level 0 fires at its tick; higher levels and the overflow cascade when `cur` is about to
+    /// enter their range (up to `now_tick + 1`), so that when `advance` returns no occupied
+    /// slot's range contains `cur` and the positions stay a partition.
+    fn take_next(&mut self, now_tick: u64) -> Option<(Pos, Vec<u64>, Range<u64>)> {
+        let mut best: Option<(u64, Pos, u64)> = None; // (event tick, slot, slot start)
+        // Highest level first: on a tie a cascade runs before the lower slot it may feed.
+        for level in (0..LEVELS).rev() {
+            let occupied = self.occupied[level];
+            if occupied == 0 {
+                continue;
+            }
+            let shift = SLOT_BITS * level as u32;
+            let cur_index = (self.cur >> shift) & (SLOTS as u64 - 1);
+            let ahead = occupied & (u64::MAX << cur_index);
+            debug_assert_eq!(ahead, occupied, "slot behind cur at level {level}");
+            let index = ahead.trailing_zeros() as u64;
+            let block = self.cur >> (shift + SLOT_BITS) << (shift + SLOT_BITS);
+            let start = block | (index << shift);
+            let event = start.max(self.cur);
+            let limit = if level == 0 { now_tick } else { now_tick + 1 };
+            if event <= limit && best.is_none_or(|(e, _, _)| event < e) {
+                let index = index as usize;
+                best = Some((event, Pos::Slot { level, index }, start));
+            }
+        }
+        if !self.overflow.is_empty() {
+            let event = ((self.cur >> HORIZON_BITS) + 1) << HORIZON_BITS;
+            if event <= now_tick + 1 && best.is_none_or(|(e, _, _)| event < e) {
+                best = Some((event, Pos::Overflow, event));
+            }
+        }
+        let (event, pos, start) = best?;
+        let (hashes, range) = match pos {
+            Pos::Slot { level, index } => {
+                self.cur = event;
+                self.occupied[level] &= !(1 << index);
+                let len = 1u64 << (SLOT_BITS * level as u32);
+                let hashes = std::mem::take(&mut self.levels[level][index]);
+                (hashes, start..start + len)
+            }
+            Pos::Overflow => {
+                // Overflow is chosen only when the wheel is empty, so `cur` may jump straight
+                // to the block that holds now: nothing is filed in the blocks in between.
+                let now_block = (now_tick + 1) >> HORIZON_BITS << HORIZON_BITS;
+                self.cur = event.max(now_block);
+                (std::mem::take(&mut self.overflow), start..u64::MAX)
+            }
+        };
+        self.items -= hashes.len();
+        Some((pos, hashes, range))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A stand-in for the table: hash -> (deadline, filed), visited like the shard does.
+    #[derive(Default)]
+    struct Harness {
+        wheel: Wheel,
+        entries: HashMap<u64, (Nanos, u64)>,
+        dropped: Vec<u64>,
+        /// `now` of the previous `run`.
+        last_run: Nanos,
+    }
+
+    impl Harness {
+        fn touch(&mut self, h: u64, deadline: Nanos, now: Nanos) {
+            self.wheel.idle_to(now);
+            let e = self.entries.entry(h).or_insert((deadline, NOT_FILED));
+            e.0 = deadline;
+            self.wheel.reschedule(h, &mut e.1, deadline);
+        }
+
+        fn run(&mut self, now: Nanos) -> Vec<u64> {
+            let entries = &mut self.entries;
+            let mut dropped = Vec::new();
+            self.wheel.advance(now, |w, h, range| {
+                if let Some(e) = entries.get_mut(&h)
+                    && range.contains(&e.1)
+                {
+                    if e.0 <= now {
+                        entries.remove(&h);
+                        dropped.push(h);
+                    } else {
+                        w.refile(h, &mut e.1, e.0);
+                    }
+                }
+            });
+            self.last_run = now;
+            self.dropped.extend(&dropped);
+            dropped
+        }
+    }
+
+    /// A 2023 instant aligned to a 2^24-tick block, so tick offsets map onto known slots.
+    const BASE: Nanos = Nanos(96_637 << (TICK_SHIFT + HORIZON_BITS));
+
+    fn at(ticks: u64, extra_ns: u64) -> Nanos {
+        Nanos(BASE.0 + ticks * TICK_NS + extra_ns)
+    }
+
+    #[test]
+    fn fires_within_one_tick_at_every_level_and_overflow() {
+        let deltas = [
+            1,
+            2,
+            63,
+            64,
+            65,
+            4095,
+            4096,
+            4097,
+            262_143,
+            262_144,
+            300_000,
+            (1 << 24) - 1,
+            1 << 24,
+            (1 << 24) + 77,
+            5 << 24,
+            (40 << 24) + 12_345,
+        ];
+        for &delta in &deltas {
+            for extra in [0, 1, TICK_NS / 2, TICK_NS - 1] {
+                let mut h = Harness::default();
+                h.run(BASE);
+                let deadline = at(delta, extra);
+                h.touch(42, deadline, BASE);
+                // Walk towards the deadline in uneven steps so cascades happen on the way.
+                let mut now = BASE;
+                while now < deadline {
+                    assert!(
+                        h.run(now).is_empty(),
+                        "delta {delta}+{extra}: early at {now:?}"
+                    );
+                    let left = deadline.0 - now.0;
+                    now = Nanos(now.0 + (left / 3).max(1));
+                }
+                let dropped = h.run(Nanos(deadline.0 + TICK_NS - 1));
+                assert_eq!(
+                    dropped,
+                    vec![42],
+                    "delta {delta}+{extra}: not dropped within a tick"
+                );
+                assert_eq!(h.wheel.items(), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn single_jump_far_past_the_deadline_drops() {
+        for delta in [1, 100, 5000, 1 << 20, 1 << 26] {
+            let mut h = Harness::default();
+            h.touch(1, at(delta, 0), BASE);
+            assert!(h.run(at(delta, 0).saturating_sub(Nanos(1))).is_empty());
+            assert_eq!(h.run(at(delta * 3, 5)), vec![1]);
+        }
+    }
+
+    #[test]
+    fn deadline_moved_later_is_refiled_lazily() {
+        let mut h = Harness::default();
+        h.touch(7, at(10, 0), BASE);
+        h.touch(7, at(5000, 0), at(3, 0));
+        h.touch(7, at(9000, 0), at(4, 0));
+        // Moving later never adds an item.
+        assert_eq!(h.wheel.items(), 1);
+        assert!(h.run(at(10, 0)).is_empty());
+        // The fired item was filed again at the current deadline.
+        assert_eq!(h.wheel.items(), 1);
+        assert_eq!(h.entries[&7].1, tick_of(at(9000, 0)));
+        assert!(h.run(at(8999, 0)).is_empty());
+        assert_eq!(h.run(at(9000, 0)), vec![7]);
+    }
+
+    #[test]
+    fn deadline_moved_earlier_is_filed_again_and_fires_on_time() {
+        let mut h = Harness::default();
+        h.touch(7, at(300_000, 0), BASE); // level 3
+        h.touch(7, at(70, 0), at(1, 0)); // level 1
+        assert_eq!(h.wheel.items(), 2);
+        assert!(h.run(at(69, 1)).is_empty());
+        assert_eq!(h.run(at(70, 0)), vec![7]);
+        // The stale far item is dropped when its slot comes, touching nothing.
+        h.touch(8, at(400_000, 0), at(71, 0));
+        assert!(h.run(at(399_999, 0)).is_empty());
+        assert_eq!(h.wheel.items(), 1);
+        assert_eq!(h.run(at(400_000, 0)), vec![8]);
+        assert_eq!(h.dropped, vec![7, 8]);
+    }
+
+    #[test]
+    fn moved_earlier_within_the_same_slot_adds_no_item() {
+        let mut h = Harness::default();
+        h.run(at(0, 0));
+        // Ticks 8190 and 8000 are both in level-2 slot 1 seen from tick 1.
+        assert_eq!(
+            h.wheel.position(tick_of(at(8190, 0))),
+            h.wheel.position(tick_of(at(8000, 0)))
+        );
+        h.touch(3, at(8190, 0), at(0, 0));
+        h.touch(3, at(8000, 0), at(0, 0));
+        assert_eq!(h.wheel.items(), 1);
+        assert!(h.run(at(7999, 5)).is_empty());
+        assert_eq!(h.run(at(8000, 0)), vec![3]);
+    }
+
+    #[test]
+    fn persistent_entries_are_unfiled() {
+        let mut h = Harness::default();
+        h.touch(9, at(100, 0), BASE);
+        h.touch(9, Nanos::MAX, BASE);
+        assert!(h.run(at(1000, 0)).is_empty());
+        assert_eq!(h.entries[&9].1, NOT_FILED);
+        assert_eq!(h.wheel.items(), 0);
+    }
+
+    #[test]
+    fn many_random_deadlines_fire_in_the_run_that_reaches_them() {
+        // A small deterministic generator keeps the test free of a rand dependency.
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut h = Harness::default();
+        let mut deadlines = HashMap::new();
+        let mut now = BASE;
+        h.run(now);
+        for round in 0..400u64 {
+            for k in 0..20 {
+                let key = next() % 500;
+                let span = [70, 5_000, 300_000, 30_000_000][(k % 4) as usize] * TICK_NS;
+                let d = Nanos(now.0 + 1 + next() % span);
+                h.touch(key, d, now);
+                deadlines.insert(key, d);
+            }
+            let step = [1, 3, 900, 70_000, 5_000_000][(round % 5) as usize] * TICK_NS;
+            let prev = now;
+            now = Nanos(now.0 + next() % step);
+            for key in h.run(now) {
+                let d = deadlines.remove(&key).unwrap();
+                assert!(d <= now, "dropped before its deadline");
+                assert!(
+                    prev.0 < tick_of(d) << TICK_SHIFT,
+                    "late: an earlier run at {prev:?} should have dropped {d:?}"
+                );
+            }
+            for (k, d) in &deadlines {
+                // Deadlines inside the current tick wait for the tick's end.
+                assert!(
+                    tick_of(*d) > tick_floor(now),
+                    "key {k} ({d:?}) survived {now:?}"
+                );
+            }
+        }
+        assert!(h.wheel.items() >= deadlines.len());
+    }
+}
