@@ -237,3 +237,36 @@ pub fn rl_check(conn: &mut redis::Connection, args: &[&str]) -> redis::RedisResu
     }
     cmd.query(conn)
 }
+
+/// State written before a hostile test, checked after it: the server must keep what it accepted.
+#[derive(Debug)]
+pub struct Sentinel {
+    key: String,
+}
+
+impl Sentinel {
+    /// Writes a counter and takes two units of a 5-per-hour bucket.
+    pub fn write(server: &Sluice) -> Sentinel {
+        let key = format!("sentinel:{}", server.port);
+        let mut c = server.client();
+        let _: () = redis::cmd("SET").arg(&key).arg("42").query(&mut c).unwrap();
+        for _ in 0..2 {
+            rl_check(&mut c, &[&format!("{key}:bucket"), "5", "1h"]).unwrap();
+        }
+        Sentinel { key }
+    }
+
+    /// Asserts the server answers PING on a new connection and still holds the sentinel state.
+    pub fn assert_intact(&self, server: &Sluice) {
+        let mut c = server.client();
+        let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+        assert_eq!(pong, "PONG");
+        let v: String = redis::cmd("GET").arg(&self.key).query(&mut c).unwrap();
+        assert_eq!(v, "42", "counter kept");
+        let r = rl_check(&mut c, &[&format!("{}:bucket", self.key), "5", "1h", "DRY"]).unwrap();
+        assert_eq!(
+            r[2], 2,
+            "bucket state kept (two taken, DRY shows the third): {r:?}"
+        );
+    }
+}

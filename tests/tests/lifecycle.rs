@@ -48,3 +48,20 @@ fn threads_flag_serves_on_every_thread() {
         .unwrap();
     assert_eq!(threads[1], "3");
 }
+
+#[test]
+fn shutdown_in_a_pipeline_answers_what_came_before_it() {
+    use std::io::Write;
+    let mut server = Sluice::start();
+    let mut s = server.raw();
+    s.write_all(b"RL.CHECK k 5 10\r\nINCR n\r\nSHUTDOWN\r\nPING\r\n")
+        .unwrap();
+    let (reply, closed) = sluice_tests::read_to_close(&mut s);
+    assert!(closed);
+    assert!(
+        reply.starts_with("*5\r\n:1\r\n:5\r\n:4\r\n:-1\r\n:") && reply.ends_with(":1\r\n"),
+        "replies before SHUTDOWN arrive, nothing after: {reply:?}"
+    );
+    let status = server.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert!(status.success(), "{status:?}");
+}

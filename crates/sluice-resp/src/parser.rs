@@ -326,6 +326,12 @@ impl Parser {
                         return Ok(None);
                     };
                     let newline = searched + i;
+                    // Stricter than Redis, which accepts an over-long line when its newline
+                    // arrived in the same read: here the answer must not depend on how the
+                    // kernel chunked the bytes.
+                    if newline > self.limits.max_inline_len {
+                        return Err(ProtocolError::new(ProtocolErrorKind::TooBigInlineRequest));
+                    }
                     let line_end = if newline > 0 && buf[newline - 1] == b'\r' {
                         newline - 1
                     } else {
@@ -725,9 +731,17 @@ mod tests {
             p.parse(&mut buf).unwrap_err().kind(),
             ProtocolErrorKind::TooBigInlineRequest
         );
-        // A long line whose end is already there is accepted, as in Redis.
+        // A long line is refused even when its end arrived with it (Redis would accept it),
+        // so the answer does not depend on how reads were chunked.
         let mut p = Parser::new(limits);
         let mut buf = BytesMut::from(&b"ECHO 0123456789abcdef\r\n"[..]);
+        assert_eq!(
+            p.parse(&mut buf).unwrap_err().kind(),
+            ProtocolErrorKind::TooBigInlineRequest
+        );
+        // Exactly the limit, newline included, is fine.
+        let mut p = Parser::new(limits);
+        let mut buf = BytesMut::from(&b"ECHO 12\r\n"[..]);
         assert_eq!(p.parse(&mut buf).unwrap().unwrap().len(), 2);
     }
 

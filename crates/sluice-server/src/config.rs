@@ -31,6 +31,89 @@ pub struct Config {
     /// Require clients to AUTH with this password (also `CONFIG SET requirepass`).
     #[arg(long)]
     pub requirepass: Option<String>,
+
+    /// Most connected clients; one more is answered `-ERR max number of clients reached`.
+    #[arg(long, default_value_t = 10_000)]
+    pub maxclients: usize,
+
+    /// Close a client idle for this many seconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub timeout: u64,
+
+    /// TCP keepalive interval in seconds for client sockets (0: off).
+    #[arg(long = "tcp-keepalive", default_value_t = 300)]
+    pub tcp_keepalive: u64,
+
+    /// Memory limit for keys (`100mb`, `2gb`, bytes; 0: none). See `--maxmemory-policy`.
+    #[arg(long, default_value = "0", value_parser = parse_bytes)]
+    pub maxmemory: u64,
+
+    /// What happens at `--maxmemory`: `evict-soonest` drops the buckets closest to full
+    /// (the least accuracy lost); `reject` refuses new keys and keeps existing ones working.
+    #[arg(long = "maxmemory-policy", default_value = "evict-soonest", value_parser = parse_policy)]
+    pub maxmemory_policy: crate::shim::EvictionPolicy,
+
+    /// Largest bulk string a client may send (Redis: proto-max-bulk-len).
+    #[arg(long = "proto-max-bulk-len", default_value = "512mb", value_parser = parse_bytes)]
+    pub proto_max_bulk_len: u64,
+
+    /// Most elements in one request.
+    #[arg(long = "proto-max-multibulk-len", default_value_t = 1024 * 1024)]
+    pub proto_max_multibulk_len: usize,
+
+    /// Longest inline command line.
+    #[arg(long = "proto-max-inline-len", default_value = "64kb", value_parser = parse_bytes)]
+    pub proto_max_inline_len: u64,
+
+    /// Most unparsed input one client may hold; past it the client is closed. 64 MB (Redis
+    /// allows 1 GB): no rate-limiter request comes close, and it bounds what one client pins.
+    #[arg(long = "client-query-buffer-limit", default_value = "64mb", value_parser = parse_bytes)]
+    pub client_query_buffer_limit: u64,
+
+    /// Most unsent reply bytes one client may hold (one that never reads its replies); past it
+    /// the client is closed.
+    #[arg(long = "client-output-buffer-limit", default_value = "64mb", value_parser = parse_bytes)]
+    pub client_output_buffer_limit: u64,
+}
+
+/// Parses a byte size like Redis's config: `123`, `10kb`, `64mb`, `1gb` (also `k`, `m`, `g`,
+/// powers of 1024 for the `b` forms and of 1000 for the bare letters, as Redis does).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    let digits = lower.chars().take_while(|c| c.is_ascii_digit()).count();
+    let (number, unit) = lower.split_at(digits);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (examples: 1048576, 100mb, 2gb)"))?;
+    let mult: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return Err(format!("'{s}' has an unknown unit (use b, kb, mb or gb)")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// Parses a `--maxmemory-policy` name.
+pub fn parse_policy(s: &str) -> Result<crate::shim::EvictionPolicy, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "evict-soonest" => Ok(crate::shim::EvictionPolicy::EvictSoonest),
+        "reject" => Ok(crate::shim::EvictionPolicy::Reject),
+        _ => Err(format!("'{s}' is not a policy (evict-soonest or reject)")),
+    }
+}
+
+/// The name of a policy, as `--maxmemory-policy` and CONFIG take it.
+pub fn policy_name(p: crate::shim::EvictionPolicy) -> &'static str {
+    match p {
+        crate::shim::EvictionPolicy::EvictSoonest => "evict-soonest",
+        crate::shim::EvictionPolicy::Reject => "reject",
+    }
 }
 
 impl Config {
@@ -49,8 +132,46 @@ impl Config {
             .next_power_of_two()
     }
 
+    /// The parser limits these settings give.
+    pub fn limits(&self) -> sluice_resp::Limits {
+        let clamp = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        sluice_resp::Limits {
+            max_bulk_len: clamp(self.proto_max_bulk_len),
+            max_multibulk_len: self.proto_max_multibulk_len,
+            max_inline_len: clamp(self.proto_max_inline_len),
+        }
+    }
+
     /// The defaults, as if started with no flags (for tests and embedding).
     pub fn default_for_tests() -> Config {
         Config::parse_from(["sluice", "--port", "0"])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_redis() {
+        assert_eq!(parse_bytes("0"), Ok(0));
+        assert_eq!(parse_bytes("1024"), Ok(1024));
+        assert_eq!(parse_bytes("10kb"), Ok(10 * 1024));
+        assert_eq!(parse_bytes("64MB"), Ok(64 << 20));
+        assert_eq!(parse_bytes("1gb"), Ok(1 << 30));
+        assert_eq!(parse_bytes("5m"), Ok(5_000_000));
+        assert!(parse_bytes("12xb").is_err());
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("99999999999999gb").is_err());
+    }
+
+    #[test]
+    fn defaults_match_redis_limits() {
+        let c = Config::default_for_tests();
+        assert_eq!(c.maxclients, 10_000);
+        let l = c.limits();
+        assert_eq!(l.max_bulk_len, 512 << 20);
+        assert_eq!(l.max_inline_len, 64 << 10);
+        assert_eq!(c.maxmemory, 0);
     }
 }

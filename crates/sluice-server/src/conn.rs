@@ -1,19 +1,26 @@
 //! One connection: read, decode every complete request, execute each, write once.
 //!
 //! The loop reads into a `BytesMut`, hands the parser the whole buffer, and executes every
-//! complete request in it (pipelining) before writing all their replies with one `write_all`.
+//! complete request in it (pipelining) before writing all their replies with one write.
 //! Requests borrow their arguments from the read buffer (zero-copy); the clock is read once per
 //! batch. A framing error gets Redis's `-ERR Protocol error: ...` and closes this connection
 //! only; a bad argument is an error reply and the connection goes on.
+//!
+//! Reading and writing are independent: replies that the socket cannot take yet stay in the
+//! output buffer while the loop keeps reading, as Redis does. So the two memory bounds are
+//! enforced where they grow: unparsed input past `client-query-buffer-limit`, or unsent output
+//! past `client-output-buffer-limit` (a client that never reads), closes that client alone.
 
+use std::io::ErrorKind::WouldBlock;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use sluice_resp::Parser;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use crate::cmd::{self, Ctx, Session};
 use crate::server::Shared;
@@ -21,8 +28,22 @@ use crate::server::Shared;
 /// Read buffer growth step; a pipelined batch of small commands fits in one.
 const READ_CHUNK: usize = 16 * 1024;
 
-pub async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thread: usize) {
+/// Why a connection ended, for the log lines that matter to an operator.
+#[derive(Debug, PartialEq, Eq)]
+enum Close {
+    Quietly,
+    QueryBufferLimit,
+    OutputBufferLimit,
+    Idle,
+}
+
+pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thread: usize) {
     let _ = stream.set_nodelay(true);
+    let keepalive = shared.config.tcp_keepalive;
+    if keepalive > 0 {
+        let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive));
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&ka);
+    }
     shared.stats.connections_received.fetch_add(1, Relaxed);
     let laddr = stream.local_addr().unwrap_or(shared.local_addr);
     let client = shared.clients.register(peer, laddr);
@@ -32,47 +53,118 @@ pub async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>,
         authenticated: shared.requirepass.read().is_none(),
         close: false,
     };
+    let why = serve_session(&stream, &shared, &mut session, thread).await;
+    // FIN after the last reply, so the client reads it before seeing the close.
+    let _ = socket2::SockRef::from(&stream).shutdown(std::net::Shutdown::Write);
+    match why {
+        Close::Quietly => {}
+        Close::QueryBufferLimit => crate::log(&format!(
+            "closing client {peer} (id={}) that reached the query buffer limit",
+            client.id
+        )),
+        Close::OutputBufferLimit => crate::log(&format!(
+            "closing client {peer} (id={}) that reached the output buffer limit (it does not read its replies)",
+            client.id
+        )),
+        Close::Idle => {}
+    }
+    shared.clients.unregister(client.id);
+}
+
+async fn serve_session(
+    stream: &TcpStream,
+    shared: &Arc<Shared>,
+    session: &mut Session,
+    thread: usize,
+) -> Close {
+    let client = session.client.clone();
     let mut shutdown = shared.shutdown_signal();
-    let mut parser = Parser::new(shared.limits);
+    let mut parser = Parser::new(shared.config.limits());
+    let query_limit =
+        usize::try_from(shared.config.client_query_buffer_limit).unwrap_or(usize::MAX);
+    let output_limit =
+        usize::try_from(shared.config.client_output_buffer_limit).unwrap_or(usize::MAX);
     let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = BytesMut::with_capacity(READ_CHUNK);
+    // Once set, read nothing more: flush what is owed, then close.
+    let mut closing = false;
+    let mut last_active = Instant::now();
 
     loop {
+        if !out.is_empty() {
+            match stream.try_write(&out) {
+                Ok(n) => out.advance(n),
+                Err(e) if e.kind() == WouldBlock => {}
+                Err(_) => return Close::Quietly,
+            }
+        }
+        if out.len() > output_limit {
+            return Close::OutputBufferLimit;
+        }
+        if closing && out.is_empty() {
+            return Close::Quietly;
+        }
+        if rbuf.len() > query_limit {
+            return Close::QueryBufferLimit;
+        }
         if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
             rbuf.reserve(READ_CHUNK);
         }
+        let timeout = shared.idle_timeout();
+        let idle_deadline = last_active + timeout.unwrap_or(Duration::ZERO);
+
         tokio::select! {
             biased;
-            _ = client.kill.notified() => break,
-            _ = shutdown.wait_for(|stop| *stop) => break,
-            read = stream.read_buf(&mut rbuf) => match read {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            },
+            _ = client.kill.notified() => return Close::Quietly,
+            _ = shutdown.wait_for(|stop| *stop), if !closing => {
+                closing = true;
+                continue;
+            }
+            ready = stream.writable(), if !out.is_empty() => {
+                if ready.is_err() {
+                    return Close::Quietly;
+                }
+                continue;
+            }
+            ready = stream.readable(), if !closing => {
+                if ready.is_err() {
+                    return Close::Quietly;
+                }
+                match stream.try_read_buf(&mut rbuf) {
+                    Ok(0) => return Close::Quietly,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == WouldBlock => continue,
+                    Err(_) => return Close::Quietly,
+                }
+            }
+            _ = tokio::time::sleep_until(idle_deadline), if timeout.is_some() && !closing => {
+                return Close::Idle;
+            }
         }
 
+        last_active = Instant::now();
         let now = shared.clock.now();
         let mut executed = 0u64;
-        let mut protocol_error = false;
         loop {
             match parser.parse(&mut rbuf) {
                 Ok(Some(request)) => {
                     executed += 1;
                     let mut ctx = Ctx {
-                        shared: &shared,
-                        session: &mut session,
+                        shared,
+                        session: &mut *session,
                         out: &mut out,
                         now,
                     };
                     cmd::execute(&request, &mut ctx);
                     if session.close {
+                        closing = true;
                         break;
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
                     e.write_reply(&mut out);
-                    protocol_error = true;
+                    closing = true;
                     break;
                 }
             }
@@ -83,16 +175,5 @@ pub async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>,
                 .last_active_ms
                 .store(client.created.elapsed().as_millis() as u64, Relaxed);
         }
-        if !out.is_empty() {
-            if stream.write_all(&out).await.is_err() {
-                break;
-            }
-            out.clear();
-        }
-        if protocol_error || session.close {
-            break;
-        }
     }
-    let _ = stream.shutdown().await;
-    shared.clients.unregister(client.id);
 }

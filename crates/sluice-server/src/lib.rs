@@ -9,6 +9,7 @@
 //! - [`cmd`]: one file per command, the static command table, argument cursor, errors.
 //! - [`clock`]: the process clock (monotonic, anchored to Unix time).
 //! - [`clients`], [`stats`]: the client registry and INFO counters.
+//! - [`exec`]: the in-process executor (commands without a socket) for tests and fuzzing.
 //!
 //! `main.rs` only parses flags and calls [`run`]; everything testable lives here.
 
@@ -17,6 +18,9 @@ pub mod clock;
 pub mod cmd;
 pub mod config;
 pub mod conn;
+pub mod shim;
+pub use shim::StoreMemExt;
+pub mod exec;
 pub mod server;
 pub mod stats;
 
@@ -25,6 +29,7 @@ use std::sync::{Arc, mpsc};
 use std::task::Poll;
 
 pub use config::Config;
+pub use exec::Executor;
 pub use server::{Server, Shared};
 
 /// Redis-compatible version we report to clients (`redis_version`, HELLO `version`): clients

@@ -12,16 +12,18 @@
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use sluice_resp::Limits;
 use sluice_store::{Store, StoreConfig};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+#[allow(unused_imports)]
+use crate::StoreMemExt;
 use crate::clients::Clients;
 use crate::clock::Clock;
 use crate::config::Config;
@@ -41,7 +43,10 @@ pub struct Shared {
     pub clock: Clock,
     pub stats: Stats,
     pub clients: Clients,
-    pub limits: Limits,
+    /// `maxclients`, changeable by CONFIG SET.
+    pub maxclients: AtomicUsize,
+    /// `timeout` in seconds (0: never), changeable by CONFIG SET.
+    pub timeout_secs: AtomicU64,
     /// The password clients must AUTH with, if any (`CONFIG SET requirepass` changes it).
     pub requirepass: RwLock<Option<String>>,
     /// The address actually bound (the port is resolved when `--port 0`).
@@ -50,6 +55,34 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The state of a server about to serve on `local_addr` (also used without sockets by the
+    /// in-process [`Executor`](crate::Executor)).
+    pub fn new(config: Config, local_addr: SocketAddr) -> Shared {
+        let (shutdown, _) = watch::channel(false);
+        Shared {
+            store: Store::new(StoreConfig {
+                shards: config.shards(),
+            }),
+            clock: Clock::new(),
+            stats: Stats::new(config.threads()),
+            clients: Clients::default(),
+            maxclients: AtomicUsize::new(config.maxclients),
+            timeout_secs: AtomicU64::new(config.timeout),
+            requirepass: RwLock::new(config.requirepass.clone()),
+            local_addr,
+            shutdown,
+            config,
+        }
+    }
+
+    /// The idle timeout, if one is set.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        match self.timeout_secs.load(Relaxed) {
+            0 => None,
+            s => Some(Duration::from_secs(s)),
+        }
+    }
+
     /// Asks every thread to stop accepting, finish the replies in flight and exit.
     pub fn shutdown(&self) {
         self.shutdown.send_replace(true);
@@ -71,22 +104,16 @@ impl Server {
     /// Binds every listener and starts every thread. Returns once the server accepts connections.
     pub fn start(config: Config) -> io::Result<Server> {
         let threads = config.threads();
+        raise_open_files_limit(config.maxclients);
+        if !config.bind.is_loopback() && config.requirepass.is_none() {
+            crate::log(&format!(
+                "WARNING: listening on {} without --requirepass: anyone who can reach this address can use and flush this server. Set --requirepass or bind 127.0.0.1.",
+                config.bind
+            ));
+        }
         let listeners = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
         let local_addr = listeners[0].local_addr()?;
-        let (shutdown, _) = watch::channel(false);
-        let shared = Arc::new(Shared {
-            store: Store::new(StoreConfig {
-                shards: config.shards(),
-            }),
-            clock: Clock::new(),
-            stats: Stats::new(threads),
-            clients: Clients::default(),
-            limits: Limits::default(),
-            requirepass: RwLock::new(config.requirepass.clone()),
-            local_addr,
-            shutdown,
-            config,
-        });
+        let shared = Arc::new(Shared::new(config, local_addr));
         let handles = listeners
             .into_iter()
             .enumerate()
@@ -111,6 +138,29 @@ impl Server {
     pub fn join(self) {
         for t in self.threads {
             let _ = t.join();
+        }
+    }
+}
+
+/// Raises the open-files limit so `maxclients` connections fit, as Redis does at start.
+fn raise_open_files_limit(maxclients: usize) {
+    // Listeners, the runtime's own descriptors and some slack above the clients.
+    let wanted = maxclients as u64 + 64;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write and read a plain struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 || lim.rlim_cur >= wanted {
+            return;
+        }
+        let target = wanted.min(lim.rlim_max);
+        lim.rlim_cur = target;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 || target < wanted {
+            crate::log(&format!(
+                "WARNING: open files limit is {target}, below maxclients {maxclients} + 64: some clients will be refused by the system"
+            ));
         }
     }
 }
@@ -171,6 +221,12 @@ async fn accept_loop(index: usize, listener: TcpListener, shared: &Arc<Shared>) 
             _ = shutdown.wait_for(|stop| *stop) => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    if shared.clients.len() >= shared.maxclients.load(Relaxed) {
+                        // As Redis: tell the client why, then close.
+                        let _ = stream.try_write(b"-ERR max number of clients reached\r\n");
+                        shared.stats.rejected_connections.fetch_add(1, Relaxed);
+                        continue;
+                    }
                     connections.spawn(conn::serve(stream, peer, shared.clone(), index));
                 }
                 Err(e) => {
@@ -197,6 +253,7 @@ async fn housekeeping(index: usize, threads: usize, shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(EXPIRE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut rounds: u64 = 0;
+    let mut evicted_logged = 0;
     loop {
         tick.tick().await;
         let now = shared.clock.now();
@@ -206,6 +263,17 @@ async fn housekeeping(index: usize, threads: usize, shared: Arc<Shared>) {
         rounds += 1;
         if index == 0 && rounds.is_multiple_of(10) {
             shared.stats.sample_ops(now.as_millis_floor());
+        }
+        // Evicting a live bucket lets its client through early: say so, once a second at most.
+        if index == 0 && rounds.is_multiple_of(100) {
+            let evicted = shared.store.evicted_total();
+            if evicted > evicted_logged {
+                crate::log(&format!(
+                    "maxmemory reached: evicted {} live buckets (closest to full first); their clients may pass early",
+                    evicted - evicted_logged
+                ));
+                evicted_logged = evicted;
+            }
         }
     }
 }

@@ -1,38 +1,145 @@
 //! `CONFIG GET pattern [pattern ...]`, `CONFIG SET name value [name value ...]`,
-//! `CONFIG RESETSTAT` — for the settings that exist. Only `requirepass` can change at run time;
-//! the others answer as Redis does for an immutable setting.
+//! `CONFIG RESETSTAT` — for the settings that exist. `requirepass`, `maxclients`, `timeout`,
+//! `maxmemory` and `maxmemory-policy` change at run time; the others answer as Redis does for
+//! an immutable setting.
 
 use bytes::Bytes;
 use sluice_resp::reply;
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use super::{Args, CmdError, Command, Ctx};
+#[allow(unused_imports)]
+use crate::StoreMemExt;
 use crate::server::Shared;
 
-/// Every setting CONFIG GET knows, with how to read it. `save` and `appendonly` are answered
-/// because tools such as redis-benchmark ask: there is no persistence.
-const SETTINGS: &[&str] = &[
-    "appendonly",
-    "bind",
-    "databases",
-    "port",
-    "requirepass",
-    "save",
-    "shards",
-    "threads",
+/// Validates and applies a new value of a setting.
+type Setter = fn(&Shared, &str) -> Result<(), String>;
+
+/// One setting CONFIG knows: how to read it and, if it can change at run time, how to set it.
+struct Setting {
+    name: &'static str,
+    get: fn(&Shared) -> String,
+    /// Validates and applies a new value; `None` for settings fixed at start.
+    set: Option<Setter>,
+}
+
+fn set_size(v: &str) -> Result<u64, String> {
+    crate::config::parse_bytes(v)
+}
+
+/// Every setting, sorted by name. `save` and `appendonly` are answered because tools such as
+/// redis-benchmark ask: there is no persistence.
+const SETTINGS: &[Setting] = &[
+    Setting {
+        name: "appendonly",
+        get: |_| "no".into(),
+        set: None,
+    },
+    Setting {
+        name: "bind",
+        get: |s| s.config.bind.to_string(),
+        set: None,
+    },
+    Setting {
+        name: "client-output-buffer-limit",
+        get: |s| s.config.client_output_buffer_limit.to_string(),
+        set: None,
+    },
+    Setting {
+        name: "client-query-buffer-limit",
+        get: |s| s.config.client_query_buffer_limit.to_string(),
+        set: None,
+    },
+    Setting {
+        name: "databases",
+        get: |_| "1".into(),
+        set: None,
+    },
+    Setting {
+        name: "maxclients",
+        get: |s| s.maxclients.load(Relaxed).to_string(),
+        set: Some(|s, v| {
+            let n: usize = v
+                .parse()
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or("argument must be a positive integer")?;
+            s.maxclients.store(n, Relaxed);
+            Ok(())
+        }),
+    },
+    Setting {
+        name: "maxmemory",
+        get: |s| s.store.maxmemory().to_string(),
+        set: Some(|s, v| {
+            let n = set_size(v)?;
+            s.store
+                .set_maxmemory(usize::try_from(n).unwrap_or(usize::MAX));
+            Ok(())
+        }),
+    },
+    Setting {
+        name: "maxmemory-policy",
+        get: |s| crate::config::policy_name(s.store.policy()).into(),
+        set: Some(|s, v| {
+            s.store.set_policy(crate::config::parse_policy(v)?);
+            Ok(())
+        }),
+    },
+    Setting {
+        name: "port",
+        get: |s| s.local_addr.port().to_string(),
+        set: None,
+    },
+    Setting {
+        name: "proto-max-bulk-len",
+        get: |s| s.config.proto_max_bulk_len.to_string(),
+        set: None,
+    },
+    Setting {
+        name: "requirepass",
+        get: |s| s.requirepass.read().clone().unwrap_or_default(),
+        set: Some(|s, v| {
+            *s.requirepass.write() = (!v.is_empty()).then(|| v.to_string());
+            Ok(())
+        }),
+    },
+    Setting {
+        name: "save",
+        get: |_| String::new(),
+        set: None,
+    },
+    Setting {
+        name: "shards",
+        get: |s| s.store.shard_count().to_string(),
+        set: None,
+    },
+    Setting {
+        name: "tcp-keepalive",
+        get: |s| s.config.tcp_keepalive.to_string(),
+        set: None,
+    },
+    Setting {
+        name: "threads",
+        get: |s| s.config.threads().to_string(),
+        set: None,
+    },
+    Setting {
+        name: "timeout",
+        get: |s| s.timeout_secs.load(Relaxed).to_string(),
+        set: Some(|s, v| {
+            let n: u64 = v
+                .parse()
+                .map_err(|_| "argument couldn't be parsed into an integer")?;
+            s.timeout_secs.store(n, Relaxed);
+            Ok(())
+        }),
+    },
 ];
 
-fn read(shared: &Shared, name: &str) -> String {
-    match name {
-        "appendonly" => "no".into(),
-        "bind" => shared.config.bind.to_string(),
-        "databases" => "1".into(),
-        "port" => shared.local_addr.port().to_string(),
-        "requirepass" => shared.requirepass.read().clone().unwrap_or_default(),
-        "save" => String::new(),
-        "shards" => shared.store.shard_count().to_string(),
-        "threads" => shared.config.threads().to_string(),
-        _ => String::new(),
-    }
+fn setting(name: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.name == name)
 }
 
 #[derive(Debug)]
@@ -73,44 +180,46 @@ impl<'a> Command<'a> for ConfigCmd<'a> {
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         match self {
             ConfigCmd::Get(patterns) => {
-                let names: Vec<&str> = SETTINGS
+                let matched: Vec<&Setting> = SETTINGS
                     .iter()
-                    .copied()
-                    .filter(|name| {
+                    .filter(|s| {
                         patterns
                             .iter()
-                            .any(|p| glob_match(&p.to_ascii_lowercase(), name.as_bytes()))
+                            .any(|p| glob_match(&p.to_ascii_lowercase(), s.name.as_bytes()))
                     })
                     .collect();
-                reply::map(ctx.out, ctx.session.proto, names.len());
-                for name in names {
-                    reply::bulk(ctx.out, name.as_bytes());
-                    reply::bulk(ctx.out, read(ctx.shared, name).as_bytes());
+                reply::map(ctx.out, ctx.session.proto, matched.len());
+                for s in matched {
+                    reply::bulk(ctx.out, s.name.as_bytes());
+                    reply::bulk(ctx.out, (s.get)(ctx.shared).as_bytes());
                 }
             }
             ConfigCmd::Set(pairs) => {
-                // Validate every pair before applying any, so a bad one changes nothing.
-                let mut new_pass = None;
+                // Validate every name before applying any value, so a bad name changes nothing.
+                let mut changes = Vec::with_capacity(pairs.len() / 2);
                 for pair in pairs.chunks(2) {
                     let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
-                    match name.as_str() {
-                        "requirepass" => {
-                            new_pass = Some(String::from_utf8_lossy(&pair[1]).into_owned())
-                        }
-                        n if SETTINGS.contains(&n) => {
+                    let value = String::from_utf8_lossy(&pair[1]).into_owned();
+                    match setting(&name) {
+                        Some(Setting { set: Some(set), .. }) => changes.push((name, *set, value)),
+                        Some(_) => {
                             return Err(CmdError::msg(format!(
-                                "ERR CONFIG SET failed (possibly related to argument '{n}') - can't set immutable config"
+                                "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
                             )));
                         }
-                        n => {
+                        None => {
                             return Err(CmdError::msg(format!(
-                                "ERR Unknown option or number of arguments for CONFIG SET - '{n}'"
+                                "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
                             )));
                         }
                     }
                 }
-                if let Some(p) = new_pass {
-                    *ctx.shared.requirepass.write() = (!p.is_empty()).then_some(p);
+                for (name, set, value) in changes {
+                    set(ctx.shared, &value).map_err(|why| {
+                        CmdError::msg(format!(
+                            "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                        ))
+                    })?;
                 }
                 reply::simple(ctx.out, "OK");
             }

@@ -46,6 +46,7 @@ impl From<StoreError> for CmdError {
             StoreError::WrongType => CmdError::WrongType,
             StoreError::NotInteger => CmdError::NotInteger,
             StoreError::Overflow => CmdError::Overflow,
+
             StoreError::Check(sluice_core::CheckError::WrongType) => CmdError::WrongType,
             StoreError::Check(e) => CmdError::msg(format!("ERR {e:?}")),
         }

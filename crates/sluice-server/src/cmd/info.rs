@@ -9,6 +9,8 @@ use bytes::Bytes;
 use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
+#[allow(unused_imports)]
+use crate::StoreMemExt;
 
 const SECTIONS: [&str; 6] = [
     "server",
@@ -94,27 +96,33 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
         }
         "clients" => write!(
             t,
-            "# Clients\r\nconnected_clients:{}\r\nblocked_clients:0\r\n",
-            shared.clients.len()
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n",
+            shared.clients.len(),
+            shared.maxclients.load(Relaxed),
         ),
         "memory" => {
             let used = shared.store.used_memory();
             let rss = rss_bytes();
             write!(
                 t,
-                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\nmem_allocator:jemalloc\r\n",
+                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_allocator:jemalloc\r\n",
                 human(used),
                 human(rss),
+                shared.store.maxmemory(),
+                human(shared.store.maxmemory()),
+                crate::config::policy_name(shared.store.policy()),
             )
         }
         "stats" => write!(
             t,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nrejected_keys:{}\r\n",
             shared.stats.connections_received.load(Relaxed),
             shared.stats.total_commands(),
             shared.stats.instantaneous_ops_per_sec(),
             shared.stats.rejected_connections.load(Relaxed),
             shared.store.expired_total(),
+            shared.store.evicted_total(),
+            shared.store.rejected_total(),
         ),
         "replication" => write!(
             t,
