@@ -51,7 +51,7 @@ pub struct Config {
     /// What happens at `--maxmemory`: `evict-soonest` drops the buckets closest to full
     /// (the least accuracy lost); `reject` refuses new keys and keeps existing ones working.
     #[arg(long = "maxmemory-policy", default_value = "evict-soonest", value_parser = parse_policy)]
-    pub maxmemory_policy: crate::shim::EvictionPolicy,
+    pub maxmemory_policy: sluice_store::EvictionPolicy,
 
     /// Largest bulk string a client may send (Redis: proto-max-bulk-len).
     #[arg(long = "proto-max-bulk-len", default_value = "512mb", value_parser = parse_bytes)]
@@ -100,19 +100,19 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 /// Parses a `--maxmemory-policy` name.
-pub fn parse_policy(s: &str) -> Result<crate::shim::EvictionPolicy, String> {
+pub fn parse_policy(s: &str) -> Result<sluice_store::EvictionPolicy, String> {
     match s.to_ascii_lowercase().as_str() {
-        "evict-soonest" => Ok(crate::shim::EvictionPolicy::EvictSoonest),
-        "reject" => Ok(crate::shim::EvictionPolicy::Reject),
+        "evict-soonest" => Ok(sluice_store::EvictionPolicy::EvictSoonest),
+        "reject" => Ok(sluice_store::EvictionPolicy::Reject),
         _ => Err(format!("'{s}' is not a policy (evict-soonest or reject)")),
     }
 }
 
 /// The name of a policy, as `--maxmemory-policy` and CONFIG take it.
-pub fn policy_name(p: crate::shim::EvictionPolicy) -> &'static str {
+pub fn policy_name(p: sluice_store::EvictionPolicy) -> &'static str {
     match p {
-        crate::shim::EvictionPolicy::EvictSoonest => "evict-soonest",
-        crate::shim::EvictionPolicy::Reject => "reject",
+        sluice_store::EvictionPolicy::EvictSoonest => "evict-soonest",
+        sluice_store::EvictionPolicy::Reject => "reject",
     }
 }
 

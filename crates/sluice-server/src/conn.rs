@@ -52,6 +52,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
         proto: Default::default(),
         authenticated: shared.requirepass.read().is_none(),
         close: false,
+        transaction: None,
     };
     let why = serve_session(&stream, &shared, &mut session, thread).await;
     // FIN after the last reply, so the client reads it before seeing the close.

@@ -31,6 +31,7 @@ impl Executor {
             client,
             proto: Default::default(),
             close: false,
+            transaction: None,
         };
         Executor {
             shared,
@@ -91,6 +92,37 @@ mod tests {
         );
         // 10 s after that the key is fresh and gone.
         assert_eq!(exec(&mut e, t0 + 12_000, &["EXISTS", "k"]), ":0\r\n");
+    }
+
+    #[test]
+    fn multi_exec_queues_then_answers_every_reply() {
+        let mut e = Executor::new(Config::default_for_tests());
+        let t0 = 1_000_000_000;
+        assert_eq!(exec(&mut e, t0, &["MULTI"]), "+OK\r\n");
+        assert_eq!(exec(&mut e, t0, &["INCR", "n"]), "+QUEUED\r\n");
+        assert_eq!(
+            exec(&mut e, t0, &["RL.CHECK", "k", "2", "10"]),
+            "+QUEUED\r\n"
+        );
+        assert_eq!(
+            exec(&mut e, t0, &["MULTI"]),
+            "-ERR MULTI calls can not be nested\r\n"
+        );
+        assert_eq!(
+            exec(&mut e, t0, &["EXEC"]),
+            "*2\r\n:1\r\n*5\r\n:1\r\n:2\r\n:1\r\n:-1\r\n:5000\r\n"
+        );
+        assert_eq!(exec(&mut e, t0, &["EXEC"]), "-ERR EXEC without MULTI\r\n");
+        // A refused command aborts the whole block; nothing in it runs.
+        exec(&mut e, t0, &["MULTI"]);
+        exec(&mut e, t0, &["INCR", "n"]);
+        assert!(exec(&mut e, t0, &["GET"]).starts_with("-ERR wrong number"));
+        assert!(exec(&mut e, t0, &["EXEC"]).starts_with("-EXECABORT"));
+        assert_eq!(exec(&mut e, t0, &["GET", "n"]), "$1\r\n1\r\n");
+        exec(&mut e, t0, &["MULTI"]);
+        exec(&mut e, t0, &["INCR", "n"]);
+        assert_eq!(exec(&mut e, t0, &["DISCARD"]), "+OK\r\n");
+        assert_eq!(exec(&mut e, t0, &["GET", "n"]), "$1\r\n1\r\n");
     }
 
     #[test]

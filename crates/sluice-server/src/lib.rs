@@ -18,8 +18,6 @@ pub mod clock;
 pub mod cmd;
 pub mod config;
 pub mod conn;
-pub mod shim;
-pub use shim::StoreMemExt;
 pub mod exec;
 pub mod server;
 pub mod stats;

@@ -22,8 +22,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-#[allow(unused_imports)]
-use crate::StoreMemExt;
 use crate::clients::Clients;
 use crate::clock::Clock;
 use crate::config::Config;
@@ -62,6 +60,8 @@ impl Shared {
         Shared {
             store: Store::new(StoreConfig {
                 shards: config.shards(),
+                maxmemory: usize::try_from(config.maxmemory).unwrap_or(usize::MAX),
+                policy: config.maxmemory_policy,
             }),
             clock: Clock::new(),
             stats: Stats::new(config.threads()),

@@ -16,9 +16,13 @@ pub fn valid_name(name: &[u8]) -> bool {
 pub enum Client<'a> {
     SetName(&'a [u8]),
     GetName,
-    SetInfo { lib_name: bool, value: &'a [u8] },
+    SetInfo {
+        lib_name: bool,
+        value: &'a [u8],
+    },
     Id,
-    List,
+    /// `LIST [TYPE t] [ID id ...]`: the ids to show (None: all); `None` for a type with no clients.
+    List(Option<Option<Vec<u64>>>),
     Info,
     KillAddr(SocketAddr),
     KillFilter(Vec<KillFilter>),
@@ -86,7 +90,46 @@ impl<'a> Command<'a> for Client<'a> {
             b"SETINFO" => return Err(arity("setinfo")),
             b"ID" if n == 0 => Client::Id,
             b"ID" => return Err(arity("id")),
-            b"LIST" => Client::List,
+            b"LIST" => {
+                let mut ids = None;
+                let mut any_of_type = true;
+                while let Some(opt) = args.next() {
+                    match opt.to_ascii_uppercase().as_slice() {
+                        b"TYPE" => {
+                            let t = args.required()?;
+                            match t.to_ascii_lowercase().as_slice() {
+                                b"normal" => {}
+                                // Only normal clients exist on this node.
+                                b"master" | b"replica" | b"slave" | b"pubsub" => {
+                                    any_of_type = false
+                                }
+                                _ => {
+                                    return Err(CmdError::msg(format!(
+                                        "ERR Unknown client type '{}'",
+                                        String::from_utf8_lossy(t)
+                                    )));
+                                }
+                            }
+                        }
+                        b"ID" => {
+                            let mut list = Vec::new();
+                            while let Some(id) = args.next() {
+                                list.push(
+                                    parse_u64(id)
+                                        .filter(|&i| i > 0)
+                                        .ok_or_else(|| CmdError::msg("ERR Invalid client ID"))?,
+                                );
+                            }
+                            if list.is_empty() {
+                                return Err(CmdError::Syntax);
+                            }
+                            ids = Some(list);
+                        }
+                        _ => return Err(CmdError::Syntax),
+                    }
+                }
+                Client::List(any_of_type.then_some(ids))
+            }
             b"INFO" if n == 0 => Client::Info,
             b"INFO" => return Err(arity("info")),
             b"HELP" => Client::Help,
@@ -142,9 +185,17 @@ impl<'a> Command<'a> for Client<'a> {
                 reply::simple(ctx.out, "OK");
             }
             Client::Id => reply::integer(ctx.out, me.id as i64),
-            Client::List => {
+            Client::List(filter) => {
                 let mut all = String::new();
-                for c in ctx.shared.clients.all() {
+                let clients = match &filter {
+                    None => Vec::new(),
+                    Some(_) => ctx.shared.clients.all(),
+                };
+                let wanted = |id: u64| match &filter {
+                    Some(Some(ids)) => ids.contains(&id),
+                    _ => true,
+                };
+                for c in clients.into_iter().filter(|c| wanted(c.id)) {
                     let cmd = if c.id == me.id { "client|list" } else { "NULL" };
                     all.push_str(&c.list_line(cmd));
                 }

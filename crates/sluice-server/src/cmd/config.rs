@@ -9,8 +9,6 @@ use sluice_resp::reply;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::{Args, CmdError, Command, Ctx};
-#[allow(unused_imports)]
-use crate::StoreMemExt;
 use crate::server::Shared;
 
 /// Validates and applies a new value of a setting.

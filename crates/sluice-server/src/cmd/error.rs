@@ -46,6 +46,9 @@ impl From<StoreError> for CmdError {
             StoreError::WrongType => CmdError::WrongType,
             StoreError::NotInteger => CmdError::NotInteger,
             StoreError::Overflow => CmdError::Overflow,
+            StoreError::OutOfMemory => {
+                CmdError::msg("OOM command not allowed when used memory > 'maxmemory'.")
+            }
 
             StoreError::Check(sluice_core::CheckError::WrongType) => CmdError::WrongType,
             StoreError::Check(e) => CmdError::msg(format!("ERR {e:?}")),

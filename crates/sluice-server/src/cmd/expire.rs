@@ -42,7 +42,11 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<ExpireArgs<'a>, CmdError> {
         };
         if cond != Cond::Always && cond != next {
             return Err(CmdError::msg(
-                "ERR NX and XX, GT or LT options at the same time are not compatible",
+                if matches!((cond, next), (Cond::Gt, Cond::Lt) | (Cond::Lt, Cond::Gt)) {
+                    "ERR GT and LT options at the same time are not compatible"
+                } else {
+                    "ERR NX and XX, GT or LT options at the same time are not compatible"
+                },
             ));
         }
         cond = next;

@@ -9,8 +9,6 @@ use bytes::Bytes;
 use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
-#[allow(unused_imports)]
-use crate::StoreMemExt;
 
 const SECTIONS: [&str; 6] = [
     "server",

@@ -30,6 +30,7 @@ mod get;
 mod hello;
 mod incr;
 mod info;
+mod multi;
 mod ping;
 mod quit;
 mod reset;
@@ -57,6 +58,8 @@ pub struct Session {
     pub authenticated: bool,
     /// Set by QUIT and SHUTDOWN: close once this batch's replies are written.
     pub close: bool,
+    /// Commands queued since MULTI.
+    pub transaction: Option<multi::Transaction>,
 }
 
 /// Everything a command's `apply` may touch.
@@ -102,6 +105,9 @@ pub struct CommandSpec {
     pub group: &'static str,
     pub summary: &'static str,
     pub since: &'static str,
+    /// The arguments after the name, in Redis's documentation syntax (`key [NX|XX] [EX seconds]`):
+    /// `COMMAND DOCS` derives the argument list redis-cli shows as hints from it.
+    pub syntax: &'static str,
     pub run: fn(&mut Ctx<'_>, &mut Args<'_>) -> Result<(), CmdError>,
 }
 
@@ -120,7 +126,7 @@ impl CommandSpec {
 }
 
 macro_rules! spec {
-    ($name:literal, $arity:expr, [$($flag:expr),*], ($first:expr, $last:expr, $step:expr), $group:literal, $since:literal, $summary:literal, $ty:ty) => {
+    ($name:literal, $arity:expr, [$($flag:expr),*], ($first:expr, $last:expr, $step:expr), $group:literal, $since:literal, $summary:literal, $syntax:literal, $ty:ty) => {
         CommandSpec {
             name: $name,
             arity: $arity,
@@ -131,6 +137,7 @@ macro_rules! spec {
             group: $group,
             summary: $summary,
             since: $since,
+            syntax: $syntax,
             run: |ctx, args| <$ty as Command<'_>>::parse(args)?.apply(ctx),
         }
     };
@@ -148,6 +155,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "connection",
         "1.0.0",
         "Authenticates the connection.",
+        "[username] password",
         auth::Auth
     ),
     spec!(
@@ -158,6 +166,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "ratelimit",
         "0.1.0",
         "redis-cell compatible GCRA rate limit check.",
+        "key max_burst count period [quantity]",
         cl_throttle::ClThrottle
     ),
     spec!(
@@ -168,6 +177,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "connection",
         "2.4.0",
         "A container for client connection commands.",
+        "subcommand [argument ...]",
         client::Client
     ),
     spec!(
@@ -178,6 +188,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "server",
         "2.8.13",
         "Returns detailed information about all commands.",
+        "[subcommand [argument ...]]",
         command::CommandCmd
     ),
     spec!(
@@ -188,6 +199,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "server",
         "2.0.0",
         "A container for server configuration commands.",
+        "subcommand [argument ...]",
         config::ConfigCmd
     ),
     spec!(
@@ -198,6 +210,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "server",
         "1.0.0",
         "Returns the number of keys in the database.",
+        "",
         dbsize::DbSize
     ),
     spec!(
@@ -208,6 +221,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "string",
         "1.0.0",
         "Decrements the integer value of a key by one.",
+        "key",
         incr::Decr
     ),
     spec!(
@@ -218,6 +232,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "string",
         "1.0.0",
         "Decrements a number from the integer value of a key.",
+        "key decrement",
         incr::DecrBy
     ),
     spec!(
@@ -228,7 +243,19 @@ pub static COMMANDS: &[CommandSpec] = &[
         "keyspace",
         "1.0.0",
         "Deletes one or more keys.",
+        "key ...",
         del::Del
+    ),
+    spec!(
+        "discard",
+        1,
+        [NOSCRIPT, LOADING, STALE, FAST],
+        (0, 0, 0),
+        "transactions",
+        "2.0.0",
+        "Discards a transaction.",
+        "",
+        multi::Discard
     ),
     spec!(
         "echo",
@@ -238,7 +265,19 @@ pub static COMMANDS: &[CommandSpec] = &[
         "connection",
         "1.0.0",
         "Returns the given string.",
+        "message",
         echo::Echo
+    ),
+    spec!(
+        "exec",
+        1,
+        [NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "transactions",
+        "1.2.0",
+        "Executes all commands in a transaction.",
+        "",
+        multi::Exec
     ),
     spec!(
         "exists",
@@ -248,6 +287,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "keyspace",
         "1.0.0",
         "Determines whether one or more keys exist.",
+        "key ...",
         exists::Exists
     ),
     spec!(
@@ -258,6 +298,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "keyspace",
         "1.0.0",
         "Sets the expiration time of a key in seconds.",
+        "key seconds [NX|XX|GT|LT]",
         expire::Expire
     ),
     spec!(
@@ -268,6 +309,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "server",
         "1.0.0",
         "Removes all keys.",
+        "[ASYNC|SYNC]",
         flushall::FlushAll
     ),
     spec!(
@@ -278,6 +320,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "server",
         "1.0.0",
         "Removes all keys.",
+        "[ASYNC|SYNC]",
         flushall::FlushAll
     ),
     spec!(
@@ -288,6 +331,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "ratelimit",
         "0.1.0",
         "Redis GCRA rate limit check.",
+        "key max_burst requests_per_period period [TOKENS tokens]",
         gcra::Gcra
     ),
     spec!(
@@ -298,6 +342,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "string",
         "1.0.0",
         "Returns the string value of a key.",
+        "key",
         get::Get
     ),
     spec!(
@@ -308,6 +353,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "connection",
         "6.0.0",
         "Handshakes with the server.",
+        "[protover [AUTH username password] [SETNAME clientname]]",
         hello::Hello
     ),
     spec!(
@@ -318,6 +364,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "string",
         "1.0.0",
         "Increments the integer value of a key by one.",
+        "key",
         incr::Incr
     ),
     spec!(
@@ -328,6 +375,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "string",
         "1.0.0",
         "Increments the integer value of a key by a number.",
+        "key increment",
         incr::IncrBy
     ),
     spec!(
@@ -338,7 +386,19 @@ pub static COMMANDS: &[CommandSpec] = &[
         "server",
         "1.0.0",
         "Returns information and statistics about the server.",
+        "[section ...]",
         info::Info
+    ),
+    spec!(
+        "multi",
+        1,
+        [NOSCRIPT, LOADING, STALE, FAST],
+        (0, 0, 0),
+        "transactions",
+        "1.2.0",
+        "Starts a transaction.",
+        "",
+        multi::Multi
     ),
     spec!(
         "pexpire",
@@ -348,6 +408,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "keyspace",
         "2.6.0",
         "Sets the expiration time of a key in milliseconds.",
+        "key milliseconds [NX|XX|GT|LT]",
         expire::PExpire
     ),
     spec!(
@@ -358,6 +419,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "connection",
         "1.0.0",
         "Returns the server's liveliness response.",
+        "[message]",
         ping::Ping
     ),
     spec!(
@@ -368,6 +430,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "keyspace",
         "2.6.0",
         "Returns the expiration time in milliseconds of a key.",
+        "key",
         ttl::PTtl
     ),
     spec!(
@@ -378,6 +441,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "connection",
         "1.0.0",
         "Closes the connection.",
+        "",
         quit::Quit
     ),
     spec!(
@@ -388,6 +452,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "connection",
         "6.2.0",
         "Resets the connection.",
+        "",
         reset::Reset
     ),
     spec!(
@@ -398,6 +463,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "ratelimit",
         "0.1.0",
         "Checks and consumes a rate limit atomically.",
+        "key limit period [BURST burst] [COST cost] [ALGO algo] [DRY]",
         rl_check::RlCheck
     ),
     spec!(
@@ -408,6 +474,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "connection",
         "1.0.0",
         "Changes the selected database (only 0 exists).",
+        "index",
         select::Select
     ),
     spec!(
@@ -418,6 +485,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "string",
         "1.0.0",
         "Sets the string value of a key.",
+        "key value [NX|XX] [EX seconds|PX milliseconds|EXAT unix-time-seconds|PXAT unix-time-milliseconds|KEEPTTL]",
         set::Set
     ),
     spec!(
@@ -428,6 +496,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "server",
         "1.0.0",
         "Stops the server.",
+        "[NOSAVE|SAVE] [NOW] [FORCE]",
         shutdown::Shutdown
     ),
     spec!(
@@ -438,6 +507,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "server",
         "2.6.0",
         "Returns the server time.",
+        "",
         time::Time
     ),
     spec!(
@@ -448,6 +518,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "keyspace",
         "1.0.0",
         "Returns the expiration time in seconds of a key.",
+        "key",
         ttl::Ttl
     ),
 ];
@@ -474,13 +545,23 @@ pub fn execute(req: &[Bytes], ctx: &mut Ctx<'_>) {
         return;
     };
     let Some(spec) = lookup(name) else {
-        return reply::error(ctx.out, &unknown_command(name, rest));
+        fail_transaction(ctx);
+        return write_raw_error(ctx.out, &unknown_command(name, rest));
     };
+    // Redis checks arity before authentication.
+    if !spec.arity_ok(req.len()) {
+        fail_transaction(ctx);
+        return reply::error(ctx.out, &CmdError::Arity.text(spec.name));
+    }
     if !ctx.session.authenticated && !spec.has_flag(NOAUTH) {
+        fail_transaction(ctx);
         return reply::error(ctx.out, "NOAUTH Authentication required.");
     }
-    if !spec.arity_ok(req.len()) {
-        return reply::error(ctx.out, &CmdError::Arity.text(spec.name));
+    if let Some(tx) = ctx.session.transaction.as_mut()
+        && !multi::controls_transaction(spec.name)
+    {
+        tx.queued.push(req.to_vec());
+        return reply::simple(ctx.out, "QUEUED");
     }
     let mut args = Args::new(rest);
     if let Err(e) = (spec.run)(ctx, &mut args) {
@@ -488,21 +569,42 @@ pub fn execute(req: &[Bytes], ctx: &mut Ctx<'_>) {
     }
 }
 
+/// A command refused inside MULTI makes the EXEC that follows abort, as in Redis.
+fn fail_transaction(ctx: &mut Ctx<'_>) {
+    if let Some(tx) = ctx.session.transaction.as_mut() {
+        tx.failed = true;
+    }
+}
+
+/// Writes an error line from raw bytes (client bytes are echoed as sent, as Redis does), with
+/// CR and LF turned into spaces so the line stays one line.
+fn write_raw_error(out: &mut BytesMut, text: &[u8]) {
+    out.reserve(text.len() + 3);
+    out.extend_from_slice(b"-");
+    out.extend(
+        text.iter()
+            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Redis's text for a command it does not know, quoting the first arguments.
-fn unknown_command(name: &[u8], args: &[Bytes]) -> String {
-    let mut quoted = String::new();
+fn unknown_command(name: &[u8], args: &[Bytes]) -> Vec<u8> {
+    let mut quoted = Vec::new();
     for a in args {
         if quoted.len() >= 128 {
             break;
         }
         let room = 128 - quoted.len();
-        let shown = String::from_utf8_lossy(&a[..a.len().min(room)]);
-        quoted.push('\'');
-        quoted.push_str(&shown);
-        quoted.push_str("' ");
+        quoted.push(b'\'');
+        quoted.extend_from_slice(&a[..a.len().min(room)]);
+        quoted.extend_from_slice(b"' ");
     }
-    let name = String::from_utf8_lossy(&name[..name.len().min(128)]);
-    format!("ERR unknown command '{name}', with args beginning with: {quoted}")
+    let mut text = b"ERR unknown command '".to_vec();
+    text.extend_from_slice(&name[..name.len().min(128)]);
+    text.extend_from_slice(b"', with args beginning with: ");
+    text.extend_from_slice(&quoted);
+    text
 }
 
 #[cfg(test)]
@@ -529,11 +631,14 @@ mod tests {
         let args = [Bytes::from_static(b"a"), Bytes::from_static(b"b c")];
         assert_eq!(
             unknown_command(b"FOO", &args),
-            "ERR unknown command 'FOO', with args beginning with: 'a' 'b c' "
+            b"ERR unknown command 'FOO', with args beginning with: 'a' 'b c' "
         );
         assert_eq!(
             unknown_command(b"foo", &[]),
-            "ERR unknown command 'foo', with args beginning with: "
+            b"ERR unknown command 'foo', with args beginning with: "
         );
+        let mut out = BytesMut::new();
+        write_raw_error(&mut out, b"x\r\ny\xff");
+        assert_eq!(&out[..], b"-x  y\xff\r\n");
     }
 }

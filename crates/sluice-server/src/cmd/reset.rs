@@ -16,6 +16,7 @@ impl Command<'_> for Reset {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         ctx.session.proto = Proto::Resp2;
+        ctx.session.transaction = None;
         ctx.session.client.resp.store(2, Relaxed);
         *ctx.session.client.name.lock() = None;
         ctx.session.authenticated = ctx.shared.requirepass.read().is_none();

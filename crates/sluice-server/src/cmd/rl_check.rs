@@ -39,11 +39,17 @@ pub fn parse_period(arg: &[u8]) -> Option<Nanos> {
     (ns > 0).then_some(Nanos(ns))
 }
 
+/// The longest time any state may span: a bucket's full refill (BURST × period ÷ limit) or a
+/// window. 2^62 ns is 146 years; with it, every instant the algorithms compute stays far inside
+/// the u64 nanosecond range, so nothing saturates into a wrong answer.
+pub const MAX_HORIZON: Nanos = Nanos(1 << 62);
+
+/// Parses a count in 1..=i64::MAX (every count is replied as a RESP integer).
 fn positive(arg: &[u8], name: &str) -> Result<u64, CmdError> {
     match parse_u64(arg) {
-        Some(n) if n >= 1 => Ok(n),
+        Some(n) if n >= 1 && n <= i64::MAX as u64 => Ok(n),
         _ => Err(CmdError::msg(format!(
-            "ERR {name} must be a positive integer"
+            "ERR {name} must be a positive integer (at most 9223372036854775807)"
         ))),
     }
 }
@@ -108,6 +114,16 @@ impl<'a> Command<'a> for RlCheck<'a> {
             return Err(limit_error(algo, max_limit));
         }
         let capacity = burst.unwrap_or(limit);
+        if horizon(algo, limit, period, capacity) > u128::from(MAX_HORIZON.0) {
+            return Err(CmdError::msg(format!(
+                "ERR period too long: {} would span more than 146 years",
+                if bucket {
+                    "BURST × period ÷ limit"
+                } else {
+                    "the period"
+                }
+            )));
+        }
         if cost > capacity {
             return Err(cost_error(cost, capacity));
         }
@@ -157,6 +173,17 @@ fn clamp(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// How long the state of one key can span: for the buckets, the time to refill `capacity`
+/// units at one per ⌈period ÷ limit⌉; for the windows, two periods.
+fn horizon(algo: Algo, limit: u64, period: Nanos, capacity: u64) -> u128 {
+    match algo {
+        Algo::Token | Algo::Gcra | Algo::Leaky => {
+            u128::from(period.0.div_ceil(limit)) * u128::from(capacity)
+        }
+        Algo::Sliding | Algo::Fixed | Algo::Log => 2 * u128::from(period.0),
+    }
+}
+
 fn limit_error(algo: Algo, max: u64) -> CmdError {
     CmdError::msg(format!(
         "ERR limit for ALGO {} must be at most {max}",
@@ -173,6 +200,21 @@ fn cost_error(cost: u64, capacity: u64) -> CmdError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn horizons_bound_every_state() {
+        // A day's refill of a 1000/day bucket.
+        assert_eq!(
+            horizon(Algo::Token, 1000, Nanos::from_secs(86_400), 1000),
+            86_400 * 1_000_000_000
+        );
+        // u64::MAX-sized arguments are caught before they reach an algorithm.
+        assert!(
+            horizon(Algo::Token, 1, Nanos::from_secs(1), i64::MAX as u64)
+                > u128::from(MAX_HORIZON.0)
+        );
+        assert!(horizon(Algo::Sliding, 5, Nanos::MAX, 5) > u128::from(MAX_HORIZON.0));
+    }
 
     #[test]
     fn periods_parse_with_units() {

@@ -71,16 +71,23 @@ impl<'a> Command<'a> for Set<'a> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        // As Redis: the absolute expiry in ms must fit an i64.
+        let fits = |at_ms: Option<u64>| at_ms.filter(|&ms| ms <= i64::MAX as u64);
         let ttl = match self.ttl {
             Expiry::None => SetTtl::Clear,
             Expiry::Keep => SetTtl::Keep,
-            Expiry::RelativeMs(ms) => SetTtl::At(ctx.now.saturating_add(Nanos::from_millis(ms))),
-            Expiry::AbsoluteMs(ms) => SetTtl::At(Nanos::from_millis(ms)),
+            Expiry::RelativeMs(ms) => {
+                fits(ctx.now.as_millis_floor().checked_add(ms)).ok_or_else(invalid_expire)?;
+                SetTtl::At(ctx.now.saturating_add(Nanos::from_millis(ms)))
+            }
+            Expiry::AbsoluteMs(ms) => SetTtl::At(Nanos::from_millis(
+                fits(Some(ms)).ok_or_else(invalid_expire)?,
+            )),
         };
         if ctx
             .shared
             .store
-            .set(self.key, self.value, self.cond, ttl, ctx.now)
+            .try_set(self.key, self.value, self.cond, ttl, ctx.now)?
         {
             reply::simple(ctx.out, "OK");
         } else {

@@ -1,0 +1,87 @@
+//! `MULTI`, `EXEC`, `DISCARD` — queue commands and run them back to back.
+//!
+//! Clients such as redis-py wrap a pipeline in MULTI/EXEC by default, so the block is accepted
+//! and answered as Redis does: `+QUEUED` per command, then EXEC's array of replies; a command
+//! refused while queueing (unknown, wrong arity) aborts the block with `EXECABORT`. EXEC runs the
+//! queued commands one after another on this connection with nothing of its own in between;
+//! each command is atomic, but the block is not isolated from other clients' commands (that
+//! would need a lock across every shard). `WATCH` is not offered, so no client can rely on
+//! optimistic locking that would not hold.
+
+use bytes::Bytes;
+use sluice_resp::reply;
+
+use super::{Args, CmdError, Command, Ctx, execute};
+
+/// What a connection holds between MULTI and EXEC.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    pub queued: Vec<Vec<Bytes>>,
+    /// A command was refused while queueing: EXEC must abort.
+    pub failed: bool,
+}
+
+/// Commands that act on the transaction itself rather than being queued.
+pub fn controls_transaction(name: &str) -> bool {
+    matches!(name, "multi" | "exec" | "discard" | "quit" | "reset")
+}
+
+#[derive(Debug)]
+pub struct Multi;
+
+impl Command<'_> for Multi {
+    fn parse(_args: &mut Args<'_>) -> Result<Self, CmdError> {
+        Ok(Multi)
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        if ctx.session.transaction.is_some() {
+            return Err(CmdError::msg("ERR MULTI calls can not be nested"));
+        }
+        ctx.session.transaction = Some(Transaction::default());
+        reply::simple(ctx.out, "OK");
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+pub struct Exec;
+
+impl Command<'_> for Exec {
+    fn parse(_args: &mut Args<'_>) -> Result<Self, CmdError> {
+        Ok(Exec)
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        let Some(tx) = ctx.session.transaction.take() else {
+            return Err(CmdError::msg("ERR EXEC without MULTI"));
+        };
+        if tx.failed {
+            return Err(CmdError::msg(
+                "EXECABORT Transaction discarded because of previous errors.",
+            ));
+        }
+        reply::array(ctx.out, tx.queued.len());
+        for request in &tx.queued {
+            execute(request, ctx);
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+pub struct Discard;
+
+impl Command<'_> for Discard {
+    fn parse(_args: &mut Args<'_>) -> Result<Self, CmdError> {
+        Ok(Discard)
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        if ctx.session.transaction.take().is_none() {
+            return Err(CmdError::msg("ERR DISCARD without MULTI"));
+        }
+        reply::simple(ctx.out, "OK");
+        Ok(())
+    }
+}
