@@ -170,7 +170,9 @@ fn parse_alternatives(tokens: &[&str], pos: &mut usize) -> Vec<Vec<ArgDoc>> {
                 let inner = parse_alternatives(tokens, pos);
                 let mut arg = group(inner);
                 arg.optional = true;
-                alternatives.last_mut().map(|seq| seq.push(arg));
+                if let Some(seq) = alternatives.last_mut() {
+                    seq.push(arg);
+                }
             }
             "..." => {
                 if let Some(last) = alternatives.last_mut().and_then(|seq| seq.last_mut()) {
