@@ -1,39 +1,11 @@
-//! `Entry`: one key of a shard table, and its value.
+//! What a key holds: a limiter's [`State`] or a plain-string [`Counter`].
 //!
-//! An entry is a key, a value and two times: `deadline`, the instant the key disappears
-//! (`Nanos::MAX` for none), and `filed`, the tick of its live timing-wheel item (see
-//! [`crate::wheel`]). A limiter's deadline is the instant its bucket is fresh again, so dropping
-//! it then loses nothing; a counter's deadline is its Redis TTL.
-//!
-//! Invariant: an entry with a finite deadline is filed in its shard's wheel
-//! (`filed != NOT_FILED`), at a tick no later than the tick of its deadline.
+//! The table (see `table`) keeps the common limiter states (TOKEN, GCRA, LEAKY: one `tat`)
+//! packed in the slot itself; everything else is a [`Value`] in a boxed record. This module is
+//! the value side: the types and their heap accounting.
 
 use bytes::Bytes;
-use sluice_core::{Nanos, State};
-
-use crate::key::SmallBytes;
-
-/// One key in a shard's table.
-#[derive(Debug)]
-pub struct Entry {
-    pub key: SmallBytes,
-    pub value: Value,
-    /// When the key disappears; `Nanos::MAX` = never.
-    pub deadline: Nanos,
-    /// Target tick of this entry's wheel item, or `wheel::NOT_FILED`.
-    pub filed: u64,
-}
-
-impl Entry {
-    /// Bytes owned on the heap by the key and the value.
-    pub fn heap_bytes(&self) -> usize {
-        self.key.heap_bytes() + self.value.heap_bytes()
-    }
-
-    pub fn has_deadline(&self) -> bool {
-        self.deadline != Nanos::MAX
-    }
-}
+use sluice_core::State;
 
 /// What a key holds: a rate limiter's state or a plain-string counter. A key is one or the other;
 /// the other kind of command answers `WRONGTYPE`. 24 bytes: the discriminant lives in a spare
@@ -139,19 +111,10 @@ mod tests {
 
     #[test]
     fn layout() {
-        println!(
-            "size_of: Entry = {}, SmallBytes = {}, Value = {}, Counter = {}, State = {}",
-            size_of::<Entry>(),
-            size_of::<SmallBytes>(),
-            size_of::<Value>(),
-            size_of::<Counter>(),
-            size_of::<State>(),
-        );
         assert_eq!(size_of::<Counter>(), 16);
         // The counter hides in `State`'s niche: a value is no bigger than a state.
         assert_eq!(size_of::<Value>(), size_of::<State>().max(16));
-        // Key, value, deadline and wheel tick, nothing else: no per-entry Vec or Box.
-        assert_eq!(size_of::<Entry>(), 24 + size_of::<Value>() + 16);
+        assert_eq!(size_of::<Value>(), 24);
     }
 
     #[test]

@@ -1,78 +1,59 @@
-//! `SmallBytes`: an owned byte string that keeps short contents inline.
+//! Key encoding: how a binary key sits in a table slot's 16 key bytes.
 //!
 //! Keys are binary (no UTF-8 assumption) and most are short (`user:1234`, an IP, an API key id),
-//! so a key of up to [`INLINE_CAP`] bytes lives inside the table entry itself: no allocation, no
-//! pointer to chase while probing. Longer keys go to one exact-size heap allocation.
+//! so a key of up to [`INLINE_CAP`] bytes lives inside the slot itself: no allocation, no pointer
+//! to chase while probing. Three forms, named by two bits of the slot's metadata:
+//! - [`SHORT`] (0..=15 bytes): the bytes, zero padding, and the length in byte 15.
+//! - [`FULL`] (exactly 16 bytes): the 16 bytes, nothing else (so 16-byte keys cost no more).
+//! - [`HEAP`] (17 bytes and more): the slot holds a leaked `Box<[u8]>` (see `table`).
 //!
-//! Invariant: `Inline` is used iff the length is at most [`INLINE_CAP`], so two equal byte strings
-//! always have the same representation (equality still compares bytes, not representations).
+//! Invariant: the form and the 16 bytes are a function of the key, so two inline keys are equal
+//! iff their forms and 16 bytes are (a `SHORT` key of length 3 never equals one of length 4:
+//! byte 15 differs).
 
-use std::fmt;
+/// Longest key stored inline in a slot.
+pub const INLINE_CAP: usize = 16;
 
-/// Longest byte string stored inline: 22 bytes + a length byte + the enum tag = 24 bytes, the
-/// same as the heap form (a boxed slice is a pointer and a length).
-pub const INLINE_CAP: usize = 22;
+/// Key forms (two bits; 0 marks an empty slot).
+pub const SHORT: u16 = 1;
+pub const FULL: u16 = 2;
+pub const HEAP: u16 = 3;
 
-/// An owned byte string, inline up to [`INLINE_CAP`] bytes.
-#[derive(Clone)]
-pub enum SmallBytes {
-    Inline { len: u8, bytes: [u8; INLINE_CAP] },
-    Heap(Box<[u8]>),
+/// A key ready to compare against slots: its form and, for inline forms, its 16 slot bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Probe<'a> {
+    pub form: u16,
+    pub inline: [u8; INLINE_CAP],
+    pub key: &'a [u8],
 }
 
-impl SmallBytes {
-    pub fn new(b: &[u8]) -> SmallBytes {
-        if b.len() <= INLINE_CAP {
-            let mut bytes = [0u8; INLINE_CAP];
-            bytes[..b.len()].copy_from_slice(b);
-            SmallBytes::Inline {
-                len: b.len() as u8,
-                bytes,
-            }
-        } else {
-            SmallBytes::Heap(b.into())
-        }
-    }
-
+impl<'a> Probe<'a> {
     #[inline]
-    pub fn as_slice(&self) -> &[u8] {
-        match self {
-            SmallBytes::Inline { len, bytes } => &bytes[..*len as usize],
-            SmallBytes::Heap(b) => b,
-        }
-    }
-
-    /// Bytes owned on the heap (0 when inline), for memory accounting.
-    pub fn heap_bytes(&self) -> usize {
-        match self {
-            SmallBytes::Inline { .. } => 0,
-            SmallBytes::Heap(b) => b.len(),
-        }
-    }
-
-    #[cfg(test)]
-    pub fn is_inline(&self) -> bool {
-        matches!(self, SmallBytes::Inline { .. })
+    pub fn new(key: &'a [u8]) -> Probe<'a> {
+        let mut inline = [0u8; INLINE_CAP];
+        let form = match key.len() {
+            n if n < INLINE_CAP => {
+                inline[..n].copy_from_slice(key);
+                inline[INLINE_CAP - 1] = n as u8;
+                SHORT
+            }
+            INLINE_CAP => {
+                inline.copy_from_slice(key);
+                FULL
+            }
+            _ => HEAP,
+        };
+        Probe { form, inline, key }
     }
 }
 
-impl PartialEq for SmallBytes {
-    fn eq(&self, other: &SmallBytes) -> bool {
-        self.as_slice() == other.as_slice()
-    }
-}
-
-impl Eq for SmallBytes {}
-
-impl PartialEq<[u8]> for SmallBytes {
-    fn eq(&self, other: &[u8]) -> bool {
-        self.as_slice() == other
-    }
-}
-
-impl fmt::Debug for SmallBytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", bytes::Bytes::copy_from_slice(self.as_slice()))
+/// The key bytes of an inline slot key (`form` is `SHORT` or `FULL`).
+#[inline]
+pub fn inline_bytes(form: u16, bytes: &[u8; INLINE_CAP]) -> &[u8] {
+    if form == FULL {
+        bytes
+    } else {
+        &bytes[..usize::from(bytes[INLINE_CAP - 1])]
     }
 }
 
@@ -81,38 +62,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn size_is_three_words() {
-        assert_eq!(size_of::<SmallBytes>(), 24);
-    }
-
-    #[test]
-    fn inline_heap_boundary() {
-        for len in [0, 1, INLINE_CAP - 1, INLINE_CAP] {
-            let v: Vec<u8> = (0..len as u8).collect();
-            let k = SmallBytes::new(&v);
-            assert!(k.is_inline(), "len {len} should be inline");
-            assert_eq!(k.as_slice(), &v[..]);
-            assert_eq!(k.heap_bytes(), 0);
-        }
-        for len in [INLINE_CAP + 1, 64, 1000] {
-            let v: Vec<u8> = (0..len).map(|i| i as u8).collect();
-            let k = SmallBytes::new(&v);
-            assert!(!k.is_inline(), "len {len} should be on the heap");
-            assert_eq!(k.as_slice(), &v[..]);
-            assert_eq!(k.heap_bytes(), len);
+    fn forms_at_the_boundaries() {
+        for len in 0..=40usize {
+            let v: Vec<u8> = (0..len).map(|i| i as u8 ^ 0xA5).collect();
+            let p = Probe::new(&v);
+            let want = match len {
+                0..=15 => SHORT,
+                16 => FULL,
+                _ => HEAP,
+            };
+            assert_eq!(p.form, want, "len {len}");
+            if p.form != HEAP {
+                assert_eq!(inline_bytes(p.form, &p.inline), &v[..]);
+            }
         }
     }
 
     #[test]
-    fn equality_is_by_bytes() {
-        assert_eq!(SmallBytes::new(b"abc"), SmallBytes::new(b"abc"));
-        assert_ne!(SmallBytes::new(b"abc"), SmallBytes::new(b"abd"));
-        // A shorter prefix differs even though the inline buffers are zero-padded alike.
-        assert_ne!(SmallBytes::new(b"ab"), SmallBytes::new(b"ab\0"));
-        assert_ne!(SmallBytes::new(b""), SmallBytes::new(b"\0"));
-        let long = [7u8; 40];
-        assert_eq!(SmallBytes::new(&long), SmallBytes::new(&long));
-        assert_ne!(SmallBytes::new(&long), SmallBytes::new(&long[..39]));
-        assert!(SmallBytes::new(b"k\xff\x00") == *b"k\xff\x00".as_slice());
+    fn inline_encoding_is_injective() {
+        let keys: [&[u8]; 7] = [
+            b"",
+            b"\0",
+            b"ab",
+            b"ab\0",
+            b"ab\x02",
+            &[2u8; 15],
+            &[15u8; 16],
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for (j, b) in keys.iter().enumerate() {
+                let (pa, pb) = (Probe::new(a), Probe::new(b));
+                let same = pa.form == pb.form && pa.inline == pb.inline;
+                assert_eq!(same, i == j, "{a:?} vs {b:?}");
+            }
+        }
     }
 }

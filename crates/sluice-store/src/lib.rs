@@ -4,38 +4,51 @@
 //! counters (the Redis `GET`/`SET`/`INCR` subset), shared by every server thread.
 //!
 //! # Layout
-//! - `key`: `SmallBytes`, keys up to 22 bytes inline.
-//! - `entry`: `Entry` = key + value (limiter state or counter) + deadline + wheel tick.
-//! - `wheel`: the per-shard hierarchical timing wheel of key hashes.
-//! - `shard`: one lock's worth: a `hashbrown::HashTable<Entry>`, its wheel, its accounting.
+//! - `key`: how a key sits in a slot: up to 16 bytes inline, longer ones on the heap.
+//! - `entry`: `Value` (limiter state or counter) and `Counter`, the values that need a box.
+//! - `table`: a shard's keys: a bucketized cuckoo table of 24-byte slots (+2 metadata bytes)
+//!   that hold a TOKEN/GCRA/LEAKY bucket entirely: key, `tat`, deadline and wheel slot.
+//! - `wheel`: the per-shard hierarchical timing wheel of 32-bit key hashes.
+//! - `shard`: one lock's worth: a table, its wheel, its accounting and memory budget.
 //! - this file: `Store`, which hashes a key once and routes it to a shard.
+//!
+//! # Memory
+//! A TOKEN bucket with a 16-byte key costs 26 bytes of slot at 77–93 % table load plus a 4-byte
+//! wheel item: 30–39 bytes (the figures and their test are in `tests/memory.rs`). With
+//! [`StoreConfig::maxmemory`], each shard gets `maxmemory / shards` bytes and a new key that
+//! does not fit either evicts the entries with the soonest deadlines
+//! ([`EvictionPolicy::EvictSoonest`]) or is refused ([`EvictionPolicy::Reject`]); see
+//! [`Store::set_maxmemory`] for the bound.
 //!
 //! # Invariants
 //! - A key is hashed once with a fixed-seed ahash. Bits 40.. of that hash pick the shard; the
-//!   table uses the low bits (bucket index) and the top 7 (control byte), so neither is skewed
-//!   by the shard choice. The wheel files the same hash.
+//!   table (both bucket choices) and the wheel use the low 32 bits, so neither is skewed by
+//!   the shard choice.
 //! - A limiter key is dropped exactly when its bucket is fresh again (`now + reset_after`):
 //!   from then on a missing key answers the same, so memory follows only the limited clients.
 //!   A key past its deadline is treated as missing by every operation, even before the wheel
 //!   drops it; `len` and `expires_count` reap first, so they are exact.
 //! - A check holds one shard lock for a hash probe and an algorithm step: it allocates only when
-//!   it inserts a new key (the table, a heap key, the key's wheel item).
-//! - Memory accounting is structural and exact: table allocations, heap keys and values, wheel
-//!   buffers and the shards themselves ([`Store::used_memory`]).
+//!   it inserts a new key (the table, a heap key, a box, the key's wheel item), or when a
+//!   packed bucket stops fitting its slot (its deadline more than 15 ns before its `tat`).
+//! - Memory accounting is structural and exact: table arrays, boxes, heap keys and values,
+//!   wheel buffers and the shards themselves ([`Store::used_memory`]).
 
 mod entry;
 mod key;
 mod shard;
+mod table;
 mod wheel;
 
 use std::fmt;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use sluice_core::{Algo, CheckError, Decision, Nanos, Params, State};
 
-use crate::shard::{KeyHash, Shard};
+use crate::shard::{KeyHash, Limits, Shard};
 
 /// Store settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,11 +56,49 @@ pub struct StoreConfig {
     /// Number of shards; rounded up to a power of two, between 1 and [`MAX_SHARDS`]. Several per
     /// thread keep lock contention low.
     pub shards: usize,
+    /// Memory limit in bytes for [`Store::used_memory`]; 0 = unlimited. See
+    /// [`Store::set_maxmemory`].
+    pub maxmemory: usize,
+    /// What a new key gets when the limit is reached.
+    pub policy: EvictionPolicy,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { shards: 64 }
+        StoreConfig {
+            shards: 64,
+            maxmemory: 0,
+            policy: EvictionPolicy::EvictSoonest,
+        }
+    }
+}
+
+/// What a new key gets when memory is at `maxmemory` (`--maxmemory-policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EvictionPolicy {
+    /// `evict-soonest`: drop the buckets with the soonest deadlines (closest to fresh: the
+    /// least accuracy lost) until the new key fits. Keys without a deadline are never evicted;
+    /// when only they are left, the new key is refused as with `Reject`.
+    #[default]
+    EvictSoonest,
+    /// `reject`: a new key answers [`StoreError::OutOfMemory`]; existing keys keep working.
+    Reject,
+}
+
+impl EvictionPolicy {
+    fn to_u8(self) -> u8 {
+        match self {
+            EvictionPolicy::EvictSoonest => 0,
+            EvictionPolicy::Reject => 1,
+        }
+    }
+
+    fn from_u8(v: u8) -> EvictionPolicy {
+        if v == 1 {
+            EvictionPolicy::Reject
+        } else {
+            EvictionPolicy::EvictSoonest
+        }
     }
 }
 
@@ -66,6 +117,8 @@ pub enum StoreError {
     NotInteger,
     /// `INCR` would leave the `i64` range.
     Overflow,
+    /// A new key does not fit under `maxmemory` (policy `reject`, or nothing left to evict).
+    OutOfMemory,
 }
 
 /// `SET`'s `NX`/`XX` condition.
@@ -117,10 +170,15 @@ impl KeyHash for StoreHasher {
     }
 }
 
+/// One shard behind its lock, padded to a cache line.
+type ShardCell = CachePadded<Mutex<Shard<StoreHasher>>>;
+
 /// The sharded key space of one node. `Send + Sync`: share it behind an `Arc`.
 pub struct Store {
-    shards: Box<[CachePadded<Mutex<Shard<StoreHasher>>>]>,
+    shards: Box<[ShardCell]>,
     hasher: StoreHasher,
+    maxmemory: AtomicUsize,
+    policy: AtomicU8,
 }
 
 impl fmt::Debug for Store {
@@ -140,6 +198,51 @@ impl Store {
                 .map(|_| CachePadded::new(Mutex::new(Shard::new(hasher.clone()))))
                 .collect(),
             hasher,
+            maxmemory: AtomicUsize::new(cfg.maxmemory),
+            policy: AtomicU8::new(cfg.policy.to_u8()),
+        }
+    }
+
+    /// The memory limit (`CONFIG GET maxmemory`); 0 = unlimited.
+    pub fn maxmemory(&self) -> usize {
+        self.maxmemory.load(Ordering::Relaxed)
+    }
+
+    /// Sets the memory limit at run time (`CONFIG SET maxmemory`); 0 = unlimited.
+    ///
+    /// Each shard gets `maxmemory / shard_count()` bytes, counted as [`Store::used_memory`]
+    /// counts them, its own struct included. Before a new key is inserted, the shard's bytes
+    /// after the insert (table growth, box, heap key, wheel buffer growth) are checked against
+    /// that budget; the policy decides what happens when they do not fit. A lowered limit
+    /// takes effect at each shard's next insert (the table shrinks once a quarter full).
+    ///
+    /// Slack: `used_memory` can exceed the limit only by what existing keys grow by without an
+    /// insert: a counter `SET` to a longer value, a packed bucket that moves to a 32-byte box
+    /// (an `EXPIRE` on it, or more than 15 ns between its deadline and `tat`), and wheel
+    /// buffers re-filled as time passes (at most a quarter of a shard's items, 1 byte per key).
+    pub fn set_maxmemory(&self, bytes: usize) {
+        self.maxmemory.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The eviction policy (`CONFIG GET maxmemory-policy`).
+    pub fn policy(&self) -> EvictionPolicy {
+        EvictionPolicy::from_u8(self.policy.load(Ordering::Relaxed))
+    }
+
+    /// Sets the eviction policy at run time (`CONFIG SET maxmemory-policy`).
+    pub fn set_policy(&self, policy: EvictionPolicy) {
+        self.policy.store(policy.to_u8(), Ordering::Relaxed);
+    }
+
+    /// One shard's view of the memory limit.
+    #[inline]
+    fn limits(&self) -> Limits {
+        match self.maxmemory.load(Ordering::Relaxed) {
+            0 => Limits::NONE,
+            max => Limits {
+                budget: max / self.shards.len(),
+                policy: self.policy(),
+            },
         }
     }
 
@@ -163,7 +266,7 @@ impl Store {
 
     /// `RL.CHECK`: one check of `key` by `algo`. `WrongType` if the key holds a counter; a
     /// refusal by the algorithm is `Check(e)` and changes nothing. With `dry` or `COST 0` the
-    /// key is only read.
+    /// key is only read. `OutOfMemory` if a new key would have to be stored and does not fit.
     pub fn check(
         &self,
         key: &[u8],
@@ -190,8 +293,9 @@ impl Store {
         now: Nanos,
         f: impl FnOnce(&mut Option<State>) -> Result<(T, Option<Nanos>), CheckError>,
     ) -> Result<T, StoreError> {
+        let limits = self.limits();
         let (h, shard) = self.route(key);
-        shard.lock().limiter(h, key, now, f)
+        shard.lock().limiter(h, key, now, limits, f)
     }
 
     /// `GET`: the counter's value, `None` if missing; `WrongType` on a limiter.
@@ -201,17 +305,32 @@ impl Store {
     }
 
     /// `SET`: writes a counter over any key (as Redis `SET` does). Returns false if `NX`/`XX`
-    /// prevented it. A deadline already past writes nothing and deletes the key.
+    /// prevented it, or if a new key does not fit under `maxmemory` (use [`Store::try_set`]
+    /// to tell the two apart). A deadline already past writes nothing and deletes the key.
     pub fn set(&self, key: &[u8], value: &[u8], cond: SetCond, ttl: SetTtl, now: Nanos) -> bool {
+        self.try_set(key, value, cond, ttl, now).unwrap_or(false)
+    }
+
+    /// [`Store::set`] that reports a new key refused for memory as `Err(OutOfMemory)`.
+    pub fn try_set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        cond: SetCond,
+        ttl: SetTtl,
+        now: Nanos,
+    ) -> Result<bool, StoreError> {
+        let limits = self.limits();
         let (h, shard) = self.route(key);
-        shard.lock().set(h, key, value, cond, ttl, now)
+        shard.lock().set(h, key, value, cond, ttl, now, limits)
     }
 
     /// `INCRBY` (and `INCR`/`DECR`/`DECRBY`): a missing key counts from 0 and has no TTL; an
-    /// existing one keeps its TTL.
+    /// existing one keeps its TTL. A missing key may be refused with `OutOfMemory`.
     pub fn incr_by(&self, key: &[u8], delta: i64, now: Nanos) -> Result<i64, StoreError> {
+        let limits = self.limits();
         let (h, shard) = self.route(key);
-        shard.lock().incr_by(h, key, delta, now)
+        shard.lock().incr_by(h, key, delta, now, limits)
     }
 
     /// `PEXPIREAT` (and `EXPIRE`/`PEXPIRE` with `at = now + ttl`) on any key type. `at <= now`
@@ -273,10 +392,10 @@ impl Store {
         }
     }
 
-    /// Structural bytes: the shard array, each table's allocation, heap keys and state, and the
-    /// timing wheels.
+    /// Structural bytes: the shard array, each table's arrays, boxes, heap keys and state, and
+    /// the timing wheels.
     pub fn used_memory(&self) -> usize {
-        let shards = self.shards.len() * size_of::<CachePadded<Mutex<Shard<StoreHasher>>>>();
+        let shards = self.shards.len() * size_of::<ShardCell>();
         shards
             + self
                 .shards
@@ -298,6 +417,17 @@ impl Store {
     pub fn expired_total(&self) -> u64 {
         self.shards.iter().map(|s| s.lock().expired_total()).sum()
     }
+
+    /// Live keys dropped to make room under `maxmemory`, since start (`INFO stats`
+    /// `evicted_keys`). Each let a client through earlier than its limit said.
+    pub fn evicted_total(&self) -> u64 {
+        self.shards.iter().map(|s| s.lock().evicted_total()).sum()
+    }
+
+    /// New keys refused with `OutOfMemory`, since start.
+    pub fn rejected_total(&self) -> u64 {
+        self.shards.iter().map(|s| s.lock().rejected_total()).sum()
+    }
 }
 
 #[cfg(test)]
@@ -313,17 +443,21 @@ mod tests {
     #[test]
     fn shard_count_is_a_power_of_two() {
         assert_eq!(Store::new(StoreConfig::default()).shard_count(), 64);
-        assert_eq!(Store::new(StoreConfig { shards: 0 }).shard_count(), 1);
-        assert_eq!(Store::new(StoreConfig { shards: 5 }).shard_count(), 8);
-        assert_eq!(
-            Store::new(StoreConfig { shards: usize::MAX }).shard_count(),
-            MAX_SHARDS
-        );
+        let with = |shards| StoreConfig {
+            shards,
+            ..StoreConfig::default()
+        };
+        assert_eq!(Store::new(with(0)).shard_count(), 1);
+        assert_eq!(Store::new(with(5)).shard_count(), 8);
+        assert_eq!(Store::new(with(usize::MAX)).shard_count(), MAX_SHARDS);
     }
 
     #[test]
     fn keys_spread_over_shards() {
-        let store = Store::new(StoreConfig { shards: 16 });
+        let store = Store::new(StoreConfig {
+            shards: 16,
+            ..StoreConfig::default()
+        });
         let mut counts = [0usize; 16];
         for i in 0..16_000 {
             counts[store.shard_of(format!("user:{i}").as_bytes())] += 1;

@@ -1,164 +1,193 @@
-//! `Shard`: one lock's worth of the store: a hash table of entries, its timing wheel and its
-//! accounting. Every operation is a plain function on `&mut Shard` (the store takes the lock).
+//! `Shard`: one lock's worth of the store: a table of keys, its timing wheel, its accounting and
+//! its share of the memory limit. Every operation is a plain function on `&mut Shard` (the
+//! store takes the lock).
 //!
-//! The caller hashes the key once; the same hash probes the table and is what the wheel files.
-//! The table stores no hash: growing it and verifying a wheel item rehash the key (cheap, and
-//! 8 bytes per entry saved).
+//! The caller hashes the key once; the low 32 bits of that hash pick the key's table buckets
+//! and are what the wheel files. The table stores no hash: moving a key between buckets and
+//! verifying a wheel item rehash the key (cheap, and 4–8 bytes per entry saved).
 //!
 //! Invariants:
-//! - `stats.heap` is the sum of `Entry::heap_bytes` over the table; `stats.expires` counts the
-//!   entries with a deadline.
 //! - An entry whose deadline is `<= now` is dead: every lookup treats it as missing (and drops
 //!   it), before or after the wheel gets to it.
-//! - A limiter entry holds its state whenever the lock is free (`Value::take_limiter`).
-
-use std::ops::Range;
+//! - A limiter entry holds its state whenever the lock is free (`Table::take_limiter`).
+//! - With a memory budget, a new key is inserted only if the shard's bytes after the insert
+//!   (table growth, box, heap key) stay within it, after evicting the soonest-to-expire
+//!   entries if the policy allows ([`Shard::make_room`]).
 
 use bytes::Bytes;
-use hashbrown::HashTable;
-use hashbrown::hash_table::OccupiedEntry;
 use sluice_core::{CheckError, Nanos, State};
 
-use crate::entry::{Counter, Entry, Value};
-use crate::key::SmallBytes;
-use crate::wheel::{NOT_FILED, Wheel, tick_floor};
-use crate::{SetCond, SetTtl, StoreError, Ttl};
-
-/// Tables this small are never shrunk: not worth a reallocation.
-const MIN_SHRINK_CAPACITY: usize = 64;
+use crate::entry::{Counter, Value};
+use crate::key::Probe;
+use crate::table::Table;
+use crate::wheel::{NOT_FILED, SlotId, Wheel, tick_floor};
+use crate::{EvictionPolicy, SetCond, SetTtl, StoreError, Ttl};
 
 /// Hashes a key. The store uses one fixed-seed ahash; tests inject colliding hashers.
 pub trait KeyHash {
     fn hash_key(&self, key: &[u8]) -> u64;
+
+    /// The 32 bits the table and the wheel use.
+    #[inline]
+    fn hash32(&self, key: &[u8]) -> u32 {
+        self.hash_key(key) as u32
+    }
+}
+
+/// The memory limit as one shard sees it: its budget in bytes (`usize::MAX` = none) and what
+/// to do when a new key does not fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub budget: usize,
+    pub policy: EvictionPolicy,
+}
+
+impl Limits {
+    pub const NONE: Limits = Limits {
+        budget: usize::MAX,
+        policy: EvictionPolicy::EvictSoonest,
+    };
 }
 
 #[derive(Debug, Default)]
 struct Stats {
-    /// Heap bytes of keys and values.
-    heap: usize,
-    /// Entries with a deadline.
-    expires: usize,
     /// Entries dropped because their deadline passed (by the wheel or on read).
     expired: u64,
-}
-
-impl Stats {
-    fn removed(&mut self, e: &Entry) {
-        self.heap -= e.heap_bytes();
-        if e.has_deadline() {
-            self.expires -= 1;
-        }
-    }
-
-    fn added(&mut self, e: &Entry) {
-        self.heap += e.heap_bytes();
-        if e.has_deadline() {
-            self.expires += 1;
-        }
-    }
+    /// Live entries dropped to make room for a new key.
+    evicted: u64,
+    /// New keys refused for lack of memory.
+    rejected: u64,
 }
 
 /// One shard. See the module docs.
 #[derive(Debug)]
 pub struct Shard<H> {
-    table: HashTable<Entry>,
+    table: Table,
     wheel: Wheel,
     stats: Stats,
     hasher: H,
 }
 
-/// Finds `key`, dropping it first if its deadline has passed.
-fn find_live<'a>(
-    table: &'a mut HashTable<Entry>,
-    stats: &mut Stats,
-    h: u64,
-    key: &[u8],
-    now: Nanos,
-) -> Option<OccupiedEntry<'a, Entry>> {
-    match table.find_entry(h, |e| e.key == *key) {
-        Ok(occ) if occ.get().deadline <= now => {
-            let (e, _) = occ.remove();
-            stats.removed(&e);
-            stats.expired += 1;
-            None
-        }
-        Ok(occ) => Some(occ),
-        Err(_) => None,
-    }
-}
-
-/// Moves an entry's deadline, keeping `expires` and the wheel in step.
-fn set_deadline(wheel: &mut Wheel, stats: &mut Stats, h: u64, e: &mut Entry, deadline: Nanos) {
-    match (e.has_deadline(), deadline != Nanos::MAX) {
-        (false, true) => stats.expires += 1,
-        (true, false) => stats.expires -= 1,
-        _ => {}
-    }
-    e.deadline = deadline;
-    wheel.reschedule(h, &mut e.filed, deadline);
-}
-
 impl<H: KeyHash> Shard<H> {
     pub fn new(hasher: H) -> Shard<H> {
         Shard {
-            table: HashTable::new(),
+            table: Table::default(),
             wheel: Wheel::default(),
             stats: Stats::default(),
             hasher,
         }
     }
 
-    /// Inserts a key known to be absent and files it in the wheel.
-    fn insert(&mut self, h: u64, key: &[u8], value: Value, deadline: Nanos, now: Nanos) {
-        let Shard {
-            table,
-            wheel,
-            stats,
-            hasher,
-        } = self;
-        let entry = Entry {
-            key: SmallBytes::new(key),
-            value,
-            deadline,
-            filed: NOT_FILED,
-        };
-        stats.added(&entry);
-        let mut occ = table.insert_unique(h, entry, |e| hasher.hash_key(e.key.as_slice()));
-        let e = occ.get_mut();
-        wheel.idle_to(now);
-        wheel.reschedule(h, &mut e.filed, deadline);
+    /// Finds `key`, dropping it first if its deadline has passed.
+    #[inline]
+    fn find_live(&mut self, h: u32, probe: &Probe<'_>, now: Nanos) -> Option<usize> {
+        let i = self.table.find(h, probe)?;
+        if self.table.deadline(i) <= now {
+            self.table.remove(i);
+            self.stats.expired += 1;
+            return None;
+        }
+        Some(i)
+    }
+
+    /// Inserts a key known to be absent and files it in the wheel, if memory allows.
+    fn insert(
+        &mut self,
+        h: u32,
+        probe: &Probe<'_>,
+        value: Value,
+        deadline: Nanos,
+        now: Nanos,
+        limits: Limits,
+    ) -> Result<(), StoreError> {
+        self.wheel.idle_to(now);
+        self.make_room(probe, &value, deadline, limits)?;
+        let mut filed = NOT_FILED;
+        self.wheel.reschedule(h, &mut filed, deadline);
+        let hasher = &self.hasher;
+        self.table
+            .insert(h, probe, value, deadline, filed, &|k| hasher.hash32(k));
+        Ok(())
+    }
+
+    /// Makes the shard's bytes after inserting `probe` with `value` fit `limits.budget`: evicts
+    /// the entries with the soonest deadlines (`EvictSoonest`) or refuses (`Reject`, or when
+    /// nothing is left to evict: keys without a deadline are never evicted).
+    fn make_room(
+        &mut self,
+        probe: &Probe<'_>,
+        value: &Value,
+        deadline: Nanos,
+        limits: Limits,
+    ) -> Result<(), StoreError> {
+        if limits.budget == usize::MAX {
+            return Ok(());
+        }
+        let cost = |s: &Self| s.table.insert_cost(probe, value) + s.wheel.file_cost(deadline);
+        while self.bytes() + cost(self) > limits.budget {
+            if limits.policy == EvictionPolicy::Reject || !self.evict_one() {
+                self.stats.rejected += 1;
+                return Err(StoreError::OutOfMemory);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the live entry of the soonest wheel item (skipping stale items); false if the
+    /// wheel is empty.
+    fn evict_one(&mut self) -> bool {
+        while let Some((h, id)) = self.wheel.pop_soonest() {
+            let Shard {
+                table,
+                stats,
+                hasher,
+                ..
+            } = self;
+            let mut evicted = 0;
+            for i in table.candidates(h) {
+                if table.is_occupied(i) && table.filed(i) == id && hasher.hash32(table.key(i)) == h
+                {
+                    table.remove(i);
+                    evicted += 1;
+                }
+            }
+            if evicted > 0 {
+                stats.evicted += evicted;
+                let hasher = &self.hasher;
+                self.table.maybe_shrink(&|k| hasher.hash32(k));
+                return true;
+            }
+        }
+        false
     }
 
     /// Runs `f` on the key's limiter slot (`None` if missing or expired). See `Store::limiter`.
+    #[inline]
     pub fn limiter<T>(
         &mut self,
         h: u64,
         key: &[u8],
         now: Nanos,
+        limits: Limits,
         f: impl FnOnce(&mut Option<State>) -> Result<(T, Option<Nanos>), CheckError>,
     ) -> Result<T, StoreError> {
-        let Shard {
-            table,
-            wheel,
-            stats,
-            ..
-        } = self;
-        let Some(mut occ) = find_live(table, stats, h, key, now) else {
+        let h = h as u32;
+        let probe = Probe::new(key);
+        let Some(i) = self.find_live(h, &probe, now) else {
             let mut slot = None;
             let (v, change) = f(&mut slot).map_err(StoreError::Check)?;
             if let (Some(state), Some(reset)) = (slot, change) {
                 let deadline = now.saturating_add(reset);
                 if deadline > now {
-                    self.insert(h, key, Value::Limiter(state), deadline, now);
+                    self.insert(h, &probe, Value::Limiter(state), deadline, now, limits)?;
                 }
             }
             return Ok(v);
         };
-        let e = occ.get_mut();
-        let Some(state) = e.value.take_limiter() else {
+        let old_deadline = self.table.deadline(i);
+        let Some(state) = self.table.take_limiter(i) else {
             return Err(StoreError::WrongType);
         };
-        let heap_before = state.heap_bytes();
         let mut slot = Some(state);
         let result = f(&mut slot);
         // Until the state is back in place or the entry removed, the entry holds a placeholder.
@@ -168,32 +197,35 @@ impl<H: KeyHash> Shard<H> {
         };
         match slot {
             Some(state) if deadline.is_none_or(|d| d > now) => {
-                stats.heap = stats.heap - heap_before + state.heap_bytes();
-                e.value = Value::Limiter(state);
-                if let Some(deadline) = deadline {
-                    set_deadline(wheel, stats, h, e, deadline);
-                }
+                let deadline = deadline.unwrap_or(old_deadline);
+                let mut filed = self.table.filed(i);
+                self.wheel.reschedule(h, &mut filed, deadline);
+                self.table.put(i, Value::Limiter(state), deadline, filed);
             }
-            _ => {
-                // Back to fresh: a missing key answers the same, so it need not be kept.
-                stats.heap -= heap_before;
-                let (e, _) = occ.remove();
-                stats.removed(&e);
-            }
+            // Back to fresh: a missing key answers the same, so it need not be kept.
+            _ => self.table.remove(i),
         }
         result.map(|(v, _)| v).map_err(StoreError::Check)
     }
 
     pub fn get(&mut self, h: u64, key: &[u8], now: Nanos) -> Result<Option<Bytes>, StoreError> {
-        match find_live(&mut self.table, &mut self.stats, h, key, now) {
+        match self.find_live(h as u32, &Probe::new(key), now) {
             None => Ok(None),
-            Some(occ) => match &occ.get().value {
-                Value::Counter(c) => Ok(Some(c.to_bytes())),
-                Value::Limiter(_) => Err(StoreError::WrongType),
+            Some(i) => match self.table.counter(i) {
+                Some(c) => Ok(Some(c.to_bytes())),
+                None => Err(StoreError::WrongType),
             },
         }
     }
 
+    /// Writes `value`'s new deadline to entry `i`, keeping the wheel in step.
+    fn put(&mut self, h: u32, i: usize, value: Value, deadline: Nanos) {
+        let mut filed = self.table.filed(i);
+        self.wheel.reschedule(h, &mut filed, deadline);
+        self.table.put(i, value, deadline, filed);
+    }
+
+    #[allow(clippy::too_many_arguments)] // SET's own arguments, plus where and when.
     pub fn set(
         &mut self,
         h: u64,
@@ -202,43 +234,29 @@ impl<H: KeyHash> Shard<H> {
         cond: SetCond,
         ttl: SetTtl,
         now: Nanos,
-    ) -> bool {
-        let Shard {
-            table,
-            wheel,
-            stats,
-            ..
-        } = self;
-        let found = find_live(table, stats, h, key, now);
+        limits: Limits,
+    ) -> Result<bool, StoreError> {
+        let h = h as u32;
+        let probe = Probe::new(key);
+        let found = self.find_live(h, &probe, now);
         match (cond, found.is_some()) {
-            (SetCond::Nx, true) | (SetCond::Xx, false) => return false,
+            (SetCond::Nx, true) | (SetCond::Xx, false) => return Ok(false),
             _ => {}
         }
         let deadline = match ttl {
             SetTtl::Clear => Nanos::MAX,
-            SetTtl::Keep => found.as_ref().map_or(Nanos::MAX, |o| o.get().deadline),
+            SetTtl::Keep => found.map_or(Nanos::MAX, |i| self.table.deadline(i)),
             SetTtl::At(at) => at,
         };
+        let counter = Value::Counter(Counter::from_bytes(value));
         match found {
             // Set with a deadline already past: the key is written and expires at once.
-            Some(occ) if deadline <= now => {
-                let (e, _) = occ.remove();
-                stats.removed(&e);
-            }
+            Some(i) if deadline <= now => self.table.remove(i),
             None if deadline <= now => {}
-            Some(mut occ) => {
-                let e = occ.get_mut();
-                let counter = Counter::from_bytes(value);
-                stats.heap = stats.heap - e.value.heap_bytes() + counter.heap_bytes();
-                e.value = Value::Counter(counter);
-                set_deadline(wheel, stats, h, e, deadline);
-            }
-            None => {
-                let value = Value::Counter(Counter::from_bytes(value));
-                self.insert(h, key, value, deadline, now);
-            }
+            Some(i) => self.put(h, i, counter, deadline),
+            None => self.insert(h, &probe, counter, deadline, now, limits)?,
         }
-        true
+        Ok(true)
     }
 
     pub fn incr_by(
@@ -247,61 +265,61 @@ impl<H: KeyHash> Shard<H> {
         key: &[u8],
         delta: i64,
         now: Nanos,
+        limits: Limits,
     ) -> Result<i64, StoreError> {
-        let Some(mut occ) = find_live(&mut self.table, &mut self.stats, h, key, now) else {
-            self.insert(h, key, Value::Counter(Counter::Int(delta)), Nanos::MAX, now);
+        let h = h as u32;
+        let probe = Probe::new(key);
+        let Some(i) = self.find_live(h, &probe, now) else {
+            let value = Value::Counter(Counter::Int(delta));
+            self.insert(h, &probe, value, Nanos::MAX, now, limits)?;
             return Ok(delta);
         };
-        match &mut occ.get_mut().value {
-            Value::Counter(Counter::Int(n)) => {
+        match self.table.counter_mut(i) {
+            Some(Counter::Int(n)) => {
                 *n = n.checked_add(delta).ok_or(StoreError::Overflow)?;
                 Ok(*n)
             }
-            Value::Counter(_) => Err(StoreError::NotInteger),
-            Value::Limiter(_) => Err(StoreError::WrongType),
+            Some(_) => Err(StoreError::NotInteger),
+            None => Err(StoreError::WrongType),
         }
     }
 
     pub fn expire_at(&mut self, h: u64, key: &[u8], at: Nanos, now: Nanos) -> bool {
-        let Shard {
-            table,
-            wheel,
-            stats,
-            ..
-        } = self;
-        let Some(mut occ) = find_live(table, stats, h, key, now) else {
+        let h = h as u32;
+        let Some(i) = self.find_live(h, &Probe::new(key), now) else {
             return false;
         };
         if at <= now {
-            let (e, _) = occ.remove();
-            stats.removed(&e);
+            self.table.remove(i);
         } else {
-            set_deadline(wheel, stats, h, occ.get_mut(), at);
+            let value = self.table.take_value(i);
+            self.put(h, i, value, at);
         }
         true
     }
 
     pub fn ttl(&mut self, h: u64, key: &[u8], now: Nanos) -> Ttl {
-        match find_live(&mut self.table, &mut self.stats, h, key, now) {
+        match self.find_live(h as u32, &Probe::new(key), now) {
             None => Ttl::Missing,
-            Some(occ) if !occ.get().has_deadline() => Ttl::Persistent,
-            Some(occ) => Ttl::Remaining(occ.get().deadline.saturating_sub(now)),
+            Some(i) => match self.table.deadline(i) {
+                Nanos::MAX => Ttl::Persistent,
+                d => Ttl::Remaining(d.saturating_sub(now)),
+            },
         }
     }
 
     pub fn del(&mut self, h: u64, key: &[u8], now: Nanos) -> bool {
-        match find_live(&mut self.table, &mut self.stats, h, key, now) {
+        match self.find_live(h as u32, &Probe::new(key), now) {
             None => false,
-            Some(occ) => {
-                let (e, _) = occ.remove();
-                self.stats.removed(&e);
+            Some(i) => {
+                self.table.remove(i);
                 true
             }
         }
     }
 
     pub fn exists(&mut self, h: u64, key: &[u8], now: Nanos) -> bool {
-        find_live(&mut self.table, &mut self.stats, h, key, now).is_some()
+        self.find_live(h as u32, &Probe::new(key), now).is_some()
     }
 
     /// Runs the wheel up to `now`, dropping entries whose deadline passed; returns how many.
@@ -313,25 +331,15 @@ impl<H: KeyHash> Shard<H> {
             hasher,
         } = self;
         let mut dropped = 0;
-        wheel.advance(now, |wheel, h, range| {
-            dropped += visit(table, stats, hasher, wheel, h, range, now);
+        wheel.advance(now, |wheel, h, id| {
+            dropped += visit(table, hasher, wheel, h, id, now);
         });
+        stats.expired += dropped as u64;
         if dropped > 0 {
-            self.maybe_shrink();
+            let hasher = &self.hasher;
+            self.table.maybe_shrink(&|k| hasher.hash32(k));
         }
         dropped
-    }
-
-    /// Gives memory back after a wave of expiries: memory follows the clients that are limited
-    /// now, not the peak. Shrinks only below 1/8 full, to half full, so a table that breathes
-    /// around one size does not reallocate back and forth.
-    fn maybe_shrink(&mut self) {
-        let (len, cap) = (self.table.len(), self.table.capacity());
-        if cap > MIN_SHRINK_CAPACITY && len < cap / 8 {
-            let hasher = &self.hasher;
-            self.table
-                .shrink_to(len * 2, |e| hasher.hash_key(e.key.as_slice()));
-        }
     }
 
     /// Runs the wheel, then also drops the dead entries that wait for the end of the current
@@ -346,11 +354,15 @@ impl<H: KeyHash> Shard<H> {
         } = self;
         // Everything due by `now` is filed at or before `tick_floor(now) + 1`, and after the
         // wheel ran only that tick's level-0 slot can still hold such entries.
+        let mut late = 0;
         for &h in wheel.pending_at(tick_floor(now) + 1) {
-            dropped += drop_due(table, stats, hasher, h, now);
+            late += drop_due(table, hasher, h, now);
         }
-        if dropped > 0 {
-            self.maybe_shrink();
+        stats.expired += late as u64;
+        dropped += late;
+        if late > 0 {
+            let hasher = &self.hasher;
+            self.table.maybe_shrink(&|k| hasher.hash32(k));
         }
         dropped
     }
@@ -360,25 +372,36 @@ impl<H: KeyHash> Shard<H> {
     }
 
     pub fn expires(&self) -> usize {
-        self.stats.expires
+        self.table.expires()
     }
 
     pub fn expired_total(&self) -> u64 {
         self.stats.expired
     }
 
-    /// Drops every key and frees the table and the wheel.
-    pub fn flush(&mut self) {
-        self.table = HashTable::new();
-        self.wheel = Wheel::default();
-        self.stats.heap = 0;
-        self.stats.expires = 0;
+    pub fn evicted_total(&self) -> u64 {
+        self.stats.evicted
     }
 
-    /// Structural bytes owned outside the shard struct: the table's allocation (buckets and
-    /// control bytes), heap keys and values, and the wheel's buffers.
+    pub fn rejected_total(&self) -> u64 {
+        self.stats.rejected
+    }
+
+    /// Drops every key and frees the table and the wheel.
+    pub fn flush(&mut self) {
+        self.table = Table::default();
+        self.wheel = Wheel::default();
+    }
+
+    /// Structural bytes owned outside the shard struct: the table's arrays, boxed values and
+    /// heap keys, and the wheel's buffers.
     pub fn heap_bytes(&self) -> usize {
-        self.table.allocation_size() + self.stats.heap + self.wheel.heap_bytes()
+        self.table.bytes() + self.wheel.heap_bytes()
+    }
+
+    /// Everything this shard accounts for, its own struct included (what its budget limits).
+    fn bytes(&self) -> usize {
+        size_of::<crate::ShardCell>() + self.heap_bytes()
     }
 
     #[cfg(test)]
@@ -388,42 +411,41 @@ impl<H: KeyHash> Shard<H> {
 }
 
 /// Drops every entry with hash `h` whose deadline is `<= now`; returns how many.
-fn drop_due(
-    table: &mut HashTable<Entry>,
-    stats: &mut Stats,
-    hasher: &impl KeyHash,
-    h: u64,
-    now: Nanos,
-) -> usize {
+fn drop_due(table: &mut Table, hasher: &impl KeyHash, h: u32, now: Nanos) -> usize {
     let mut dropped = 0;
-    // Several keys may share the full 64-bit hash: loop until none of them is due.
-    while let Ok(occ) = table.find_entry(h, |e| {
-        e.deadline <= now && hasher.hash_key(e.key.as_slice()) == h
-    }) {
-        let (e, _) = occ.remove();
-        stats.removed(&e);
-        stats.expired += 1;
-        dropped += 1;
+    for i in table.candidates(h) {
+        if table.is_occupied(i) && table.deadline(i) <= now && hasher.hash32(table.key(i)) == h {
+            table.remove(i);
+            dropped += 1;
+        }
     }
     dropped
 }
 
-/// One fired wheel item: drops the due entries with hash `h` and re-files the entries this
-/// slot holds (`filed` in `range`) whose deadline moved later. Entries filed elsewhere are
-/// left alone: this item is stale for them.
+/// One fired wheel item: drops the due entries with hash `h` that this slot holds (`filed ==
+/// id`) and re-files the others whose deadline moved later. Entries filed elsewhere are left
+/// alone: this item is stale for them.
 fn visit(
-    table: &mut HashTable<Entry>,
-    stats: &mut Stats,
+    table: &mut Table,
     hasher: &impl KeyHash,
     wheel: &mut Wheel,
-    h: u64,
-    range: Range<u64>,
+    h: u32,
+    id: SlotId,
     now: Nanos,
 ) -> usize {
-    let dropped = drop_due(table, stats, hasher, h, now);
-    for e in table.iter_hash_mut(h) {
-        if range.contains(&e.filed) && hasher.hash_key(e.key.as_slice()) == h {
-            wheel.refile(h, &mut e.filed, e.deadline);
+    let mut dropped = 0;
+    for i in table.candidates(h) {
+        if !table.is_occupied(i) || table.filed(i) != id || hasher.hash32(table.key(i)) != h {
+            continue;
+        }
+        let deadline = table.deadline(i);
+        if deadline <= now {
+            table.remove(i);
+            dropped += 1;
+        } else {
+            let mut filed = id;
+            wheel.refile(h, &mut filed, deadline);
+            table.set_filed(i, filed);
         }
     }
     dropped
@@ -442,8 +464,8 @@ mod tests {
         }
     }
 
-    /// Hashes that differ but share the control byte and most probe positions, so the table's
-    /// candidates for a hash include other keys and the full-hash check is what tells them apart.
+    /// Hashes that differ but share most bucket positions, so a key's candidates include other
+    /// keys and the full-hash check is what tells them apart.
     struct FirstByte;
     impl KeyHash for FirstByte {
         fn hash_key(&self, key: &[u8]) -> u64 {
@@ -452,6 +474,7 @@ mod tests {
     }
 
     const T0: Nanos = Nanos(1_700_000_000_000_000_000);
+    const NONE: Limits = Limits::NONE;
 
     fn secs(s: u64) -> Nanos {
         T0.saturating_add(Nanos::from_secs(s))
@@ -460,7 +483,10 @@ mod tests {
     fn set_with<H: KeyHash>(shard: &mut Shard<H>, key: &[u8], v: &[u8], at: Option<Nanos>) {
         let h = shard.hasher.hash_key(key);
         let ttl = at.map_or(SetTtl::Clear, SetTtl::At);
-        assert!(shard.set(h, key, v, SetCond::Always, ttl, T0));
+        assert_eq!(
+            shard.set(h, key, v, SetCond::Always, ttl, T0, NONE),
+            Ok(true)
+        );
     }
 
     fn get<H: KeyHash>(shard: &mut Shard<H>, key: &[u8], now: Nanos) -> Option<Bytes> {
@@ -505,18 +531,21 @@ mod tests {
         let h = SameHash.hash_key(b"");
         set_with(&mut s, b"counter", b"5", None);
         let tat = secs(5);
-        s.limiter(h, b"bucket", T0, |slot| {
+        s.limiter(h, b"bucket", T0, NONE, |slot| {
             assert!(slot.is_none());
             *slot = Some(State::Token { tat });
             Ok(((), Some(Nanos::from_secs(5))))
         })
         .unwrap();
-        assert_eq!(s.incr_by(h, b"counter", 2, T0), Ok(7));
-        assert_eq!(s.incr_by(h, b"bucket", 2, T0), Err(StoreError::WrongType));
+        assert_eq!(s.incr_by(h, b"counter", 2, T0, NONE), Ok(7));
+        assert_eq!(
+            s.incr_by(h, b"bucket", 2, T0, NONE),
+            Err(StoreError::WrongType)
+        );
         assert_eq!(s.get(h, b"bucket", T0), Err(StoreError::WrongType));
-        let seen = s.limiter(h, b"bucket", T0, |slot| Ok((slot.clone(), None)));
+        let seen = s.limiter(h, b"bucket", T0, NONE, |slot| Ok((slot.clone(), None)));
         assert_eq!(seen, Ok(Some(State::Token { tat })));
-        let wrong = s.limiter(h, b"counter", T0, |_| Ok(((), None)));
+        let wrong = s.limiter(h, b"counter", T0, NONE, |_| Ok(((), None)));
         assert_eq!(wrong, Err(StoreError::WrongType));
         assert!(s.del(h, b"counter", T0));
         assert_eq!(s.ttl(h, b"bucket", T0), Ttl::Remaining(Nanos::from_secs(5)));
@@ -563,11 +592,60 @@ mod tests {
         for i in 0..4096u32 {
             let key = i.to_le_bytes();
             let h = s.hasher.hash_key(&key);
-            s.set(h, &key, b"x", SetCond::Always, SetTtl::At(secs(1)), T0);
+            let ttl = SetTtl::At(secs(1));
+            s.set(h, &key, b"x", SetCond::Always, ttl, T0, NONE)
+                .unwrap();
         }
         let full = s.heap_bytes();
         assert_eq!(s.expire_due(secs(2)), 4096);
         assert!(s.heap_bytes() < full / 8, "{} vs {full}", s.heap_bytes());
+    }
+
+    #[test]
+    fn eviction_takes_the_soonest_deadline_first() {
+        let mut s = Shard::new(RealHash);
+        // Deadlines 1..=200 s, inserted in a scrambled order.
+        for n in 0..200u64 {
+            let d = 1 + (n * 73) % 200;
+            let key = format!("key:{d}");
+            set_with(&mut s, key.as_bytes(), b"x", Some(secs(d)));
+        }
+        let budget = s.bytes();
+        let limits = Limits {
+            budget,
+            policy: EvictionPolicy::EvictSoonest,
+        };
+        let key = b"newcomer";
+        let h = s.hasher.hash_key(key);
+        let ttl = SetTtl::At(secs(1000));
+        assert_eq!(
+            s.set(h, key, b"1", SetCond::Always, ttl, T0, limits),
+            Ok(true)
+        );
+        assert!(s.bytes() <= budget);
+        let evicted = s.evicted_total() as usize;
+        assert!(evicted >= 1);
+        // The victims are the soonest deadlines, within one level-0 wheel slot's order.
+        for d in 1..=200u64 {
+            let alive = get(&mut s, format!("key:{d}").as_bytes(), T0).is_some();
+            assert_eq!(
+                alive,
+                d as usize > evicted,
+                "key:{d} with {evicted} evicted"
+            );
+        }
+        let reject = Limits {
+            policy: EvictionPolicy::Reject,
+            ..limits
+        };
+        let key = b"refused";
+        let h = s.hasher.hash_key(key);
+        assert_eq!(
+            s.set(h, key, b"1", SetCond::Always, ttl, T0, reject),
+            Err(StoreError::OutOfMemory)
+        );
+        assert_eq!(s.rejected_total(), 1);
+        assert!(get(&mut s, key, T0).is_none());
     }
 
     struct RealHash;

@@ -4,24 +4,25 @@
 //! of 64 slots cover 2^24 ticks (≈4.9 hours); later targets wait in an overflow list that is
 //! re-examined each time the wheel enters a new 2^24-tick block.
 //!
-//! The wheel stores only the key's 64-bit hash (8 bytes per key). The entry in the table keeps
-//! `filed`, the target tick of its one live wheel item (or [`NOT_FILED`]). This gives lazy
-//! re-scheduling:
+//! The wheel stores only the low 32 bits of the key's hash (4 bytes per key: the table finds a
+//! key's candidate slots from those bits, see `table`). The entry in the table keeps `filed`, the
+//! [`SlotId`] of its one live wheel item (or [`NOT_FILED`]): one byte for a packed entry. This
+//! gives lazy re-scheduling:
 //! - A deadline that moves later changes nothing here: when the item fires, the entry is not due
 //!   and is filed again at its current deadline ([`Wheel::refile`]).
-//! - A deadline that moves earlier into another slot is filed again at once, so an entry is
-//!   never looked at more than one tick after its deadline; the old item turns stale.
+//! - A deadline that moves before its slot's range is filed again at once, so an entry is never
+//!   looked at more than one tick after its deadline; the old item turns stale.
 //!
 //! Invariants (`cur` is the next tick still to be processed):
 //! - Every item sits in the slot `position(target, cur)`: the level is given by the highest bit
-//!   where `target` and `cur` differ, so the occupied slots' tick ranges partition the future.
-//! - An item matches an entry iff the entry's hash equals the item and the entry's `filed` lies in
-//!   the tick range of the slot being processed; since ranges are disjoint, at most one slot ever
-//!   matches an entry, and stale items (entry gone, or filed elsewhere) are dropped when met.
-//! - `filed <= tick_of(deadline)` for every filed entry, so an entry is processed no later than
-//!   the tick that holds its deadline.
-
-use std::ops::Range;
+//!   where `target` and `cur` differ, so the occupied slots' tick ranges partition the future,
+//!   and an occupied slot's range is a function of its id and `cur` ([`Wheel::start_of`]).
+//! - An item matches an entry iff the entry's 32-bit hash equals the item and the entry's
+//!   `filed` is the id of the slot being processed. A slot is emptied when it fires, so its items
+//!   all belong to its current range; items repeated within one slot are deduplicated when it
+//!   fires, and stale items (entry gone, or filed elsewhere) are dropped when met.
+//! - `start_of(filed) <= tick_of(deadline)` for every filed entry, so an entry is processed no
+//!   later than the tick that holds its deadline.
 
 use sluice_core::Nanos;
 
@@ -34,8 +35,12 @@ const SLOTS: usize = 1 << SLOT_BITS;
 /// Number of wheel levels.
 pub const LEVELS: usize = 4;
 const HORIZON_BITS: u32 = SLOT_BITS * LEVELS as u32;
-/// `filed` of an entry that has no wheel item (no deadline, or not yet scheduled).
-pub const NOT_FILED: u64 = 0;
+/// Names a slot: `level * 64 + index`, or [`OVERFLOW`]. 12 bits are enough for every id.
+pub type SlotId = u16;
+/// The overflow list's id.
+pub const OVERFLOW: SlotId = (LEVELS * SLOTS) as SlotId;
+/// `filed` of an entry that has no wheel item (no deadline).
+pub const NOT_FILED: SlotId = 0xFFF;
 /// A buffer of a fired slot is given back to its slot if at most this many items long, so steady
 /// traffic does not allocate per tick; bigger ones are freed so a burst does not pin memory.
 const REUSE_CAP: usize = 64;
@@ -57,16 +62,46 @@ enum Pos {
     Overflow,
 }
 
+impl Pos {
+    fn id(self) -> SlotId {
+        match self {
+            Pos::Slot { level, index } => (level * SLOTS + index) as SlotId,
+            Pos::Overflow => OVERFLOW,
+        }
+    }
+
+    fn of(id: SlotId) -> Pos {
+        if id >= OVERFLOW {
+            Pos::Overflow
+        } else {
+            let id = usize::from(id);
+            Pos::Slot {
+                level: id / SLOTS,
+                index: id % SLOTS,
+            }
+        }
+    }
+}
+
+/// Pushes with growth by a quarter: a slot buffer can hold most of a shard's keys, and doubling
+/// would leave up to half of it unused.
+fn push(items: &mut Vec<u32>, hash: u32) {
+    if items.len() == items.capacity() {
+        items.reserve_exact((items.len() / 4).max(8));
+    }
+    items.push(hash);
+}
+
 /// One shard's timing wheel. See the module docs.
 #[derive(Debug)]
 pub struct Wheel {
     /// The next tick to process; ticks before it are done. Starts at 1 so that no target is
     /// ever `NOT_FILED`.
     cur: u64,
-    levels: Box<[[Vec<u64>; SLOTS]; LEVELS]>,
+    levels: Box<[[Vec<u32>; SLOTS]; LEVELS]>,
     /// Bit `i` of `occupied[l]` is set iff `levels[l][i]` is non-empty.
     occupied: [u64; LEVELS],
-    overflow: Vec<u64>,
+    overflow: Vec<u32>,
     /// Items in the wheel, stale ones included.
     items: usize,
 }
@@ -97,9 +132,9 @@ impl Wheel {
             .iter()
             .flatten()
             .chain(std::iter::once(&self.overflow))
-            .map(|v| v.capacity() * size_of::<u64>())
+            .map(|v| v.capacity() * size_of::<u32>())
             .sum();
-        size_of::<[[Vec<u64>; SLOTS]; LEVELS]>() + buffers
+        size_of::<[[Vec<u32>; SLOTS]; LEVELS]>() + buffers
     }
 
     /// Lets an empty wheel skip straight to `now`: with nothing filed there is nothing to
@@ -126,45 +161,75 @@ impl Wheel {
         }
     }
 
-    /// Files `hash` at tick `target` (or at `cur` if that is already past) and returns the
-    /// target actually used, which the caller stores as the entry's `filed`.
-    pub fn file(&mut self, hash: u64, target: u64) -> u64 {
-        let target = target.max(self.cur);
-        match self.position(target) {
+    /// The first tick of slot `id`'s range as seen from `cur` (for the overflow: the start of
+    /// the next 2^24-tick block, when it is re-examined).
+    pub fn start_of(&self, id: SlotId) -> u64 {
+        match Pos::of(id) {
             Pos::Slot { level, index } => {
-                self.levels[level][index].push(hash);
+                let shift = SLOT_BITS * level as u32;
+                let block = self.cur >> (shift + SLOT_BITS) << (shift + SLOT_BITS);
+                (block | ((index as u64) << shift)).max(self.cur)
+            }
+            Pos::Overflow => ((self.cur >> HORIZON_BITS) + 1) << HORIZON_BITS,
+        }
+    }
+
+    /// Bytes that filing an item for `deadline` now would allocate (a slot buffer's growth).
+    pub fn file_cost(&self, deadline: Nanos) -> usize {
+        if deadline == Nanos::MAX {
+            return 0;
+        }
+        let items = match self.position(tick_of(deadline)) {
+            Pos::Slot { level, index } => &self.levels[level][index],
+            Pos::Overflow => &self.overflow,
+        };
+        if items.len() == items.capacity() {
+            (items.len() / 4).max(8) * size_of::<u32>()
+        } else {
+            0
+        }
+    }
+
+    /// The id of the slot an item with target tick `target` would be filed in now.
+    #[cfg(test)]
+    pub fn slot_of(&self, target: u64) -> SlotId {
+        self.position(target).id()
+    }
+
+    /// Files `hash` at tick `target` (or at `cur` if that is already past) and returns the
+    /// slot used, which the caller stores as the entry's `filed`.
+    pub fn file(&mut self, hash: u32, target: u64) -> SlotId {
+        let pos = self.position(target);
+        match pos {
+            Pos::Slot { level, index } => {
+                push(&mut self.levels[level][index], hash);
                 self.occupied[level] |= 1 << index;
             }
-            Pos::Overflow => self.overflow.push(hash),
+            Pos::Overflow => push(&mut self.overflow, hash),
         }
         self.items += 1;
-        target
+        pos.id()
     }
 
     /// Brings an entry's wheel item in line with its (possibly changed) `deadline`; `filed` is
     /// the entry's field. Later deadlines are left to [`Wheel::refile`] (lazy); an earlier one
     /// in another slot is filed again now. `Nanos::MAX` means no deadline.
-    pub fn reschedule(&mut self, hash: u64, filed: &mut u64, deadline: Nanos) {
+    #[inline]
+    pub fn reschedule(&mut self, hash: u32, filed: &mut SlotId, deadline: Nanos) {
         if deadline == Nanos::MAX {
             // Any live item fires, finds no deadline and unfiles the entry.
             return;
         }
         let target = tick_of(deadline).max(self.cur);
-        if *filed == NOT_FILED {
+        // A slot whose range starts at or before the target fires in time: keep its item.
+        if *filed == NOT_FILED || target < self.start_of(*filed) {
             *filed = self.file(hash, target);
-        } else if target < *filed {
-            if self.position(target) == self.position(*filed) {
-                // The item already sits in the slot that covers the new target.
-                *filed = target;
-            } else {
-                *filed = self.file(hash, target);
-            }
         }
     }
 
     /// Called for an entry that a fired item matched and that is not due: files it again at
     /// its current deadline, or unfiles it if it has none.
-    pub fn refile(&mut self, hash: u64, filed: &mut u64, deadline: Nanos) {
+    pub fn refile(&mut self, hash: u32, filed: &mut SlotId, deadline: Nanos) {
         *filed = if deadline == Nanos::MAX {
             NOT_FILED
         } else {
@@ -173,24 +238,25 @@ impl Wheel {
     }
 
     /// The items filed at exactly `tick` if that is a level-0 slot now (it is for `cur`).
-    pub fn pending_at(&self, tick: u64) -> &[u64] {
+    pub fn pending_at(&self, tick: u64) -> &[u32] {
         match self.position(tick) {
             Pos::Slot { level: 0, index } if tick >= self.cur => &self.levels[0][index],
             _ => &[],
         }
     }
 
-    /// Processes every slot due by `now`: calls `visit(wheel, hash, range)` once per distinct
-    /// hash of each fired slot, where `range` is the slot's tick range (an entry matches iff its
-    /// `filed` is in it). `visit` drops due entries and [`refile`](Wheel::refile)s the others.
-    pub fn advance(&mut self, now: Nanos, mut visit: impl FnMut(&mut Wheel, u64, Range<u64>)) {
+    /// Processes every slot due by `now`: calls `visit(wheel, hash, id)` once per distinct
+    /// hash of each fired slot, where `id` is the slot's id (an entry matches iff its `filed` is
+    /// `id`). `visit` drops due entries and [`refile`](Wheel::refile)s the others.
+    pub fn advance(&mut self, now: Nanos, mut visit: impl FnMut(&mut Wheel, u32, SlotId)) {
         let now_tick = tick_floor(now);
-        while let Some((from, mut hashes, range)) = self.take_next(now_tick) {
+        while let Some((from, mut hashes)) = self.take_next(now_tick) {
             // Collisions and stale items may repeat a hash; one visit handles all its entries.
             hashes.sort_unstable();
             hashes.dedup();
+            let id = from.id();
             for &h in &hashes {
-                visit(self, h, range.clone());
+                visit(self, h, id);
             }
             hashes.clear();
             let slot = match from {
@@ -208,7 +274,7 @@ impl Wheel {
     /// Level 0 fires at its tick; higher levels and the overflow cascade when `cur` is about to
     /// enter their range (up to `now_tick + 1`), so that when `advance` returns no occupied
     /// slot's range contains `cur` and the positions stay a partition.
-    fn take_next(&mut self, now_tick: u64) -> Option<(Pos, Vec<u64>, Range<u64>)> {
+    fn take_next(&mut self, now_tick: u64) -> Option<(Pos, Vec<u32>)> {
         let mut best: Option<(u64, Pos, u64)> = None; // (event tick, slot, slot start)
         // Highest level first: on a tie a cascade runs before the lower slot it may feed.
         for level in (0..LEVELS).rev() {
@@ -237,24 +303,62 @@ impl Wheel {
             }
         }
         let (event, pos, start) = best?;
-        let (hashes, range) = match pos {
+        let hashes = match pos {
             Pos::Slot { level, index } => {
+                debug_assert!(start <= event);
                 self.cur = event;
                 self.occupied[level] &= !(1 << index);
-                let len = 1u64 << (SLOT_BITS * level as u32);
-                let hashes = std::mem::take(&mut self.levels[level][index]);
-                (hashes, start..start + len)
+                std::mem::take(&mut self.levels[level][index])
             }
             Pos::Overflow => {
                 // Overflow is chosen only when the wheel is empty, so `cur` may jump straight
                 // to the block that holds now: nothing is filed in the blocks in between.
                 let now_block = (now_tick + 1) >> HORIZON_BITS << HORIZON_BITS;
                 self.cur = event.max(now_block);
-                (std::mem::take(&mut self.overflow), start..u64::MAX)
+                std::mem::take(&mut self.overflow)
             }
         };
         self.items -= hashes.len();
-        Some((pos, hashes, range))
+        Some((pos, hashes))
+    }
+
+    /// Takes one item from the earliest occupied slot (the overflow last), for eviction: its
+    /// entry's deadline is among the soonest, within that slot's width (one tick at level 0,
+    /// 64^l ticks at level l). Returns the hash and the slot's id.
+    pub fn pop_soonest(&mut self) -> Option<(u32, SlotId)> {
+        let mut best: Option<(u64, Pos)> = None;
+        for level in 0..LEVELS {
+            let occupied = self.occupied[level];
+            if occupied == 0 {
+                continue;
+            }
+            let index = occupied.trailing_zeros() as usize;
+            let pos = Pos::Slot { level, index };
+            let start = self.start_of(pos.id());
+            if best.is_none_or(|(s, _)| start < s) {
+                best = Some((start, pos));
+            }
+        }
+        let pos = match best {
+            Some((_, pos)) => pos,
+            None if !self.overflow.is_empty() => Pos::Overflow,
+            None => return None,
+        };
+        let items = match pos {
+            Pos::Slot { level, index } => &mut self.levels[level][index],
+            Pos::Overflow => &mut self.overflow,
+        };
+        let hash = items.pop()?;
+        if items.is_empty() {
+            if items.capacity() > REUSE_CAP {
+                *items = Vec::new();
+            }
+            if let Pos::Slot { level, index } = pos {
+                self.occupied[level] &= !(1 << index);
+            }
+        }
+        self.items -= 1;
+        Some((hash, pos.id()))
     }
 }
 
@@ -267,26 +371,26 @@ mod tests {
     #[derive(Default)]
     struct Harness {
         wheel: Wheel,
-        entries: HashMap<u64, (Nanos, u64)>,
-        dropped: Vec<u64>,
+        entries: HashMap<u32, (Nanos, SlotId)>,
+        dropped: Vec<u32>,
         /// `now` of the previous `run`.
         last_run: Nanos,
     }
 
     impl Harness {
-        fn touch(&mut self, h: u64, deadline: Nanos, now: Nanos) {
+        fn touch(&mut self, h: u32, deadline: Nanos, now: Nanos) {
             self.wheel.idle_to(now);
             let e = self.entries.entry(h).or_insert((deadline, NOT_FILED));
             e.0 = deadline;
             self.wheel.reschedule(h, &mut e.1, deadline);
         }
 
-        fn run(&mut self, now: Nanos) -> Vec<u64> {
+        fn run(&mut self, now: Nanos) -> Vec<u32> {
             let entries = &mut self.entries;
             let mut dropped = Vec::new();
-            self.wheel.advance(now, |w, h, range| {
+            self.wheel.advance(now, |w, h, id| {
                 if let Some(e) = entries.get_mut(&h)
-                    && range.contains(&e.1)
+                    && e.1 == id
                 {
                     if e.0 <= now {
                         entries.remove(&h);
@@ -377,7 +481,7 @@ mod tests {
         assert!(h.run(at(10, 0)).is_empty());
         // The fired item was filed again at the current deadline.
         assert_eq!(h.wheel.items(), 1);
-        assert_eq!(h.entries[&7].1, tick_of(at(9000, 0)));
+        assert_eq!(h.entries[&7].1, h.wheel.slot_of(tick_of(at(9000, 0))));
         assert!(h.run(at(8999, 0)).is_empty());
         assert_eq!(h.run(at(9000, 0)), vec![7]);
     }
@@ -440,7 +544,7 @@ mod tests {
         h.run(now);
         for round in 0..400u64 {
             for k in 0..20 {
-                let key = next() % 500;
+                let key = (next() % 500) as u32;
                 let span = [70, 5_000, 300_000, 30_000_000][(k % 4) as usize] * TICK_NS;
                 let d = Nanos(now.0 + 1 + next() % span);
                 h.touch(key, d, now);

@@ -120,7 +120,10 @@ fn canonical_int(v: &[u8]) -> Option<i64> {
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let store = Store::new(StoreConfig { shards: 8 });
+    let store = Store::new(StoreConfig {
+        shards: 8,
+        ..StoreConfig::default()
+    });
     let mut model = Model::default();
     let mut now = T0;
     for op in ops {
