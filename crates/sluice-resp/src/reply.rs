@@ -45,12 +45,21 @@ pub enum Proto {
 
 /// `<prefix><n>\r\n`: integers and every length header.
 fn header(out: &mut BytesMut, prefix: u8, n: impl itoa::Integer) {
+    // Formatted whole on the stack, then one append: one capacity check, one copy.
+    let mut line = [0u8; 24];
+    let len = put_header(&mut line, prefix, n);
+    out.extend_from_slice(&line[..len]);
+}
+
+/// Writes `<prefix><n>\r\n` at the start of `line` (24 bytes hold any 64-bit number); returns
+/// its length.
+fn put_header(line: &mut [u8], prefix: u8, n: impl itoa::Integer) -> usize {
     let mut digits = itoa::Buffer::new();
     let digits = digits.format(n).as_bytes();
-    out.reserve(digits.len() + 3);
-    out.put_u8(prefix);
-    out.extend_from_slice(digits);
-    out.extend_from_slice(b"\r\n");
+    line[0] = prefix;
+    line[1..1 + digits.len()].copy_from_slice(digits);
+    line[1 + digits.len()..3 + digits.len()].copy_from_slice(b"\r\n");
+    3 + digits.len()
 }
 
 /// `<prefix><text>\r\n` with CR and LF in `text` turned into spaces.
@@ -176,10 +185,21 @@ pub fn verbatim(out: &mut BytesMut, p: Proto, format: &str, text: &[u8]) {
 
 /// An array of integers, `*n\r\n` then `:v\r\n` for each (the shape of `RL.CHECK`'s reply).
 pub fn int_array(out: &mut BytesMut, values: &[i64]) {
-    array(out, values.len());
-    for &v in values {
-        integer(out, v);
+    // The common case (RL.CHECK's five integers) is built on the stack and appended once.
+    const MAX_INLINE: usize = 8;
+    if values.len() > MAX_INLINE {
+        array(out, values.len());
+        for &v in values {
+            integer(out, v);
+        }
+        return;
     }
+    let mut buf = [0u8; 24 * (MAX_INLINE + 1)];
+    let mut len = put_header(&mut buf, b'*', values.len());
+    for &v in values {
+        len += put_header(&mut buf[len..], b':', v);
+    }
+    out.extend_from_slice(&buf[..len]);
 }
 
 /// A small stack buffer for formatting one number.
@@ -402,5 +422,25 @@ mod tests {
         for (v, want) in cases {
             assert_eq!(double_text(v), want, "{v:?}");
         }
+    }
+
+    #[test]
+    fn int_array_handles_extremes_and_long_arrays() {
+        let extremes = [i64::MIN, i64::MAX, 0, -1, 1];
+        let expected: String = format!(
+            "*5\r\n:{}\r\n:{}\r\n:0\r\n:-1\r\n:1\r\n",
+            i64::MIN,
+            i64::MAX
+        );
+        assert_eq!(encoded(|o| int_array(o, &extremes)), expected.as_bytes());
+        let long: Vec<i64> = (0..20).collect();
+        let mut expected = String::from("*20\r\n");
+        for v in &long {
+            expected += &format!(":{v}\r\n");
+        }
+        assert_eq!(encoded(|o| int_array(o, &long)), expected.as_bytes());
+        let full = [i64::MIN; 8];
+        let out = encoded(|o| int_array(o, &full));
+        assert_eq!(out.len(), 4 + 8 * (1 + 20 + 2));
     }
 }

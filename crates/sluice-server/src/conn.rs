@@ -53,6 +53,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
         authenticated: shared.requirepass.read().is_none(),
         close: false,
         transaction: None,
+        last_command: None,
     };
     let why = serve_session(&stream, &shared, &mut session, thread).await;
     // FIN after the last reply, so the client reads it before seeing the close.

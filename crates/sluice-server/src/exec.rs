@@ -32,6 +32,7 @@ impl Executor {
             proto: Default::default(),
             close: false,
             transaction: None,
+            last_command: None,
         };
         Executor {
             shared,

@@ -60,6 +60,34 @@ pub struct Session {
     pub close: bool,
     /// Commands queued since MULTI.
     pub transaction: Option<multi::Transaction>,
+    /// The last command name this connection sent, as sent, and its table row: clients repeat
+    /// one command, so most lookups are one short compare.
+    pub last_command: Option<LastCommand>,
+}
+
+/// A command name exactly as a client spelled it, with the row it resolved to.
+#[derive(Debug, Clone, Copy)]
+pub struct LastCommand {
+    name: [u8; 16],
+    len: u8,
+    spec: &'static CommandSpec,
+}
+
+impl LastCommand {
+    fn matches(&self, name: &[u8]) -> Option<&'static CommandSpec> {
+        (name.len() == usize::from(self.len) && self.name[..name.len()] == *name)
+            .then_some(self.spec)
+    }
+
+    fn new(name: &[u8], spec: &'static CommandSpec) -> Option<LastCommand> {
+        let mut buf = [0u8; 16];
+        buf.get_mut(..name.len())?.copy_from_slice(name);
+        Some(LastCommand {
+            name: buf,
+            len: name.len() as u8,
+            spec,
+        })
+    }
 }
 
 /// Everything a command's `apply` may touch.
@@ -544,10 +572,14 @@ pub fn execute(req: &[Bytes], ctx: &mut Ctx<'_>) {
     let Some((name, rest)) = req.split_first() else {
         return;
     };
-    let Some(spec) = lookup(name) else {
+    let cached = ctx.session.last_command.and_then(|last| last.matches(name));
+    let Some(spec) = cached.or_else(|| lookup(name)) else {
         fail_transaction(ctx);
         return write_raw_error(ctx.out, &unknown_command(name, rest));
     };
+    if cached.is_none() {
+        ctx.session.last_command = LastCommand::new(name, spec);
+    }
     // Redis checks arity before authentication.
     if !spec.arity_ok(req.len()) {
         fail_transaction(ctx);

@@ -27,12 +27,13 @@ pub fn parse_period(arg: &[u8]) -> Option<Nanos> {
     let digits = arg.iter().take_while(|c| c.is_ascii_digit()).count();
     let (number, unit) = arg.split_at(digits);
     let n = parse_u64(number)?;
-    let unit_ns: u64 = match unit.to_ascii_lowercase().as_slice() {
-        b"" | b"s" => Nanos::PER_SEC,
-        b"ms" => Nanos::PER_MS,
-        b"m" => 60 * Nanos::PER_SEC,
-        b"h" => 3600 * Nanos::PER_SEC,
-        b"d" => 86_400 * Nanos::PER_SEC,
+    // Matched without allocating: this runs on every check.
+    let unit_ns: u64 = match unit {
+        b"" | b"s" | b"S" => Nanos::PER_SEC,
+        [m, s] if m.eq_ignore_ascii_case(&b'm') && s.eq_ignore_ascii_case(&b's') => Nanos::PER_MS,
+        b"m" | b"M" => 60 * Nanos::PER_SEC,
+        b"h" | b"H" => 3600 * Nanos::PER_SEC,
+        b"d" | b"D" => 86_400 * Nanos::PER_SEC,
         _ => return None,
     };
     let ns = n.checked_mul(unit_ns)?;
@@ -74,13 +75,14 @@ impl<'a> Command<'a> for RlCheck<'a> {
         let mut algo = Algo::Token;
         let mut dry = false;
         while let Some(opt) = args.next() {
-            match opt.to_ascii_uppercase().as_slice() {
-                b"BURST" => burst = Some(positive(value(args, "BURST")?, "BURST")?),
-                b"COST" => {
+            let is = |name: &str| opt.eq_ignore_ascii_case(name.as_bytes());
+            match () {
+                _ if is("BURST") => burst = Some(positive(value(args, "BURST")?, "BURST")?),
+                _ if is("COST") => {
                     cost = parse_u64(value(args, "COST")?)
                         .ok_or_else(|| CmdError::msg("ERR COST must be a non-negative integer"))?;
                 }
-                b"ALGO" => {
+                _ if is("ALGO") => {
                     let name = value(args, "ALGO")?;
                     algo = Algo::parse(name).ok_or_else(|| {
                         CmdError::msg(format!(
@@ -89,7 +91,7 @@ impl<'a> Command<'a> for RlCheck<'a> {
                         ))
                     })?;
                 }
-                b"DRY" => dry = true,
+                _ if is("DRY") => dry = true,
                 _ => {
                     return Err(CmdError::msg(format!(
                         "ERR unknown option '{}' for 'rl.check'",
