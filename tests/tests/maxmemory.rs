@@ -63,7 +63,7 @@ fn evict_soonest_keeps_memory_bounded_and_long_lived_keys_exact() {
         "flood of 200000 keys against maxmemory {limit}: used_memory {used}, evicted {evicted}, RSS {rss_before} -> {rss_after}"
     );
     assert!(
-        rss_after < rss_before + 8 * limit as u64,
+        rss_after < rss_before + 8 * limit,
         "RSS grew from {rss_before} to {rss_after} against a {limit}-byte limit"
     );
     sentinel.assert_intact(&server);
