@@ -119,6 +119,17 @@ impl Sluice {
         s
     }
 
+    /// The server process's resident set size in bytes (Linux /proc).
+    pub fn rss(&self) -> u64 {
+        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.pid())).expect("statm");
+        let pages: u64 = statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .expect("rss");
+        pages * 4096
+    }
+
     /// What the server has logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()

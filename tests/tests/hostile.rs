@@ -84,7 +84,7 @@ fn hostile_frames_get_protocol_errors_without_allocating_or_hanging() {
         assert!(closed, "{what}: connection closed");
     }
     // A declared 500 MB bulk that never arrives: the server must not reserve it.
-    let before = rss_of(server.pid());
+    let before = server.rss();
     let mut held = Vec::new();
     for _ in 0..20 {
         let mut s = server.raw();
@@ -93,7 +93,7 @@ fn hostile_frames_get_protocol_errors_without_allocating_or_hanging() {
         held.push(s);
     }
     std::thread::sleep(Duration::from_millis(200));
-    let after = rss_of(server.pid());
+    let after = server.rss();
     assert!(
         after < before + 64 * 1024 * 1024,
         "RSS grew from {before} to {after}"
@@ -110,17 +110,6 @@ fn hostile_frames_get_protocol_errors_without_allocating_or_hanging() {
     }
     drop(held);
     sentinel.assert_intact(&server);
-}
-
-fn rss_of(pid: u32) -> u64 {
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap();
-    statm
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        * 4096
 }
 
 #[test]
@@ -250,7 +239,7 @@ fn a_client_that_never_reads_is_disconnected_at_the_output_limit() {
         "{}",
         server.log()
     );
-    let rss = rss_of(server.pid());
+    let rss = server.rss();
     assert!(rss < 256 * 1024 * 1024, "memory stayed bounded: {rss}");
     sentinel.assert_intact(&server);
 }

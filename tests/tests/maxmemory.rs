@@ -44,7 +44,7 @@ fn evict_soonest_keeps_memory_bounded_and_long_lived_keys_exact() {
     let server = Sluice::start_with(&["--maxmemory", "2mb", "--threads", "1"]);
     let sentinel = Sentinel::write(&server);
     let mut c = server.client();
-    let rss_before = rss_of(server.pid());
+    let rss_before = server.rss();
     let errors = flood(&mut c, 200_000, 1);
     assert!(
         errors.is_empty(),
@@ -58,7 +58,7 @@ fn evict_soonest_keeps_memory_bounded_and_long_lived_keys_exact() {
     );
     let evicted = info_field(&mut c, "evicted_keys");
     assert!(evicted > 100_000, "the flood evicted buckets: {evicted}");
-    let rss_after = rss_of(server.pid());
+    let rss_after = server.rss();
     println!(
         "flood of 200000 keys against maxmemory {limit}: used_memory {used}, evicted {evicted}, RSS {rss_before} -> {rss_after}"
     );
@@ -107,15 +107,4 @@ fn reject_refuses_new_keys_and_keeps_existing_ones_working() {
         .query(&mut c)
         .unwrap();
     assert_eq!(rl_check(&mut c, &[&refused, "5", "10"]).unwrap()[0], 1);
-}
-
-fn rss_of(pid: u32) -> u64 {
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap();
-    statm
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        * 4096
 }

@@ -11,7 +11,7 @@
 //! burst waits (k−1)·T). This is the one algorithm whose allowed replies carry a `retry_after`.
 //! A rejected request (queue full) gets the time until it would fit.
 
-use crate::token::gcra;
+use crate::token::bucket_check;
 use crate::{CheckError, Decision, Nanos, Params};
 
 /// LEAKY: one check against the stored `tat` (the instant the queue is empty; `None` = empty).
@@ -20,23 +20,5 @@ pub fn check(
     params: &Params,
     now: Nanos,
 ) -> Result<(Decision, Option<Nanos>), CheckError> {
-    if params.cost > params.burst {
-        return Err(CheckError::CostExceedsCapacity);
-    }
-    let g = gcra(
-        tat,
-        params.limit,
-        params.period,
-        params.burst,
-        params.cost,
-        now,
-    );
-    let decision = Decision {
-        allowed: g.allowed,
-        limit: params.burst,
-        remaining: g.remaining,
-        retry_after: Some(if g.allowed { g.wait } else { g.retry_after }),
-        reset_after: g.reset_after,
-    };
-    Ok((decision, g.tat))
+    bucket_check(tat, params, now, true)
 }

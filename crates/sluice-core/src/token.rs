@@ -113,6 +113,17 @@ pub fn check(
     params: &Params,
     now: Nanos,
 ) -> Result<(Decision, Option<Nanos>), CheckError> {
+    bucket_check(tat, params, now, false)
+}
+
+/// The GCRA bucket behind TOKEN, GCRA and LEAKY. `carry_wait`: allowed replies carry the wait
+/// before the request leaves the queue (LEAKY) instead of `None`.
+pub(crate) fn bucket_check(
+    tat: Option<Nanos>,
+    params: &Params,
+    now: Nanos,
+    carry_wait: bool,
+) -> Result<(Decision, Option<Nanos>), CheckError> {
     if params.cost > params.burst {
         return Err(CheckError::CostExceedsCapacity);
     }
@@ -124,11 +135,16 @@ pub fn check(
         params.cost,
         now,
     );
+    let retry_after = match (g.allowed, carry_wait) {
+        (true, true) => Some(g.wait),
+        (true, false) => None,
+        (false, _) => Some(g.retry_after),
+    };
     let decision = Decision {
         allowed: g.allowed,
         limit: params.burst,
         remaining: g.remaining,
-        retry_after: (!g.allowed).then_some(g.retry_after),
+        retry_after,
         reset_after: g.reset_after,
     };
     Ok((decision, g.tat))

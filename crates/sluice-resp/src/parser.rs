@@ -489,7 +489,7 @@ impl Parser {
 
 /// Redis's `string2ll`: a decimal `long long` with an optional `-`, no leading zeros (but `0`
 /// itself), no `+`, no blanks, shorter than 21 characters. `None` when Redis would say "not ok".
-fn string2ll(s: &[u8]) -> Option<i64> {
+pub fn string2ll(s: &[u8]) -> Option<i64> {
     if s.is_empty() || s.len() >= 21 {
         return None;
     }

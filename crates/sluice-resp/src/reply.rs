@@ -185,21 +185,35 @@ pub fn verbatim(out: &mut BytesMut, p: Proto, format: &str, text: &[u8]) {
 
 /// An array of integers, `*n\r\n` then `:v\r\n` for each (the shape of `RL.CHECK`'s reply).
 pub fn int_array(out: &mut BytesMut, values: &[i64]) {
-    // The common case (RL.CHECK's five integers) is built on the stack and appended once.
-    const MAX_INLINE: usize = 8;
-    if values.len() > MAX_INLINE {
-        array(out, values.len());
-        for &v in values {
-            integer(out, v);
-        }
-        return;
-    }
-    let mut buf = [0u8; 24 * (MAX_INLINE + 1)];
-    let mut len = put_header(&mut buf, b'*', values.len());
+    // One reservation, then every line is written straight into the buffer's spare capacity:
+    // no zeroed staging buffer, one capacity check. 24 bytes hold any `:<i64>\r\n` line.
+    out.reserve(24 * (values.len() + 1));
+    let spare = out.spare_capacity_mut();
+    let mut len = put_header_uninit(spare, b'*', values.len());
     for &v in values {
-        len += put_header(&mut buf[len..], b':', v);
+        len += put_header_uninit(&mut spare[len..], b':', v);
     }
-    out.extend_from_slice(&buf[..len]);
+    // SAFETY: `put_header_uninit` initialised exactly the first `len` bytes of the spare
+    // capacity, which `reserve` made at least `len` long.
+    unsafe { out.set_len(out.len() + len) };
+}
+
+/// [`put_header`] into uninitialised memory (at least 24 bytes); returns the bytes written.
+fn put_header_uninit(
+    line: &mut [std::mem::MaybeUninit<u8>],
+    prefix: u8,
+    n: impl itoa::Integer,
+) -> usize {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(n).as_bytes();
+    let len = digits.len() + 3;
+    line[0].write(prefix);
+    for (slot, &d) in line[1..].iter_mut().zip(digits) {
+        slot.write(d);
+    }
+    line[1 + digits.len()].write(b'\r');
+    line[2 + digits.len()].write(b'\n');
+    len
 }
 
 /// A small stack buffer for formatting one number.

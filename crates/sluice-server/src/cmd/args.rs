@@ -72,21 +72,9 @@ impl<'a> Args<'a> {
     }
 }
 
-/// Parses a Redis-style signed 64-bit integer.
+/// Parses a Redis-style signed 64-bit integer (Redis's `string2ll`, shared with the parser).
 pub fn parse_i64(b: &[u8]) -> Option<i64> {
-    let (neg, digits) = match b.split_first()? {
-        (b'-', rest) => (true, rest),
-        _ => (false, b),
-    };
-    let magnitude = parse_u64(digits)?;
-    if neg {
-        if magnitude == 0 {
-            return None; // "-0" is not an integer to Redis.
-        }
-        0i64.checked_sub_unsigned(magnitude)
-    } else {
-        i64::try_from(magnitude).ok()
-    }
+    sluice_resp::string2ll(b)
 }
 
 /// Parses an unsigned decimal with no sign, no spaces and no leading zeros.
@@ -94,12 +82,26 @@ pub fn parse_u64(b: &[u8]) -> Option<u64> {
     if b.is_empty() || b.len() > 20 || (b.len() > 1 && b[0] == b'0') {
         return None;
     }
+    // Up to 19 digits cannot overflow a u64: no checked arithmetic on the common path.
+    let (fast, last) = if b.len() == 20 {
+        b.split_at(19)
+    } else {
+        (b, &b[..0])
+    };
     let mut n: u64 = 0;
-    for &c in b {
-        if !c.is_ascii_digit() {
+    for &c in fast {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
             return None;
         }
-        n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+        n = n * 10 + u64::from(d);
+    }
+    for &c in last {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(d))?;
     }
     Some(n)
 }
