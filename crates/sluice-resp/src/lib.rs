@@ -27,5 +27,5 @@ pub mod reply;
 
 mod inline;
 
-pub use parser::{Limits, Parser, ProtocolError, ProtocolErrorKind, Request, string2ll};
+pub use parser::{ArgIter, Limits, Parser, ProtocolError, ProtocolErrorKind, Request, string2ll};
 pub use reply::Proto;

@@ -45,7 +45,6 @@
 //! end has not arrived yet, so they bound how much a client can make us buffer for one line.
 
 use std::fmt;
-use std::ops::Deref;
 
 use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
@@ -165,38 +164,104 @@ impl std::error::Error for ProtocolError {}
 
 /// One decoded command: its arguments, the command name first.
 ///
-/// Each argument is a `Bytes` slice of the frame it came in, so holding a request keeps that
-/// frame's part of the read buffer alive and nothing more.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The request holds its frame (a `Bytes` slice of the read buffer) and each argument's
+/// `(offset, len)` inside it: one reference count per request instead of one per argument, and a
+/// small struct to move. Arguments are read as `&[u8]` borrowed from the frame; `arg_bytes`
+/// hands out an owned zero-copy slice when one must outlive the request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Request {
-    args: SmallVec<[Bytes; 8]>,
+    frame: Bytes,
+    args: SmallVec<[(usize, usize); 8]>,
     inline: bool,
 }
 
 impl Request {
-    /// The arguments, the command name first. Never empty.
-    pub fn args(&self) -> &[Bytes] {
-        &self.args
+    /// A request made from arguments (for executors and tests): they are copied into one frame.
+    pub fn from_args<A: AsRef<[u8]>>(args: &[A]) -> Request {
+        let mut frame = Vec::with_capacity(args.iter().map(|a| a.as_ref().len()).sum());
+        let mut offsets = SmallVec::new();
+        for a in args {
+            let a = a.as_ref();
+            offsets.push((frame.len(), a.len()));
+            frame.extend_from_slice(a);
+        }
+        Request {
+            frame: Bytes::from(frame),
+            args: offsets,
+            inline: false,
+        }
+    }
+
+    /// Lets go of the frame (and so of the read buffer it is part of), keeping the argument
+    /// list's capacity for the next request.
+    pub fn clear(&mut self) {
+        self.frame = Bytes::new();
+        self.args.clear();
+    }
+
+    /// How many arguments, the command name included.
+    pub fn len(&self) -> usize {
+        self.args.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.args.is_empty()
+    }
+
+    /// Argument `i` (0 is the command name).
+    pub fn arg(&self, i: usize) -> Option<&[u8]> {
+        let &(offset, len) = self.args.get(i)?;
+        Some(&self.frame[offset..offset + len])
+    }
+
+    /// The arguments from `from` on, in order.
+    pub fn args_from(&self, from: usize) -> ArgIter<'_> {
+        ArgIter {
+            request: self,
+            next: from.min(self.len()),
+        }
+    }
+
+    /// Every argument, the command name first.
+    pub fn args(&self) -> ArgIter<'_> {
+        self.args_from(0)
+    }
+
+    /// Argument `i` as an owned, zero-copy slice of the frame.
+    pub fn arg_bytes(&self, i: usize) -> Option<Bytes> {
+        let &(offset, len) = self.args.get(i)?;
+        Some(self.frame.slice(offset..offset + len))
     }
 
     /// Whether this came as an inline command rather than a multibulk frame.
     pub fn is_inline(&self) -> bool {
         self.inline
     }
+}
 
-    /// The arguments, by value.
-    pub fn into_args(self) -> SmallVec<[Bytes; 8]> {
-        self.args
+/// The arguments of a request, borrowed from its frame.
+#[derive(Clone, Debug)]
+pub struct ArgIter<'a> {
+    request: &'a Request,
+    next: usize,
+}
+
+impl<'a> Iterator for ArgIter<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let arg = self.request.arg(self.next)?;
+        self.next += 1;
+        Some(arg)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.request.len() - self.next;
+        (n, Some(n))
     }
 }
 
-impl Deref for Request {
-    type Target = [Bytes];
-
-    fn deref(&self) -> &[Bytes] {
-        &self.args
-    }
-}
+impl ExactSizeIterator for ArgIter<'_> {}
 
 /// Where the parser stands in the frame at the front of the buffer. Offsets are from the start
 /// of the buffer, which is the start of the frame: nothing is removed until the frame is done.
@@ -259,7 +324,18 @@ impl Parser {
     /// - `Err(e)`: a framing error. Reply `-ERR {e}` and close; the parser is reset, but the
     ///   stream cannot be resynchronised, so do not parse more from it.
     pub fn parse(&mut self, buf: &mut BytesMut) -> Result<Option<Request>, ProtocolError> {
-        let result = self.step(buf);
+        let mut request = Request::default();
+        Ok(self.parse_into(buf, &mut request)?.then_some(request))
+    }
+
+    /// [`Parser::parse`] into a request the caller reuses (the connection loop's hot path: no
+    /// request is built or moved per frame). `Ok(true)` when `request` now holds one.
+    pub fn parse_into(
+        &mut self,
+        buf: &mut BytesMut,
+        request: &mut Request,
+    ) -> Result<bool, ProtocolError> {
+        let result = self.step(buf, request);
         if result.is_err() {
             self.reset();
         }
@@ -302,7 +378,7 @@ impl Parser {
         }
     }
 
-    fn step(&mut self, buf: &mut BytesMut) -> Result<Option<Request>, ProtocolError> {
+    fn step(&mut self, buf: &mut BytesMut, request: &mut Request) -> Result<bool, ProtocolError> {
         // A buffer that shrank since the last call breaks the append-only contract; restarting
         // the frame from the front keeps that a wrong answer instead of an out-of-bounds panic.
         if self.resume_point() > buf.len() {
@@ -311,7 +387,7 @@ impl Parser {
         loop {
             match self.state {
                 State::Start => match buf.first() {
-                    None => return Ok(None),
+                    None => return Ok(false),
                     Some(b'*') => self.state = State::Count { searched: 1 },
                     Some(_) => self.state = State::Inline { searched: 0 },
                 },
@@ -323,7 +399,7 @@ impl Parser {
                         self.state = State::Inline {
                             searched: buf.len(),
                         };
-                        return Ok(None);
+                        return Ok(false);
                     };
                     let newline = searched + i;
                     // Stricter than Redis, which accepts an over-long line when its newline
@@ -340,8 +416,8 @@ impl Parser {
                     self.offsets.clear();
                     inline::split_args(&mut buf[..line_end], &mut self.offsets)
                         .map_err(|_| ProtocolError::new(ProtocolErrorKind::UnbalancedQuotes))?;
-                    if let Some(request) = self.finish(buf, newline + 1, true) {
-                        return Ok(Some(request));
+                    if self.finish(buf, newline + 1, true, request) {
+                        return Ok(true);
                     }
                 }
                 State::Count { searched } => {
@@ -354,7 +430,7 @@ impl Parser {
                         Line::Found(cr) => cr,
                         Line::Pending(searched) => {
                             self.state = State::Count { searched };
-                            return Ok(None);
+                            return Ok(false);
                         }
                     };
                     let count = string2ll(&buf[1..cr])
@@ -438,12 +514,12 @@ impl Parser {
                             bulk,
                             searched,
                         };
-                        return Ok(None);
+                        return Ok(false);
                     }
                     // At least one argument was read (the count was positive), so this is
                     // always a request; the `if` only keeps the types honest.
-                    if let Some(request) = self.finish(buf, pos, false) {
-                        return Ok(Some(request));
+                    if self.finish(buf, pos, false, request) {
+                        return Ok(true);
                     }
                 }
             }
@@ -470,20 +546,25 @@ impl Parser {
         }
     }
 
-    /// Splits the finished frame (`frame_len` bytes) off `buf` and slices the arguments in
-    /// `self.offsets` out of it. `None` when the frame held no argument (a blank line).
-    fn finish(&mut self, buf: &mut BytesMut, frame_len: usize, inline: bool) -> Option<Request> {
+    /// Splits the finished frame (`frame_len` bytes) off `buf` into `request`, with the
+    /// argument offsets in `self.offsets`. `false` when the frame held no argument (a blank line).
+    fn finish(
+        &mut self,
+        buf: &mut BytesMut,
+        frame_len: usize,
+        inline: bool,
+        request: &mut Request,
+    ) -> bool {
         let frame = buf.split_to(frame_len).freeze();
-        let args: SmallVec<[Bytes; 8]> = self
-            .offsets
-            .iter()
-            .map(|&(offset, len)| frame.slice(offset..offset + len))
-            .collect();
-        self.reset();
-        if args.is_empty() {
-            return None;
+        let has_args = !self.offsets.is_empty();
+        if has_args {
+            request.frame = frame;
+            request.args.clear();
+            request.args.extend_from_slice(&self.offsets);
+            request.inline = inline;
         }
-        Some(Request { args, inline })
+        self.reset();
+        has_args
     }
 }
 
@@ -545,7 +626,7 @@ mod tests {
     }
 
     fn args(r: &Request) -> Vec<&[u8]> {
-        r.iter().map(|a| a.as_ref()).collect()
+        r.args().collect()
     }
 
     fn error_of(input: &[u8]) -> String {
@@ -854,7 +935,7 @@ mod tests {
         let mut p = parser();
         for _ in 0..2 {
             let r = p.parse(&mut buf).unwrap().unwrap();
-            for a in r.iter() {
+            for a in r.args() {
                 let start = a.as_ptr() as usize;
                 assert!(
                     range.contains(&start) && start + a.len() <= range.end,

@@ -61,7 +61,11 @@ fn run(input: &[u8], cuts: &[usize]) -> Outcome {
                 Ok(Some(request)) => {
                     assert!(!request.is_empty(), "a request has a command name");
                     assert!(buf.len() < before, "a request consumes bytes");
-                    requests.push(request.args().to_vec());
+                    requests.push(
+                        (0..request.len())
+                            .map(|i| request.arg_bytes(i).expect("in range"))
+                            .collect::<Vec<_>>(),
+                    );
                 }
                 Ok(None) => {
                     assert!(buf.len() <= before, "the parser never adds bytes");

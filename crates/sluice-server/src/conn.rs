@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use sluice_resp::Parser;
+use sluice_resp::{Parser, Request};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -82,6 +82,8 @@ async fn serve_session(
     let client = session.client.clone();
     let mut shutdown = shared.shutdown_signal();
     let mut parser = Parser::new(shared.config.limits());
+    // Reused for every request: parsing fills it in place.
+    let mut request = Request::default();
     let query_limit =
         usize::try_from(shared.config.client_query_buffer_limit).unwrap_or(usize::MAX);
     let output_limit =
@@ -148,8 +150,8 @@ async fn serve_session(
         let now = shared.clock.now();
         let mut executed = 0u64;
         loop {
-            match parser.parse(&mut rbuf) {
-                Ok(Some(request)) => {
+            match parser.parse_into(&mut rbuf, &mut request) {
+                Ok(true) => {
                     executed += 1;
                     let mut ctx = Ctx {
                         shared,
@@ -163,7 +165,7 @@ async fn serve_session(
                         break;
                     }
                 }
-                Ok(None) => break,
+                Ok(false) => break,
                 Err(e) => {
                     e.write_reply(&mut out);
                     closing = true;
@@ -171,6 +173,9 @@ async fn serve_session(
                 }
             }
         }
+        // Release the last frame so the read buffer is ours alone again and can be reused in
+        // place rather than reallocated.
+        request.clear();
         shared.stats.add_commands(thread, executed);
         if executed > 0 {
             client

@@ -49,7 +49,7 @@ impl Executor {
 
     /// Runs one command as if the clock read `now`.
     pub fn exec_at(&mut self, now: Nanos, args: &[&[u8]]) -> Bytes {
-        let request: Vec<Bytes> = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
+        let request = sluice_resp::Request::from_args(args);
         let mut ctx = Ctx {
             shared: &self.shared,
             session: &mut self.session,

@@ -4,36 +4,38 @@
 //! Number parsing follows Redis (`string2ll`): optional '-', digits only, no '+', no spaces,
 //! no leading zeros except "0" itself.
 
-use bytes::Bytes;
+use sluice_resp::{ArgIter, Request};
 
 use super::CmdError;
 
+/// The arguments of one request after the command name, borrowed from its frame.
 #[derive(Debug)]
 pub struct Args<'a> {
-    items: &'a [Bytes],
+    request: &'a Request,
     pos: usize,
 }
 
 impl<'a> Args<'a> {
-    pub fn new(items: &'a [Bytes]) -> Args<'a> {
-        Args { items, pos: 0 }
+    /// The arguments of `request` after its name.
+    pub fn new(request: &'a Request) -> Args<'a> {
+        Args { request, pos: 1 }
     }
 
     /// The next argument, if any.
     #[allow(clippy::should_implement_trait)]
-    pub fn next(&mut self) -> Option<&'a Bytes> {
-        let item = self.items.get(self.pos)?;
+    pub fn next(&mut self) -> Option<&'a [u8]> {
+        let item = self.request.arg(self.pos)?;
         self.pos += 1;
         Some(item)
     }
 
     /// The next argument; a missing one is a syntax error.
-    pub fn required(&mut self) -> Result<&'a Bytes, CmdError> {
+    pub fn required(&mut self) -> Result<&'a [u8], CmdError> {
         self.next().ok_or(CmdError::Syntax)
     }
 
     /// The next argument, which must exist (the table's arity guarantees it).
-    pub fn key(&mut self) -> Result<&'a Bytes, CmdError> {
+    pub fn key(&mut self) -> Result<&'a [u8], CmdError> {
         self.next().ok_or(CmdError::Arity)
     }
 
@@ -42,13 +44,13 @@ impl<'a> Args<'a> {
         parse_i64(self.required()?).ok_or(CmdError::NotInteger)
     }
 
-    pub fn peek(&self) -> Option<&'a Bytes> {
-        self.items.get(self.pos)
+    pub fn peek(&self) -> Option<&'a [u8]> {
+        self.request.arg(self.pos)
     }
 
     /// Arguments not yet consumed.
     pub fn remaining(&self) -> usize {
-        self.items.len() - self.pos
+        self.request.len().saturating_sub(self.pos)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -56,9 +58,9 @@ impl<'a> Args<'a> {
     }
 
     /// Every argument not yet consumed, consuming them.
-    pub fn rest(&mut self) -> &'a [Bytes] {
-        let rest = &self.items[self.pos..];
-        self.pos = self.items.len();
+    pub fn rest(&mut self) -> ArgIter<'a> {
+        let rest = self.request.args_from(self.pos);
+        self.pos = self.request.len();
         rest
     }
 
@@ -136,9 +138,9 @@ mod tests {
 
     #[test]
     fn cursor_walks_and_finishes() {
-        let items = [Bytes::from_static(b"a"), Bytes::from_static(b"12")];
-        let mut args = Args::new(&items);
-        assert_eq!(args.required().unwrap().as_ref(), b"a");
+        let request = Request::from_args(&["CMD", "a", "12"]);
+        let mut args = Args::new(&request);
+        assert_eq!(args.required().unwrap(), b"a");
         assert!(args.finish().is_err());
         assert_eq!(args.i64().unwrap(), 12);
         assert!(args.finish().is_ok());

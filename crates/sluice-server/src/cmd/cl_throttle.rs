@@ -20,7 +20,7 @@ pub struct ClThrottle<'a> {
 impl<'a> Command<'a> for ClThrottle<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
-        let rest: Vec<&[u8]> = args.rest().iter().map(|b| &b[..]).collect();
+        let rest: Vec<&[u8]> = args.rest().collect();
         let request = Request::parse(&rest).map_err(CmdError::msg)?;
         Ok(ClThrottle { key, request })
     }

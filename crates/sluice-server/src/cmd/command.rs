@@ -1,7 +1,7 @@
 //! `COMMAND`, `COMMAND COUNT`, `COMMAND INFO [name ...]`, `COMMAND DOCS [name ...]`,
 //! `COMMAND LIST` — all answered from the static command table.
 
-use bytes::Bytes;
+use sluice_resp::ArgIter;
 use sluice_resp::reply::{self, Proto};
 
 use super::{Args, COMMANDS, CmdError, Command, CommandSpec, Ctx, lookup};
@@ -10,8 +10,8 @@ use super::{Args, COMMANDS, CmdError, Command, CommandSpec, Ctx, lookup};
 pub enum CommandCmd<'a> {
     All,
     Count,
-    Info(&'a [Bytes]),
-    Docs(&'a [Bytes]),
+    Info(ArgIter<'a>),
+    Docs(ArgIter<'a>),
     List,
 }
 
@@ -43,7 +43,13 @@ impl<'a> Command<'a> for CommandCmd<'a> {
         let p = ctx.session.proto;
         let out = &mut *ctx.out;
         match self {
-            CommandCmd::All | CommandCmd::Info([]) => {
+            CommandCmd::Info(names) if names.len() == 0 => {
+                reply::array(out, COMMANDS.len());
+                for spec in COMMANDS {
+                    info(out, p, spec);
+                }
+            }
+            CommandCmd::All => {
                 reply::array(out, COMMANDS.len());
                 for spec in COMMANDS {
                     info(out, p, spec);
@@ -66,10 +72,10 @@ impl<'a> Command<'a> for CommandCmd<'a> {
                 }
             }
             CommandCmd::Docs(names) => {
-                let specs: Vec<&CommandSpec> = if names.is_empty() {
+                let specs: Vec<&CommandSpec> = if names.len() == 0 {
                     COMMANDS.iter().collect()
                 } else {
-                    names.iter().filter_map(|n| lookup(n)).collect()
+                    names.filter_map(lookup).collect()
                 };
                 reply::map(out, p, specs.len());
                 for spec in specs {

@@ -3,7 +3,6 @@
 //! `maxmemory` and `maxmemory-policy` change at run time; the others answer as Redis does for
 //! an immutable setting.
 
-use bytes::Bytes;
 use sluice_resp::reply;
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -142,8 +141,8 @@ fn setting(name: &str) -> Option<&'static Setting> {
 
 #[derive(Debug)]
 pub enum ConfigCmd<'a> {
-    Get(&'a [Bytes]),
-    Set(&'a [Bytes]),
+    Get(Vec<&'a [u8]>),
+    Set(Vec<&'a [u8]>),
     ResetStat,
 }
 
@@ -151,14 +150,14 @@ impl<'a> Command<'a> for ConfigCmd<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let sub = args.key()?;
         Ok(match sub.to_ascii_uppercase().as_slice() {
-            b"GET" if !args.is_empty() => ConfigCmd::Get(args.rest()),
+            b"GET" if !args.is_empty() => ConfigCmd::Get(args.rest().collect()),
             b"GET" => {
                 return Err(CmdError::msg(
                     "ERR wrong number of arguments for 'config|get' command",
                 ));
             }
             b"SET" if !args.is_empty() && args.remaining().is_multiple_of(2) => {
-                ConfigCmd::Set(args.rest())
+                ConfigCmd::Set(args.rest().collect())
             }
             b"SET" => {
                 return Err(CmdError::msg(
@@ -196,8 +195,8 @@ impl<'a> Command<'a> for ConfigCmd<'a> {
                 // Validate every name before applying any value, so a bad name changes nothing.
                 let mut changes = Vec::with_capacity(pairs.len() / 2);
                 for pair in pairs.chunks(2) {
-                    let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
-                    let value = String::from_utf8_lossy(&pair[1]).into_owned();
+                    let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
+                    let value = String::from_utf8_lossy(pair[1]).into_owned();
                     match setting(&name) {
                         Some(Setting { set: Some(set), .. }) => changes.push((name, *set, value)),
                         Some(_) => {

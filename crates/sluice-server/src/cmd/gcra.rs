@@ -23,7 +23,7 @@ pub struct Gcra<'a> {
 impl<'a> Command<'a> for Gcra<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
-        let rest: Vec<&[u8]> = args.rest().iter().map(|b| &b[..]).collect();
+        let rest: Vec<&[u8]> = args.rest().collect();
         let request = GcraCmd::parse(&rest).map_err(CmdError::msg)?;
         Ok(Gcra { key, request })
     }

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 
-use bytes::Bytes;
+use sluice_resp::ArgIter;
 use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
@@ -20,7 +20,7 @@ const SECTIONS: [&str; 6] = [
 ];
 
 #[derive(Debug)]
-pub struct Info<'a>(&'a [Bytes]);
+pub struct Info<'a>(ArgIter<'a>);
 
 impl<'a> Command<'a> for Info<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
@@ -30,7 +30,6 @@ impl<'a> Command<'a> for Info<'a> {
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let wanted: Vec<String> = self
             .0
-            .iter()
             .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
             .collect();
         let all = wanted.is_empty()

@@ -43,8 +43,9 @@ mod ttl;
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use sluice_core::Nanos;
+use sluice_resp::Request;
 use sluice_resp::reply::{self, Proto};
 
 use crate::clients::ClientHandle;
@@ -568,14 +569,14 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
 }
 
 /// Executes one request, appending its reply to `ctx.out`.
-pub fn execute(req: &[Bytes], ctx: &mut Ctx<'_>) {
-    let Some((name, rest)) = req.split_first() else {
+pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
+    let Some(name) = req.arg(0) else {
         return;
     };
     let cached = ctx.session.last_command.and_then(|last| last.matches(name));
     let Some(spec) = cached.or_else(|| lookup(name)) else {
         fail_transaction(ctx);
-        return write_raw_error(ctx.out, &unknown_command(name, rest));
+        return write_raw_error(ctx.out, &unknown_command(name, req.args_from(1)));
     };
     if cached.is_none() {
         ctx.session.last_command = LastCommand::new(name, spec);
@@ -592,10 +593,10 @@ pub fn execute(req: &[Bytes], ctx: &mut Ctx<'_>) {
     if let Some(tx) = ctx.session.transaction.as_mut()
         && !multi::controls_transaction(spec.name)
     {
-        tx.queued.push(req.to_vec());
+        tx.queued.push(req.clone());
         return reply::simple(ctx.out, "QUEUED");
     }
-    let mut args = Args::new(rest);
+    let mut args = Args::new(req);
     if let Err(e) = (spec.run)(ctx, &mut args) {
         reply::error(ctx.out, &e.text(spec.name));
     }
@@ -621,7 +622,7 @@ fn write_raw_error(out: &mut BytesMut, text: &[u8]) {
 }
 
 /// Redis's text for a command it does not know, quoting the first arguments.
-fn unknown_command(name: &[u8], args: &[Bytes]) -> Vec<u8> {
+fn unknown_command<'a>(name: &[u8], args: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
     let mut quoted = Vec::new();
     for a in args {
         if quoted.len() >= 128 {
@@ -660,13 +661,13 @@ mod tests {
 
     #[test]
     fn unknown_command_text_matches_redis() {
-        let args = [Bytes::from_static(b"a"), Bytes::from_static(b"b c")];
+        let args = [&b"a"[..], b"b c"];
         assert_eq!(
-            unknown_command(b"FOO", &args),
+            unknown_command(b"FOO", args.into_iter()),
             b"ERR unknown command 'FOO', with args beginning with: 'a' 'b c' "
         );
         assert_eq!(
-            unknown_command(b"foo", &[]),
+            unknown_command(b"foo", std::iter::empty()),
             b"ERR unknown command 'foo', with args beginning with: "
         );
         let mut out = BytesMut::new();

@@ -8,7 +8,7 @@
 //! would need a lock across every shard). `WATCH` is not offered, so no client can rely on
 //! optimistic locking that would not hold.
 
-use bytes::Bytes;
+use sluice_resp::Request;
 use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx, execute};
@@ -16,7 +16,7 @@ use super::{Args, CmdError, Command, Ctx, execute};
 /// What a connection holds between MULTI and EXEC.
 #[derive(Debug, Default)]
 pub struct Transaction {
-    pub queued: Vec<Vec<Bytes>>,
+    pub queued: Vec<Request>,
     /// A command was refused while queueing: EXEC must abort.
     pub failed: bool,
 }

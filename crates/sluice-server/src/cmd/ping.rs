@@ -9,7 +9,7 @@ pub struct Ping<'a>(Option<&'a [u8]>);
 
 impl<'a> Command<'a> for Ping<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        let message = args.next().map(|b| &b[..]);
+        let message = args.next();
         if !args.is_empty() {
             return Err(CmdError::Arity);
         }

@@ -57,7 +57,6 @@ fn positive(arg: &[u8], name: &str) -> Result<u64, CmdError> {
 
 fn value<'a>(args: &mut Args<'a>, option: &str) -> Result<&'a [u8], CmdError> {
     args.next()
-        .map(|b| &b[..])
         .ok_or_else(|| CmdError::msg(format!("ERR {option} needs a value")))
 }
 

@@ -1,0 +1,451 @@
+#!/usr/bin/env bash
+# bench-vs-redis.sh — Sluice against "Redis + a Lua rate limiter", side by side, in one run.
+#
+# What it does (issue 3's harness):
+#   - starts a real Redis (--save '' --appendonly no) with the Lua scripts in scripts/lua/
+#     (token_bucket.lua, gcra.lua, sliding.lua: the same semantics as RL.CHECK's TOKEN, GCRA and
+#     SLIDING), and Sluice with --threads 1; both pinned to CPU 0 with taskset;
+#   - preloads the same keyspace into both (--keys buckets, 16-byte keys `rlt:000000123456`,
+#     the names redis-benchmark's `-r` gives `__rand_int__`), pipelined through redis-cli --pipe,
+#     so every request updates an existing limiter; capacity 1,000,000 refilled at 0.01/s
+#     (1,000,000 per 10^8 s), preloaded with COST 1000 so each bucket lives ~28 h: every
+#     request is allowed and no bucket expires during the run;
+#   - runs the same redis-benchmark, pinned to CPU 1, -c 50, at -P 1 and -P 16, over
+#     `-r <keys>`, for several rounds alternating which server goes first; reports medians;
+#   - measures bytes per limiter (RSS delta ÷ keys, and INFO used_memory delta ÷ keys) on fresh
+#     servers, for TOKEN, GCRA and SLIDING on both and LOG on Sluice;
+#   - a churn test: an empty keyspace, `-r 1000000000` so nearly every request makes a new
+#     bucket, with 10 per second buckets that expire 100 ms after their last request;
+#   - a --threads 2 row: Sluice with two threads, Redis (re-pinned), and the client all on
+#     CPUs 0-1.
+# Then it prints one table with the ratios Sluice ÷ Redis.
+#
+# Usage: scripts/bench-vs-redis.sh [--quick] [--keys N] [--clients N] [--rounds N]
+#                                  [--duration SECONDS] [--sluice PATH] [--build]
+#   --quick      100,000 keys, 1 round, 1 s runs: finishes in under a minute
+#   --keys       preloaded buckets per test (default 1,000,000)
+#   --clients    redis-benchmark -c (default 50)
+#   --rounds     alternating rounds; the table shows medians (default 3)
+#   --duration   seconds per run (default 4); -n is sized from a short probe run
+#   --sluice     the sluice binary (default target/release/sluice, or $SLUICE_BIN)
+#   --build      run `cargo build --release --bin sluice` even if the binary exists
+#
+# Needs redis-server, redis-cli, redis-benchmark (installed with apt-get when missing), taskset
+# and awk. Every process it starts is stopped by PID on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LUA_DIR="$ROOT/scripts/lua"
+
+KEYS="" CLIENTS=50 ROUNDS="" DURATION="" QUICK=0 BUILD=0
+SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --keys) KEYS="$2"; shift ;;
+    --clients) CLIENTS="$2"; shift ;;
+    --rounds) ROUNDS="$2"; shift ;;
+    --duration) DURATION="$2"; shift ;;
+    --sluice) SLUICE="$2"; shift ;;
+    --build) BUILD=1 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ "$QUICK" = 1 ]; then
+  KEYS=${KEYS:-100000} ROUNDS=${ROUNDS:-1} DURATION=${DURATION:-1}
+else
+  KEYS=${KEYS:-1000000} ROUNDS=${ROUNDS:-3} DURATION=${DURATION:-4}
+fi
+CHURN_KEYSPACE=1000000000
+
+log() { echo "[bench] $*" >&2; }
+die() { echo "[bench] error: $*" >&2; exit 1; }
+
+# ---------------------------------------------------------------------------------------------
+# Tools and the binary.
+
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null \
+  || ! command -v redis-benchmark >/dev/null; then
+  log "installing redis-server and redis-tools"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >&2
+fi
+for tool in taskset awk sort; do
+  command -v "$tool" >/dev/null || die "$tool is missing (apt-get install -y util-linux mawk coreutils)"
+done
+if [ "$BUILD" = 1 ] || [ ! -x "$SLUICE" ]; then
+  log "building the release binary"
+  (cd "$ROOT" && cargo build --release --bin sluice >&2)
+  SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
+fi
+[ -x "$SLUICE" ] || die "no sluice binary at $SLUICE"
+
+if [ "$(nproc)" -ge 2 ]; then
+  SERVER_CPU=0 CLIENT_CPU=1 BOTH_CPUS=0,1
+else
+  log "only one CPU: server and client share CPU 0"
+  SERVER_CPU=0 CLIENT_CPU=0 BOTH_CPUS=0
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench.XXXXXX")
+RES="$WORK/results"
+mkdir -p "$RES"
+
+# ---------------------------------------------------------------------------------------------
+# Processes: every one we start is recorded and stopped by its PID.
+
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+stop() {
+  local pid=$1 kept=() p
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
+  PIDS=("${kept[@]}")
+}
+
+# free_port: sets PORT to a port nothing listens on and this run has not used yet.
+USED_PORTS=" "
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    case "$USED_PORTS" in *" $p "*) continue ;; esac
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      USED_PORTS="$USED_PORTS$p "
+      PORT=$p
+      return
+    fi
+  done
+}
+
+wait_ready() {
+  local port=$1 pid=$2 logfile=$3 i
+  for i in $(seq 1 200); do
+    if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || { cat "$logfile" >&2; die "server on port $port exited"; }
+    sleep 0.05
+  done
+  cat "$logfile" >&2
+  die "server on port $port did not answer PING"
+}
+
+# start_redis CPUS: sets R_PORT, R_PID and the script SHAs.
+start_redis() {
+  free_port
+  R_PORT=$PORT
+  taskset -c "$1" redis-server --port "$R_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --protected-mode no --dir "$WORK" --logfile "$WORK/redis-$R_PORT.log" &
+  R_PID=$!
+  PIDS+=("$R_PID")
+  wait_ready "$R_PORT" "$R_PID" "$WORK/redis-$R_PORT.log"
+  SHA_TOKEN=$(redis-cli -p "$R_PORT" SCRIPT LOAD "$(cat "$LUA_DIR/token_bucket.lua")")
+  SHA_GCRA=$(redis-cli -p "$R_PORT" SCRIPT LOAD "$(cat "$LUA_DIR/gcra.lua")")
+  SHA_SLIDING=$(redis-cli -p "$R_PORT" SCRIPT LOAD "$(cat "$LUA_DIR/sliding.lua")")
+  [ ${#SHA_TOKEN} = 40 ] && [ ${#SHA_GCRA} = 40 ] && [ ${#SHA_SLIDING} = 40 ] \
+    || die "SCRIPT LOAD failed: $SHA_TOKEN $SHA_GCRA $SHA_SLIDING"
+}
+
+# start_sluice CPUS THREADS: sets S_PORT, S_PID.
+start_sluice() {
+  free_port
+  S_PORT=$PORT
+  taskset -c "$1" "$SLUICE" --port "$S_PORT" --bind 127.0.0.1 --threads "$2" \
+    >"$WORK/sluice-$S_PORT.log" 2>&1 &
+  S_PID=$!
+  PIDS+=("$S_PID")
+  wait_ready "$S_PORT" "$S_PID" "$WORK/sluice-$S_PORT.log"
+}
+
+# ---------------------------------------------------------------------------------------------
+# The commands. KEY stands for the key in preloads; redis-benchmark gets `<prefix>__rand_int__`.
+# Capacity 1,000,000, refill 0.01/s = 1,000,000 per 100,000,000 s (Lua takes the period in ms).
+
+LIMIT=1000000 PERIOD_S=100000000 PERIOD_MS=100000000000
+sluice_cmd() { # ALGO KEY [COST]
+  local cost=() algo=()
+  [ "${3:-1}" = 1 ] || cost=(COST "$3")
+  [ "$1" = TOKEN ] || algo=(ALGO "$1")
+  echo RL.CHECK "$2" "$LIMIT" "$PERIOD_S" "${cost[@]}" "${algo[@]}"
+}
+redis_cmd() { # ALGO KEY [COST]
+  case "$1" in
+    TOKEN) echo EVALSHA "$SHA_TOKEN" 1 "$2" "$LIMIT" "$PERIOD_MS" "$LIMIT" "${3:-1}" ;;
+    GCRA) echo EVALSHA "$SHA_GCRA" 1 "$2" "$LIMIT" "$PERIOD_MS" "$LIMIT" "${3:-1}" ;;
+    SLIDING) echo EVALSHA "$SHA_SLIDING" 1 "$2" "$LIMIT" "$PERIOD_MS" "${3:-1}" ;;
+  esac
+}
+lua_of() {
+  case "$1" in TOKEN) echo token_bucket.lua ;; GCRA) echo gcra.lua ;; SLIDING) echo sliding.lua ;; esac
+}
+prefix_of() {
+  case "$1" in TOKEN) echo rlt: ;; GCRA) echo rlg: ;; SLIDING) echo rls: ;; LOG) echo rll: ;; esac
+}
+# Churn: 10 per second, so a bucket is fresh again (and dropped) 100 ms after its request.
+CHURN_SLUICE="RL.CHECK rlc:__rand_int__ 10 1"
+churn_redis() { echo EVALSHA "$SHA_TOKEN" 1 rlc:__rand_int__ 10 1000 10 1; }
+
+# The command must be allowed (first integer of the reply is 1) before it is benchmarked.
+expect_allowed() { # PORT CMD...
+  local port=$1 first
+  shift
+  # shellcheck disable=SC2046
+  first=$(redis-cli -p "$port" "$@" 2>&1 | head -1)
+  [ "$first" = 1 ] || die "port $port: '$*' answered '$first', not an allowed decision"
+}
+
+# preload PORT COUNT PREFIX WORDS...: sends WORDS with KEY replaced by PREFIX + 12 digits, for
+# 0..COUNT-1, as one RESP stream through redis-cli --pipe.
+preload() {
+  local port=$1 count=$2 prefix=$3 out
+  shift 3
+  out=$(awk -v n="$count" -v prefix="$prefix" -v words="$*" 'BEGIN {
+      nw = split(words, w, " ")
+      for (i = 0; i < n; i++) {
+        key = sprintf("%s%012d", prefix, i)
+        printf "*%d\r\n", nw
+        for (j = 1; j <= nw; j++) {
+          a = (w[j] == "KEY") ? key : w[j]
+          printf "$%d\r\n%s\r\n", length(a), a
+        }
+      }
+    }' | redis-cli -p "$port" --pipe 2>&1)
+  case "$out" in
+    *"errors: 0, replies: $count"*) ;;
+    *) die "preload on port $port failed: $out" ;;
+  esac
+}
+
+rss_bytes() { awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$1/status"; }
+used_memory() {
+  redis-cli -p "$1" INFO memory | tr -d '\r' | awk -F: '$1 == "used_memory" { print $2 }'
+}
+dbsize() { redis-cli -p "$1" DBSIZE; }
+
+# measure_memory NAME SIDE PORT PID COUNT PREFIX WORDS...: preloads and records bytes per bucket.
+measure_memory() {
+  local name=$1 side=$2 port=$3 pid=$4 count=$5 prefix=$6 rss0 used0 rss1 used1 n t0
+  shift 6
+  rss0=$(rss_bytes "$pid") used0=$(used_memory "$port")
+  t0=$SECONDS
+  preload "$port" "$count" "$prefix" "$@"
+  rss1=$(rss_bytes "$pid") used1=$(used_memory "$port")
+  n=$(dbsize "$port")
+  [ "$n" -ge "$count" ] || log "warning: $side $name holds $n keys after loading $count"
+  awk -v a="$rss0" -v b="$rss1" -v c="$used0" -v d="$used1" -v n="$count" \
+    'BEGIN { printf "%.1f %.1f\n", (b - a) / n, (d - c) / n }' >"$RES/mem_${name}_$side"
+  log "$(printf '%-8s %-6s %9d keys: %6.1f B RSS, %6.1f B used_memory per limiter (loaded in %d s)' \
+    "$name" "$side" "$count" $(cat "$RES/mem_${name}_$side") $((SECONDS - t0)))"
+}
+
+# ---------------------------------------------------------------------------------------------
+# redis-benchmark. Each (test, side, -P) gets a probe run once to size -n for --duration.
+
+bench_once() { # PORT CLIENT_CPUS P N KEYSPACE CMD... -> "rps p50 p99"
+  local port=$1 cpus=$2 p=$3 n=$4 r=$5 out line
+  shift 5
+  out=$(taskset -c "$cpus" redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -P "$p" \
+    -n "$n" -r "$r" --csv "$@" 2>"$WORK/bench.err") || {
+    cat "$WORK/bench.err" >&2
+    die "redis-benchmark failed on port $port: $*"
+  }
+  line=$(printf '%s\n' "$out" | grep -v '^"test"' | tail -1)
+  [ -n "$line" ] || { cat "$WORK/bench.err" >&2; die "no CSV from redis-benchmark: $*"; }
+  # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+  printf '%s\n' "$line" | tr -d '"' | awk -F, '{ print $2, $5, $7 }'
+}
+
+# run TEST SIDE PORT CLIENT_CPUS P KEYSPACE CMD...: one measured run, appended to the results.
+run() {
+  local test=$1 side=$2 port=$3 cpus=$4 p=$5 r=$6 sizefile n probe
+  shift 6
+  sizefile="$RES/n_${test}_${side}_$p"
+  if [ ! -f "$sizefile" ]; then
+    probe=$(bench_once "$port" "$cpus" "$p" $((2000 * p)) "$r" "$@")
+    awk -v rps="${probe%% *}" -v d="$DURATION" -v p="$p" -v c="$CLIENTS" 'BEGIN {
+        n = int(rps * d); m = 4 * p * c; if (n < m) n = m; print n }' >"$sizefile"
+  fi
+  n=$(cat "$sizefile")
+  bench_once "$port" "$cpus" "$p" "$n" "$r" "$@" | tee -a "$RES/${test}_${side}_$p" |
+    awk -v t="$test" -v s="$side" -v p="$p" -v n="$n" \
+      '{ printf "[bench] %-14s -P %-2s %-6s %9d rps  p50 %6.3f ms  p99 %6.3f ms  (-n %d)\n", t, p, s, $1, $2, $3, n }' >&2
+}
+
+# pair TEST P ROUND KEYSPACE REDIS_CMD -- SLUICE_CMD: Redis and Sluice back to back, the order
+# alternating by round.
+pair() {
+  local test=$1 p=$2 round=$3 r=$4 rcmd=() scmd=()
+  shift 4
+  while [ "$1" != -- ]; do rcmd+=("$1"); shift; done
+  shift
+  scmd=("$@")
+  if [ $((round % 2)) = 1 ]; then
+    run "$test" redis "$R_PORT" "$CLIENT_CPUS" "$p" "$r" "${rcmd[@]}"
+    run "$test" sluice "$S_PORT" "$CLIENT_CPUS" "$p" "$r" "${scmd[@]}"
+  else
+    run "$test" sluice "$S_PORT" "$CLIENT_CPUS" "$p" "$r" "${scmd[@]}"
+    run "$test" redis "$R_PORT" "$CLIENT_CPUS" "$p" "$r" "${rcmd[@]}"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# The phases. Each starts fresh servers so that each memory figure starts from an empty server.
+
+STARTED=$SECONDS
+log "sluice: $SLUICE; $KEYS keys, -c $CLIENTS, $ROUNDS round(s) of ${DURATION}s runs; servers on CPU $SERVER_CPU, client on CPU $CLIENT_CPU"
+
+# steady ALGO EXTRA_TESTS: one server pair, ALGO preloaded, ALGO (and PING, INCR) benchmarked.
+steady() {
+  local algo=$1 with_floor=$2 prefix round p
+  prefix=$(prefix_of "$algo")
+  start_redis "$SERVER_CPU"
+  start_sluice "$SERVER_CPU" 1
+  CLIENT_CPUS=$CLIENT_CPU
+  # shellcheck disable=SC2046
+  measure_memory "$algo" redis "$R_PORT" "$R_PID" "$KEYS" "$prefix" $(redis_cmd "$algo" KEY 1000)
+  # shellcheck disable=SC2046
+  measure_memory "$algo" sluice "$S_PORT" "$S_PID" "$KEYS" "$prefix" $(sluice_cmd "$algo" KEY 1000)
+  # shellcheck disable=SC2046
+  expect_allowed "$R_PORT" $(redis_cmd "$algo" "${prefix}000000000000")
+  # shellcheck disable=SC2046
+  expect_allowed "$S_PORT" $(sluice_cmd "$algo" "${prefix}000000000000")
+  for round in $(seq 1 "$ROUNDS"); do
+    for p in 1 16; do
+      if [ "$with_floor" = 1 ]; then
+        pair PING "$p" "$round" "$KEYS" PING -- PING
+        pair INCR "$p" "$round" "$KEYS" INCR ctr:__rand_int__ -- INCR ctr:__rand_int__
+      fi
+      # shellcheck disable=SC2046
+      pair "$algo" "$p" "$round" "$KEYS" $(redis_cmd "$algo" "${prefix}__rand_int__") -- \
+        $(sluice_cmd "$algo" "${prefix}__rand_int__")
+    done
+  done
+  stop "$S_PID"
+  if [ "$with_floor" = 1 ]; then
+    two_threads
+  fi
+  stop "$R_PID"
+}
+
+# Two threads: Sluice --threads 2 (fresh, preloaded the same way); the Redis of the TOKEN phase,
+# its keys already loaded, re-pinned to CPUs 0-1 like Sluice and the client.
+two_threads() {
+  local round
+  taskset -a -p -c "$BOTH_CPUS" "$R_PID" >/dev/null
+  start_sluice "$BOTH_CPUS" 2
+  CLIENT_CPUS=$BOTH_CPUS
+  # shellcheck disable=SC2046
+  preload "$S_PORT" "$KEYS" rlt: $(sluice_cmd TOKEN KEY 1000)
+  for round in $(seq 1 "$ROUNDS"); do
+    pair PING-t2 16 "$round" "$KEYS" PING -- PING
+    # shellcheck disable=SC2046
+    pair TOKEN-t2 16 "$round" "$KEYS" $(redis_cmd TOKEN rlt:__rand_int__) -- \
+      $(sluice_cmd TOKEN rlt:__rand_int__)
+  done
+  stop "$S_PID"
+}
+
+steady TOKEN 1
+steady GCRA 0
+steady SLIDING 0
+
+# LOG: memory only (Redis has no script for it): limit 10 per hour, one request per bucket.
+start_sluice "$SERVER_CPU" 1
+measure_memory LOG sluice "$S_PORT" "$S_PID" "$KEYS" rll: RL.CHECK KEY 10 3600 ALGO LOG
+stop "$S_PID"
+
+# Churn: empty servers, nearly every request makes a bucket, buckets expire 100 ms later.
+start_redis "$SERVER_CPU"
+start_sluice "$SERVER_CPU" 1
+CLIENT_CPUS=$CLIENT_CPU
+for round in $(seq 1 "$ROUNDS"); do
+  for p in 1 16; do
+    # shellcheck disable=SC2046
+    pair churn "$p" "$round" "$CHURN_KEYSPACE" $(churn_redis) -- $CHURN_SLUICE
+  done
+done
+log "after churn: redis holds $(dbsize "$R_PORT") keys, sluice $(dbsize "$S_PORT")"
+stop "$R_PID"
+stop "$S_PID"
+
+# ---------------------------------------------------------------------------------------------
+# The table: medians over rounds.
+
+median3() { # FILE -> median of each of the 3 columns
+  local col
+  for col in 1 2 3; do
+    awk -v c="$col" '{ print $c }' "$1" | sort -g |
+      awk '{ a[NR] = $1 } END { if (NR % 2) m = a[(NR + 1) / 2]; else m = (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "%s ", m }'
+  done
+  echo
+}
+rps_of() { local f="$RES/${1}_${2}_$3"; [ -f "$f" ] && median3 "$f" | awk '{ print $1 }'; }
+
+row() { # LABEL TEST P NOTE
+  local label=$1 test=$2 p=$3 note=$4 r s
+  r=$(median3 "$RES/${test}_redis_$p") s=$(median3 "$RES/${test}_sluice_$p")
+  # shellcheck disable=SC2086
+  set -- $r $s
+  awk -v l="$label" -v p="$p" -v r1="$1" -v r2="$2" -v r3="$3" -v s1="$4" -v s2="$5" -v s3="$6" \
+    -v note="$note" 'BEGIN {
+      printf "| %-43s | %2s | %10d | %7.3f | %7.3f | %10d | %7.3f | %7.3f | %6.2f | %-28s |\n",
+        l, p, r1, r2, r3, s1, s2, s3, (r1 > 0 ? s1 / r1 : 0), note }'
+}
+ratio() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { if (a > 0 && b > 0) printf "%s %.2f", t, a / b }'; }
+mem_row() { # LABEL ALGO COLUMN(1=RSS,2=used)
+  local r s
+  r=$( [ -f "$RES/mem_$2_redis" ] && awk -v c="$3" '{ print $c }' "$RES/mem_$2_redis" || echo -)
+  s=$(awk -v c="$3" '{ print $c }' "$RES/mem_$2_sluice")
+  awk -v l="$1" -v r="$r" -v s="$s" 'BEGIN {
+      rr = (r == "-") ? "-" : sprintf("%.1f", r)
+      q = (r == "-" || r <= 0) ? "" : sprintf("%6.2f", s / r)
+      printf "| %-43s | %2s | %10s | %7s | %7s | %10.1f | %7s | %7s | %6s | %-28s |\n",
+        l, "", rr, "", "", s, "", "", q, "(Sluice/Redis: lower wins)" }'
+}
+
+echo
+echo "Sluice vs Redis $(redis-server --version | awk '{ print $3 }' | tr -d 'v='), $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "servers on CPU $SERVER_CPU, redis-benchmark on CPU $CLIENT_CPU, -c $CLIENTS, $KEYS preloaded 16-byte keys, medians of $ROUNDS round(s) of ${DURATION}s; latency in ms"
+echo "Redis side: EVALSHA of scripts/lua/*.lua; Sluice side: RL.CHECK (--threads 1 unless t2)."
+echo
+printf '| %-43s | %2s | %10s | %7s | %7s | %10s | %7s | %7s | %6s | %-28s |\n' \
+  test -P "Redis rps" p50 p99 "Sluice rps" p50 p99 "S/R" note
+echo "|---------------------------------------------|----|------------|---------|---------|------------|---------|---------|--------|------------------------------|"
+for p in 1 16; do
+  row "PING (protocol floor)" PING "$p" ""
+  row "INCR (native write)" INCR "$p" ""
+  for algo in TOKEN GCRA SLIDING; do
+    row "$algo: EVALSHA $(lua_of "$algo") vs RL.CHECK" "$algo" "$p" \
+      "$(ratio "$(rps_of "$algo" sluice "$p")" "$(rps_of PING sluice "$p")" "S/S-PING")"
+  done
+  row "churn TOKEN: new keys, expire in 100ms" churn "$p" \
+    "$(ratio "$(rps_of churn sluice "$p")" "$(rps_of TOKEN sluice "$p")" "S/steady")$(ratio "$(rps_of churn redis "$p")" "$(rps_of TOKEN redis "$p")" " R/steady")"
+done
+row "PING --threads 2 (all on CPUs 0-1)" PING-t2 16 ""
+row "TOKEN --threads 2 (all on CPUs 0-1)" TOKEN-t2 16 \
+  "$(ratio "$(rps_of TOKEN-t2 sluice 16)" "$(rps_of PING-t2 sluice 16)" "S/S-PING")$(ratio "$(rps_of TOKEN-t2 sluice 16)" "$(rps_of TOKEN sluice 16)" " t2/t1")"
+mem_row "bytes/limiter TOKEN, RSS delta/keys" TOKEN 1
+mem_row "bytes/limiter TOKEN, used_memory delta" TOKEN 2
+mem_row "bytes/limiter GCRA, RSS delta/keys" GCRA 1
+mem_row "bytes/limiter GCRA, used_memory delta" GCRA 2
+mem_row "bytes/limiter SLIDING, RSS delta/keys" SLIDING 1
+mem_row "bytes/limiter SLIDING, used_memory delta" SLIDING 2
+mem_row "bytes/limiter LOG(10/h, 1 entry), RSS" LOG 1
+mem_row "bytes/limiter LOG(10/h, 1 entry), used" LOG 2
+echo
+echo "S/R: Sluice ÷ Redis (rps; for bytes, lower is better). S/S-PING: RL.CHECK rps ÷ Sluice PING rps at the same -P."
+echo "S/steady, R/steady: churn rps ÷ steady-state TOKEN rps on the same side. t2/t1: Sluice --threads 2 ÷ --threads 1."
+echo "Total time: $((SECONDS - STARTED)) s."

@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# callgrind.sh — user-space instructions per request, Sluice and Redis, counted by callgrind.
+#
+# A figure machine noise does not move (issue 3): each server runs under
+# `valgrind --tool=callgrind` with instrumentation off while it starts and while the keyspace is
+# preloaded; then for each test the counters are zeroed (`callgrind_control -z`), the load runs
+# (redis-benchmark -c 1 -P 16 -n 20000 -r 100000: keys over a 100k keyspace, preloaded so every
+# request updates an existing limiter or counter: a steady-state figure, no table growth in it),
+# and the counters are dumped (`callgrind_control -d`).
+# Instructions ÷ requests is the figure. The server's idle work during a run (timers, cron) is
+# measured the same way over an idle window and subtracted in proportion to each run's length.
+#
+# Tests: PING and INCR on both; RL.CHECK TOKEN, GCRA, SLIDING on Sluice; EVALSHA of
+# scripts/lua/token_bucket.lua (the Lua token bucket RL.CHECK replaces) on Redis.
+#
+# Usage: scripts/callgrind.sh [--requests N] [--keyspace N] [--out DIR] [--sluice PATH]
+#                             [--skip-redis] [--build]
+#   --requests   requests per test (default 20000)
+#   --keyspace   keys preloaded and used by -r (default 100000)
+#   --out        where the callgrind dumps are kept (default /tmp/sluice-callgrind); annotate
+#                one with `callgrind_annotate --inclusive=yes DIR/sluice.out.<n>`
+#   --sluice     the sluice binary (default target/release/sluice, or $SLUICE_BIN)
+#   --skip-redis only Sluice
+#   --build      run `cargo build --release --bin sluice` even if the binary exists
+#
+# Needs valgrind (callgrind_control), redis-server and redis-tools: installed with apt-get
+# when missing. Every process it starts is stopped by PID on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+REQUESTS=20000 KEYSPACE=100000 OUT="${TMPDIR:-/tmp}/sluice-callgrind" SKIP_REDIS=0 BUILD=0
+SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --requests) REQUESTS="$2"; shift ;;
+    --keyspace) KEYSPACE="$2"; shift ;;
+    --out) OUT="$2"; shift ;;
+    --sluice) SLUICE="$2"; shift ;;
+    --skip-redis) SKIP_REDIS=1 ;;
+    --build) BUILD=1 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+log() { echo "[callgrind] $*" >&2; }
+die() { echo "[callgrind] error: $*" >&2; exit 1; }
+
+missing=()
+command -v valgrind >/dev/null && command -v callgrind_control >/dev/null || missing+=(valgrind)
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null || missing+=(redis-tools)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+fi
+if [ "$BUILD" = 1 ] || [ ! -x "$SLUICE" ]; then
+  log "building the release binary"
+  (cd "$ROOT" && cargo build --release --bin sluice >&2)
+  SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
+fi
+[ -x "$SLUICE" ] || die "no sluice binary at $SLUICE"
+
+mkdir -p "$OUT"
+rm -f "$OUT"/sluice.out* "$OUT"/redis.out*
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-callgrind-run.XXXXXX")
+
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+stop() {
+  local pid=$1 kept=() p
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
+  PIDS=("${kept[@]}")
+}
+
+# free_port: sets PORT to a port nothing listens on.
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then PORT=$p; return; fi
+  done
+}
+
+wait_ready() { # PORT PID LOG: valgrind starts slowly.
+  local i
+  for i in $(seq 1 600); do
+    if [ "$(redis-cli -p "$1" PING 2>/dev/null)" = PONG ]; then return 0; fi
+    kill -0 "$2" 2>/dev/null || { cat "$3" >&2; die "server on port $1 exited"; }
+    sleep 0.1
+  done
+  cat "$3" >&2
+  die "server on port $1 did not answer PING"
+}
+
+# start NAME CMD...: the server under callgrind, instrumentation off; sets PORT and PID.
+start() {
+  local name=$1
+  shift
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/$name.out" \
+    "$@" >"$WORK/$name.log" 2>&1 &
+  PID=$!
+  PIDS+=("$PID")
+  wait_ready "$PORT" "$PID" "$WORK/$name.log"
+}
+
+preload() { # PORT COUNT PREFIX WORDS... (KEY = PREFIX + 12 digits, as -r's __rand_int__)
+  local port=$1 count=$2 prefix=$3 out
+  shift 3
+  out=$(awk -v n="$count" -v prefix="$prefix" -v words="$*" 'BEGIN {
+      nw = split(words, w, " ")
+      for (i = 0; i < n; i++) {
+        key = sprintf("%s%012d", prefix, i)
+        printf "*%d\r\n", nw
+        for (j = 1; j <= nw; j++) {
+          a = (w[j] == "KEY") ? key : w[j]
+          printf "$%d\r\n%s\r\n", length(a), a
+        }
+      }
+    }' | redis-cli -p "$port" --pipe 2>&1)
+  case "$out" in
+    *"errors: 0, replies: $count"*) ;;
+    *) die "preload on port $port failed: $out" ;;
+  esac
+}
+
+# The dump callgrind_control -d just wrote: the highest-numbered NAME.out.N.
+last_dump() {
+  find "$OUT" -maxdepth 1 -name "$1.out.*" -printf '%f\n' | sort -t. -k3,3n | tail -1
+}
+totals() { awk '/^(totals|summary):/ { print $2; exit }' "$OUT/$1"; }
+
+# measure NAME SERVER_PID PORT LABEL CMD...: zero, run the load, dump; appends a result line
+# "LABEL instructions seconds dumpfile" to $WORK/NAME.
+measure() {
+  local name=$1 pid=$2 port=$3 label=$4 t0 t1 dump
+  shift 4
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  t0=$(date +%s.%N)
+  if [ "$label" = idle ]; then
+    sleep "$IDLE_SECONDS"
+  else
+    redis-benchmark -h 127.0.0.1 -p "$port" -c 1 -P 16 -n "$REQUESTS" -r "$KEYSPACE" -q "$@" \
+      >"$WORK/bench.out" 2>&1 || { cat "$WORK/bench.out" >&2; die "redis-benchmark failed: $*"; }
+  fi
+  t1=$(date +%s.%N)
+  callgrind_control -d "$label" "$pid" >/dev/null 2>&1
+  dump=$(last_dump "$name")
+  [ -n "$dump" ] || die "no dump from $name"
+  echo "$label $(totals "$dump") $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') $dump" >>"$WORK/$name"
+  log "$(printf '%-8s %-20s %14d Ir in %6.1f s  (%s)' "$name" "$label" "$(totals "$dump")" \
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$OUT/$dump")"
+}
+
+IDLE_SECONDS=3
+TOKEN_ARGS=(1000000 100000000)             # capacity 1,000,000, refill 0.01/s (period in s)
+TOKEN_ARGS_MS=(1000000 100000000000 1000000) # the same for the Lua script (period in ms, burst)
+
+# ---- Sluice ----
+free_port
+start sluice "$SLUICE" --port "$PORT" --bind 127.0.0.1 --threads 1
+S_PORT=$PORT S_PID=$PID
+log "sluice under callgrind on port $S_PORT; preloading $KEYSPACE keys per algorithm"
+preload "$S_PORT" "$KEYSPACE" rlt: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000
+preload "$S_PORT" "$KEYSPACE" rlg: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000 ALGO GCRA
+preload "$S_PORT" "$KEYSPACE" rls: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000 ALGO SLIDING
+preload "$S_PORT" "$KEYSPACE" ctr: SET KEY 0
+callgrind_control -i on "$S_PID" >/dev/null 2>&1
+measure sluice "$S_PID" "$S_PORT" idle
+measure sluice "$S_PID" "$S_PORT" PING PING
+measure sluice "$S_PID" "$S_PORT" INCR INCR ctr:__rand_int__
+measure sluice "$S_PID" "$S_PORT" TOKEN RL.CHECK rlt:__rand_int__ "${TOKEN_ARGS[@]}"
+measure sluice "$S_PID" "$S_PORT" GCRA RL.CHECK rlg:__rand_int__ "${TOKEN_ARGS[@]}" ALGO GCRA
+measure sluice "$S_PID" "$S_PORT" SLIDING RL.CHECK rls:__rand_int__ "${TOKEN_ARGS[@]}" ALGO SLIDING
+stop "$S_PID"
+
+# ---- Redis ----
+if [ "$SKIP_REDIS" = 0 ]; then
+  free_port
+  start redis redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --protected-mode no --dir "$WORK"
+  R_PORT=$PORT R_PID=$PID
+  SHA=$(redis-cli -p "$R_PORT" SCRIPT LOAD "$(cat "$ROOT/scripts/lua/token_bucket.lua")")
+  [ ${#SHA} = 40 ] || die "SCRIPT LOAD failed: $SHA"
+  log "redis under callgrind on port $R_PORT; preloading $KEYSPACE keys"
+  preload "$R_PORT" "$KEYSPACE" rlt: EVALSHA "$SHA" 1 KEY "${TOKEN_ARGS_MS[@]}" 1000
+  preload "$R_PORT" "$KEYSPACE" ctr: SET KEY 0
+  callgrind_control -i on "$R_PID" >/dev/null 2>&1
+  measure redis "$R_PID" "$R_PORT" idle
+  measure redis "$R_PID" "$R_PORT" PING PING
+  measure redis "$R_PID" "$R_PORT" INCR INCR ctr:__rand_int__
+  measure redis "$R_PID" "$R_PORT" TOKEN EVALSHA "$SHA" 1 rlt:__rand_int__ "${TOKEN_ARGS_MS[@]}" 1
+  stop "$R_PID"
+fi
+
+# ---- The table ----
+per_request() { # NAME LABEL -> instructions per request, idle work subtracted
+  [ -f "$WORK/$1" ] || { echo -; return; }
+  awk -v label="$2" -v n="$REQUESTS" '
+    $1 == "idle" { idle_rate = $2 / $3 }
+    $1 == label { ir = $2; secs = $3 }
+    END { if (ir == "") print "-"; else printf "%.0f\n", (ir - idle_rate * secs) / n }' "$WORK/$1"
+}
+idle_rate() { [ -f "$WORK/$1" ] && awk '$1 == "idle" { printf "%.0f", $2 / $3 }' "$WORK/$1" || echo -; }
+
+echo
+echo "Instructions per request (user space, callgrind Ir), $REQUESTS requests, redis-benchmark -c 1 -P 16 -r $KEYSPACE (preloaded)"
+echo "Sluice: $SLUICE --threads 1; Redis: $(redis-server --version | awk '{ print $3 }'); idle work subtracted (Sluice $(idle_rate sluice) Ir/s, Redis $(idle_rate redis) Ir/s)"
+echo
+printf '| %-40s | %13s | %12s | %7s |\n' test "Sluice Ir/req" "Redis Ir/req" "S/R"
+echo "|------------------------------------------|---------------|--------------|---------|"
+line() { # LABEL SLUICE_LABEL REDIS_LABEL
+  local s r
+  s=$(per_request sluice "$2") r=$(per_request redis "$3")
+  awk -v l="$1" -v s="$s" -v r="$r" 'BEGIN {
+      q = (s == "-" || r == "-" || r <= 0) ? "" : sprintf("%.3f", s / r)
+      printf "| %-40s | %13s | %12s | %7s |\n", l, s, r, q }'
+}
+line "PING" PING PING
+line "INCR" INCR INCR
+line "RL.CHECK TOKEN vs EVALSHA token_bucket" TOKEN TOKEN
+line "RL.CHECK ALGO GCRA" GCRA none
+line "RL.CHECK ALGO SLIDING" SLIDING none
+echo
+echo "Dumps in $OUT (one per test, in order: idle, PING, INCR, TOKEN, ...):"
+for name in sluice redis; do
+  [ -f "$WORK/$name" ] && awk -v d="$OUT" -v n="$name" '{ printf "  %-7s %-8s %s/%s\n", n, $1, d, $4 }' "$WORK/$name"
+done
+echo "Profile one: callgrind_annotate --inclusive=yes <dump> | head -40"
+
+# Where RL.CHECK's instructions go: callgrind_annotate lists cost per (source file, function),
+# so code inlined from another file shows as a separate line under its host function. Fold those
+# lines into their function: self cost is their sum, inclusive cost their largest.
+top_functions() { # DUMP
+  local mode
+  for mode in self inclusive; do
+    echo
+    echo "Sluice RL.CHECK TOKEN: top 15 functions by $mode Ir per request ($1)"
+    callgrind_annotate --auto=no --threshold=100 --inclusive="$([ $mode = inclusive ] && echo yes || echo no)" \
+      "$1" 2>/dev/null | awk -v n="$REQUESTS" -v mode="$mode" '
+        /file:function/ { body = 1; next }
+        body && match($0, /^ *[0-9,]+ \( *[0-9.]+%\)  /) {
+          cost = substr($0, 1, RLENGTH); gsub(/[ ,]|\(.*/, "", cost); cost += 0
+          rest = substr($0, RLENGTH + 1)
+          fn = substr(rest, index(rest, ":") + 1)
+          sub(/ \[[^]]*\]$/, "", fn)
+          if (fn ~ /PROGRAM TOTALS|^$/) next
+          if (mode == "self") c[fn] += cost; else if (cost > c[fn]) c[fn] = cost
+        }
+        END { for (f in c) printf "%12.1f  %s\n", c[f] / n, f }' | sort -rn | head -15
+  done
+}
+TOKEN_DUMP=$(awk '$1 == "TOKEN" { print $4 }' "$WORK/sluice")
+[ -n "$TOKEN_DUMP" ] && top_functions "$OUT/$TOKEN_DUMP"
