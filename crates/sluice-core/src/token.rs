@@ -50,7 +50,16 @@ pub(crate) struct Gcra {
 /// The emission interval `⌈P/L⌉` in whole ns (at least 1), with zeros lifted to 1 so that no
 /// input divides by zero (the command grammar already rejects them).
 pub(crate) fn emission_interval(limit: u64, period: Nanos) -> u128 {
-    u128::from(period.0.max(1)).div_ceil(u128::from(limit.max(1)))
+    u128::from(period.0.max(1).div_ceil(limit.max(1)))
+}
+
+/// `a / b` with a one-instruction 64-bit division whenever both fit (they nearly always do:
+/// the server caps every span at 2^62 ns); the `u128` routine only otherwise.
+fn div(a: u128, b: u128) -> u128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(a), Ok(b)) => u128::from(a / b),
+        _ => a / b,
+    }
 }
 
 /// Saturates a `u128` duration into `Nanos`.
@@ -81,13 +90,21 @@ pub(crate) fn gcra(
     let room = (b - c) * t;
     // The time until full on the exact scale P/L (see the module docs): ≤ the integer one.
     let (l, p) = (u128::from(limit.max(1)), u128::from(period.0.max(1)));
-    let reset = |debt: u128| sat((debt * p).div_ceil(l * t));
+    // When L divides P (T is exact) the two scales agree and no division is needed.
+    let exact = l * t == p;
+    let reset = |debt: u128| {
+        if exact {
+            sat(debt)
+        } else {
+            sat((debt * p).div_ceil(l * t))
+        }
+    };
     if c == 0 || debt <= room {
         let new_tat = tat0.saturating_add(sat(c * t));
         let after = u128::from(new_tat.saturating_sub(now).0);
         Gcra {
             allowed: true,
-            remaining: sat(tau.saturating_sub(after) / t).0,
+            remaining: sat(div(tau.saturating_sub(after), t)).0,
             wait,
             retry_after: Nanos::ZERO,
             reset_after: reset(after),
@@ -96,7 +113,7 @@ pub(crate) fn gcra(
     } else {
         Gcra {
             allowed: false,
-            remaining: sat(tau.saturating_sub(debt) / t).0,
+            remaining: sat(div(tau.saturating_sub(debt), t)).0,
             wait,
             retry_after: sat(debt - room),
             reset_after: reset(debt),

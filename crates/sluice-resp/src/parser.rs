@@ -47,7 +47,6 @@
 use std::fmt;
 
 use bytes::{Bytes, BytesMut};
-use smallvec::SmallVec;
 
 use crate::inline;
 
@@ -171,7 +170,9 @@ impl std::error::Error for ProtocolError {}
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Request {
     frame: Bytes,
-    args: SmallVec<[(usize, usize); 8]>,
+    /// A `Vec`, not an inline array: the connection reuses one request, so its capacity is
+    /// allocated once, and indexing it needs no inline-or-heap branch.
+    args: Vec<(usize, usize)>,
     inline: bool,
 }
 
@@ -179,7 +180,7 @@ impl Request {
     /// A request made from arguments (for executors and tests): they are copied into one frame.
     pub fn from_args<A: AsRef<[u8]>>(args: &[A]) -> Request {
         let mut frame = Vec::with_capacity(args.iter().map(|a| a.as_ref().len()).sum());
-        let mut offsets = SmallVec::new();
+        let mut offsets = Vec::with_capacity(args.len());
         for a in args {
             let a = a.as_ref();
             offsets.push((frame.len(), a.len()));
@@ -388,7 +389,17 @@ impl Parser {
             match self.state {
                 State::Start => match buf.first() {
                     None => return Ok(false),
-                    Some(b'*') => self.state = State::Count { searched: 1 },
+                    Some(b'*') => {
+                        if let Some(frame_len) = self.whole_multibulk(buf, request) {
+                            request.frame = buf.split_to(frame_len).freeze();
+                            request.inline = false;
+                            return Ok(true);
+                        }
+                        // From here on this frame takes the general, incremental path, so the
+                        // fast path reads any frame at most once.
+                        request.args.clear();
+                        self.state = State::Count { searched: 1 };
+                    }
                     Some(_) => self.state = State::Inline { searched: 0 },
                 },
                 State::Inline { searched } => {
@@ -526,6 +537,36 @@ impl Parser {
         }
     }
 
+    /// The fast path for the common case: a whole, ordinary multibulk frame at the front of
+    /// `buf` (every count and length plain digits, the frame entirely buffered). Reads it in one
+    /// pass, writing the argument offsets straight into `request`, and returns the frame's
+    /// length. `None` for anything else (incomplete, empty, unusual or invalid): the general
+    /// path then parses the same bytes from the start and gives the exact answer or error, so
+    /// the two can never disagree on a frame this one accepts.
+    fn whole_multibulk(&self, buf: &[u8], request: &mut Request) -> Option<usize> {
+        let (count, mut pos) = plain_number(buf, 1)?;
+        if count == 0 || count > self.limits.max_multibulk_len {
+            return None;
+        }
+        request.args.clear();
+        for _ in 0..count {
+            if *buf.get(pos)? != b'$' {
+                return None;
+            }
+            let (len, start) = plain_number(buf, pos + 1)?;
+            if len > self.limits.max_bulk_len {
+                return None;
+            }
+            let end = start.checked_add(len)?.checked_add(2)?;
+            if end > buf.len() {
+                return None;
+            }
+            request.args.push((start, len));
+            pos = end;
+        }
+        Some(pos)
+    }
+
     /// Looks for the `\r` ending the header line that starts at `line_start`, resuming at
     /// `searched`. Like Redis, the line is complete once one more byte follows the `\r`.
     fn find_cr(
@@ -565,6 +606,28 @@ impl Parser {
         }
         self.reset();
         has_args
+    }
+}
+
+/// A header number for the fast path: 1 to 18 digits at `at`, no leading zero unless it is
+/// `0` itself, then `\r` and one more byte (Redis does not check that byte). Returns the number
+/// and where the next line starts; `None` for anything else.
+fn plain_number(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+    let mut n: usize = 0;
+    let mut i = at;
+    loop {
+        let b = *buf.get(i)?;
+        match b {
+            b'0'..=b'9' => {
+                if i - at == 18 || (i > at && n == 0) {
+                    return None;
+                }
+                n = n * 10 + usize::from(b - b'0');
+            }
+            b'\r' if i > at && i + 1 < buf.len() => return Some((n, i + 2)),
+            _ => return None,
+        }
+        i += 1;
     }
 }
 
@@ -1008,5 +1071,40 @@ mod tests {
         let (reqs, result, rest) = parse_all(b"*-5\r\n*-9223372036854775808\r\n");
         result.unwrap();
         assert!(reqs.is_empty() && rest.is_empty());
+    }
+
+    #[test]
+    fn fast_and_general_paths_agree_on_unusual_headers() {
+        // Leading zeros, 19+ digit lengths and a missing '$' are left to the general path,
+        // which answers exactly as Redis does.
+        assert_eq!(
+            error_of(b"*1\r\n$01\r\nx\r\n"),
+            "Protocol error: invalid bulk length"
+        );
+        assert_eq!(
+            error_of(b"*01\r\n$1\r\nx\r\n"),
+            "Protocol error: invalid multibulk length"
+        );
+        assert_eq!(
+            error_of(b"*1\r\n$1234567890123456789\r\n"),
+            "Protocol error: invalid bulk length"
+        );
+        assert_eq!(
+            error_of(b"*1\r\n:1\r\n"),
+            "Protocol error: expected '$', got ':'"
+        );
+        // Whole, split at every offset, and with an empty argument: the same request.
+        let frame = b"*3\r\n$3\r\nSET\r\n$0\r\n\r\n$10\r\n0123456789\r\n";
+        let (whole, end, _) = parse_all(frame);
+        assert!(end.is_ok());
+        assert_eq!(args(&whole[0]), [&b"SET"[..], b"", b"0123456789"]);
+        for cut in 1..frame.len() {
+            let mut p = parser();
+            let mut buf = BytesMut::from(&frame[..cut]);
+            assert_eq!(p.parse(&mut buf), Ok(None), "cut at {cut}");
+            buf.extend_from_slice(&frame[cut..]);
+            let r = p.parse(&mut buf).unwrap().unwrap();
+            assert_eq!(args(&r), args(&whole[0]), "cut at {cut}");
+        }
     }
 }

@@ -186,34 +186,49 @@ pub fn verbatim(out: &mut BytesMut, p: Proto, format: &str, text: &[u8]) {
 /// An array of integers, `*n\r\n` then `:v\r\n` for each (the shape of `RL.CHECK`'s reply).
 pub fn int_array(out: &mut BytesMut, values: &[i64]) {
     // One reservation, then every line is written straight into the buffer's spare capacity:
-    // no zeroed staging buffer, one capacity check. 24 bytes hold any `:<i64>\r\n` line.
-    out.reserve(24 * (values.len() + 1));
+    // no staging buffer, one capacity check. 24 bytes hold any `:<i64>\r\n` line.
+    let room = 24 * (values.len() + 1);
+    out.reserve(room);
     let spare = out.spare_capacity_mut();
-    let mut len = put_header_uninit(spare, b'*', values.len());
-    for &v in values {
-        len += put_header_uninit(&mut spare[len..], b':', v);
+    assert!(spare.len() >= room);
+    let dst = spare.as_mut_ptr().cast::<u8>();
+    // SAFETY: each `put_line` writes at most 24 bytes, and `room` bytes of spare capacity are
+    // there (asserted above), so every write stays inside it; exactly the first `len` bytes are
+    // initialised when `set_len` exposes them.
+    unsafe {
+        let mut len = put_line(dst, b'*', values.len() as i64);
+        for &v in values {
+            len += put_line(dst.add(len), b':', v);
+        }
+        out.set_len(out.len() + len);
     }
-    // SAFETY: `put_header_uninit` initialised exactly the first `len` bytes of the spare
-    // capacity, which `reserve` made at least `len` long.
-    unsafe { out.set_len(out.len() + len) };
 }
 
-/// [`put_header`] into uninitialised memory (at least 24 bytes); returns the bytes written.
-fn put_header_uninit(
-    line: &mut [std::mem::MaybeUninit<u8>],
-    prefix: u8,
-    n: impl itoa::Integer,
-) -> usize {
-    let mut digits = itoa::Buffer::new();
-    let digits = digits.format(n).as_bytes();
-    let len = digits.len() + 3;
-    line[0].write(prefix);
-    for (slot, &d) in line[1..].iter_mut().zip(digits) {
-        slot.write(d);
+/// Writes `<prefix><n>\r\n` at `dst` and returns its length (at most 24).
+///
+/// # Safety
+/// `dst` must be valid for 24 bytes of writes.
+unsafe fn put_line(dst: *mut u8, prefix: u8, n: i64) -> usize {
+    // Flags and -1 (RL.CHECK's allowed, and retry_after when allowed) skip the formatter.
+    if (-1..=9).contains(&n) {
+        let small = [b'-', b'0' + n.unsigned_abs() as u8];
+        let text = if n < 0 { &small[..] } else { &small[1..] };
+        return unsafe { put_text(dst, prefix, text) };
     }
-    line[1 + digits.len()].write(b'\r');
-    line[2 + digits.len()].write(b'\n');
-    len
+    let mut digits = itoa::Buffer::new();
+    unsafe { put_text(dst, prefix, digits.format(n).as_bytes()) }
+}
+
+/// # Safety
+/// `dst` must be valid for `text.len() + 3` bytes of writes.
+unsafe fn put_text(dst: *mut u8, prefix: u8, text: &[u8]) -> usize {
+    unsafe {
+        dst.write(prefix);
+        std::ptr::copy_nonoverlapping(text.as_ptr(), dst.add(1), text.len());
+        dst.add(1 + text.len()).write(b'\r');
+        dst.add(2 + text.len()).write(b'\n');
+    }
+    text.len() + 3
 }
 
 /// A small stack buffer for formatting one number.
