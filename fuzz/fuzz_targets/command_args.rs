@@ -222,7 +222,10 @@ const CELL_CODE: &[u8] = b"Cell";
 /// is checked as bytes: a known code first, and no CR or LF that would end the line early.
 fn check_error(text: &[u8], request: &[Vec<u8>], reply: &[u8]) {
     let code = text.split(|&b| b == b' ').next().unwrap_or_default();
-    let cell = code == CELL_CODE && request[0].eq_ignore_ascii_case(b"cl.throttle");
+    // CL.THROTTLE's own texts, directly or inside an EXEC reply that queued it.
+    let cell = code == CELL_CODE
+        && (request[0].eq_ignore_ascii_case(b"cl.throttle")
+            || request[0].eq_ignore_ascii_case(b"exec"));
     assert!(
         cell || ERROR_CODES.contains(&code),
         "unknown error code {:?} in {:?}",

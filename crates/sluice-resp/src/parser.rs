@@ -613,6 +613,17 @@ impl Parser {
 /// `0` itself, then `\r` and one more byte (Redis does not check that byte). Returns the number
 /// and where the next line starts; `None` for anything else.
 fn plain_number(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+    // Counts and argument lengths are nearly always one or two digits: read those directly.
+    if let Some(&[a, b, c, _]) = buf.get(at..at + 4) {
+        let (da, db) = (a.wrapping_sub(b'0'), b.wrapping_sub(b'0'));
+        // The line ends at the `\r`; the byte after it is skipped unchecked, as Redis does.
+        if da <= 9 && b == b'\r' {
+            return Some((usize::from(da), at + 3));
+        }
+        if (1..=9).contains(&da) && db <= 9 && c == b'\r' {
+            return Some((usize::from(da * 10 + db), at + 4));
+        }
+    }
     let mut n: usize = 0;
     let mut i = at;
     loop {
@@ -1106,5 +1117,18 @@ mod tests {
             let r = p.parse(&mut buf).unwrap().unwrap();
             assert_eq!(args(&r), args(&whole[0]), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn the_byte_after_a_header_cr_is_skipped_not_parsed() {
+        // Found by fuzzing an early fast path that resumed one byte too soon: here the `$`
+        // right after `*1\r` is the skipped byte, so the argument header is `0\r`: not a `$`.
+        let input = b"*1\r$0\r\x1a\r\x01*1\r\n$0\r\n\n!";
+        assert_eq!(error_of(input), "Protocol error: expected '$', got '0'");
+        let (reqs, end, _) =
+            parse_all(b"*1\r\n$1\r\nx\r\n*2\r\n$2\r\nab\r\n$12\r\n0123456789ab\r\n");
+        assert!(end.is_ok());
+        assert_eq!(args(&reqs[0]), [&b"x"[..]]);
+        assert_eq!(args(&reqs[1]), [&b"ab"[..], b"0123456789ab"]);
     }
 }
