@@ -213,7 +213,7 @@ unsafe fn put_line(dst: *mut u8, prefix: u8, n: i64) -> usize {
     // intermediate buffer and no copy. 24 bytes: prefix, sign, 19 digits, CR LF.
     let mut v = n.unsigned_abs();
     let sign = usize::from(n < 0);
-    let digits = v.checked_ilog10().unwrap_or(0) as usize + 1;
+    let digits = decimal_digits(v);
     let end = 1 + sign + digits;
     // SAFETY (whole block): `end + 2 <= 24` bytes from `dst`, which the caller guarantees.
     unsafe {
@@ -240,6 +240,23 @@ unsafe fn put_line(dst: *mut u8, prefix: u8, n: i64) -> usize {
         dst.add(end + 1).write(b'\n');
     }
     end + 2
+}
+
+/// How many decimal digits `v` has (1 for 0): log2 from one instruction, then one compare.
+fn decimal_digits(v: u64) -> usize {
+    const POW10: [u64; 20] = {
+        let mut p = [1u64; 20];
+        let mut i = 1;
+        while i < 20 {
+            p[i] = p[i - 1] * 10;
+            i += 1;
+        }
+        p
+    };
+    let log2 = 63 - (v | 1).leading_zeros() as usize;
+    // floor(log10 v) is t = ⌊log2 · log10(2)⌋ (1233/4096 ≈ log10 2) or one more.
+    let t = (log2 * 1233) >> 12;
+    t + 1 + usize::from(v >= POW10[t + 1])
 }
 
 /// "00" "01" … "99", for writing two digits at a time.
@@ -512,6 +529,18 @@ mod tests {
                 expected += &format!(":{v}\r\n");
             }
             assert_eq!(encoded(|o| int_array(o, chunk)), expected.as_bytes());
+        }
+    }
+
+    #[test]
+    fn decimal_digits_counts_every_power_boundary() {
+        assert_eq!(decimal_digits(0), 1);
+        assert_eq!(decimal_digits(u64::MAX), 20);
+        let mut p: u64 = 1;
+        for d in 1..20 {
+            assert_eq!(decimal_digits(p), d, "{p}");
+            assert_eq!(decimal_digits(p * 10 - 1), d, "{}", p * 10 - 1);
+            p *= 10;
         }
     }
 }
