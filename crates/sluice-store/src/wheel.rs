@@ -1,8 +1,10 @@
 //! A hierarchical timing wheel of key hashes: when does each entry's deadline need a look.
 //!
-//! Time is cut into ticks of 2^20 ns (≈1.05 ms; a power of two so a tick is a shift). Four levels
-//! of 64 slots cover 2^24 ticks (≈4.9 hours); later targets wait in an overflow list that is
-//! re-examined each time the wheel enters a new 2^24-tick block.
+//! Time is cut into ticks of 2^20 ns (≈1.05 ms; a power of two so a tick is a shift). Six levels
+//! of 32 slots cover 2^30 ticks (≈13 days, so daily limits stay on the wheel and packed, see
+//! `table`); later targets wait in an overflow list that is re-examined each time the wheel
+//! enters a new 2^30-tick block. Slot ids (`level * 32 + index`, 192 of them, and the overflow)
+//! fit the 8 bits a packed entry keeps.
 //!
 //! The wheel stores only the low 32 bits of the key's hash (4 bytes per key: the table finds a
 //! key's candidate slots from those bits, see `table`). The entry in the table keeps `filed`, the
@@ -30,12 +32,12 @@ use sluice_core::Nanos;
 pub const TICK_SHIFT: u32 = 20;
 /// One tick in nanoseconds.
 pub const TICK_NS: u64 = 1 << TICK_SHIFT;
-const SLOT_BITS: u32 = 6;
+const SLOT_BITS: u32 = 5;
 const SLOTS: usize = 1 << SLOT_BITS;
 /// Number of wheel levels.
-pub const LEVELS: usize = 4;
+pub const LEVELS: usize = 6;
 const HORIZON_BITS: u32 = SLOT_BITS * LEVELS as u32;
-/// Names a slot: `level * 64 + index`, or [`OVERFLOW`]. 12 bits are enough for every id.
+/// Names a slot: `level * SLOTS + index`, or [`OVERFLOW`]. 12 bits are enough for every id.
 pub type SlotId = u16;
 /// The overflow list's id.
 pub const OVERFLOW: SlotId = (LEVELS * SLOTS) as SlotId;
@@ -162,7 +164,7 @@ impl Wheel {
     }
 
     /// The first tick of slot `id`'s range as seen from `cur` (for the overflow: the start of
-    /// the next 2^24-tick block, when it is re-examined).
+    /// the next 2^30-tick block, when it is re-examined).
     pub fn start_of(&self, id: SlotId) -> u64 {
         match Pos::of(id) {
             Pos::Slot { level, index } => {
@@ -406,8 +408,10 @@ mod tests {
         }
     }
 
-    /// A 2023 instant aligned to a 2^24-tick block, so tick offsets map onto known slots.
-    const BASE: Nanos = Nanos(96_637 << (TICK_SHIFT + HORIZON_BITS));
+    /// A 2023 instant aligned to a wheel block, so tick offsets map onto known slots.
+    const BASE: Nanos = Nanos(
+        (1_690_000_000_000_000_000 >> (TICK_SHIFT + HORIZON_BITS)) << (TICK_SHIFT + HORIZON_BITS),
+    );
 
     fn at(ticks: u64, extra_ns: u64) -> Nanos {
         Nanos(BASE.0 + ticks * TICK_NS + extra_ns)
@@ -432,6 +436,9 @@ mod tests {
             (1 << 24) + 77,
             5 << 24,
             (40 << 24) + 12_345,
+            (1 << 30) - 1,
+            1 << 30,
+            (3 << 30) + 5,
         ];
         for &delta in &deltas {
             for extra in [0, 1, TICK_NS / 2, TICK_NS - 1] {

@@ -72,6 +72,21 @@ fn token_buckets_take_at_most_40_bytes_at_a_million() {
 }
 
 #[test]
+fn day_long_buckets_stay_packed() {
+    // 1000 per day after a 900-unit request: full again in about 21.6 hours. The wheel reaches
+    // 13 days, so such buckets keep their 26-byte slot instead of moving to a box.
+    let p = Params {
+        limit: 1000,
+        period: Nanos::from_secs(86_400),
+        burst: 1000,
+        cost: 900,
+    };
+    let b = bytes_per_bucket(20_000, Algo::Token, &p);
+    println!("TOKEN, 1000/day, cost 900: {b:.1} bytes per bucket");
+    assert!(b <= 40.0, "{b:.1} bytes per day-long bucket");
+}
+
+#[test]
 fn gcra_and_leaky_pack_like_token_even_when_the_rate_does_not_divide_the_period() {
     // 3 per second: T = 333_333_334 ns, so deadlines fall a few ns before the tat. Taking the
     // whole burst of 10 keeps each key for 3.3 s.
