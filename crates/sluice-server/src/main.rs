@@ -7,6 +7,16 @@ use tokio::signal::unix::{SignalKind, signal};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read before `main`: a background thread hands pages freed by the store
+/// (old tables after growth, expired buckets) back to the OS within about 100 ms, so RSS follows
+/// the live buckets instead of the high-water mark.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+#[allow(non_upper_case_globals)]
+pub static malloc_conf: Option<&'static std::ffi::c_char> = Some(
+    // SAFETY: a NUL-terminated static string, read as a C string by jemalloc.
+    unsafe { &*c"background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0".as_ptr() },
+);
+
 fn main() {
     let config = Config::parse();
     let signals = async {
