@@ -36,6 +36,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LUA_DIR="$ROOT/scripts/lua"
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
 KEYS="" CLIENTS=50 ROUNDS="" DURATION="" QUICK=0 BUILD=0
 SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
@@ -205,28 +207,6 @@ expect_allowed() { # PORT CMD...
   # shellcheck disable=SC2046
   first=$(redis-cli -p "$port" "$@" 2>&1 | head -1)
   [ "$first" = 1 ] || die "port $port: '$*' answered '$first', not an allowed decision"
-}
-
-# preload PORT COUNT PREFIX WORDS...: sends WORDS with KEY replaced by PREFIX + 12 digits, for
-# 0..COUNT-1, as one RESP stream through redis-cli --pipe.
-preload() {
-  local port=$1 count=$2 prefix=$3 out
-  shift 3
-  out=$(awk -v n="$count" -v prefix="$prefix" -v words="$*" 'BEGIN {
-      nw = split(words, w, " ")
-      for (i = 0; i < n; i++) {
-        key = sprintf("%s%012d", prefix, i)
-        printf "*%d\r\n", nw
-        for (j = 1; j <= nw; j++) {
-          a = (w[j] == "KEY") ? key : w[j]
-          printf "$%d\r\n%s\r\n", length(a), a
-        }
-      }
-    }' | redis-cli -p "$port" --pipe 2>&1)
-  case "$out" in
-    *"errors: 0, replies: $count"*) ;;
-    *) die "preload on port $port failed: $out" ;;
-  esac
 }
 
 rss_bytes() { awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$1/status"; }

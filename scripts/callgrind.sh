@@ -28,6 +28,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 REQUESTS=20000 KEYSPACE=100000 OUT="${TMPDIR:-/tmp}/sluice-callgrind" SKIP_REDIS=0 BUILD=0
 SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
 while [ $# -gt 0 ]; do
@@ -115,25 +117,6 @@ start() {
   wait_ready "$PORT" "$PID" "$WORK/$name.log"
 }
 
-preload() { # PORT COUNT PREFIX WORDS... (KEY = PREFIX + 12 digits, as -r's __rand_int__)
-  local port=$1 count=$2 prefix=$3 out
-  shift 3
-  out=$(awk -v n="$count" -v prefix="$prefix" -v words="$*" 'BEGIN {
-      nw = split(words, w, " ")
-      for (i = 0; i < n; i++) {
-        key = sprintf("%s%012d", prefix, i)
-        printf "*%d\r\n", nw
-        for (j = 1; j <= nw; j++) {
-          a = (w[j] == "KEY") ? key : w[j]
-          printf "$%d\r\n%s\r\n", length(a), a
-        }
-      }
-    }' | redis-cli -p "$port" --pipe 2>&1)
-  case "$out" in
-    *"errors: 0, replies: $count"*) ;;
-    *) die "preload on port $port failed: $out" ;;
-  esac
-}
 
 # The dump callgrind_control -d just wrote: the highest-numbered NAME.out.N.
 last_dump() {
