@@ -27,6 +27,6 @@ pub mod token;
 
 pub use decision::Decision;
 pub use log::LOG_LIMIT_MAX;
-pub use params::{Algo, CheckError, Params};
+pub use params::{Algo, CheckError, MAX_SPAN, Params};
 pub use state::{State, check};
 pub use time::Nanos;

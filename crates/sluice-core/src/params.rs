@@ -43,6 +43,12 @@ impl Algo {
     }
 }
 
+/// The longest span any state may cover: a bucket's full refill (BURST × ⌈period ÷ limit⌉) or
+/// a window. 2^62 ns is 146 years: with it, every instant the algorithms compute stays inside
+/// the u64 nanosecond range until the year 2400, so nothing saturates into a wrong answer.
+/// Callers reject parameters past it (the server answers `ERR period too long`).
+pub const MAX_SPAN: Nanos = Nanos(1 << 62);
+
 /// One check's parameters.
 ///
 /// `burst` is the capacity actually used (BURST if given, else `limit`); SLIDING, FIXED and LOG

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use sluice_core::{Algo, Decision, Nanos, Params, State, check};
+use sluice_core::{Algo, Decision, MAX_SPAN, Nanos, Params, State, check};
 
 const T0: u64 = 1_780_000_000_123_456_789;
 
@@ -57,12 +57,19 @@ fn period() -> impl Strategy<Value = u64> {
 }
 
 fn token_case() -> impl Strategy<Value = (u64, u64, u64, Vec<(u64, u64)>)> {
-    (1u64..=5000, period(), 1u64..=5000).prop_flat_map(|(limit, period, burst)| {
-        let t = period.div_ceil(limit);
-        let advance = prop_oneof![4 => 0..=t.saturating_mul(2), 1 => 0..=period.saturating_mul(2)];
-        let steps = prop::collection::vec((advance, 0..=burst), 1..60);
-        (Just(limit), Just(period), Just(burst), steps)
-    })
+    // Parameters inside the documented domain: a full refill spans at most MAX_SPAN.
+    let within_span = |&(limit, period, burst): &(u64, u64, u64)| {
+        u128::from(period.div_ceil(limit)) * u128::from(burst) <= u128::from(MAX_SPAN.0)
+    };
+    (1u64..=5000, period(), 1u64..=5000)
+        .prop_filter("refill longer than MAX_SPAN", within_span)
+        .prop_flat_map(|(limit, period, burst)| {
+            let t = period.div_ceil(limit);
+            let advance =
+                prop_oneof![4 => 0..=t.saturating_mul(2), 1 => 0..=period.saturating_mul(2)];
+            let steps = prop::collection::vec((advance, 0..=burst), 1..60);
+            (Just(limit), Just(period), Just(burst), steps)
+        })
 }
 
 proptest! {

@@ -7,7 +7,7 @@
 //! Every argument is validated before the store is touched, so a bad one changes nothing and its
 //! error names it.
 
-use sluice_core::{Algo, CheckError, Nanos, Params};
+use sluice_core::{Algo, CheckError, MAX_SPAN, Nanos, Params};
 use sluice_resp::reply;
 use sluice_store::StoreError;
 
@@ -39,11 +39,6 @@ pub fn parse_period(arg: &[u8]) -> Option<Nanos> {
     let ns = n.checked_mul(unit_ns)?;
     (ns > 0).then_some(Nanos(ns))
 }
-
-/// The longest time any state may span: a bucket's full refill (BURST × period ÷ limit) or a
-/// window. 2^62 ns is 146 years; with it, every instant the algorithms compute stays far inside
-/// the u64 nanosecond range, so nothing saturates into a wrong answer.
-pub const MAX_HORIZON: Nanos = Nanos(1 << 62);
 
 /// Parses a count in 1..=i64::MAX (every count is replied as a RESP integer).
 fn positive(arg: &[u8], name: &str) -> Result<u64, CmdError> {
@@ -115,7 +110,7 @@ impl<'a> Command<'a> for RlCheck<'a> {
             return Err(limit_error(algo, max_limit));
         }
         let capacity = burst.unwrap_or(limit);
-        if horizon(algo, limit, period, capacity) > u128::from(MAX_HORIZON.0) {
+        if horizon(algo, limit, period, capacity) > u128::from(MAX_SPAN.0) {
             return Err(CmdError::msg(format!(
                 "ERR period too long: {} would span more than 146 years",
                 if bucket {
@@ -211,10 +206,9 @@ mod tests {
         );
         // u64::MAX-sized arguments are caught before they reach an algorithm.
         assert!(
-            horizon(Algo::Token, 1, Nanos::from_secs(1), i64::MAX as u64)
-                > u128::from(MAX_HORIZON.0)
+            horizon(Algo::Token, 1, Nanos::from_secs(1), i64::MAX as u64) > u128::from(MAX_SPAN.0)
         );
-        assert!(horizon(Algo::Sliding, 5, Nanos::MAX, 5) > u128::from(MAX_HORIZON.0));
+        assert!(horizon(Algo::Sliding, 5, Nanos::MAX, 5) > u128::from(MAX_SPAN.0));
     }
 
     #[test]
