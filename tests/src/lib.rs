@@ -7,7 +7,7 @@
 //! The binary is `target/<profile>/sluice`, built by `cargo test --workspace` (the server crate's
 //! own integration test makes cargo build it first); `SLUICE_BIN` overrides the path.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -169,11 +169,6 @@ fn ready_port(line: &str) -> Option<u16> {
     let rest = line.split("ready to accept connections on ").nth(1)?;
     let addr = rest.split_whitespace().next()?;
     addr.rsplit(':').next()?.parse().ok()
-}
-
-/// Sends raw bytes and reads until the peer has sent `expect_len` bytes or closed.
-pub fn send_raw(stream: &mut TcpStream, bytes: &[u8]) {
-    stream.write_all(bytes).expect("write");
 }
 
 /// Reads exactly `n` bytes (panics on timeout or early close).

@@ -43,23 +43,22 @@ pub enum Proto {
     Resp3,
 }
 
-/// `<prefix><n>\r\n`: integers and every length header.
-fn header(out: &mut BytesMut, prefix: u8, n: impl itoa::Integer) {
-    // Formatted whole on the stack, then one append: one capacity check, one copy.
-    let mut line = [0u8; 24];
-    let len = put_header(&mut line, prefix, n);
-    out.extend_from_slice(&line[..len]);
+/// `<prefix><n>\r\n`: integers and every length header, written by the same digit writer as
+/// [`int_array`], straight into the buffer.
+fn header(out: &mut BytesMut, prefix: u8, n: i64) {
+    out.reserve(24);
+    let dst = out.spare_capacity_mut().as_mut_ptr().cast::<u8>();
+    // SAFETY: 24 bytes of spare capacity were just reserved and `put_line` writes at most 24;
+    // `set_len` exposes exactly the bytes it wrote.
+    unsafe {
+        let len = put_line(dst, prefix, n);
+        out.set_len(out.len() + len);
+    }
 }
 
-/// Writes `<prefix><n>\r\n` at the start of `line` (24 bytes hold any 64-bit number); returns
-/// its length.
-fn put_header(line: &mut [u8], prefix: u8, n: impl itoa::Integer) -> usize {
-    let mut digits = itoa::Buffer::new();
-    let digits = digits.format(n).as_bytes();
-    line[0] = prefix;
-    line[1..1 + digits.len()].copy_from_slice(digits);
-    line[1 + digits.len()..3 + digits.len()].copy_from_slice(b"\r\n");
-    3 + digits.len()
+/// A length as a header number (lengths never reach `i64::MAX`; saturate rather than wrap).
+fn count(len: usize) -> i64 {
+    i64::try_from(len).unwrap_or(i64::MAX)
 }
 
 /// `<prefix><text>\r\n` with CR and LF in `text` turned into spaces.
@@ -94,7 +93,7 @@ pub fn integer(out: &mut BytesMut, n: i64) {
 
 /// A bulk string: `$len\r\nbytes\r\n`. Binary-safe.
 pub fn bulk(out: &mut BytesMut, b: &[u8]) {
-    header(out, b'$', b.len());
+    header(out, b'$', count(b.len()));
     out.reserve(b.len() + 2);
     out.extend_from_slice(b);
     out.extend_from_slice(b"\r\n");
@@ -118,23 +117,23 @@ pub fn null_array(out: &mut BytesMut, p: Proto) {
 
 /// An array header, `*len\r\n`; the caller then writes `len` values.
 pub fn array(out: &mut BytesMut, len: usize) {
-    header(out, b'*', len);
+    header(out, b'*', count(len));
 }
 
 /// A map header, `%pairs\r\n`, or in RESP2 the flat array `*2·pairs\r\n`; the caller then writes
 /// `pairs` keys and values, alternating.
 pub fn map(out: &mut BytesMut, p: Proto, pairs: usize) {
     match p {
-        Proto::Resp2 => header(out, b'*', pairs.saturating_mul(2)),
-        Proto::Resp3 => header(out, b'%', pairs),
+        Proto::Resp2 => header(out, b'*', count(pairs.saturating_mul(2))),
+        Proto::Resp3 => header(out, b'%', count(pairs)),
     }
 }
 
 /// A set header, `~len\r\n`, or in RESP2 `*len\r\n`; the caller then writes `len` values.
 pub fn set(out: &mut BytesMut, p: Proto, len: usize) {
     match p {
-        Proto::Resp2 => header(out, b'*', len),
-        Proto::Resp3 => header(out, b'~', len),
+        Proto::Resp2 => header(out, b'*', count(len)),
+        Proto::Resp3 => header(out, b'~', count(len)),
     }
 }
 
@@ -175,7 +174,7 @@ pub fn verbatim(out: &mut BytesMut, p: Proto, format: &str, text: &[u8]) {
         bulk(out, text);
         return;
     }
-    header(out, b'=', text.len() + 4);
+    header(out, b'=', count(text.len() + 4));
     out.reserve(text.len() + 6);
     out.extend_from_slice(format.as_bytes());
     out.put_u8(b':');

@@ -29,8 +29,14 @@ impl Clock {
 
     /// Now, in nanoseconds since the Unix epoch.
     pub fn now(&self) -> Nanos {
-        let elapsed = self.start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
-        self.anchor.saturating_add(Nanos(elapsed))
+        self.at(Instant::now())
+    }
+
+    /// The reading for `instant`, for a caller that has already read the monotonic clock.
+    pub fn at(&self, instant: Instant) -> Nanos {
+        let elapsed = instant.saturating_duration_since(self.start).as_nanos();
+        self.anchor
+            .saturating_add(Nanos(elapsed.min(u64::MAX as u128) as u64))
     }
 
     /// Seconds since the process started (INFO `uptime_in_seconds`).

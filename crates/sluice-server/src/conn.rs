@@ -146,8 +146,11 @@ async fn serve_session(
             }
         }
 
-        last_active = Instant::now();
-        let now = shared.clock.now();
+        // One clock read per batch serves the idle timer, the client's `idle=` and the
+        // commands' `now`.
+        let read_at = std::time::Instant::now();
+        last_active = Instant::from_std(read_at);
+        let now = shared.clock.at(read_at);
         let mut executed = 0u64;
         loop {
             match parser.parse_into(&mut rbuf, &mut request) {
@@ -178,9 +181,10 @@ async fn serve_session(
         request.clear();
         shared.stats.add_commands(thread, executed);
         if executed > 0 {
+            let since_created = read_at.saturating_duration_since(client.created);
             client
                 .last_active_ms
-                .store(client.created.elapsed().as_millis() as u64, Relaxed);
+                .store(since_created.as_millis() as u64, Relaxed);
         }
     }
 }

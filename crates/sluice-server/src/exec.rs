@@ -59,11 +59,6 @@ impl Executor {
         cmd::execute(&request, &mut ctx);
         self.out.split().freeze()
     }
-
-    /// Whether a command asked to close the connection (QUIT, SHUTDOWN, CLIENT KILL of itself).
-    pub fn closed(&self) -> bool {
-        self.session.close
-    }
 }
 
 #[cfg(test)]

@@ -44,10 +44,6 @@ impl<'a> Args<'a> {
         parse_i64(self.required()?).ok_or(CmdError::NotInteger)
     }
 
-    pub fn peek(&self) -> Option<&'a [u8]> {
-        self.request.arg(self.pos)
-    }
-
     /// Arguments not yet consumed.
     pub fn remaining(&self) -> usize {
         self.request.len().saturating_sub(self.pos)
