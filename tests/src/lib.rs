@@ -130,6 +130,19 @@ impl Sluice {
         pages * 4096
     }
 
+    /// Waits up to 10 s for the server to log a line containing `needle` (the log is read by a
+    /// thread, so a line can trail what a client already saw).
+    pub fn wait_for_log(&self, needle: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.log().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// What the server has logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()

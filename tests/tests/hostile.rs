@@ -235,7 +235,7 @@ fn a_client_that_never_reads_is_disconnected_at_the_output_limit() {
     }
     assert!(closed, "the server closed the non-reading client");
     assert!(
-        server.log().contains("output buffer limit"),
+        server.wait_for_log("output buffer limit"),
         "{}",
         server.log()
     );
@@ -264,7 +264,7 @@ fn a_huge_unfinished_frame_hits_the_query_buffer_limit() {
     }
     assert!(closed);
     assert!(
-        server.log().contains("query buffer limit"),
+        server.wait_for_log("query buffer limit"),
         "{}",
         server.log()
     );
