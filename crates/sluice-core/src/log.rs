@@ -63,6 +63,24 @@ impl LogRing {
         Nanos(self.buf[1 + (self.head() + i) % self.capacity()])
     }
 
+    /// A ring for `limit` units holding `timestamps` (oldest first), as a snapshot or a
+    /// replication record carries it. `None` if they do not fit or are not in order, or if the
+    /// capacity is outside `1..=LOG_LIMIT_MAX`.
+    pub fn from_timestamps(capacity: usize, timestamps: &[Nanos]) -> Option<LogRing> {
+        if capacity == 0
+            || capacity as u64 > LOG_LIMIT_MAX
+            || timestamps.len() > capacity
+            || timestamps.windows(2).any(|w| w[0] > w[1])
+        {
+            return None;
+        }
+        let mut ring = LogRing::with_capacity(capacity);
+        for &t in timestamps {
+            ring.push(t, 1);
+        }
+        Some(ring)
+    }
+
     /// Timestamps, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = Nanos> + '_ {
         (0..self.len()).map(|i| self.get(i))

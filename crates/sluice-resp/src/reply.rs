@@ -11,6 +11,7 @@
 //! | [`null`] | `$-1\r\n` | `_\r\n` |
 //! | [`null_array`] | `*-1\r\n` | `_\r\n` |
 //! | [`array()`] | `*2\r\n` + 2 values | same |
+//! | [`push`] | `*3\r\n` + 3 values | `>3\r\n` + 3 values |
 //! | [`map`] | `*4\r\n` + 4 values | `%2\r\n` + 2 key/value pairs |
 //! | [`set`] | `*2\r\n` + 2 values | `~2\r\n` + 2 values |
 //! | [`double`] | `$3\r\n1.5\r\n` | `,1.5\r\n` |
@@ -74,6 +75,12 @@ fn one_line(out: &mut BytesMut, prefix: u8, text: &[u8]) {
         out.extend_from_slice(text);
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// A push header (pub/sub messages): `*len` in RESP2, `>len` in RESP3.
+pub fn push(out: &mut BytesMut, p: Proto, len: usize) {
+    let prefix = if p == Proto::Resp3 { b'>' } else { b'*' };
+    header(out, prefix, count(len));
 }
 
 /// A simple string: `+s\r\n`.

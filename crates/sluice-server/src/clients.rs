@@ -29,6 +29,43 @@ pub struct ClientHandle {
     pub resp: AtomicU8,
     /// Woken to close the connection (CLIENT KILL).
     pub kill: Notify,
+    /// What the connection is now ([`ClientKind`]), for CLIENT LIST and CLIENT KILL TYPE.
+    kind: AtomicU8,
+}
+
+/// The client classes of CLIENT LIST/KILL TYPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientKind {
+    Normal = 0,
+    /// Subscribed to at least one channel or pattern.
+    PubSub = 1,
+    /// A replica streaming from this node.
+    Replica = 2,
+    /// This replica's link to its primary.
+    Master = 3,
+}
+
+impl ClientKind {
+    /// Parses a CLIENT TYPE name (`slave` is `replica`'s old name).
+    pub fn parse(name: &[u8]) -> Option<ClientKind> {
+        match name.to_ascii_lowercase().as_slice() {
+            b"normal" => Some(ClientKind::Normal),
+            b"pubsub" => Some(ClientKind::PubSub),
+            b"replica" | b"slave" => Some(ClientKind::Replica),
+            b"master" => Some(ClientKind::Master),
+            _ => None,
+        }
+    }
+
+    /// CLIENT LIST's `flags=`.
+    fn flags(self) -> &'static str {
+        match self {
+            ClientKind::Normal => "N",
+            ClientKind::PubSub => "P",
+            ClientKind::Replica => "S",
+            ClientKind::Master => "M",
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -51,6 +88,7 @@ impl Clients {
             last_active_ms: AtomicU64::new(0),
             resp: AtomicU8::new(2),
             kill: Notify::new(),
+            kind: AtomicU8::new(ClientKind::Normal as u8),
         });
         self.by_id.lock().insert(id, handle.clone());
         handle
@@ -90,19 +128,33 @@ impl Clients {
 }
 
 impl ClientHandle {
+    pub fn kind(&self) -> ClientKind {
+        match self.kind.load(Relaxed) {
+            1 => ClientKind::PubSub,
+            2 => ClientKind::Replica,
+            3 => ClientKind::Master,
+            _ => ClientKind::Normal,
+        }
+    }
+
+    pub fn set_kind(&self, kind: ClientKind) {
+        self.kind.store(kind as u8, Relaxed);
+    }
+
     /// One `CLIENT LIST` line, in Redis's field order (the fields that mean something here).
     pub fn list_line(&self, current_cmd: &str) -> String {
         let age = self.created.elapsed().as_secs();
         let idle_ms = (self.created.elapsed().as_millis() as u64)
             .saturating_sub(self.last_active_ms.load(Relaxed));
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.id,
             self.addr,
             self.laddr,
             self.name.lock().as_deref().unwrap_or(""),
             age,
             idle_ms / 1000,
+            self.kind().flags(),
             current_cmd,
             self.resp.load(Relaxed),
             self.lib_name.lock().as_deref().unwrap_or(""),

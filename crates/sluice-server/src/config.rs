@@ -74,6 +74,74 @@ pub struct Config {
     /// the client is closed.
     #[arg(long = "client-output-buffer-limit", default_value = "64mb", value_parser = parse_bytes)]
     pub client_output_buffer_limit: u64,
+
+    /// The replica class of the output buffer limit: a replica with more of the stream queued
+    /// than this (it stopped reading, or cannot keep up) is cut, and resyncs when it returns.
+    #[arg(long = "client-output-buffer-limit-replica", default_value = "256mb", value_parser = parse_bytes)]
+    pub client_output_buffer_limit_replica: u64,
+
+    /// Start as a replica of this primary (`HOST:PORT`); REPLICAOF changes it at run time.
+    #[arg(long, value_parser = parse_master, value_name = "HOST:PORT")]
+    pub replicaof: Option<crate::repl::MasterAddr>,
+
+    /// Password this replica AUTHs with at its primary.
+    #[arg(long)]
+    pub masterauth: Option<String>,
+
+    /// Bytes of recent stream a primary keeps so a replica that reconnects can continue
+    /// (`+CONTINUE`) instead of syncing everything again.
+    #[arg(long = "repl-backlog-size", default_value = "1mb", value_parser = parse_bytes)]
+    pub repl_backlog_size: u64,
+
+    /// How often a primary sends its replicas what changed, in milliseconds. Changes of one
+    /// key inside one interval travel together; the interval bounds the replicas' lag.
+    #[arg(long = "repl-flush-ms", default_value_t = 1)]
+    pub repl_flush_ms: u64,
+
+    /// Seconds of silence after which a replica gives up on its primary's link and reconnects.
+    #[arg(long = "repl-timeout", default_value_t = 60)]
+    pub repl_timeout: u64,
+
+    /// Sentinel promotes the replica with the lowest priority first; 0 = never promote.
+    #[arg(long = "replica-priority", default_value_t = 100)]
+    pub replica_priority: u64,
+
+    /// `yes`: a replica answers writes with -READONLY. `no`: it accepts them locally (they are
+    /// not sent anywhere and its primary's stream overwrites them), as Redis does.
+    #[arg(long = "replica-read-only", default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub replica_read_only: bool,
+}
+
+/// Parses `HOST:PORT` (or `HOST PORT`, Redis's config-file form) for `--replicaof`.
+pub fn parse_master(s: &str) -> Result<crate::repl::MasterAddr, String> {
+    let s = s.trim();
+    let (host, port) = s
+        .rsplit_once(':')
+        .or_else(|| s.rsplit_once(' '))
+        .ok_or_else(|| format!("'{s}' is not HOST:PORT"))?;
+    let port: u16 = port
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| format!("'{s}' has an invalid port"))?;
+    let host = host.trim().trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("'{s}' has no host"));
+    }
+    Ok(crate::repl::MasterAddr {
+        host: host.to_string(),
+        port,
+    })
+}
+
+/// Parses a Redis-style boolean setting.
+pub fn parse_yes_no(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(format!("'{s}' must be yes or no")),
+    }
 }
 
 /// Parses a byte size like Redis's config: `123`, `10kb`, `64mb`, `1gb` (also `k`, `m`, `g`,
@@ -173,5 +241,29 @@ mod tests {
         assert_eq!(l.max_bulk_len, 512 << 20);
         assert_eq!(l.max_inline_len, 64 << 10);
         assert_eq!(c.maxmemory, 0);
+        assert_eq!(c.repl_backlog_size, 1 << 20);
+        assert_eq!(c.repl_flush_ms, 1);
+        assert!(c.replica_read_only);
+        assert!(c.replicaof.is_none());
+    }
+
+    #[test]
+    fn replication_flags_parse() {
+        let c = Config::parse_from([
+            "sluice",
+            "--replicaof",
+            "127.0.0.1:7000",
+            "--replica-read-only",
+            "no",
+            "--replica-priority",
+            "0",
+        ]);
+        let m = c.replicaof.unwrap();
+        assert_eq!((m.host.as_str(), m.port), ("127.0.0.1", 7000));
+        assert!(!c.replica_read_only);
+        assert_eq!(c.replica_priority, 0);
+        assert!(parse_master("host").is_err());
+        assert!(parse_master("host:0").is_err());
+        assert_eq!(parse_master("h 6379").unwrap().port, 6379);
     }
 }

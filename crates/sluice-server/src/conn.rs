@@ -23,7 +23,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::cmd::{self, Ctx, Session};
-use crate::server::Shared;
+use crate::repl::Handoff;
+use crate::shared::Shared;
 
 /// Read buffer growth step; a pipelined batch of small commands fits in one.
 const READ_CHUNK: usize = 16 * 1024;
@@ -35,6 +36,8 @@ enum Close {
     QueryBufferLimit,
     OutputBufferLimit,
     Idle,
+    /// PSYNC: the socket goes on, on the replication thread.
+    HandOff,
 }
 
 pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thread: usize) {
@@ -47,15 +50,22 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
     shared.stats.connections_received.fetch_add(1, Relaxed);
     let laddr = stream.local_addr().unwrap_or(shared.local_addr);
     let client = shared.clients.register(peer, laddr);
-    let mut session = Session {
-        client: client.clone(),
-        proto: Default::default(),
-        authenticated: shared.requirepass.read().is_none(),
-        close: false,
-        transaction: None,
-        last_command: None,
-    };
+    let mut session = Session::new(client.clone(), shared.requirepass.read().is_none());
     let why = serve_session(&stream, &shared, &mut session, thread).await;
+    cmd::pubsub::clear(&shared, &mut session.subs, client.id);
+    if why == Close::HandOff
+        && let Some(request) = session.handoff.take()
+    {
+        client.set_kind(crate::clients::ClientKind::Replica);
+        match stream.into_std() {
+            Ok(stream) => shared.repl.hand_off(Handoff { stream, request }),
+            Err(e) => {
+                crate::log(&format!("cannot hand replica {peer} over: {e}"));
+                shared.clients.unregister(client.id);
+            }
+        }
+        return;
+    }
     // FIN after the last reply, so the client reads it before seeing the close.
     let _ = socket2::SockRef::from(&stream).shutdown(std::net::Shutdown::Write);
     match why {
@@ -68,7 +78,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
             "closing client {peer} (id={}) that reached the output buffer limit (it does not read its replies)",
             client.id
         )),
-        Close::Idle => {}
+        Close::Idle | Close::HandOff => {}
     }
     shared.clients.unregister(client.id);
 }
@@ -93,8 +103,69 @@ async fn serve_session(
     // Once set, read nothing more: flush what is owed, then close.
     let mut closing = false;
     let mut last_active = Instant::now();
+    let mut acks = shared.repl.acks();
+    // Requests in `rbuf` wait while the connection is blocked (WAIT) and run when it wakes.
+    let mut pending = false;
 
     loop {
+        if pending && session.blocked.is_none() && !closing {
+            pending = false;
+            // One clock read per batch serves the idle timer, the client's `idle=` and the
+            // commands' `now`.
+            let read_at = std::time::Instant::now();
+            last_active = Instant::from_std(read_at);
+            let now = shared.clock.at(read_at);
+            let mut executed = 0u64;
+            loop {
+                match parser.parse_into(&mut rbuf, &mut request) {
+                    Ok(true) => {
+                        executed += 1;
+                        let mut ctx = Ctx {
+                            shared,
+                            session: &mut *session,
+                            out: &mut out,
+                            now,
+                        };
+                        cmd::execute(&request, &mut ctx);
+                        if session.close {
+                            closing = true;
+                            break;
+                        }
+                        if session.handoff.is_some() {
+                            // Nothing may follow PSYNC on this socket but what the
+                            // replication thread writes.
+                            request.clear();
+                            return Close::HandOff;
+                        }
+                        if session.blocked.is_some() {
+                            pending = true;
+                            break;
+                        }
+                    }
+                    Ok(false) => break,
+                    Err(e) => {
+                        e.write_reply(&mut out);
+                        closing = true;
+                        break;
+                    }
+                }
+            }
+            // Release the last frame so the read buffer is ours alone again and can be reused
+            // in place rather than reallocated.
+            request.clear();
+            shared.stats.add_commands(thread, executed);
+            if executed > 0 {
+                let since_created = read_at.saturating_duration_since(client.created);
+                client
+                    .last_active_ms
+                    .store(since_created.as_millis() as u64, Relaxed);
+            }
+        }
+        if let Some(subs) = session.subs.as_mut() {
+            while let Ok(msg) = subs.rx.try_recv() {
+                msg.write(&mut out, session.proto);
+            }
+        }
         if !out.is_empty() {
             match stream.try_write(&out) {
                 Ok(n) => out.advance(n),
@@ -114,8 +185,14 @@ async fn serve_session(
         if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
             rbuf.reserve(READ_CHUNK);
         }
-        let timeout = shared.idle_timeout();
+        let timeout = shared.idle_timeout().filter(|_| session.blocked.is_none());
         let idle_deadline = last_active + timeout.unwrap_or(Duration::ZERO);
+        let blocked = session.blocked;
+        let wait_deadline = blocked
+            .and_then(|b| b.deadline)
+            .map(Instant::from_std)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let subscribed = session.subs.is_some();
 
         tokio::select! {
             biased;
@@ -130,13 +207,35 @@ async fn serve_session(
                 }
                 continue;
             }
+            // WAIT: every ack may be the one it waits for; time may run out.
+            _ = acks.changed(), if blocked.is_some() => {
+                let b = blocked.expect("guarded");
+                let acked = shared.repl.acked(b.offset);
+                if acked >= b.numreplicas {
+                    sluice_resp::reply::integer(&mut out, acked as i64);
+                    session.blocked = None;
+                }
+                continue;
+            }
+            _ = tokio::time::sleep_until(wait_deadline), if blocked.is_some_and(|b| b.deadline.is_some()) => {
+                let b = blocked.expect("guarded");
+                sluice_resp::reply::integer(&mut out, shared.repl.acked(b.offset) as i64);
+                session.blocked = None;
+                continue;
+            }
+            msg = async { session.subs.as_mut().expect("guarded").rx.recv().await }, if subscribed => {
+                if let Some(msg) = msg {
+                    msg.write(&mut out, session.proto);
+                }
+                continue;
+            }
             ready = stream.readable(), if !closing => {
                 if ready.is_err() {
                     return Close::Quietly;
                 }
                 match stream.try_read_buf(&mut rbuf) {
                     Ok(0) => return Close::Quietly,
-                    Ok(_) => {}
+                    Ok(_) => pending = true,
                     Err(e) if e.kind() == WouldBlock => continue,
                     Err(_) => return Close::Quietly,
                 }
@@ -144,47 +243,6 @@ async fn serve_session(
             _ = tokio::time::sleep_until(idle_deadline), if timeout.is_some() && !closing => {
                 return Close::Idle;
             }
-        }
-
-        // One clock read per batch serves the idle timer, the client's `idle=` and the
-        // commands' `now`.
-        let read_at = std::time::Instant::now();
-        last_active = Instant::from_std(read_at);
-        let now = shared.clock.at(read_at);
-        let mut executed = 0u64;
-        loop {
-            match parser.parse_into(&mut rbuf, &mut request) {
-                Ok(true) => {
-                    executed += 1;
-                    let mut ctx = Ctx {
-                        shared,
-                        session: &mut *session,
-                        out: &mut out,
-                        now,
-                    };
-                    cmd::execute(&request, &mut ctx);
-                    if session.close {
-                        closing = true;
-                        break;
-                    }
-                }
-                Ok(false) => break,
-                Err(e) => {
-                    e.write_reply(&mut out);
-                    closing = true;
-                    break;
-                }
-            }
-        }
-        // Release the last frame so the read buffer is ours alone again and can be reused in
-        // place rather than reallocated.
-        request.clear();
-        shared.stats.add_commands(thread, executed);
-        if executed > 0 {
-            let since_created = read_at.saturating_duration_since(client.created);
-            client
-                .last_active_ms
-                .store(since_created.as_millis() as u64, Relaxed);
         }
     }
 }

@@ -26,14 +26,7 @@ impl Executor {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
         let shared = Arc::new(Shared::new(config, addr));
         let client = shared.clients.register(addr, addr);
-        let session = Session {
-            authenticated: shared.requirepass.read().is_none(),
-            client,
-            proto: Default::default(),
-            close: false,
-            transaction: None,
-            last_command: None,
-        };
+        let session = Session::new(client, shared.requirepass.read().is_none());
         Executor {
             shared,
             session,

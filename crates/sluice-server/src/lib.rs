@@ -4,8 +4,13 @@
 //!
 //! # Layout
 //! - [`config`]: the clap `Config` (flags and defaults).
+//! - [`shared`]: the state every thread shares ([`Shared`]); everything below depends on it.
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
 //! - [`conn`]: the connection loop (read, decode every frame, execute, write once).
+//! - [`repl`]: replication, on its own thread: the primary's flusher and the streams to its
+//!   replicas, and a replica's link to its primary. The request path only appends records
+//!   to shard journals; this module moves them.
+//! - [`pubsub`]: channels and patterns for SUBSCRIBE/PUBLISH (Sentinel's hello channel).
 //! - [`cmd`]: one file per command, the static command table, argument cursor, errors.
 //! - [`clock`]: the process clock (monotonic, anchored to Unix time).
 //! - [`clients`], [`stats`]: the client registry and INFO counters.
@@ -19,7 +24,11 @@ pub mod cmd;
 pub mod config;
 pub mod conn;
 pub mod exec;
+pub mod glob;
+pub mod pubsub;
+pub mod repl;
 pub mod server;
+pub mod shared;
 pub mod stats;
 
 use std::io;
@@ -28,7 +37,8 @@ use std::task::Poll;
 
 pub use config::Config;
 pub use exec::Executor;
-pub use server::{Server, Shared};
+pub use server::Server;
+pub use shared::Shared;
 
 /// Redis-compatible version we report to clients (`redis_version`, HELLO `version`): clients
 /// gate features on it, so it names the Redis command surface we follow.

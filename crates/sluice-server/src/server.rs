@@ -12,86 +12,21 @@
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use parking_lot::RwLock;
-use sluice_store::{Store, StoreConfig};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::clients::Clients;
-use crate::clock::Clock;
 use crate::config::Config;
 use crate::conn;
-use crate::stats::Stats;
+use crate::shared::Shared;
 
 /// How often each thread runs its shards' timing wheels.
 const EXPIRE_EVERY: Duration = Duration::from_millis(10);
 /// How long shutdown waits for connections to write the replies in flight.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// State every thread shares.
-#[derive(Debug)]
-pub struct Shared {
-    pub config: Config,
-    pub store: Store,
-    pub clock: Clock,
-    pub stats: Stats,
-    pub clients: Clients,
-    /// `maxclients`, changeable by CONFIG SET.
-    pub maxclients: AtomicUsize,
-    /// `timeout` in seconds (0: never), changeable by CONFIG SET.
-    pub timeout_secs: AtomicU64,
-    /// The password clients must AUTH with, if any (`CONFIG SET requirepass` changes it).
-    pub requirepass: RwLock<Option<String>>,
-    /// The address actually bound (the port is resolved when `--port 0`).
-    pub local_addr: SocketAddr,
-    shutdown: watch::Sender<bool>,
-}
-
-impl Shared {
-    /// The state of a server about to serve on `local_addr` (also used without sockets by the
-    /// in-process [`Executor`](crate::Executor)).
-    pub fn new(config: Config, local_addr: SocketAddr) -> Shared {
-        let (shutdown, _) = watch::channel(false);
-        Shared {
-            store: Store::new(StoreConfig {
-                shards: config.shards(),
-                maxmemory: usize::try_from(config.maxmemory).unwrap_or(usize::MAX),
-                policy: config.maxmemory_policy,
-            }),
-            clock: Clock::new(),
-            stats: Stats::new(config.threads()),
-            clients: Clients::default(),
-            maxclients: AtomicUsize::new(config.maxclients),
-            timeout_secs: AtomicU64::new(config.timeout),
-            requirepass: RwLock::new(config.requirepass.clone()),
-            local_addr,
-            shutdown,
-            config,
-        }
-    }
-
-    /// The idle timeout, if one is set.
-    pub fn idle_timeout(&self) -> Option<Duration> {
-        match self.timeout_secs.load(Relaxed) {
-            0 => None,
-            s => Some(Duration::from_secs(s)),
-        }
-    }
-
-    /// Asks every thread to stop accepting, finish the replies in flight and exit.
-    pub fn shutdown(&self) {
-        self.shutdown.send_replace(true);
-    }
-
-    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
-        self.shutdown.subscribe()
-    }
-}
 
 /// A started server: its address and a handle to stop it.
 #[derive(Debug)]
@@ -114,7 +49,7 @@ impl Server {
         let listeners = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
         let local_addr = listeners[0].local_addr()?;
         let shared = Arc::new(Shared::new(config, local_addr));
-        let handles = listeners
+        let mut handles = listeners
             .into_iter()
             .enumerate()
             .map(|(index, listener)| {
@@ -124,6 +59,7 @@ impl Server {
                     .spawn(move || thread_main(index, threads, listener, shared))
             })
             .collect::<io::Result<Vec<_>>>()?;
+        handles.push(crate::repl::start(shared.clone())?);
         Ok(Server {
             shared,
             threads: handles,

@@ -35,6 +35,7 @@
 //!   wheel buffers and the shards themselves ([`Store::used_memory`]).
 
 mod entry;
+mod journal;
 mod key;
 mod shard;
 mod table;
@@ -47,6 +48,9 @@ use bytes::Bytes;
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use sluice_core::{Algo, CheckError, Decision, Nanos, Params, State};
+use sluice_repl::{Record, SnapshotWriter};
+
+use crate::entry::{Counter, Value};
 
 use crate::shard::{KeyHash, Limits, Shard};
 
@@ -179,6 +183,9 @@ pub struct Store {
     hasher: StoreHasher,
     maxmemory: AtomicUsize,
     policy: AtomicU8,
+    /// Serialises journal drains with FLUSHALL, and holds the records FLUSHALL drained out of
+    /// order (every shard's journal, then the flush) until the next drain takes them first.
+    spill: Mutex<Vec<u8>>,
 }
 
 impl fmt::Debug for Store {
@@ -200,6 +207,7 @@ impl Store {
             hasher,
             maxmemory: AtomicUsize::new(cfg.maxmemory),
             policy: AtomicU8::new(cfg.policy.to_u8()),
+            spill: Mutex::new(Vec::new()),
         }
     }
 
@@ -385,10 +393,101 @@ impl Store {
             .sum()
     }
 
-    /// `FLUSHALL`: drops every key and frees the tables.
+    /// `FLUSHALL`: drops every key and frees the tables. With the journal on, every shard's
+    /// pending records and then one FLUSH record are set aside together, all shards locked,
+    /// so a replica sees each change before the flush on the right side of it.
     pub fn flush(&self) {
+        let mut spill = self.spill.lock();
+        let mut locked: Vec<_> = self.shards.iter().map(|s| s.lock()).collect();
+        let journaling = locked.first().is_some_and(|s| s.journal.on);
+        for s in locked.iter_mut() {
+            spill.extend_from_slice(&s.journal.buf);
+            s.journal.buf.clear();
+            s.flush();
+        }
+        if journaling {
+            Record::Flush.encode(&mut spill);
+        }
+    }
+
+    /// Turns the replication journal on or off in every shard. Off drops what is pending.
+    pub fn set_journaling(&self, on: bool) {
+        let mut spill = self.spill.lock();
+        if !on {
+            spill.clear();
+        }
         for s in self.shards.iter() {
-            s.lock().flush();
+            let mut s = s.lock();
+            s.journal.on = on;
+            if !on {
+                s.journal.buf = Vec::new();
+            }
+        }
+    }
+
+    /// Moves every journaled record into `out`, shard by shard (one lock at a time). Records
+    /// of one key keep their order: a key lives in one shard.
+    pub fn drain_journal(&self, out: &mut Vec<u8>) {
+        let mut spill = self.spill.lock();
+        out.append(&mut spill);
+        for s in self.shards.iter() {
+            let mut s = s.lock();
+            if !s.journal.buf.is_empty() {
+                out.extend_from_slice(&s.journal.buf);
+                s.journal.buf.clear();
+            }
+        }
+    }
+
+    /// Writes every live entry into `w`, one shard (one lock) at a time; returns how many.
+    pub fn snapshot_into(&self, w: &mut SnapshotWriter, now: Nanos) -> u64 {
+        let before = w.count();
+        for s in self.shards.iter() {
+            s.lock()
+                .for_each_live(now, |key, deadline, value| match value {
+                    Value::Limiter(state) => w.limiter(key, deadline, state),
+                    Value::Counter(c) => {
+                        let mut digits = itoa::Buffer::new();
+                        let bytes: &[u8] = match c {
+                            Counter::Int(n) => digits.format(*n).as_bytes(),
+                            Counter::Inline { len, bytes } => &bytes[..usize::from(*len)],
+                            Counter::Heap(b) => b,
+                        };
+                        w.counter(key, deadline, bytes)
+                    }
+                });
+        }
+        w.count() - before
+    }
+
+    /// Applies one replicated record (a replica's only way to write). PING and GETACK are the
+    /// link's business and change nothing here.
+    pub fn apply(&self, record: Record<'_>, now: Nanos) {
+        match record {
+            Record::Limiter {
+                key,
+                deadline,
+                state,
+            } => {
+                let (h, shard) = self.route(key);
+                shard
+                    .lock()
+                    .put_value(h, key, Value::Limiter(state), deadline, now);
+            }
+            Record::Counter {
+                key,
+                deadline,
+                value,
+            } => {
+                let (h, shard) = self.route(key);
+                let value = Value::Counter(Counter::from_bytes(value));
+                shard.lock().put_value(h, key, value, deadline, now);
+            }
+            Record::Del { key } => {
+                self.del(key, now);
+            }
+            Record::Flush => self.flush(),
+            Record::Ping | Record::GetAck => {}
         }
     }
 

@@ -18,6 +18,7 @@ use bytes::Bytes;
 use sluice_core::{CheckError, Nanos, State};
 
 use crate::entry::{Counter, Value};
+use crate::journal::Journal;
 use crate::key::Probe;
 use crate::table::Table;
 use crate::wheel::{NOT_FILED, SlotId, Wheel, tick_floor};
@@ -66,6 +67,8 @@ pub struct Shard<H> {
     wheel: Wheel,
     stats: Stats,
     hasher: H,
+    /// Replication records of this shard's changes, while replication is on.
+    pub(crate) journal: Journal,
 }
 
 impl<H: KeyHash> Shard<H> {
@@ -75,6 +78,7 @@ impl<H: KeyHash> Shard<H> {
             wheel: Wheel::default(),
             stats: Stats::default(),
             hasher,
+            journal: Journal::default(),
         }
     }
 
@@ -105,9 +109,26 @@ impl<H: KeyHash> Shard<H> {
         let mut filed = NOT_FILED;
         self.wheel.reschedule(h, &mut filed, deadline);
         let hasher = &self.hasher;
-        self.table
+        let i = self
+            .table
             .insert(h, probe, value, deadline, filed, &|k| hasher.hash32(k));
+        self.note_value(i);
         Ok(())
+    }
+
+    /// Journals entry `i` as it now is.
+    #[inline]
+    fn note_value(&mut self, i: usize) {
+        if self.journal.on {
+            let Shard { table, journal, .. } = self;
+            table.with_value(i, |v| journal.value(table.key(i), table.deadline(i), v));
+        }
+    }
+
+    /// Removes entry `i` as a change (journaled), not as an expiry.
+    fn remove_noted(&mut self, i: usize) {
+        self.journal.del(self.table.key(i));
+        self.table.remove(i);
     }
 
     /// Makes the shard's bytes after inserting `probe` with `value` fit `limits.budget`: evicts
@@ -141,12 +162,14 @@ impl<H: KeyHash> Shard<H> {
                 table,
                 stats,
                 hasher,
+                journal,
                 ..
             } = self;
             let mut evicted = 0;
             for i in table.candidates(h) {
                 if table.is_occupied(i) && table.filed(i) == id && hasher.hash32(table.key(i)) == h
                 {
+                    journal.del(table.key(i));
                     table.remove(i);
                     evicted += 1;
                 }
@@ -191,19 +214,20 @@ impl<H: KeyHash> Shard<H> {
         let mut slot = Some(state);
         let result = f(&mut slot);
         // Until the state is back in place or the entry removed, the entry holds a placeholder.
-        let deadline = match &result {
-            Ok((_, change)) => change.map(|reset| now.saturating_add(reset)),
-            Err(_) => None,
-        };
+        let change = result.as_ref().ok().and_then(|(_, change)| *change);
+        let deadline = change.map(|reset| now.saturating_add(reset));
         match slot {
             Some(state) if deadline.is_none_or(|d| d > now) => {
                 let deadline = deadline.unwrap_or(old_deadline);
                 let mut filed = self.table.filed(i);
                 self.wheel.reschedule(h, &mut filed, deadline);
                 self.table.put(i, Value::Limiter(state), deadline, filed);
+                if result.is_ok() && change.is_some() {
+                    self.note_value(i);
+                }
             }
             // Back to fresh: a missing key answers the same, so it need not be kept.
-            _ => self.table.remove(i),
+            _ => self.remove_noted(i),
         }
         result.map(|(v, _)| v).map_err(StoreError::Check)
     }
@@ -223,6 +247,7 @@ impl<H: KeyHash> Shard<H> {
         let mut filed = self.table.filed(i);
         self.wheel.reschedule(h, &mut filed, deadline);
         self.table.put(i, value, deadline, filed);
+        self.note_value(i);
     }
 
     #[allow(clippy::too_many_arguments)] // SET's own arguments, plus where and when.
@@ -251,7 +276,7 @@ impl<H: KeyHash> Shard<H> {
         let counter = Value::Counter(Counter::from_bytes(value));
         match found {
             // Set with a deadline already past: the key is written and expires at once.
-            Some(i) if deadline <= now => self.table.remove(i),
+            Some(i) if deadline <= now => self.remove_noted(i),
             None if deadline <= now => {}
             Some(i) => self.put(h, i, counter, deadline),
             None => self.insert(h, &probe, counter, deadline, now, limits)?,
@@ -277,7 +302,9 @@ impl<H: KeyHash> Shard<H> {
         match self.table.counter_mut(i) {
             Some(Counter::Int(n)) => {
                 *n = n.checked_add(delta).ok_or(StoreError::Overflow)?;
-                Ok(*n)
+                let n = *n;
+                self.note_value(i);
+                Ok(n)
             }
             Some(_) => Err(StoreError::NotInteger),
             None => Err(StoreError::WrongType),
@@ -290,7 +317,7 @@ impl<H: KeyHash> Shard<H> {
             return false;
         };
         if at <= now {
-            self.table.remove(i);
+            self.remove_noted(i);
         } else {
             let value = self.table.take_value(i);
             self.put(h, i, value, at);
@@ -312,7 +339,7 @@ impl<H: KeyHash> Shard<H> {
         match self.find_live(h as u32, &Probe::new(key), now) {
             None => false,
             Some(i) => {
-                self.table.remove(i);
+                self.remove_noted(i);
                 true
             }
         }
@@ -329,6 +356,7 @@ impl<H: KeyHash> Shard<H> {
             wheel,
             stats,
             hasher,
+            ..
         } = self;
         let mut dropped = 0;
         wheel.advance(now, |wheel, h, id| {
@@ -351,6 +379,7 @@ impl<H: KeyHash> Shard<H> {
             stats,
             hasher,
             wheel,
+            ..
         } = self;
         // Everything due by `now` is filed at or before `tick_floor(now) + 1`, and after the
         // wheel ran only that tick's level-0 slot can still hold such entries.
@@ -365,6 +394,36 @@ impl<H: KeyHash> Shard<H> {
             self.table.maybe_shrink(&|k| hasher.hash32(k));
         }
         dropped
+    }
+
+    /// A replica's write: `key` holds `value` until `deadline`, whatever it held before. A
+    /// deadline already past removes the key. Ignores the memory limit, as a Redis replica
+    /// ignores maxmemory: what the primary kept, the replica keeps.
+    pub fn put_value(&mut self, h: u64, key: &[u8], value: Value, deadline: Nanos, now: Nanos) {
+        let h = h as u32;
+        let probe = Probe::new(key);
+        match self.find_live(h, &probe, now) {
+            Some(i) if deadline <= now => self.remove_noted(i),
+            None if deadline <= now => {}
+            Some(i) => {
+                let _ = self.table.take_value(i);
+                self.put(h, i, value, deadline);
+            }
+            None => {
+                let _ = self.insert(h, &probe, value, deadline, now, Limits::NONE);
+            }
+        }
+    }
+
+    /// Calls `f` with every live entry's key, deadline and value.
+    pub fn for_each_live(&self, now: Nanos, mut f: impl FnMut(&[u8], Nanos, &Value)) {
+        for i in self.table.occupied() {
+            let deadline = self.table.deadline(i);
+            if deadline > now {
+                self.table
+                    .with_value(i, |v| f(self.table.key(i), deadline, v));
+            }
+        }
     }
 
     pub fn key_count(&self) -> usize {

@@ -321,6 +321,23 @@ impl Table {
         }
     }
 
+    /// Runs `f` on entry `i`'s value (a packed state is rebuilt on the stack).
+    #[inline]
+    pub fn with_value<R>(&self, i: usize, f: impl FnOnce(&Value) -> R) -> R {
+        let tat = Nanos(self.slots[i].word);
+        match self.kind(i) {
+            TOKEN => f(&Value::Limiter(State::Token { tat })),
+            GCRA => f(&Value::Limiter(State::Gcra { tat })),
+            LEAKY => f(&Value::Limiter(State::Leaky { tat })),
+            _ => f(&self.boxed(i).value),
+        }
+    }
+
+    /// The occupied slots, live or not.
+    pub fn occupied(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.meta.len()).filter(|&i| self.meta[i] != EMPTY)
+    }
+
     /// Entry `i`'s counter, `None` for a limiter.
     pub fn counter(&self, i: usize) -> Option<&Counter> {
         match self.is_boxed(i).then(|| &self.boxed(i).value) {

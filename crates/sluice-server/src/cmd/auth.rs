@@ -6,7 +6,7 @@
 use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
-use crate::server::Shared;
+use crate::shared::Shared;
 
 pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 

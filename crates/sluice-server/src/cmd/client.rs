@@ -6,6 +6,7 @@ use sluice_resp::reply;
 
 use super::args::parse_u64;
 use super::{Args, CmdError, Command, Ctx};
+use crate::clients::{ClientHandle, ClientKind};
 
 /// Redis refuses names with spaces, newlines or other non-printable bytes.
 pub fn valid_name(name: &[u8]) -> bool {
@@ -21,8 +22,11 @@ pub enum Client<'a> {
         value: &'a [u8],
     },
     Id,
-    /// `LIST [TYPE t] [ID id ...]`: the ids to show (None: all); `None` for a type with no clients.
-    List(Option<Option<Vec<u64>>>),
+    /// `LIST [TYPE t] [ID id ...]`.
+    List {
+        kind: Option<ClientKind>,
+        ids: Option<Vec<u64>>,
+    },
     Info,
     KillAddr(SocketAddr),
     KillFilter(Vec<KillFilter>),
@@ -34,6 +38,7 @@ pub enum KillFilter {
     Id(u64),
     Addr(SocketAddr),
     LAddr(SocketAddr),
+    Type(ClientKind),
     SkipMe(bool),
 }
 
@@ -92,24 +97,17 @@ impl<'a> Command<'a> for Client<'a> {
             b"ID" => return Err(arity("id")),
             b"LIST" => {
                 let mut ids = None;
-                let mut any_of_type = true;
+                let mut kind = None;
                 while let Some(opt) = args.next() {
                     match opt.to_ascii_uppercase().as_slice() {
                         b"TYPE" => {
                             let t = args.required()?;
-                            match t.to_ascii_lowercase().as_slice() {
-                                b"normal" => {}
-                                // Only normal clients exist on this node.
-                                b"master" | b"replica" | b"slave" | b"pubsub" => {
-                                    any_of_type = false
-                                }
-                                _ => {
-                                    return Err(CmdError::msg(format!(
-                                        "ERR Unknown client type '{}'",
-                                        String::from_utf8_lossy(t)
-                                    )));
-                                }
-                            }
+                            kind = Some(ClientKind::parse(t).ok_or_else(|| {
+                                CmdError::msg(format!(
+                                    "ERR Unknown client type '{}'",
+                                    String::from_utf8_lossy(t)
+                                ))
+                            })?);
                         }
                         b"ID" => {
                             let mut list = Vec::new();
@@ -128,7 +126,7 @@ impl<'a> Command<'a> for Client<'a> {
                         _ => return Err(CmdError::Syntax),
                     }
                 }
-                Client::List(any_of_type.then_some(ids))
+                Client::List { kind, ids }
             }
             b"INFO" if n == 0 => Client::Info,
             b"INFO" => return Err(arity("info")),
@@ -146,6 +144,12 @@ impl<'a> Command<'a> for Client<'a> {
                         }
                         b"ADDR" => KillFilter::Addr(parse_addr(v)?),
                         b"LADDR" => KillFilter::LAddr(parse_addr(v)?),
+                        b"TYPE" => KillFilter::Type(ClientKind::parse(v).ok_or_else(|| {
+                            CmdError::msg(format!(
+                                "ERR Unknown client type '{}'",
+                                String::from_utf8_lossy(v)
+                            ))
+                        })?),
                         b"SKIPME" => match v.to_ascii_lowercase().as_slice() {
                             b"yes" => KillFilter::SkipMe(true),
                             b"no" => KillFilter::SkipMe(false),
@@ -185,17 +189,13 @@ impl<'a> Command<'a> for Client<'a> {
                 reply::simple(ctx.out, "OK");
             }
             Client::Id => reply::integer(ctx.out, me.id as i64),
-            Client::List(filter) => {
+            Client::List { kind, ids } => {
                 let mut all = String::new();
-                let clients = match &filter {
-                    None => Vec::new(),
-                    Some(_) => ctx.shared.clients.all(),
+                let wanted = |c: &ClientHandle| {
+                    kind.is_none_or(|k| c.kind() == k)
+                        && ids.as_ref().is_none_or(|ids| ids.contains(&c.id))
                 };
-                let wanted = |id: u64| match &filter {
-                    Some(Some(ids)) => ids.contains(&id),
-                    _ => true,
-                };
-                for c in clients.into_iter().filter(|c| wanted(c.id)) {
+                for c in ctx.shared.clients.all().into_iter().filter(|c| wanted(c)) {
                     let cmd = if c.id == me.id { "client|list" } else { "NULL" };
                     all.push_str(&c.list_line(cmd));
                 }
@@ -226,6 +226,7 @@ impl<'a> Command<'a> for Client<'a> {
                             KillFilter::Id(id) => c.id == *id,
                             KillFilter::Addr(a) => c.addr == *a,
                             KillFilter::LAddr(a) => c.laddr == *a,
+                            KillFilter::Type(k) => c.kind() == *k,
                             KillFilter::SkipMe(_) => true,
                         })
                 });
@@ -249,7 +250,7 @@ impl<'a> Command<'a> for Client<'a> {
                     "KILL <ip:port>",
                     "    Kill connection made from <ip:port>.",
                     "KILL <option> <value> [<option> <value> [...]]",
-                    "    Kill connections. Options are: ID, ADDR, LADDR, SKIPME.",
+                    "    Kill connections. Options are: ID, ADDR, LADDR, TYPE (normal|pubsub|replica|master), SKIPME.",
                     "HELP",
                     "    Print this help.",
                 ];

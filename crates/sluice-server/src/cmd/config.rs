@@ -8,7 +8,8 @@ use sluice_resp::reply;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::{Args, CmdError, Command, Ctx};
-use crate::server::Shared;
+use crate::glob::glob_match;
+use crate::shared::Shared;
 
 /// Validates and applies a new value of a setting.
 type Setter = fn(&Shared, &str) -> Result<(), String>;
@@ -54,6 +55,11 @@ const SETTINGS: &[Setting] = &[
         set: None,
     },
     Setting {
+        name: "masterauth",
+        get: |s| s.config.masterauth.clone().unwrap_or_default(),
+        set: None,
+    },
+    Setting {
         name: "maxclients",
         get: |s| s.maxclients.load(Relaxed).to_string(),
         set: Some(|s, v| {
@@ -95,6 +101,46 @@ const SETTINGS: &[Setting] = &[
         set: None,
     },
     Setting {
+        name: "repl-backlog-size",
+        get: |s| s.config.repl_backlog_size.to_string(),
+        set: None,
+    },
+    Setting {
+        name: "repl-timeout",
+        get: |s| s.config.repl_timeout.to_string(),
+        set: None,
+    },
+    Setting {
+        name: "replica-priority",
+        get: |s| s.config.replica_priority.to_string(),
+        set: None,
+    },
+    Setting {
+        name: "replica-read-only",
+        get: |s| {
+            if s.config.replica_read_only {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
+        set: None,
+    },
+    Setting {
+        name: "replicaof",
+        get: |s| {
+            s.repl
+                .inner
+                .lock()
+                .master
+                .as_ref()
+                .map(|m| format!("{} {}", m.host, m.port))
+                .unwrap_or_default()
+        },
+        set: None,
+    },
+    Setting {
         name: "requirepass",
         get: |s| s.requirepass.read().clone().unwrap_or_default(),
         set: Some(|s, v| {
@@ -110,6 +156,23 @@ const SETTINGS: &[Setting] = &[
     Setting {
         name: "shards",
         get: |s| s.store.shard_count().to_string(),
+        set: None,
+    },
+    Setting {
+        name: "slave-priority",
+        get: |s| s.config.replica_priority.to_string(),
+        set: None,
+    },
+    Setting {
+        name: "slave-read-only",
+        get: |s| {
+            if s.config.replica_read_only {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
         set: None,
     },
     Setting {
@@ -144,6 +207,7 @@ pub enum ConfigCmd<'a> {
     Get(Vec<&'a [u8]>),
     Set(Vec<&'a [u8]>),
     ResetStat,
+    Rewrite,
 }
 
 impl<'a> Command<'a> for ConfigCmd<'a> {
@@ -165,6 +229,7 @@ impl<'a> Command<'a> for ConfigCmd<'a> {
                 ));
             }
             b"RESETSTAT" => ConfigCmd::ResetStat,
+            b"REWRITE" => ConfigCmd::Rewrite,
             _ => {
                 return Err(CmdError::msg(format!(
                     "ERR unknown subcommand '{}'. Try CONFIG HELP.",
@@ -221,59 +286,21 @@ impl<'a> Command<'a> for ConfigCmd<'a> {
                 reply::simple(ctx.out, "OK");
             }
             ConfigCmd::ResetStat => reply::simple(ctx.out, "OK"),
+            // Settings come from flags, not a file, so there is nothing to rewrite. Sentinel
+            // sends this inside MULTI during a failover and ignores the answer.
+            ConfigCmd::Rewrite => {
+                return Err(CmdError::msg(
+                    "ERR The server is running without a config file",
+                ));
+            }
         }
         Ok(())
     }
 }
 
-/// Redis-style glob: `*`, `?`, `[abc]`, `[^a-z]`, `\x`.
-pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => text.is_empty(),
-        Some((b'*', rest)) => {
-            // Consecutive stars are one star: keeps hostile patterns from exploding.
-            let rest = &rest[rest.iter().take_while(|&&c| c == b'*').count()..];
-            (0..=text.len()).any(|i| glob_match(rest, &text[i..]))
-        }
-        Some((b'?', rest)) => !text.is_empty() && glob_match(rest, &text[1..]),
-        Some((b'[', rest)) => {
-            let Some((&c, text_rest)) = text.split_first() else {
-                return false;
-            };
-            let (negate, mut p) = match rest.split_first() {
-                Some((b'^', r)) => (true, r),
-                _ => (false, rest),
-            };
-            let mut matched = false;
-            while let Some((&first, r)) = p.split_first() {
-                if first == b']' {
-                    p = r;
-                    break;
-                }
-                if first == b'\\' && !r.is_empty() {
-                    matched |= r[0] == c;
-                    p = &r[1..];
-                } else if r.len() >= 2 && r[0] == b'-' && r[1] != b']' {
-                    let (lo, hi) = (first.min(r[1]), first.max(r[1]));
-                    matched |= (lo..=hi).contains(&c);
-                    p = &r[2..];
-                } else {
-                    matched |= first == c;
-                    p = r;
-                }
-            }
-            matched != negate && glob_match(p, text_rest)
-        }
-        Some((b'\\', rest)) if !rest.is_empty() => {
-            text.first() == Some(&rest[0]) && glob_match(&rest[1..], &text[1..])
-        }
-        Some((&c, rest)) => text.first() == Some(&c) && glob_match(rest, &text[1..]),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::glob_match;
+    use crate::glob::glob_match;
 
     #[test]
     fn globs_match_like_redis() {

@@ -16,6 +16,8 @@ pub enum CmdError {
     Overflow,
     /// `ERR wrong number of arguments for '<command>' command`
     Arity,
+    /// `READONLY You can't write against a read only replica.`
+    ReadOnly,
     /// A full error line, prefix included (`ERR ...`, `NOPROTO ...`).
     Msg(Cow<'static, str>),
 }
@@ -35,6 +37,7 @@ impl CmdError {
             }
             CmdError::Overflow => "ERR increment or decrement would overflow".into(),
             CmdError::Arity => format!("ERR wrong number of arguments for '{command}' command"),
+            CmdError::ReadOnly => "READONLY You can't write against a read only replica.".into(),
             CmdError::Msg(m) => m.to_string(),
         }
     }

@@ -68,6 +68,66 @@ fn rss_bytes() -> usize {
         .map_or(0, |pages| pages * 4096)
 }
 
+/// INFO replication, field for field as Redis 7.0 writes it: Sentinel and ioredis parse it
+/// line by line, and Sentinel reads the replica fields only after `role:slave`.
+fn replication(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Result {
+    let inner = shared.repl.inner.lock();
+    let secs = |i: std::time::Instant| i.elapsed().as_secs() as i64;
+    t.push_str("# Replication\r\n");
+    match &inner.master {
+        None => t.push_str("role:master\r\n"),
+        Some(m) => {
+            let up = inner.link_up_since.is_some();
+            write!(
+                t,
+                "role:slave\r\nmaster_host:{}\r\nmaster_port:{}\r\nmaster_link_status:{}\r\nmaster_last_io_seconds_ago:{}\r\nmaster_sync_in_progress:{}\r\nslave_read_repl_offset:{}\r\nslave_repl_offset:{}\r\n",
+                m.host,
+                m.port,
+                if up { "up" } else { "down" },
+                if up { secs(inner.last_io) } else { -1 },
+                u8::from(inner.link == crate::repl::LinkState::Sync),
+                inner.offset,
+                inner.offset,
+            )?;
+            if !up {
+                let down = inner.link_down_since.map_or(-1, secs);
+                write!(t, "master_link_down_since_seconds:{down}\r\n")?;
+            }
+            write!(
+                t,
+                "slave_priority:{}\r\nslave_read_only:{}\r\nreplica_announced:1\r\n",
+                shared.config.replica_priority,
+                u8::from(shared.config.replica_read_only),
+            )?;
+        }
+    }
+    write!(t, "connected_slaves:{}\r\n", inner.replicas.len())?;
+    for (i, r) in inner.replicas.iter().enumerate() {
+        write!(
+            t,
+            "slave{i}:ip={},port={},state={},offset={},lag={}\r\n",
+            r.ip,
+            r.port,
+            if r.online { "online" } else { "send_bulk" },
+            r.ack,
+            secs(r.last_ack),
+        )?;
+    }
+    let (backlog_active, first, histlen) = match &inner.backlog {
+        Some(b) => (1, b.start() + 1, b.len()),
+        None => (0, 0, 0),
+    };
+    write!(
+        t,
+        "master_failover_state:no-failover\r\nmaster_replid:{}\r\nmaster_replid2:{}\r\nmaster_repl_offset:{}\r\nsecond_repl_offset:{}\r\nrepl_backlog_active:{backlog_active}\r\nrepl_backlog_size:{}\r\nrepl_backlog_first_byte_offset:{first}\r\nrepl_backlog_histlen:{histlen}\r\n",
+        inner.replid,
+        inner.replid2,
+        inner.offset,
+        inner.second_offset,
+        shared.config.repl_backlog_size,
+    )
+}
+
 fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
     let shared = ctx.shared;
     // Writing to a String cannot fail.
@@ -76,13 +136,13 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             let uptime = shared.clock.uptime_secs();
             write!(
                 t,
-                "# Server\r\nredis_version:{}\r\nsluice_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{:040x}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nthreads:{}\r\nshards:{}\r\n",
+                "# Server\r\nredis_version:{}\r\nsluice_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nthreads:{}\r\nshards:{}\r\n",
                 crate::REDIS_COMPAT_VERSION,
                 env!("CARGO_PKG_VERSION"),
                 std::env::consts::OS,
                 std::env::consts::ARCH,
                 std::process::id(),
-                u128::from(std::process::id()),
+                shared.run_id,
                 shared.local_addr.port(),
                 shared.clock.now().as_nanos() / 1000,
                 uptime,
@@ -112,19 +172,20 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
         }
         "stats" => write!(
             t,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nrejected_keys:{}\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\nrejected_connections:{}\r\nsync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nrejected_keys:{}\r\npubsub_channels:{}\r\n",
             shared.stats.connections_received.load(Relaxed),
             shared.stats.total_commands(),
             shared.stats.instantaneous_ops_per_sec(),
             shared.stats.rejected_connections.load(Relaxed),
+            shared.repl.stats.sync_full.load(Relaxed),
+            shared.repl.stats.sync_partial_ok.load(Relaxed),
+            shared.repl.stats.sync_partial_err.load(Relaxed),
             shared.store.expired_total(),
             shared.store.evicted_total(),
             shared.store.rejected_total(),
+            shared.pubsub.channel_count(),
         ),
-        "replication" => write!(
-            t,
-            "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n"
-        ),
+        "replication" => replication(shared, t),
         "keyspace" => {
             let keys = shared.store.len(ctx.now);
             let _ = t.write_str("# Keyspace\r\n");

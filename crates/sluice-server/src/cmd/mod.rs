@@ -32,14 +32,20 @@ mod incr;
 mod info;
 mod multi;
 mod ping;
+mod psync;
+pub mod pubsub;
 mod quit;
+mod replconf;
+mod replicaof;
 mod reset;
 mod rl_check;
+mod role;
 mod select;
 mod set;
 mod shutdown;
 mod time;
 mod ttl;
+pub mod wait;
 
 use std::sync::Arc;
 
@@ -49,7 +55,9 @@ use sluice_resp::Request;
 use sluice_resp::reply::{self, Proto};
 
 use crate::clients::ClientHandle;
-use crate::server::Shared;
+use crate::pubsub::Subscriptions;
+use crate::repl::PsyncRequest;
+use crate::shared::Shared;
 
 /// What one connection carries between its commands.
 #[derive(Debug)]
@@ -64,6 +72,41 @@ pub struct Session {
     /// The last command name this connection sent, as sent, and its table row: clients repeat
     /// one command, so most lookups are one short compare.
     pub last_command: Option<LastCommand>,
+    /// EXEC is running the queued commands (blocking commands answer at once).
+    pub in_exec: bool,
+    /// Channels and patterns, once the connection has subscribed.
+    pub subs: Option<Subscriptions>,
+    /// Set by WAIT: the connection loop answers when enough replicas ack or time runs out.
+    pub blocked: Option<wait::Blocked>,
+    /// Set by PSYNC: the connection loop hands the socket to the replication thread.
+    pub handoff: Option<PsyncRequest>,
+    /// REPLCONF listening-port and capa, remembered for PSYNC.
+    pub replica_port: u16,
+    pub replica_capa: bool,
+}
+
+impl Session {
+    pub fn new(client: Arc<ClientHandle>, authenticated: bool) -> Session {
+        Session {
+            client,
+            proto: Proto::default(),
+            authenticated,
+            close: false,
+            transaction: None,
+            last_command: None,
+            in_exec: false,
+            subs: None,
+            blocked: None,
+            handoff: None,
+            replica_port: 0,
+            replica_capa: false,
+        }
+    }
+
+    /// True while subscribed to any channel or pattern.
+    pub fn subscribed(&self) -> bool {
+        self.subs.as_ref().is_some_and(|s| s.count() > 0)
+    }
 }
 
 /// A command name exactly as a client spelled it, with the row it resolved to.
@@ -119,6 +162,10 @@ pub mod flag {
     pub const STALE: &str = "stale";
     pub const ADMIN: &str = "admin";
     pub const NOSCRIPT: &str = "noscript";
+    pub const PUBSUB: &str = "pubsub";
+    /// Refused inside MULTI at queue time (Redis's `no-multi`): EXEC then answers once per
+    /// queued command, always.
+    pub const NOMULTI: &str = "no_multi";
 }
 
 /// One row of the command table.
@@ -452,6 +499,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         ping::Ping
     ),
     spec!(
+        "psubscribe",
+        -2,
+        [PUBSUB, NOSCRIPT, LOADING, STALE, NOMULTI],
+        (0, 0, 0),
+        "pubsub",
+        "2.0.0",
+        "Listens for messages published to channels that match one or more patterns.",
+        "pattern [pattern ...]",
+        pubsub::PSubscribe
+    ),
+    spec!(
+        "psync",
+        -3,
+        [ADMIN, NOSCRIPT, NOMULTI],
+        (0, 0, 0),
+        "server",
+        "2.8.0",
+        "An internal command used in replication.",
+        "replicationid offset",
+        psync::Psync
+    ),
+    spec!(
         "pttl",
         2,
         [READONLY, FAST],
@@ -463,6 +532,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         ttl::PTtl
     ),
     spec!(
+        "publish",
+        3,
+        [PUBSUB, LOADING, STALE, FAST],
+        (0, 0, 0),
+        "pubsub",
+        "2.0.0",
+        "Posts a message to a channel.",
+        "channel message",
+        pubsub::Publish
+    ),
+    spec!(
+        "punsubscribe",
+        -1,
+        [PUBSUB, NOSCRIPT, LOADING, STALE, NOMULTI],
+        (0, 0, 0),
+        "pubsub",
+        "2.0.0",
+        "Stops listening to messages published to channels that match one or more patterns.",
+        "[pattern [pattern ...]]",
+        pubsub::PUnsubscribe
+    ),
+    spec!(
         "quit",
         -1,
         [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
@@ -472,6 +563,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Closes the connection.",
         "",
         quit::Quit
+    ),
+    spec!(
+        "replconf",
+        -1,
+        [ADMIN, NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "server",
+        "3.0.0",
+        "An internal command for configuring the replication stream.",
+        "[option value ...]",
+        replconf::ReplConf
+    ),
+    spec!(
+        "replicaof",
+        3,
+        [ADMIN, NOSCRIPT, STALE],
+        (0, 0, 0),
+        "server",
+        "5.0.0",
+        "Configures a server as replica of another, or promotes it to a master.",
+        "host port",
+        replicaof::ReplicaOf
     ),
     spec!(
         "reset",
@@ -494,6 +607,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Checks and consumes a rate limit atomically.",
         "key limit period [BURST burst] [COST cost] [ALGO algo] [DRY]",
         rl_check::RlCheck
+    ),
+    spec!(
+        "role",
+        1,
+        [NOSCRIPT, LOADING, STALE, FAST],
+        (0, 0, 0),
+        "server",
+        "2.8.12",
+        "Returns the replication role.",
+        "",
+        role::Role
     ),
     spec!(
         "select",
@@ -520,13 +644,46 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec!(
         "shutdown",
         -1,
-        [ADMIN, NOSCRIPT, LOADING, STALE, NOAUTH],
+        [ADMIN, NOSCRIPT, LOADING, STALE, NOAUTH, NOMULTI],
         (0, 0, 0),
         "server",
         "1.0.0",
         "Stops the server.",
         "[NOSAVE|SAVE] [NOW] [FORCE]",
         shutdown::Shutdown
+    ),
+    spec!(
+        "slaveof",
+        3,
+        [ADMIN, NOSCRIPT, STALE],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Sets a server as a replica of another, or promotes it to being a master.",
+        "host port",
+        replicaof::ReplicaOf
+    ),
+    spec!(
+        "subscribe",
+        -2,
+        [PUBSUB, NOSCRIPT, LOADING, STALE, NOMULTI],
+        (0, 0, 0),
+        "pubsub",
+        "2.0.0",
+        "Listens for messages published to channels.",
+        "channel [channel ...]",
+        pubsub::Subscribe
+    ),
+    spec!(
+        "sync",
+        1,
+        [ADMIN, NOSCRIPT, NOMULTI],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "An internal command used in replication.",
+        "",
+        psync::Sync
     ),
     spec!(
         "time",
@@ -549,6 +706,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Returns the expiration time in seconds of a key.",
         "key",
         ttl::Ttl
+    ),
+    spec!(
+        "unsubscribe",
+        -1,
+        [PUBSUB, NOSCRIPT, LOADING, STALE, NOMULTI],
+        (0, 0, 0),
+        "pubsub",
+        "2.0.0",
+        "Stops listening to messages posted to channels.",
+        "[channel [channel ...]]",
+        pubsub::Unsubscribe
+    ),
+    spec!(
+        "wait",
+        3,
+        [NOSCRIPT],
+        (0, 0, 0),
+        "generic",
+        "3.0.0",
+        "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.",
+        "numreplicas timeout",
+        wait::Wait
     ),
 ];
 
@@ -590,9 +769,32 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         fail_transaction(ctx);
         return reply::error(ctx.out, "NOAUTH Authentication required.");
     }
+    if ctx.session.subs.is_some()
+        && ctx.session.proto == Proto::Resp2
+        && ctx.session.subscribed()
+        && !allowed_when_subscribed(spec.name)
+    {
+        fail_transaction(ctx);
+        return reply::error(
+            ctx.out,
+            &format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                spec.name
+            ),
+        );
+    }
+    // A write on a read-only replica (RL.CHECK decides for itself: DRY and COST 0 only read).
+    if ctx.shared.repl.is_readonly() && spec.has_flag(WRITE) && spec.name != "rl.check" {
+        fail_transaction(ctx);
+        return reply::error(ctx.out, &CmdError::ReadOnly.text(spec.name));
+    }
     if let Some(tx) = ctx.session.transaction.as_mut()
         && !multi::controls_transaction(spec.name)
     {
+        if spec.has_flag(NOMULTI) {
+            tx.failed = true;
+            return reply::error(ctx.out, "ERR Command not allowed inside a transaction");
+        }
         tx.queued.push(req.clone());
         return reply::simple(ctx.out, "QUEUED");
     }
@@ -600,6 +802,14 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     if let Err(e) = (spec.run)(ctx, &mut args) {
         reply::error(ctx.out, &e.text(spec.name));
     }
+}
+
+/// What a RESP2 connection may send while subscribed.
+fn allowed_when_subscribed(name: &str) -> bool {
+    matches!(
+        name,
+        "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
+    )
 }
 
 /// A command refused inside MULTI makes the EXEC that follows abort, as in Redis.

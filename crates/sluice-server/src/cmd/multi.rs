@@ -7,6 +7,11 @@
 //! each command is atomic, but the block is not isolated from other clients' commands (that
 //! would need a lock across every shard). `WATCH` is not offered, so no client can rely on
 //! optimistic locking that would not hold.
+//!
+//! Invariant: EXEC answers with exactly one reply per queued command. Commands that would
+//! break that (SHUTDOWN, PSYNC, SYNC, and the (un)subscribe family, whose replies are one per
+//! channel) carry the `no_multi` flag and are refused when queued, as Redis refuses SHUTDOWN:
+//! `-ERR Command not allowed inside a transaction`, and the EXEC that follows aborts.
 
 use sluice_resp::Request;
 use sluice_resp::reply;
@@ -62,9 +67,11 @@ impl Command<'_> for Exec {
             ));
         }
         reply::array(ctx.out, tx.queued.len());
+        ctx.session.in_exec = true;
         for request in &tx.queued {
             execute(request, ctx);
         }
+        ctx.session.in_exec = false;
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! `PING [message]` — `+PONG`, or the message as a bulk string.
 
-use sluice_resp::reply;
+use sluice_resp::reply::{self, Proto};
 
 use super::{Args, CmdError, Command, Ctx};
 
@@ -17,6 +17,13 @@ impl<'a> Command<'a> for Ping<'a> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        // A subscribed RESP2 connection gets a message-shaped pong, as Redis sends.
+        if ctx.session.proto == Proto::Resp2 && ctx.session.subscribed() {
+            reply::array(ctx.out, 2);
+            reply::bulk(ctx.out, b"pong");
+            reply::bulk(ctx.out, self.0.unwrap_or_default());
+            return Ok(());
+        }
         match self.0 {
             None => reply::simple(ctx.out, "PONG"),
             Some(m) => reply::bulk(ctx.out, m),

@@ -17,6 +17,10 @@ impl Command<'_> for Reset {
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         ctx.session.proto = Proto::Resp2;
         ctx.session.transaction = None;
+        super::pubsub::clear(ctx.shared, &mut ctx.session.subs, ctx.session.client.id);
+        ctx.session
+            .client
+            .set_kind(crate::clients::ClientKind::Normal);
         ctx.session.client.resp.store(2, Relaxed);
         *ctx.session.client.name.lock() = None;
         ctx.session.authenticated = ctx.shared.requirepass.read().is_none();

@@ -137,6 +137,9 @@ impl<'a> Command<'a> for RlCheck<'a> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        if ctx.shared.repl.is_readonly() && !self.dry && self.params.cost > 0 {
+            return Err(CmdError::ReadOnly);
+        }
         let decision = ctx
             .shared
             .store

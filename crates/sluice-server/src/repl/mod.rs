@@ -1,0 +1,482 @@
+//! Replication: Redis's model, streaming states instead of commands.
+//!
+//! Two lines run through a node, and this module is the second:
+//! - the request path (worker threads) changes the store; with replication on, each change
+//!   appends one record to its shard's journal under the lock it already holds, and that is
+//!   all it does for replication;
+//! - the replication path (the `sluice-repl` thread, [`run`]) drains every journal each
+//!   `--repl-flush-ms` into the backlog and each replica's queue ([`primary`]), and on a
+//!   replica keeps the link to its primary and applies what arrives ([`replica`]).
+//!
+//! A replica connects with Redis's handshake (PING, AUTH, REPLCONF listening-port and capa,
+//! PSYNC). The connection that sends PSYNC is handed from its worker thread to this thread,
+//! which answers `+FULLRESYNC` (then a snapshot taken shard by shard while the stream queues)
+//! or `+CONTINUE` (then the backlog from the replica's offset), and streams from then on.
+//! The primary never waits for a replica: a replica that does not keep up is cut at
+//! `--client-output-buffer-limit-replica` and resyncs.
+//!
+//! [`Repl`] is the state both paths and the commands (ROLE, INFO, WAIT, REPLICAOF) share.
+
+pub mod primary;
+pub mod replica;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use sluice_repl::{Backlog, Record};
+use sluice_store::Store;
+use tokio::sync::{mpsc, watch};
+
+use crate::clients::ClientHandle;
+use crate::config::Config;
+use crate::shared::Shared;
+
+/// How often an idle stream carries a PING (Redis: repl-ping-replica-period, 10 s; shorter
+/// here so `master_last_io_seconds_ago` stays small and a dead primary shows quickly).
+pub const PING_EVERY: Duration = Duration::from_secs(1);
+/// How often a replica acks its offset.
+pub const ACK_EVERY: Duration = Duration::from_secs(1);
+
+/// Where a replica replicates from (REPLICAOF / `--replicaof`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MasterAddr {
+    pub host: String,
+    pub port: u16,
+}
+
+/// The replica link's state, as ROLE names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkState {
+    Connect,
+    Connecting,
+    Sync,
+    Connected,
+}
+
+impl LinkState {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkState::Connect => "connect",
+            LinkState::Connecting => "connecting",
+            LinkState::Sync => "sync",
+            LinkState::Connected => "connected",
+        }
+    }
+}
+
+/// A replica as its primary sees it.
+#[derive(Debug)]
+pub struct ReplicaSlot {
+    pub client: u64,
+    pub ip: IpAddr,
+    /// The port it listens on (REPLCONF listening-port), which Sentinel connects to.
+    pub port: u16,
+    pub online: bool,
+    /// The offset it last acked.
+    pub ack: u64,
+    pub last_ack: Instant,
+    tx: mpsc::UnboundedSender<Bytes>,
+    /// Bytes queued for it and not yet written: past the limit it is cut.
+    queued: Arc<AtomicUsize>,
+}
+
+/// Replication state under one mutex: touched per flush, per ack and by the commands that
+/// report it, never per check.
+#[derive(Debug)]
+pub struct Inner {
+    /// As a primary: our replication id. As a replica: our primary's.
+    pub replid: String,
+    /// The id we replicated from before a promotion (INFO `master_replid2`).
+    pub replid2: String,
+    pub second_offset: i64,
+    /// As a primary: the stream's end (master_repl_offset). As a replica: bytes applied.
+    pub offset: u64,
+    /// Created when the first replica connects; from then on every change is journaled.
+    pub backlog: Option<Backlog>,
+    pub replicas: Vec<ReplicaSlot>,
+    /// Some while this node is a replica.
+    pub master: Option<MasterAddr>,
+    pub link: LinkState,
+    pub link_up_since: Option<Instant>,
+    pub link_down_since: Option<Instant>,
+    pub last_io: Instant,
+    /// When the stream last carried anything (PINGs fill silences).
+    last_stream: Instant,
+    /// As a replica: `replid` and `offset` name a primary's stream we have applied, so a
+    /// reconnect asks to continue it.
+    pub synced: bool,
+}
+
+/// Counters for INFO stats.
+#[derive(Debug, Default)]
+pub struct ReplStats {
+    pub sync_full: AtomicU64,
+    pub sync_partial_ok: AtomicU64,
+    pub sync_partial_err: AtomicU64,
+}
+
+/// A PSYNC connection handed from its worker thread to the replication thread.
+#[derive(Debug)]
+pub struct Handoff {
+    pub stream: std::net::TcpStream,
+    pub request: PsyncRequest,
+}
+
+/// What a replica asked for, and who it is.
+#[derive(Debug)]
+pub struct PsyncRequest {
+    pub peer: SocketAddr,
+    pub client: Arc<ClientHandle>,
+    /// REPLCONF listening-port (0 if it sent none).
+    pub listening_port: u16,
+    pub replid: Vec<u8>,
+    pub offset: i64,
+}
+
+/// Shared replication state. See the module docs.
+#[derive(Debug)]
+pub struct Repl {
+    pub inner: Mutex<Inner>,
+    /// True on a read-only replica: one relaxed load on the write path.
+    readonly: AtomicBool,
+    replica_read_only: bool,
+    /// Bumped whenever a replica acks (WAIT waits on it).
+    acks: watch::Sender<u64>,
+    /// REPLICAOF's target, watched by the link task.
+    target: watch::Sender<Option<MasterAddr>>,
+    handoff_tx: mpsc::UnboundedSender<Handoff>,
+    handoff_rx: Mutex<Option<mpsc::UnboundedReceiver<Handoff>>>,
+    pub stats: ReplStats,
+    backlog_size: usize,
+    replica_output_limit: usize,
+}
+
+/// A fresh 40-hex-character id (run ids, replication ids).
+pub fn random_id() -> String {
+    let mut bytes = [0u8; 20];
+    let from_urandom = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_ok();
+    if !from_urandom {
+        // No /dev/urandom: the clock and the pid, spread by the std hasher's random keys.
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        (std::time::SystemTime::now(), std::process::id()).hash(&mut h);
+        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+            i.hash(&mut h);
+            chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
+        }
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Repl {
+    pub fn new(config: &Config) -> Repl {
+        let (handoff_tx, handoff_rx) = mpsc::unbounded_channel();
+        let master = config.replicaof.clone();
+        let repl = Repl {
+            inner: Mutex::new(Inner {
+                replid: random_id(),
+                replid2: "0".repeat(40),
+                second_offset: -1,
+                offset: 0,
+                backlog: None,
+                replicas: Vec::new(),
+                master: master.clone(),
+                link: LinkState::Connect,
+                link_up_since: None,
+                link_down_since: None,
+                last_io: Instant::now(),
+                last_stream: Instant::now(),
+                synced: false,
+            }),
+            readonly: AtomicBool::new(false),
+            replica_read_only: config.replica_read_only,
+            acks: watch::channel(0).0,
+            target: watch::channel(master.clone()).0,
+            handoff_tx,
+            handoff_rx: Mutex::new(Some(handoff_rx)),
+            stats: ReplStats::default(),
+            backlog_size: usize::try_from(config.repl_backlog_size).unwrap_or(usize::MAX),
+            replica_output_limit: usize::try_from(config.client_output_buffer_limit_replica)
+                .unwrap_or(usize::MAX),
+        };
+        repl.readonly
+            .store(master.is_some() && repl.replica_read_only, Relaxed);
+        repl
+    }
+
+    /// True when writes must answer `-READONLY` (a replica with `replica-read-only yes`).
+    #[inline]
+    pub fn is_readonly(&self) -> bool {
+        self.readonly.load(Relaxed)
+    }
+
+    pub fn is_replica(&self) -> bool {
+        self.inner.lock().master.is_some()
+    }
+
+    /// Hands a PSYNC connection to the replication thread.
+    pub fn hand_off(&self, h: Handoff) {
+        let _ = self.handoff_tx.send(h);
+    }
+
+    pub fn acks(&self) -> watch::Receiver<u64> {
+        self.acks.subscribe()
+    }
+
+    /// Replicas whose acked offset has reached `offset`.
+    pub fn acked(&self, offset: u64) -> usize {
+        self.inner
+            .lock()
+            .replicas
+            .iter()
+            .filter(|r| r.online && r.ack >= offset)
+            .count()
+    }
+
+    /// `REPLICAOF host port`: become a replica of `to` (drops our replicas, stops journaling).
+    /// `REPLICAOF NO ONE` (`None`): become a primary under a new replication id, keeping
+    /// every bucket. Returns false if nothing changed (already replicating from `to`).
+    pub fn set_master(&self, store: &Store, to: Option<MasterAddr>) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.master == to && to.is_some() {
+            return false;
+        }
+        match &to {
+            Some(addr) => {
+                crate::log(&format!(
+                    "Connecting to MASTER {}:{} (REPLICAOF)",
+                    addr.host, addr.port
+                ));
+                // Our own replicas would follow a stream we no longer own.
+                inner.replicas.clear();
+                inner.backlog = None;
+                store.set_journaling(false);
+                inner.link = LinkState::Connect;
+                inner.link_up_since = None;
+                inner.link_down_since.get_or_insert_with(Instant::now);
+            }
+            None if inner.master.is_some() => {
+                crate::log(
+                    "MASTER MODE enabled (REPLICAOF NO ONE): keeping every bucket, new replication id",
+                );
+                inner.replid2 = std::mem::replace(&mut inner.replid, random_id());
+                inner.second_offset = inner.offset as i64 + 1;
+                inner.link_up_since = None;
+                inner.link_down_since = None;
+            }
+            None => {}
+        }
+        inner.master = to.clone();
+        self.readonly
+            .store(to.is_some() && self.replica_read_only, Relaxed);
+        drop(inner);
+        self.target.send_replace(to);
+        true
+    }
+
+    /// Drains every shard journal into the stream: the backlog and each replica's queue.
+    /// With `getack`, also asks every replica to ack at once (WAIT). Returns the stream's end
+    /// offset.
+    pub fn flush(&self, store: &Store, getack: bool) -> u64 {
+        let mut inner = self.inner.lock();
+        self.flush_locked(&mut inner, store, getack)
+    }
+
+    fn flush_locked(&self, inner: &mut Inner, store: &Store, getack: bool) -> u64 {
+        if inner.backlog.is_none() {
+            return inner.offset;
+        }
+        let mut buf = Vec::new();
+        store.drain_journal(&mut buf);
+        if getack {
+            Record::GetAck.encode(&mut buf);
+        } else if buf.is_empty() && inner.last_stream.elapsed() >= PING_EVERY {
+            Record::Ping.encode(&mut buf);
+        }
+        let Some(backlog) = inner.backlog.as_mut() else {
+            return inner.offset;
+        };
+        if buf.is_empty() {
+            return backlog.end();
+        }
+        let chunk = Bytes::from(buf);
+        backlog.push(chunk.clone());
+        inner.offset = backlog.end();
+        inner.last_stream = Instant::now();
+        let limit = self.replica_output_limit;
+        inner.replicas.retain(|r| {
+            let queued = r.queued.fetch_add(chunk.len(), Relaxed) + chunk.len();
+            if limit > 0 && queued > limit {
+                crate::log(&format!(
+                    "Replica {}:{} (id={}) reached the replica output buffer limit ({} bytes queued): cutting it; it will resync",
+                    r.ip, r.port, r.client, queued
+                ));
+                return false;
+            }
+            r.tx.send(chunk.clone()).is_ok()
+        });
+        inner.offset
+    }
+
+    /// Registers a replica that sent PSYNC and decides how it syncs. Turns journaling on
+    /// with the first replica.
+    fn attach(&self, store: &Store, h: &PsyncRequest) -> Result<Attach, String> {
+        let mut inner = self.inner.lock();
+        if inner.master.is_some() {
+            return Err(
+                "NOMASTERLINK Sluice replicas do not serve replicas: connect to the primary".into(),
+            );
+        }
+        if inner.backlog.is_none() {
+            store.set_journaling(true);
+            inner.backlog = Some(Backlog::new(inner.offset, self.backlog_size));
+            crate::log(&format!(
+                "Replication backlog created ({} bytes): journaling every change from offset {}",
+                self.backlog_size, inner.offset
+            ));
+        }
+        let end = self.flush_locked(&mut inner, store, false);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let wants_continue = h.replid == inner.replid.as_bytes() && h.offset >= 0;
+        let partial = if wants_continue {
+            inner
+                .backlog
+                .as_ref()
+                .and_then(|b| b.since(h.offset as u64))
+        } else {
+            None
+        };
+        let how = match partial {
+            Some(bytes) => {
+                self.stats.sync_partial_ok.fetch_add(1, Relaxed);
+                Sync::Partial(bytes)
+            }
+            None => {
+                if h.replid != b"?" {
+                    self.stats.sync_partial_err.fetch_add(1, Relaxed);
+                }
+                self.stats.sync_full.fetch_add(1, Relaxed);
+                Sync::Full(end)
+            }
+        };
+        inner.replicas.push(ReplicaSlot {
+            client: h.client.id,
+            ip: h.peer.ip(),
+            port: h.listening_port,
+            online: matches!(how, Sync::Partial(_)),
+            ack: if wants_continue { h.offset as u64 } else { 0 },
+            last_ack: Instant::now(),
+            tx,
+            queued: queued.clone(),
+        });
+        Ok(Attach {
+            replid: inner.replid.clone(),
+            how,
+            rx,
+            queued,
+        })
+    }
+
+    fn set_online(&self, client: u64) {
+        if let Some(r) = self
+            .inner
+            .lock()
+            .replicas
+            .iter_mut()
+            .find(|r| r.client == client)
+        {
+            r.online = true;
+        }
+    }
+
+    fn ack(&self, client: u64, offset: u64) {
+        if let Some(r) = self
+            .inner
+            .lock()
+            .replicas
+            .iter_mut()
+            .find(|r| r.client == client)
+        {
+            r.ack = r.ack.max(offset);
+            r.last_ack = Instant::now();
+        }
+        self.acks.send_modify(|n| *n += 1);
+    }
+
+    fn detach(&self, client: u64) {
+        self.inner.lock().replicas.retain(|r| r.client != client);
+    }
+
+    fn target(&self) -> watch::Receiver<Option<MasterAddr>> {
+        self.target.subscribe()
+    }
+}
+
+/// How a replica that sent PSYNC will sync.
+#[derive(Debug)]
+enum Sync {
+    /// Snapshot, then the stream from this offset.
+    Full(u64),
+    /// The backlog from the replica's offset, then the stream.
+    Partial(Vec<Bytes>),
+}
+
+#[derive(Debug)]
+struct Attach {
+    replid: String,
+    how: Sync,
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    queued: Arc<AtomicUsize>,
+}
+
+/// Starts the replication thread: the flusher, the streams to replicas, the link to a primary.
+pub fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("sluice-repl".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    crate::log(&format!("replication thread cannot start its runtime: {e}"));
+                    shared.shutdown();
+                    return;
+                }
+            };
+            runtime.block_on(run(shared));
+        })
+}
+
+async fn run(shared: Arc<Shared>) {
+    let Some(mut handoffs) = shared.repl.handoff_rx.lock().take() else {
+        return;
+    };
+    let mut shutdown = shared.shutdown_signal();
+    let flusher = tokio::spawn(primary::flusher(shared.clone()));
+    let link = tokio::spawn(replica::link(shared.clone()));
+    let mut feeds = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => break,
+            h = handoffs.recv() => match h {
+                Some(h) => {
+                    feeds.spawn(primary::feed(shared.clone(), h));
+                }
+                None => break,
+            },
+        }
+        while feeds.try_join_next().is_some() {}
+    }
+    flusher.abort();
+    link.abort();
+    feeds.abort_all();
+}

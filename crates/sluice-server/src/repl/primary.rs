@@ -1,0 +1,163 @@
+//! The primary's side: the flusher that turns shard journals into the stream, and one feed
+//! task per replica that sends it its sync and then the stream, and reads its acks.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use sluice_repl::SnapshotWriter;
+use sluice_resp::{Parser, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{Handoff, Sync};
+use crate::shared::Shared;
+
+/// Every `--repl-flush-ms`, drains the journals into the stream (a PING when idle).
+pub async fn flusher(shared: Arc<Shared>) {
+    let every = Duration::from_millis(shared.config.repl_flush_ms.max(1));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        shared.repl.flush(&shared.store, false);
+    }
+}
+
+/// Serves one replica from PSYNC to disconnect.
+pub async fn feed(shared: Arc<Shared>, h: Handoff) {
+    let client = h.request.client.clone();
+    let peer = h.request.peer;
+    let port = h.request.listening_port;
+    match feed_inner(&shared, h).await {
+        Ok(()) => crate::log(&format!(
+            "Connection with replica {peer} (listening port {port}) closed"
+        )),
+        Err(e) => crate::log(&format!(
+            "Connection with replica {peer} (listening port {port}) lost: {e}"
+        )),
+    }
+    shared.repl.detach(client.id);
+    shared.clients.unregister(client.id);
+}
+
+async fn feed_inner(shared: &Arc<Shared>, h: Handoff) -> std::io::Result<()> {
+    let Handoff { stream, request: h } = h;
+    stream.set_nonblocking(true)?;
+    let stream = TcpStream::from_std(stream)?;
+    let _ = stream.set_nodelay(true);
+    let (mut reader, mut writer) = stream.into_split();
+    let attach = match shared.repl.attach(&shared.store, &h) {
+        Ok(a) => a,
+        Err(msg) => {
+            writer.write_all(format!("-{msg}\r\n").as_bytes()).await?;
+            return Ok(());
+        }
+    };
+    let client = h.client.clone();
+    let id = client.id;
+    let mut rx = attach.rx;
+    let queued = attach.queued;
+
+    let sync = async {
+        match attach.how {
+            Sync::Full(offset) => {
+                crate::log(&format!(
+                    "Replica {} (listening port {}) asks for a sync: full resync from offset {offset}",
+                    h.peer, h.listening_port
+                ));
+                writer
+                    .write_all(format!("+FULLRESYNC {} {offset}\r\n", attach.replid).as_bytes())
+                    .await?;
+                let started = Instant::now();
+                let snap_shared = shared.clone();
+                let (bytes, count) = tokio::task::spawn_blocking(move || {
+                    let mut w = SnapshotWriter::new();
+                    let now = snap_shared.clock.now();
+                    let count = snap_shared.store.snapshot_into(&mut w, now);
+                    (w.finish(), count)
+                })
+                .await
+                .map_err(std::io::Error::other)?;
+                let taken = started.elapsed();
+                writer
+                    .write_all(format!("${}\r\n", bytes.len()).as_bytes())
+                    .await?;
+                writer.write_all(&bytes).await?;
+                crate::log(&format!(
+                    "Synchronization with replica {} succeeded: {count} entries, {} bytes (snapshot {} ms, sent {} ms)",
+                    h.peer,
+                    bytes.len(),
+                    taken.as_millis(),
+                    started.elapsed().as_millis()
+                ));
+            }
+            Sync::Partial(chunks) => {
+                crate::log(&format!(
+                    "Partial resynchronization request from {} accepted: sending {} bytes of backlog",
+                    h.peer,
+                    chunks.iter().map(|c| c.len()).sum::<usize>()
+                ));
+                writer
+                    .write_all(format!("+CONTINUE {}\r\n", attach.replid).as_bytes())
+                    .await?;
+                for c in chunks {
+                    writer.write_all(&c).await?;
+                }
+            }
+        }
+        shared.repl.set_online(id);
+        // The stream: whatever the flusher queues, in order.
+        while let Some(chunk) = rx.recv().await {
+            writer.write_all(&chunk).await?;
+            queued.fetch_sub(chunk.len(), Relaxed);
+        }
+        Err::<(), _>(std::io::Error::other(
+            "dropped from the stream (output buffer limit, or this node became a replica)",
+        ))
+    };
+
+    // The replica's side of the link: REPLCONF ACK <offset>, nothing else matters.
+    let acks = async {
+        let mut parser = Parser::new(shared.config.limits());
+        let mut request = Request::default();
+        let mut buf = BytesMut::with_capacity(1024);
+        loop {
+            if reader.read_buf(&mut buf).await? == 0 {
+                return Err::<(), _>(std::io::Error::other("replica closed the connection"));
+            }
+            loop {
+                match parser.parse_into(&mut buf, &mut request) {
+                    Ok(true) => {
+                        let is_ack = request.len() == 3
+                            && request
+                                .arg(0)
+                                .is_some_and(|a| a.eq_ignore_ascii_case(b"REPLCONF"))
+                            && request
+                                .arg(1)
+                                .is_some_and(|a| a.eq_ignore_ascii_case(b"ACK"));
+                        if let Some(offset) = is_ack
+                            .then(|| request.arg(2))
+                            .flatten()
+                            .and_then(|o| std::str::from_utf8(o).ok()?.parse::<u64>().ok())
+                        {
+                            shared.repl.ack(id, offset);
+                        }
+                    }
+                    Ok(false) => break,
+                    Err(_) => {
+                        return Err(std::io::Error::other("protocol error from replica"));
+                    }
+                }
+            }
+            request.clear();
+        }
+    };
+
+    tokio::select! {
+        r = sync => r,
+        r = acks => r,
+        _ = client.kill.notified() => Ok(()),
+    }
+}

@@ -1,0 +1,324 @@
+//! The replica's side: the link to the primary. Redis's handshake, then a full sync (the
+//! snapshot replaces the store) or a partial one (the store is kept), then the stream, applied
+//! record by record. The link acks its offset every second and whenever the primary asks.
+//!
+//! Garbage from the primary closes the link, never the node; the link retries every second
+//! until REPLICAOF changes, and the node keeps serving reads meanwhile.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use sluice_repl::{Record, SnapshotReader, record};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{LinkState, MasterAddr};
+use crate::shared::Shared;
+
+/// How long connecting and each handshake reply may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Wait between attempts after a failed or lost link.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+type LinkResult<T> = Result<T, String>;
+
+/// Keeps this node replicating from whatever REPLICAOF names, for the life of the process.
+pub async fn link(shared: Arc<Shared>) {
+    let mut target = shared.repl.target();
+    loop {
+        let Some(addr) = target.borrow_and_update().clone() else {
+            if target.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        let outcome = tokio::select! {
+            r = sync_from(&shared, &addr) => r,
+            _ = target.changed() => Err("REPLICAOF changed".into()),
+        };
+        if let Err(why) = outcome {
+            let mut inner = shared.repl.inner.lock();
+            if inner.link_up_since.take().is_some() || inner.link != LinkState::Connect {
+                crate::log(&format!(
+                    "Link with MASTER {}:{} down: {why}",
+                    addr.host, addr.port
+                ));
+            }
+            inner.link = LinkState::Connect;
+            inner.link_down_since.get_or_insert_with(Instant::now);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(RETRY_EVERY) => {}
+            _ = target.changed() => {}
+        }
+    }
+}
+
+fn set_link(shared: &Shared, state: LinkState) {
+    shared.repl.inner.lock().link = state;
+}
+
+/// Reads one reply line (without CRLF).
+async fn read_line(stream: &mut TcpStream, buf: &mut BytesMut) -> LinkResult<String> {
+    loop {
+        if let Some(pos) = buf.windows(2).position(|w| w == b"\r\n") {
+            let line = String::from_utf8_lossy(&buf[..pos]).into_owned();
+            buf.advance(pos + 2);
+            return Ok(line);
+        }
+        if buf.len() > 64 * 1024 {
+            return Err("primary sent an overlong line".into());
+        }
+        let read = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_buf(buf))
+            .await
+            .map_err(|_| "timeout waiting for the primary".to_string())?
+            .map_err(|e| e.to_string())?;
+        if read == 0 {
+            return Err("primary closed the connection".into());
+        }
+    }
+}
+
+/// Sends a command and reads its one-line reply.
+async fn command(stream: &mut TcpStream, buf: &mut BytesMut, args: &[&str]) -> LinkResult<String> {
+    let mut out = format!("*{}\r\n", args.len());
+    for a in args {
+        out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    stream
+        .write_all(out.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    read_line(stream, buf).await
+}
+
+async fn send_ack(stream: &mut TcpStream, offset: u64) -> LinkResult<()> {
+    let off = offset.to_string();
+    let msg = format!(
+        "*3\r\n$8\r\nREPLCONF\r\n$3\r\nACK\r\n${}\r\n{off}\r\n",
+        off.len()
+    );
+    stream
+        .write_all(msg.as_bytes())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
+    set_link(shared, LinkState::Connecting);
+    let mut stream = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        TcpStream::connect((addr.host.as_str(), addr.port)),
+    )
+    .await
+    .map_err(|_| "connect timed out".to_string())?
+    .map_err(|e| format!("cannot connect: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+
+    let pong = command(&mut stream, &mut buf, &["PING"]).await?;
+    if !pong.starts_with("+PONG") && !pong.starts_with("-NOAUTH") && !pong.starts_with("-NOPERM") {
+        return Err(format!("unexpected reply to PING: {pong}"));
+    }
+    if let Some(pass) = &shared.config.masterauth {
+        let reply = command(&mut stream, &mut buf, &["AUTH", pass]).await?;
+        if !reply.starts_with("+OK") {
+            crate::log(&format!(
+                "MASTER {}:{} refused AUTH (check --masterauth): {reply}",
+                addr.host, addr.port
+            ));
+            return Err(format!("AUTH failed: {reply}"));
+        }
+    }
+    let port = shared.local_addr.port().to_string();
+    let reply = command(
+        &mut stream,
+        &mut buf,
+        &["REPLCONF", "listening-port", &port],
+    )
+    .await?;
+    if !reply.starts_with("+OK") {
+        return Err(format!("REPLCONF listening-port refused: {reply}"));
+    }
+    let reply = command(
+        &mut stream,
+        &mut buf,
+        &[
+            "REPLCONF",
+            "capa",
+            "eof",
+            "capa",
+            "psync2",
+            "capa",
+            sluice_repl::CAPA,
+        ],
+    )
+    .await?;
+    if !reply.starts_with("+OK") {
+        return Err(format!("REPLCONF capa refused: {reply}"));
+    }
+    let (replid, offset) = {
+        let inner = shared.repl.inner.lock();
+        if inner.synced {
+            (inner.replid.clone(), inner.offset.to_string())
+        } else {
+            ("?".to_string(), "-1".to_string())
+        }
+    };
+    let reply = command(&mut stream, &mut buf, &["PSYNC", &replid, &offset]).await?;
+    let mut words = reply.split_whitespace();
+    match words.next() {
+        Some("+FULLRESYNC") => {
+            let id = words.next().filter(|id| id.len() == 40);
+            let off = words.next().and_then(|o| o.parse::<u64>().ok());
+            let (Some(id), Some(off)) = (id, off) else {
+                return Err(format!("malformed FULLRESYNC: {reply}"));
+            };
+            set_link(shared, LinkState::Sync);
+            let started = Instant::now();
+            let len_line = loop {
+                // Redis may send newlines as keepalives before the payload.
+                let line = read_line_long(&mut stream, &mut buf).await?;
+                if !line.is_empty() {
+                    break line;
+                }
+            };
+            let len = len_line
+                .strip_prefix('$')
+                .and_then(|n| n.parse::<usize>().ok())
+                .ok_or_else(|| format!("malformed snapshot header: {len_line}"))?;
+            while buf.len() < len {
+                buf.reserve(len - buf.len());
+                let read = stream.read_buf(&mut buf).await.map_err(|e| e.to_string())?;
+                if read == 0 {
+                    return Err("primary closed the connection during the snapshot".into());
+                }
+            }
+            let snapshot = buf.split_to(len);
+            let loaded = {
+                let reader =
+                    SnapshotReader::new(&snapshot).map_err(|e| format!("snapshot refused: {e}"))?;
+                let now = shared.clock.now();
+                shared.store.flush();
+                let mut n = 0u64;
+                for rec in reader.iter() {
+                    let rec = rec.map_err(|e| format!("snapshot refused: {e}"))?;
+                    shared.store.apply(rec, now);
+                    n += 1;
+                }
+                n
+            };
+            let mut inner = shared.repl.inner.lock();
+            inner.replid = id.to_string();
+            inner.offset = off;
+            inner.synced = true;
+            crate::log(&format!(
+                "MASTER <-> REPLICA sync: loaded {loaded} entries ({len} bytes) in {} ms",
+                started.elapsed().as_millis()
+            ));
+        }
+        Some("+CONTINUE") => {
+            if let Some(id) = words.next().filter(|id| id.len() == 40) {
+                shared.repl.inner.lock().replid = id.to_string();
+            }
+            crate::log(&format!(
+                "MASTER <-> REPLICA sync: partial resynchronization accepted from offset {offset}"
+            ));
+        }
+        _ => return Err(format!("PSYNC refused: {reply}")),
+    }
+    {
+        let mut inner = shared.repl.inner.lock();
+        inner.link = LinkState::Connected;
+        inner.link_up_since = Some(Instant::now());
+        inner.link_down_since = None;
+        inner.last_io = Instant::now();
+    }
+    crate::log(&format!(
+        "Link with MASTER {}:{} up: streaming",
+        addr.host, addr.port
+    ));
+    stream_from(shared, stream, buf).await
+}
+
+/// Like `read_line`, with no timeout: the primary may take a while to build a snapshot.
+async fn read_line_long(stream: &mut TcpStream, buf: &mut BytesMut) -> LinkResult<String> {
+    loop {
+        if let Some(pos) = buf.windows(2).position(|w| w == b"\r\n") {
+            let line = String::from_utf8_lossy(&buf[..pos]).into_owned();
+            buf.advance(pos + 2);
+            return Ok(line);
+        }
+        if buf.len() > 64 * 1024 {
+            return Err("primary sent an overlong line".into());
+        }
+        if stream.read_buf(buf).await.map_err(|e| e.to_string())? == 0 {
+            return Err("primary closed the connection".into());
+        }
+    }
+}
+
+/// Applies the stream until the link fails.
+async fn stream_from(
+    shared: &Arc<Shared>,
+    mut stream: TcpStream,
+    mut buf: BytesMut,
+) -> LinkResult<()> {
+    let timeout = Duration::from_secs(shared.config.repl_timeout.max(1));
+    let mut ack_tick = tokio::time::interval(super::ACK_EVERY);
+    let master = shared.clients.register(
+        stream.peer_addr().map_err(|e| e.to_string())?,
+        stream.local_addr().map_err(|e| e.to_string())?,
+    );
+    master.set_kind(crate::clients::ClientKind::Master);
+    let result = async {
+        loop {
+            let mut ack_now = false;
+            {
+                let now = shared.clock.now();
+                let mut applied = 0usize;
+                loop {
+                    match record::decode(&buf[applied..]) {
+                        Ok(Some((rec, used))) => {
+                            ack_now |= rec == Record::GetAck;
+                            shared.store.apply(rec, now);
+                            applied += used;
+                        }
+                        Ok(None) => break,
+                        Err(e) => return Err(format!("bad record from the primary: {e}")),
+                    }
+                }
+                if applied > 0 {
+                    buf.advance(applied);
+                    shared.repl.inner.lock().offset += applied as u64;
+                }
+            }
+            if ack_now {
+                let offset = shared.repl.inner.lock().offset;
+                send_ack(&mut stream, offset).await?;
+            }
+            if buf.capacity() - buf.len() < 16 * 1024 {
+                buf.reserve(64 * 1024);
+            }
+            tokio::select! {
+                read = tokio::time::timeout(timeout, stream.read_buf(&mut buf)) => {
+                    match read {
+                        Err(_) => return Err(format!("no data from the primary for {} s (repl-timeout)", timeout.as_secs())),
+                        Ok(Err(e)) => return Err(e.to_string()),
+                        Ok(Ok(0)) => return Err("primary closed the connection".into()),
+                        Ok(Ok(_)) => shared.repl.inner.lock().last_io = Instant::now(),
+                    }
+                }
+                _ = ack_tick.tick() => {
+                    let offset = shared.repl.inner.lock().offset;
+                    send_ack(&mut stream, offset).await?;
+                }
+                _ = master.kill.notified() => return Err("killed by CLIENT KILL".into()),
+            }
+        }
+    }
+    .await;
+    shared.clients.unregister(master.id);
+    result
+}

@@ -1,0 +1,87 @@
+//! The state every thread shares: the store, the clock, counters, the client registry, the
+//! replication state and the pub/sub registry.
+//!
+//! The runtime (`server`), the connections (`conn`), the commands (`cmd`) and replication
+//! (`repl`) all depend on this module, and it depends on none of them.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use sluice_store::{Store, StoreConfig};
+use tokio::sync::watch;
+
+use crate::clients::Clients;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::pubsub::PubSub;
+use crate::repl::Repl;
+use crate::stats::Stats;
+
+/// State every thread shares.
+#[derive(Debug)]
+pub struct Shared {
+    pub config: Config,
+    pub store: Store,
+    pub clock: Clock,
+    pub stats: Stats,
+    pub clients: Clients,
+    pub repl: Repl,
+    pub pubsub: PubSub,
+    /// This process's `run_id` (40 hex characters, new at every start, as Redis's).
+    pub run_id: String,
+    /// `maxclients`, changeable by CONFIG SET.
+    pub maxclients: AtomicUsize,
+    /// `timeout` in seconds (0: never), changeable by CONFIG SET.
+    pub timeout_secs: AtomicU64,
+    /// The password clients must AUTH with, if any (`CONFIG SET requirepass` changes it).
+    pub requirepass: RwLock<Option<String>>,
+    /// The address actually bound (the port is resolved when `--port 0`).
+    pub local_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Shared {
+    /// The state of a server about to serve on `local_addr` (also used without sockets by the
+    /// in-process [`Executor`](crate::Executor)).
+    pub fn new(config: Config, local_addr: SocketAddr) -> Shared {
+        let (shutdown, _) = watch::channel(false);
+        Shared {
+            store: Store::new(StoreConfig {
+                shards: config.shards(),
+                maxmemory: usize::try_from(config.maxmemory).unwrap_or(usize::MAX),
+                policy: config.maxmemory_policy,
+            }),
+            clock: Clock::new(),
+            stats: Stats::new(config.threads()),
+            clients: Clients::default(),
+            repl: Repl::new(&config),
+            pubsub: PubSub::default(),
+            run_id: crate::repl::random_id(),
+            maxclients: AtomicUsize::new(config.maxclients),
+            timeout_secs: AtomicU64::new(config.timeout),
+            requirepass: RwLock::new(config.requirepass.clone()),
+            local_addr,
+            shutdown,
+            config,
+        }
+    }
+
+    /// The idle timeout, if one is set.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        match self.timeout_secs.load(Relaxed) {
+            0 => None,
+            s => Some(Duration::from_secs(s)),
+        }
+    }
+
+    /// Asks every thread to stop accepting, finish the replies in flight and exit.
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+}
