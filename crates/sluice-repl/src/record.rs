@@ -201,9 +201,9 @@ impl Record<'_> {
     }
 }
 
-/// A frame's op and body, if `buf` starts with a whole one: `Ok(None)` if more bytes are
-/// needed. Returns the frame's total size too.
-pub(crate) fn frame(buf: &[u8]) -> Result<Option<(u8, &[u8], usize)>, DecodeError> {
+/// Decodes the record at the start of `buf`: `Ok(None)` if the frame is not whole yet,
+/// else the record and the bytes it took.
+pub fn decode(buf: &[u8]) -> Result<Option<(Record<'_>, usize)>, DecodeError> {
     let Some(len) = buf.get(..4) else {
         return Ok(None);
     };
@@ -214,19 +214,10 @@ pub(crate) fn frame(buf: &[u8]) -> Result<Option<(u8, &[u8], usize)>, DecodeErro
     let Some(frame) = buf.get(4..4 + len) else {
         return Ok(None);
     };
-    Ok(Some((frame[0], &frame[1..], 4 + len)))
+    Ok(Some((decode_body(frame[0], &frame[1..])?, 4 + len)))
 }
 
-/// Decodes the record at the start of `buf`: `Ok(None)` if the frame is not whole yet,
-/// else the record and the bytes it took.
-pub fn decode(buf: &[u8]) -> Result<Option<(Record<'_>, usize)>, DecodeError> {
-    let Some((op, body, size)) = frame(buf)? else {
-        return Ok(None);
-    };
-    Ok(Some((decode_body(op, body)?, size)))
-}
-
-pub(crate) fn decode_body(op: u8, body: &[u8]) -> Result<Record<'_>, DecodeError> {
+fn decode_body(op: u8, body: &[u8]) -> Result<Record<'_>, DecodeError> {
     let mut r = Reader(body);
     let record = match op {
         OP_LIMITER => {
