@@ -426,8 +426,33 @@ fn bad_targets_and_garbage_streams_leave_the_node_serving() {
         .unwrap();
     assert!(node.wait_for_log("snapshot refused"), "{}", node.log());
     drop(s);
-    // The node survived with its data: the bad snapshot loaded nothing.
-    assert_eq!(rl_check(&mut c, &["mine", "5", "1h", "DRY"]).unwrap()[2], 3);
+
+    // Again, with a valid empty snapshot and then a garbage record in the stream.
+    let (mut s, _) = fake.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for reply in ["+PONG\r\n", "+OK\r\n", "+OK\r\n"] {
+        let _ = s.read(&mut buf).unwrap();
+        s.write_all(reply.as_bytes()).unwrap();
+    }
+    let _ = s.read(&mut buf).unwrap();
+    let empty = sluice_repl::SnapshotWriter::new().finish();
+    s.write_all(format!("+FULLRESYNC {} 0\r\n${}\r\n", "b".repeat(40), empty.len()).as_bytes())
+        .unwrap();
+    s.write_all(&empty).unwrap();
+    assert!(node.wait_for_log("up: streaming"), "{}", node.log());
+    s.write_all(&[9, 0, 0, 0, 0xee, 1, 2, 3, 4, 5, 6, 7, 8])
+        .unwrap();
+    assert!(
+        node.wait_for_log("bad record from the primary"),
+        "{}",
+        node.log()
+    );
+    drop(s);
+    // The node survived; the bad snapshot loaded nothing (the good empty one replaced the
+    // store, as a full sync does).
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+    assert_eq!(dbsize(&mut c), 0);
 
     // A real primary refuses a client that is not a Sluice replica.
     let _: String = redis::cmd("REPLICAOF")
@@ -554,4 +579,19 @@ fn sentinel_reconfiguration_block_is_queued_whole() {
         .unwrap();
     let want = "+OK\r\n-ERR Command not allowed inside a transaction\r\n-EXECABORT Transaction discarded because of previous errors.\r\n+PONG\r\n";
     assert_eq!(sluice_tests::read_exact_str(&mut s, want.len()), want);
+}
+
+#[test]
+fn replica_authenticates_with_masterauth() {
+    let primary = Sluice::start_with(&["--requirepass", "s3cret"]);
+    let wrong = replica_of(&primary, &["--masterauth", "nope"]);
+    assert!(wrong.wait_for_log("refused AUTH"), "{}", wrong.log());
+    let mut w = wrong.client();
+    assert_eq!(
+        field(&info(&mut w, "replication"), "master_link_status").as_deref(),
+        Some("down")
+    );
+    let right = replica_of(&primary, &["--masterauth", "s3cret"]);
+    let mut r = right.client();
+    assert!(wait_until(20, || link_up(&mut r)), "{}", right.log());
 }
