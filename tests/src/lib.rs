@@ -50,8 +50,14 @@ impl Sluice {
 
     /// Starts a server with extra flags (`--port 0 --bind 127.0.0.1` come first).
     pub fn start_with(args: &[&str]) -> Sluice {
+        Sluice::start_on(0, args)
+    }
+
+    /// Starts a server on `port` (0: a free one) with extra flags (`--port PORT --bind
+    /// 127.0.0.1` come first). A fixed port is for restarting a node where its peers expect it.
+    pub fn start_on(port: u16, args: &[&str]) -> Sluice {
         let mut child = Command::new(binary())
-            .args(["--port", "0", "--bind", "127.0.0.1"])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -287,5 +293,143 @@ impl Sentinel {
             r[2], 2,
             "bucket state kept (two taken, DRY shows the third): {r:?}"
         );
+    }
+}
+
+/// A free TCP port on 127.0.0.1: bound, read and released. For processes that cannot take
+/// `--port 0` (redis-sentinel); whoever binds it must tolerate losing a race for it.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .expect("bind a free port")
+        .port()
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, or returns `None` once `timeout` has passed
+/// (`f` is always tried at least once).
+pub fn wait_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A running `redis-sentinel` on a free loopback port, with a fresh, writable config file and
+/// log in a directory of its own (Sentinel rewrites its config on every change). Stopped by its
+/// PID and its directory removed on drop; if the test is panicking, the log's tail is printed.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl RedisSentinel {
+    /// Starts a sentinel with `config` (lines such as `sentinel monitor ...`) after its own
+    /// `port`, `bind 127.0.0.1`, `dir` and `logfile` lines. Waits up to 10 s for `PING`.
+    pub fn start(config: &str) -> RedisSentinel {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("sluice-sentinel-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("sentinel dir");
+        let conf = dir.join("sentinel.conf");
+        let logfile = dir.join("sentinel.log");
+        // A port picked by free_port can be taken before the sentinel binds it: try another.
+        let mut last_log = String::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let text = format!(
+                "port {port}\nbind 127.0.0.1\ndaemonize no\nprotected-mode no\nloglevel verbose\ndir {}\nlogfile {}\n{config}\n",
+                dir.display(),
+                logfile.display()
+            );
+            std::fs::write(&conf, text).expect("write sentinel.conf");
+            let child = Command::new("redis-sentinel")
+                .arg(&conf)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-sentinel");
+            let mut sentinel = RedisSentinel {
+                child,
+                port,
+                dir: dir.clone(),
+            };
+            let ready = wait_until(Duration::from_secs(10), || {
+                if let Ok(Some(_)) = sentinel.child.try_wait() {
+                    return Some(false);
+                }
+                let pong: Option<String> = sentinel
+                    .try_client()
+                    .and_then(|mut c| redis::cmd("PING").query(&mut c).ok());
+                (pong.as_deref() == Some("PONG")).then_some(true)
+            });
+            if ready == Some(true) {
+                return sentinel;
+            }
+            last_log = sentinel.log();
+            // Keep the directory for the next attempt.
+            let _ = sentinel.child.kill();
+            let _ = sentinel.child.wait();
+            sentinel.dir = PathBuf::new();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        panic!("redis-sentinel did not start; log:\n{last_log}");
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn try_client(&self) -> Option<redis::Connection> {
+        let c = redis::Client::open(self.url())
+            .ok()?
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        Some(c)
+    }
+
+    /// A RESP2 client to the sentinel (5 s read timeout).
+    pub fn client(&self) -> redis::Connection {
+        self.try_client().expect("connect to redis-sentinel")
+    }
+
+    /// What the sentinel has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("sentinel.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        if self.dir.as_os_str().is_empty() {
+            return;
+        }
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("--- redis-sentinel :{} log (tail) ---", self.port);
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
