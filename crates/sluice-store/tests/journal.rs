@@ -64,7 +64,9 @@ fn replica_from_snapshot_and_journal_equals_primary() {
         for i in 0..500 {
             let key = format!("before:{i}");
             let p = params(10, 60, 3);
-            primary.check(key.as_bytes(), Algo::Token, &p, now, false).unwrap();
+            primary
+                .check(key.as_bytes(), Algo::Token, &p, now, false)
+                .unwrap();
         }
         primary.set_journaling(true);
         let mut w = SnapshotWriter::new();
@@ -125,7 +127,10 @@ fn replica_from_snapshot_and_journal_equals_primary() {
         }
         primary.drain_journal(&mut stream);
         apply_all(&replica, &stream, now);
-        assert!(primary.evicted_total() > 0, "seed {seed}: no eviction exercised");
+        assert!(
+            primary.evicted_total() > 0,
+            "seed {seed}: no eviction exercised"
+        );
         let want = entries(&primary, now);
         assert!(!want.is_empty());
         assert_eq!(entries(&replica, now), want, "seed {seed}");
