@@ -10,6 +10,7 @@
 //! - [`repl`]: replication, on its own thread: the primary's flusher and the streams to its
 //!   replicas, and a replica's link to its primary. The request path only appends records
 //!   to shard journals; this module moves them.
+//! - [`peer`]: a small async RESP client for node-to-node calls.
 //! - [`pubsub`]: channels and patterns for SUBSCRIBE/PUBLISH (Sentinel's hello channel).
 //! - [`cmd`]: one file per command, the static command table, argument cursor, errors.
 //! - [`clock`]: the process clock (monotonic, anchored to Unix time).
@@ -25,6 +26,7 @@ pub mod config;
 pub mod conn;
 pub mod exec;
 pub mod glob;
+pub mod peer;
 pub mod pubsub;
 pub mod repl;
 pub mod server;

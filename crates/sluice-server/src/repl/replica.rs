@@ -14,10 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::{LinkState, MasterAddr};
+use crate::peer::{self, Peer, Reply};
 use crate::shared::Shared;
-
-/// How long connecting and each handshake reply may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Wait between attempts after a failed or lost link.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 
@@ -59,40 +57,6 @@ fn set_link(shared: &Shared, state: LinkState) {
     shared.repl.inner.lock().link = state;
 }
 
-/// Reads one reply line (without CRLF).
-async fn read_line(stream: &mut TcpStream, buf: &mut BytesMut) -> LinkResult<String> {
-    loop {
-        if let Some(pos) = buf.windows(2).position(|w| w == b"\r\n") {
-            let line = String::from_utf8_lossy(&buf[..pos]).into_owned();
-            buf.advance(pos + 2);
-            return Ok(line);
-        }
-        if buf.len() > 64 * 1024 {
-            return Err("primary sent an overlong line".into());
-        }
-        let read = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_buf(buf))
-            .await
-            .map_err(|_| "timeout waiting for the primary".to_string())?
-            .map_err(|e| e.to_string())?;
-        if read == 0 {
-            return Err("primary closed the connection".into());
-        }
-    }
-}
-
-/// Sends a command and reads its one-line reply.
-async fn command(stream: &mut TcpStream, buf: &mut BytesMut, args: &[&str]) -> LinkResult<String> {
-    let mut out = format!("*{}\r\n", args.len());
-    for a in args {
-        out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    stream
-        .write_all(out.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    read_line(stream, buf).await
-}
-
 async fn send_ack(stream: &mut TcpStream, offset: u64) -> LinkResult<()> {
     let off = offset.to_string();
     let msg = format!(
@@ -107,23 +71,18 @@ async fn send_ack(stream: &mut TcpStream, offset: u64) -> LinkResult<()> {
 
 async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     set_link(shared, LinkState::Connecting);
-    let mut stream = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        TcpStream::connect((addr.host.as_str(), addr.port)),
-    )
-    .await
-    .map_err(|_| "connect timed out".to_string())?
-    .map_err(|e| format!("cannot connect: {e}"))?;
-    let _ = stream.set_nodelay(true);
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut peer = Peer::connect(&addr.host, addr.port).await?;
 
-    let pong = command(&mut stream, &mut buf, &["PING"]).await?;
-    if !pong.starts_with("+PONG") && !pong.starts_with("-NOAUTH") && !pong.starts_with("-NOPERM") {
-        return Err(format!("unexpected reply to PING: {pong}"));
+    let pong = peer.call(&[b"PING"]).await?;
+    let pong_text = peer::text(&pong);
+    if !(pong_text == "PONG" || pong_text.starts_with("NOAUTH") || pong_text.starts_with("NOPERM"))
+    {
+        return Err(format!("unexpected reply to PING: {pong_text}"));
     }
     if let Some(pass) = &shared.config.masterauth {
-        let reply = command(&mut stream, &mut buf, &["AUTH", pass]).await?;
-        if !reply.starts_with("+OK") {
+        let reply = peer.call(&[b"AUTH", pass.as_bytes()]).await?;
+        if !peer::is_ok(&reply) {
+            let reply = peer::text(&reply);
             crate::log(&format!(
                 "MASTER {}:{} refused AUTH (check --masterauth): {reply}",
                 addr.host, addr.port
@@ -132,31 +91,29 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
         }
     }
     let port = shared.local_addr.port().to_string();
-    let reply = command(
-        &mut stream,
-        &mut buf,
-        &["REPLCONF", "listening-port", &port],
-    )
-    .await?;
-    if !reply.starts_with("+OK") {
-        return Err(format!("REPLCONF listening-port refused: {reply}"));
+    let reply = peer
+        .call(&[b"REPLCONF", b"listening-port", port.as_bytes()])
+        .await?;
+    if !peer::is_ok(&reply) {
+        return Err(format!(
+            "REPLCONF listening-port refused: {}",
+            peer::text(&reply)
+        ));
     }
-    let reply = command(
-        &mut stream,
-        &mut buf,
-        &[
-            "REPLCONF",
-            "capa",
-            "eof",
-            "capa",
-            "psync2",
-            "capa",
-            sluice_repl::CAPA,
-        ],
-    )
-    .await?;
-    if !reply.starts_with("+OK") {
-        return Err(format!("REPLCONF capa refused: {reply}"));
+    let capa = sluice_repl::CAPA.as_bytes();
+    let reply = peer
+        .call(&[
+            b"REPLCONF",
+            b"capa",
+            b"eof",
+            b"capa",
+            b"psync2",
+            b"capa",
+            capa,
+        ])
+        .await?;
+    if !peer::is_ok(&reply) {
+        return Err(format!("REPLCONF capa refused: {}", peer::text(&reply)));
     }
     let (replid, offset) = {
         let inner = shared.repl.inner.lock();
@@ -166,10 +123,16 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
             ("?".to_string(), "-1".to_string())
         }
     };
-    let reply = command(&mut stream, &mut buf, &["PSYNC", &replid, &offset]).await?;
+    let reply = peer
+        .call(&[b"PSYNC", replid.as_bytes(), offset.as_bytes()])
+        .await?;
+    let reply = match reply {
+        Reply::SimpleString(s) => String::from_utf8_lossy(&s).into_owned(),
+        other => return Err(format!("PSYNC refused: {}", peer::text(&other))),
+    };
     let mut words = reply.split_whitespace();
     match words.next() {
-        Some("+FULLRESYNC") => {
+        Some("FULLRESYNC") => {
             let id = words.next().filter(|id| id.len() == 40);
             let off = words.next().and_then(|o| o.parse::<u64>().ok());
             let (Some(id), Some(off)) = (id, off) else {
@@ -177,25 +140,8 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
             };
             set_link(shared, LinkState::Sync);
             let started = Instant::now();
-            let len_line = loop {
-                // Redis may send newlines as keepalives before the payload.
-                let line = read_line_long(&mut stream, &mut buf).await?;
-                if !line.is_empty() {
-                    break line;
-                }
-            };
-            let len = len_line
-                .strip_prefix('$')
-                .and_then(|n| n.parse::<usize>().ok())
-                .ok_or_else(|| format!("malformed snapshot header: {len_line}"))?;
-            while buf.len() < len {
-                buf.reserve(len - buf.len());
-                let read = stream.read_buf(&mut buf).await.map_err(|e| e.to_string())?;
-                if read == 0 {
-                    return Err("primary closed the connection during the snapshot".into());
-                }
-            }
-            let snapshot = buf.split_to(len);
+            let snapshot = read_snapshot(&mut peer).await?;
+            let len = snapshot.len();
             let loaded = {
                 let reader =
                     SnapshotReader::new(&snapshot).map_err(|e| format!("snapshot refused: {e}"))?;
@@ -218,7 +164,7 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
                 started.elapsed().as_millis()
             ));
         }
-        Some("+CONTINUE") => {
+        Some("CONTINUE") => {
             if let Some(id) = words.next().filter(|id| id.len() == 40) {
                 shared.repl.inner.lock().replid = id.to_string();
             }
@@ -239,24 +185,34 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
         "Link with MASTER {}:{} up: streaming",
         addr.host, addr.port
     ));
-    stream_from(shared, stream, buf).await
+    stream_from(shared, peer.stream, peer.buf).await
 }
 
-/// Like `read_line`, with no timeout: the primary may take a while to build a snapshot.
-async fn read_line_long(stream: &mut TcpStream, buf: &mut BytesMut) -> LinkResult<String> {
-    loop {
-        if let Some(pos) = buf.windows(2).position(|w| w == b"\r\n") {
-            let line = String::from_utf8_lossy(&buf[..pos]).into_owned();
-            buf.advance(pos + 2);
-            return Ok(line);
+/// Reads `$<len>\r\n` and then `len` bytes of snapshot (no CRLF after them, as Redis sends
+/// an RDB payload). Empty lines before the header are keepalives.
+pub async fn read_snapshot(peer: &mut Peer) -> LinkResult<BytesMut> {
+    let header = loop {
+        let line = peer.line().await?;
+        if !line.is_empty() {
+            break line;
         }
-        if buf.len() > 64 * 1024 {
-            return Err("primary sent an overlong line".into());
-        }
-        if stream.read_buf(buf).await.map_err(|e| e.to_string())? == 0 {
-            return Err("primary closed the connection".into());
+    };
+    let len = header
+        .strip_prefix('$')
+        .and_then(|n| n.parse::<usize>().ok())
+        .ok_or_else(|| format!("malformed snapshot header: {header}"))?;
+    while peer.buf.len() < len {
+        peer.buf.reserve(len - peer.buf.len());
+        let read = peer
+            .stream
+            .read_buf(&mut peer.buf)
+            .await
+            .map_err(|e| e.to_string())?;
+        if read == 0 {
+            return Err("primary closed the connection during the snapshot".into());
         }
     }
+    Ok(peer.buf.split_to(len))
 }
 
 /// Applies the stream until the link fails.
