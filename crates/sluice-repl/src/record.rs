@@ -10,12 +10,18 @@
 //! FLUSH   := op=4
 //! PING    := op=5                                         keeps an idle link's clock fresh
 //! GETACK  := op=6                                         asks the replica to ack at once
+//! OFFSET  := op=7 offset:u64                              a slot migration feed's position in
+//!                                                         its source's stream (see below)
 //! state   := tag:u8 payload
 //!   TOKEN=1, GCRA=2, LEAKY=6: tat:u64
 //!   SLIDING=3: start:u64 prev:u32 curr:u32
 //!   FIXED=4:   start:u64 count:u64
 //!   LOG=5:     capacity:u32 n:u32 n×timestamp:u64
 //! ```
+//!
+//! A slot migration feed carries only the records of the moving slots, so its own byte count
+//! means nothing to the source; after each chunk it says with OFFSET where in the source's
+//! stream it is, and the importing node acks that.
 //!
 //! Deadlines and times are absolute Unix nanoseconds (`u64::MAX`: no deadline), so a record
 //! means the same whenever it is applied, and expiry needs no record of its own.
@@ -31,6 +37,7 @@ const OP_DEL: u8 = 3;
 const OP_FLUSH: u8 = 4;
 const OP_PING: u8 = 5;
 const OP_GETACK: u8 = 6;
+const OP_OFFSET: u8 = 7;
 /// Used only by snapshots: the trailer (see `snapshot`).
 pub(crate) const OP_END: u8 = 0x7f;
 
@@ -67,6 +74,8 @@ pub enum Record<'a> {
     Ping,
     /// The primary asks for a `REPLCONF ACK` now (WAIT).
     GetAck,
+    /// A migration feed's position in its source's stream.
+    Offset(u64),
 }
 
 /// Why bytes are not a record. The replica closes the link on any of these.
@@ -190,6 +199,11 @@ impl Record<'_> {
             Record::Flush => encode_bare(out, OP_FLUSH),
             Record::Ping => encode_bare(out, OP_PING),
             Record::GetAck => encode_bare(out, OP_GETACK),
+            Record::Offset(n) => {
+                let at = begin(out, OP_OFFSET);
+                out.extend_from_slice(&n.to_le_bytes());
+                end(out, at);
+            }
         }
     }
 
@@ -242,6 +256,7 @@ fn decode_body(op: u8, body: &[u8]) -> Result<Record<'_>, DecodeError> {
         OP_FLUSH => Record::Flush,
         OP_PING => Record::Ping,
         OP_GETACK => Record::GetAck,
+        OP_OFFSET => Record::Offset(r.u64()?),
         other => return Err(DecodeError::UnknownOp(other)),
     };
     if !r.0.is_empty() {
@@ -390,6 +405,7 @@ mod tests {
             Record::Flush,
             Record::Ping,
             Record::GetAck,
+            Record::Offset(12345),
         ] {
             let bytes = rec.to_bytes();
             assert_eq!(decode(&bytes), Ok(Some((rec, bytes.len()))));

@@ -110,6 +110,24 @@ pub struct Config {
     /// not sent anywhere and its primary's stream overwrites them), as Redis does.
     #[arg(long = "replica-read-only", default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     pub replica_read_only: bool,
+
+    /// `yes`: run as a Redis Cluster node. It starts with no slots (`-CLUSTERDOWN`) until
+    /// `sluice cluster create` pushes a table.
+    #[arg(long, default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub cluster: bool,
+
+    /// Where a cluster node keeps its id and its slot table (default: nodes-<port>.conf).
+    #[arg(long = "cluster-config-file")]
+    pub cluster_config_file: Option<std::path::PathBuf>,
+
+    /// Keep the cluster's slot table in etcd at this URL (`http://HOST:PORT`): read before
+    /// serving, watched, written with compare-and-swap. Without it the nodes hold the table.
+    #[arg(long)]
+    pub etcd: Option<String>,
+
+    /// The etcd key prefix of this cluster.
+    #[arg(long = "etcd-prefix", default_value = "/sluice/cluster/")]
+    pub etcd_prefix: String,
 }
 
 /// Parses `HOST:PORT` (or `HOST PORT`, Redis's config-file form) for `--replicaof`.

@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::cmd::{self, Ctx, Session};
-use crate::repl::Handoff;
+use crate::repl::{Handoff, Job};
 use crate::shared::Shared;
 
 /// Read buffer growth step; a pipelined batch of small commands fits in one.
@@ -58,7 +58,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
     {
         client.set_kind(crate::clients::ClientKind::Replica);
         match stream.into_std() {
-            Ok(stream) => shared.repl.hand_off(Handoff { stream, request }),
+            Ok(stream) => shared.repl.submit(Job::Feed(Handoff { stream, request })),
             Err(e) => {
                 crate::log(&format!("cannot hand replica {peer} over: {e}"));
                 shared.clients.unregister(client.id);

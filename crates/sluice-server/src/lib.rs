@@ -4,12 +4,14 @@
 //!
 //! # Layout
 //! - [`config`]: the clap `Config` (flags and defaults).
+//! - [`admin`]: `sluice cluster ...`, the admin tool (create, add-node, remove-node, show).
 //! - [`shared`]: the state every thread shares ([`Shared`]); everything below depends on it.
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
 //! - [`conn`]: the connection loop (read, decode every frame, execute, write once).
 //! - [`repl`]: replication, on its own thread: the primary's flusher and the streams to its
 //!   replicas, and a replica's link to its primary. The request path only appends records
 //!   to shard journals; this module moves them.
+//! - [`cluster`]: cluster mode: the slot table, the MOVED check, slot migration.
 //! - [`peer`]: a small async RESP client for node-to-node calls.
 //! - [`pubsub`]: channels and patterns for SUBSCRIBE/PUBLISH (Sentinel's hello channel).
 //! - [`cmd`]: one file per command, the static command table, argument cursor, errors.
@@ -19,8 +21,10 @@
 //!
 //! `main.rs` only parses flags and calls [`run`]; everything testable lives here.
 
+pub mod admin;
 pub mod clients;
 pub mod clock;
+pub mod cluster;
 pub mod cmd;
 pub mod config;
 pub mod conn;

@@ -18,6 +18,14 @@ pub static malloc_conf: Option<&'static std::ffi::c_char> = Some(
 );
 
 fn main() {
+    let mut args = std::env::args();
+    if std::env::args().nth(1).as_deref() == Some("cluster") {
+        let program = args.next().unwrap_or_default();
+        let rest = args.skip(1);
+        std::process::exit(sluice_server::admin::main(
+            std::iter::once(format!("{program} cluster")).chain(rest),
+        ));
+    }
     let config = Config::parse();
     let signals = async {
         let (Ok(mut term), Ok(mut int)) = (

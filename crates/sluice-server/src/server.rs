@@ -48,7 +48,7 @@ impl Server {
         }
         let listeners = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
         let local_addr = listeners[0].local_addr()?;
-        let shared = Arc::new(Shared::new(config, local_addr));
+        let shared = Arc::new(Shared::new(config, local_addr)?);
         let mut handles = listeners
             .into_iter()
             .enumerate()

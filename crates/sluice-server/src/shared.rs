@@ -29,6 +29,8 @@ pub struct Shared {
     pub clients: Clients,
     pub repl: Repl,
     pub pubsub: PubSub,
+    /// Cluster mode (`--cluster yes`): the slot table and migrations.
+    pub cluster: Option<crate::cluster::Cluster>,
     /// This process's `run_id` (40 hex characters, new at every start, as Redis's).
     pub run_id: String,
     /// `maxclients`, changeable by CONFIG SET.
@@ -45,9 +47,21 @@ pub struct Shared {
 impl Shared {
     /// The state of a server about to serve on `local_addr` (also used without sockets by the
     /// in-process [`Executor`](crate::Executor)).
-    pub fn new(config: Config, local_addr: SocketAddr) -> Shared {
+    ///
+    /// # Errors
+    /// If cluster mode is on and its config file cannot be read or written.
+    pub fn new(config: Config, local_addr: SocketAddr) -> std::io::Result<Shared> {
         let (shutdown, _) = watch::channel(false);
-        Shared {
+        let cluster = if config.cluster {
+            let file = config.cluster_config_file.clone().unwrap_or_else(|| {
+                std::path::PathBuf::from(format!("nodes-{}.conf", local_addr.port()))
+            });
+            Some(crate::cluster::Cluster::open(file)?)
+        } else {
+            None
+        };
+        Ok(Shared {
+            cluster,
             store: Store::new(StoreConfig {
                 shards: config.shards(),
                 maxmemory: usize::try_from(config.maxmemory).unwrap_or(usize::MAX),
@@ -65,7 +79,7 @@ impl Shared {
             local_addr,
             shutdown,
             config,
-        }
+        })
     }
 
     /// The idle timeout, if one is set.

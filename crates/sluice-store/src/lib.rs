@@ -441,10 +441,21 @@ impl Store {
 
     /// Writes every live entry into `w`, one shard (one lock) at a time; returns how many.
     pub fn snapshot_into(&self, w: &mut SnapshotWriter, now: Nanos) -> u64 {
+        self.snapshot_where(w, now, |_| true)
+    }
+
+    /// [`Store::snapshot_into`] for the keys `keep` selects (a slot migration's keys).
+    pub fn snapshot_where(
+        &self,
+        w: &mut SnapshotWriter,
+        now: Nanos,
+        keep: impl Fn(&[u8]) -> bool,
+    ) -> u64 {
         let before = w.count();
         for s in self.shards.iter() {
             s.lock()
                 .for_each_live(now, |key, deadline, value| match value {
+                    _ if !keep(key) => {}
                     Value::Limiter(state) => w.limiter(key, deadline, state),
                     Value::Counter(c) => {
                         let mut digits = itoa::Buffer::new();
@@ -458,6 +469,49 @@ impl Store {
                 });
         }
         w.count() - before
+    }
+
+    /// Live keys `select` picks, at most `limit` (CLUSTER GETKEYSINSLOT/COUNTKEYSINSLOT scan
+    /// every shard: a slot has no index of its own).
+    pub fn keys_where(
+        &self,
+        now: Nanos,
+        limit: usize,
+        select: impl Fn(&[u8]) -> bool,
+    ) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            if out.len() >= limit {
+                break;
+            }
+            s.lock().for_each_live(now, |key, _, _| {
+                if out.len() < limit && select(key) {
+                    out.push(Bytes::copy_from_slice(key));
+                }
+            });
+        }
+        out
+    }
+
+    /// Deletes every key `select` picks (a node dropping the slots it handed over); each
+    /// delete is journaled, so replicas follow. Returns how many.
+    pub fn delete_where(&self, now: Nanos, select: impl Fn(&[u8]) -> bool) -> usize {
+        let mut deleted = 0;
+        for s in self.shards.iter() {
+            let keys = {
+                let mut keys = Vec::new();
+                s.lock().for_each_live(now, |key, _, _| {
+                    if select(key) {
+                        keys.push(Bytes::copy_from_slice(key));
+                    }
+                });
+                keys
+            };
+            for key in keys {
+                deleted += usize::from(self.del(&key, now));
+            }
+        }
+        deleted
     }
 
     /// Applies one replicated record (a replica's only way to write). PING and GETACK are the
@@ -487,7 +541,7 @@ impl Store {
                 self.del(key, now);
             }
             Record::Flush => self.flush(),
-            Record::Ping | Record::GetAck => {}
+            Record::Ping | Record::GetAck | Record::Offset(_) => {}
         }
     }
 

@@ -10,12 +10,13 @@ use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
 
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "server",
     "clients",
     "memory",
     "stats",
     "replication",
+    "cluster",
     "keyspace",
 ];
 
@@ -101,8 +102,8 @@ fn replication(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Resu
             )?;
         }
     }
-    write!(t, "connected_slaves:{}\r\n", inner.replicas.len())?;
-    for (i, r) in inner.replicas.iter().enumerate() {
+    write!(t, "connected_slaves:{}\r\n", inner.replicas().count())?;
+    for (i, r) in inner.replicas().enumerate() {
         write!(
             t,
             "slave{i}:ip={},port={},state={},offset={},lag={}\r\n",
@@ -136,9 +137,14 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             let uptime = shared.clock.uptime_secs();
             write!(
                 t,
-                "# Server\r\nredis_version:{}\r\nsluice_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nthreads:{}\r\nshards:{}\r\n",
+                "# Server\r\nredis_version:{}\r\nsluice_version:{}\r\nredis_mode:{}\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nthreads:{}\r\nshards:{}\r\n",
                 crate::REDIS_COMPAT_VERSION,
                 env!("CARGO_PKG_VERSION"),
+                if shared.cluster.is_some() {
+                    "cluster"
+                } else {
+                    "standalone"
+                },
                 std::env::consts::OS,
                 std::env::consts::ARCH,
                 std::process::id(),
@@ -186,6 +192,11 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             shared.pubsub.channel_count(),
         ),
         "replication" => replication(shared, t),
+        "cluster" => write!(
+            t,
+            "# Cluster\r\ncluster_enabled:{}\r\n",
+            u8::from(shared.cluster.is_some())
+        ),
         "keyspace" => {
             let keys = shared.store.len(ctx.now);
             let _ = t.write_str("# Keyspace\r\n");

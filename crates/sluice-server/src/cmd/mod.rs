@@ -17,6 +17,7 @@ pub use error::CmdError;
 mod auth;
 mod cl_throttle;
 mod client;
+mod cluster;
 mod command;
 mod config;
 mod dbsize;
@@ -83,6 +84,10 @@ pub struct Session {
     /// REPLCONF listening-port and capa, remembered for PSYNC.
     pub replica_port: u16,
     pub replica_capa: bool,
+    /// Cluster mode: the table this connection last checked keys against.
+    pub cluster_view: Option<Arc<crate::cluster::View>>,
+    /// READONLY: read keys of this replica's shard here instead of following MOVED.
+    pub readonly: bool,
 }
 
 impl Session {
@@ -100,6 +105,8 @@ impl Session {
             handoff: None,
             replica_port: 0,
             replica_capa: false,
+            cluster_view: None,
+            readonly: false,
         }
     }
 
@@ -255,6 +262,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "A container for client connection commands.",
         "subcommand [argument ...]",
         client::Client
+    ),
+    spec!(
+        "cluster",
+        -2,
+        [STALE],
+        (0, 0, 0),
+        "cluster",
+        "3.0.0",
+        "A container for Redis Cluster commands.",
+        "subcommand [argument ...]",
+        cluster::ClusterCmd
     ),
     spec!(
         "command",
@@ -565,6 +583,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         quit::Quit
     ),
     spec!(
+        "readonly",
+        1,
+        [LOADING, STALE, FAST],
+        (0, 0, 0),
+        "cluster",
+        "3.0.0",
+        "Enables read-only queries for a connection to a Redis Cluster replica node.",
+        "",
+        cluster::ReadOnly
+    ),
+    spec!(
+        "readwrite",
+        1,
+        [LOADING, STALE, FAST],
+        (0, 0, 0),
+        "cluster",
+        "3.0.0",
+        "Enables read-write queries for a connection to a Redis Cluster replica node.",
+        "",
+        cluster::ReadWrite
+    ),
+    spec!(
         "replconf",
         -1,
         [ADMIN, NOSCRIPT, LOADING, STALE],
@@ -783,6 +823,17 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
             ),
         );
     }
+    if let Some(cluster) = &ctx.shared.cluster
+        && spec.first_key > 0
+    {
+        let write = spec.has_flag(WRITE);
+        let readonly = ctx.session.readonly;
+        let keys = key_args(spec, req);
+        if let Err(redirect) = cluster.check(&mut ctx.session.cluster_view, keys, write, readonly) {
+            fail_transaction(ctx);
+            return reply::error(ctx.out, &redirect.into_error().text(spec.name));
+        }
+    }
     // A write on a read-only replica (RL.CHECK decides for itself: DRY and COST 0 only read).
     if ctx.shared.repl.is_readonly() && spec.has_flag(WRITE) && spec.name != "rl.check" {
         fail_transaction(ctx);
@@ -802,6 +853,19 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     if let Err(e) = (spec.run)(ctx, &mut args) {
         reply::error(ctx.out, &e.text(spec.name));
     }
+}
+
+/// The key arguments of `req`, from the table's key positions (Redis's first, last, step).
+fn key_args<'r>(spec: &CommandSpec, req: &'r Request) -> impl Iterator<Item = &'r [u8]> {
+    let first = spec.first_key as usize;
+    let last = if spec.last_key < 0 {
+        req.len()
+            .saturating_sub(spec.last_key.unsigned_abs() as usize)
+    } else {
+        (spec.last_key as usize).min(req.len().saturating_sub(1))
+    };
+    let step = spec.step.max(1) as usize;
+    (first..=last).step_by(step).filter_map(|i| req.arg(i))
 }
 
 /// What a RESP2 connection may send while subscribed.

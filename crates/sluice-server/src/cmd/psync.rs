@@ -55,6 +55,7 @@ fn start(ctx: &mut Ctx<'_>, replid: &[u8], offset: i64) -> Result<(), CmdError> 
         listening_port: ctx.session.replica_port,
         replid: replid.to_vec(),
         offset,
+        filter: None,
     });
     Ok(())
 }

@@ -46,7 +46,11 @@ impl Command<'_> for ReplicaOf {
                 "ERR can't replicate from myself: REPLICAOF names this node's own address",
             ));
         }
+        let promote = self.0.is_none();
         if ctx.shared.repl.set_master(&ctx.shared.store, self.0) {
+            if promote {
+                crate::cluster::promoted(ctx.shared);
+            }
             reply::simple(ctx.out, "OK");
         } else {
             reply::simple(ctx.out, "OK Already connected to specified master");

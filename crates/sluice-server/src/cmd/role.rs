@@ -23,7 +23,7 @@ impl Command<'_> for Role {
                 reply::array(ctx.out, 3);
                 reply::bulk(ctx.out, b"master");
                 reply::integer(ctx.out, inner.offset as i64);
-                let online: Vec<_> = inner.replicas.iter().filter(|r| r.online).collect();
+                let online: Vec<_> = inner.replicas().filter(|r| r.online).collect();
                 reply::array(ctx.out, online.len());
                 for r in online {
                     reply::array(ctx.out, 3);

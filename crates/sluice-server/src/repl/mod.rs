@@ -79,10 +79,16 @@ pub struct ReplicaSlot {
     /// The offset it last acked.
     pub ack: u64,
     pub last_ack: Instant,
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::UnboundedSender<(Bytes, u64)>,
     /// Bytes queued for it and not yet written: past the limit it is cut.
     queued: Arc<AtomicUsize>,
+    /// Set for a slot migration feed: another primary importing these slots, not a replica
+    /// (INFO, ROLE, WAIT and Sentinel never see it).
+    pub filter: Option<SlotFilter>,
 }
+
+/// The slots a migration feed carries.
+pub type SlotFilter = Arc<[bool; sluice_cluster::SLOTS]>;
 
 /// Replication state under one mutex: touched per flush, per ack and by the commands that
 /// report it, never per check.
@@ -119,6 +125,24 @@ pub struct ReplStats {
     pub sync_partial_err: AtomicU64,
 }
 
+/// Work for the replication thread.
+#[derive(Debug)]
+pub enum Job {
+    /// A connection that sent PSYNC (or CLUSTER MIGRATE-FEED): stream to it.
+    Feed(Handoff),
+    /// Import slots from their old owner (CLUSTER IMPORT).
+    Import {
+        host: String,
+        port: u16,
+        ranges: Vec<(u16, u16)>,
+    },
+    /// Drop the keys of slots this node no longer serves (after a new table).
+    DropUnowned,
+    /// Send this node's table to every other node of it, and to etcd if the cluster keeps it
+    /// there (after a promotion).
+    PushTable,
+}
+
 /// A PSYNC connection handed from its worker thread to the replication thread.
 #[derive(Debug)]
 pub struct Handoff {
@@ -135,6 +159,8 @@ pub struct PsyncRequest {
     pub listening_port: u16,
     pub replid: Vec<u8>,
     pub offset: i64,
+    /// A slot migration feed's slots (CLUSTER MIGRATE-FEED), `None` for a replica.
+    pub filter: Option<SlotFilter>,
 }
 
 /// Shared replication state. See the module docs.
@@ -148,8 +174,8 @@ pub struct Repl {
     acks: watch::Sender<u64>,
     /// REPLICAOF's target, watched by the link task.
     target: watch::Sender<Option<MasterAddr>>,
-    handoff_tx: mpsc::UnboundedSender<Handoff>,
-    handoff_rx: Mutex<Option<mpsc::UnboundedReceiver<Handoff>>>,
+    jobs_tx: mpsc::UnboundedSender<Job>,
+    jobs_rx: Mutex<Option<mpsc::UnboundedReceiver<Job>>>,
     pub stats: ReplStats,
     backlog_size: usize,
     replica_output_limit: usize,
@@ -176,7 +202,7 @@ pub fn random_id() -> String {
 
 impl Repl {
     pub fn new(config: &Config) -> Repl {
-        let (handoff_tx, handoff_rx) = mpsc::unbounded_channel();
+        let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
         let master = config.replicaof.clone();
         let repl = Repl {
             inner: Mutex::new(Inner {
@@ -198,8 +224,8 @@ impl Repl {
             replica_read_only: config.replica_read_only,
             acks: watch::channel(0).0,
             target: watch::channel(master.clone()).0,
-            handoff_tx,
-            handoff_rx: Mutex::new(Some(handoff_rx)),
+            jobs_tx,
+            jobs_rx: Mutex::new(Some(jobs_rx)),
             stats: ReplStats::default(),
             backlog_size: usize::try_from(config.repl_backlog_size).unwrap_or(usize::MAX),
             replica_output_limit: usize::try_from(config.client_output_buffer_limit_replica)
@@ -220,9 +246,9 @@ impl Repl {
         self.inner.lock().master.is_some()
     }
 
-    /// Hands a PSYNC connection to the replication thread.
-    pub fn hand_off(&self, h: Handoff) {
-        let _ = self.handoff_tx.send(h);
+    /// Gives the replication thread work that must not run on a worker thread.
+    pub fn submit(&self, job: Job) {
+        let _ = self.jobs_tx.send(job);
     }
 
     pub fn acks(&self) -> watch::Receiver<u64> {
@@ -233,10 +259,21 @@ impl Repl {
     pub fn acked(&self, offset: u64) -> usize {
         self.inner
             .lock()
-            .replicas
-            .iter()
+            .replicas()
             .filter(|r| r.online && r.ack >= offset)
             .count()
+    }
+
+    /// Slot migration feeds: how many, and the lowest offset they acked.
+    pub fn feeds_acked(&self) -> (usize, u64) {
+        let inner = self.inner.lock();
+        let feeds = inner.replicas.iter().filter(|r| r.filter.is_some());
+        feeds.fold((0, u64::MAX), |(n, min), r| (n + 1, min.min(r.ack)))
+    }
+
+    /// Closes every slot migration feed (its slots were handed over, or the move failed).
+    pub fn close_feeds(&self) {
+        self.inner.lock().replicas.retain(|r| r.filter.is_none());
     }
 
     /// `REPLICAOF host port`: become a replica of `to` (drops our replicas, stops journaling).
@@ -308,6 +345,7 @@ impl Repl {
         let chunk = Bytes::from(buf);
         backlog.push(chunk.clone());
         inner.offset = backlog.end();
+        let end = inner.offset;
         inner.last_stream = Instant::now();
         let limit = self.replica_output_limit;
         inner.replicas.retain(|r| {
@@ -319,7 +357,7 @@ impl Repl {
                 ));
                 return false;
             }
-            r.tx.send(chunk.clone()).is_ok()
+            r.tx.send((chunk.clone(), end)).is_ok()
         });
         inner.offset
     }
@@ -344,7 +382,8 @@ impl Repl {
         let end = self.flush_locked(&mut inner, store, false);
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
-        let wants_continue = h.replid == inner.replid.as_bytes() && h.offset >= 0;
+        let wants_continue =
+            h.filter.is_none() && h.replid == inner.replid.as_bytes() && h.offset >= 0;
         let partial = if wants_continue {
             inner
                 .backlog
@@ -358,6 +397,7 @@ impl Repl {
                 self.stats.sync_partial_ok.fetch_add(1, Relaxed);
                 Sync::Partial(bytes)
             }
+            None if h.filter.is_some() => Sync::Full(end),
             None => {
                 if h.replid != b"?" {
                     self.stats.sync_partial_err.fetch_add(1, Relaxed);
@@ -375,6 +415,7 @@ impl Repl {
             last_ack: Instant::now(),
             tx,
             queued: queued.clone(),
+            filter: h.filter.clone(),
         });
         Ok(Attach {
             replid: inner.replid.clone(),
@@ -432,8 +473,15 @@ enum Sync {
 struct Attach {
     replid: String,
     how: Sync,
-    rx: mpsc::UnboundedReceiver<Bytes>,
+    rx: mpsc::UnboundedReceiver<(Bytes, u64)>,
     queued: Arc<AtomicUsize>,
+}
+
+impl Inner {
+    /// The replicas proper (not slot migration feeds): what INFO, ROLE and WAIT count.
+    pub fn replicas(&self) -> impl Iterator<Item = &ReplicaSlot> {
+        self.replicas.iter().filter(|r| r.filter.is_none())
+    }
 }
 
 /// Starts the replication thread: the flusher, the streams to replicas, the link to a primary.
@@ -457,26 +505,60 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>
 }
 
 async fn run(shared: Arc<Shared>) {
-    let Some(mut handoffs) = shared.repl.handoff_rx.lock().take() else {
+    let Some(mut jobs) = shared.repl.jobs_rx.lock().take() else {
         return;
     };
     let mut shutdown = shared.shutdown_signal();
     let flusher = tokio::spawn(primary::flusher(shared.clone()));
     let link = tokio::spawn(replica::link(shared.clone()));
-    let mut feeds = tokio::task::JoinSet::new();
+    if shared.cluster.is_some() {
+        match &shared.config.etcd {
+            Some(url) => {
+                let key = crate::cluster::etcd::table_key(&shared.config.etcd_prefix);
+                tokio::spawn(crate::cluster::etcd::follow(
+                    shared.clone(),
+                    url.clone(),
+                    key,
+                ));
+            }
+            None => {
+                tokio::spawn(crate::cluster::refresh_from_peers(shared.clone()));
+            }
+        }
+    }
+    let mut tasks = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => break,
-            h = handoffs.recv() => match h {
-                Some(h) => {
-                    feeds.spawn(primary::feed(shared.clone(), h));
+            job = jobs.recv() => match job {
+                Some(Job::Feed(h)) => {
+                    tasks.spawn(primary::feed(shared.clone(), h));
+                }
+                Some(Job::Import { host, port, ranges }) => {
+                    tasks.spawn(crate::cluster::migrate::run(shared.clone(), host, port, ranges));
+                }
+                Some(Job::DropUnowned) => {
+                    let shared = shared.clone();
+                    tasks.spawn(async move {
+                        let _ = tokio::task::spawn_blocking(move || {
+                            crate::cluster::drop_unowned(&shared)
+                        })
+                        .await;
+                    });
+                }
+                Some(Job::PushTable) => {
+                    if let Some(view) = shared.cluster.as_ref().and_then(|c| c.view()) {
+                        let table = (*view.table).clone();
+                        tasks.spawn(crate::cluster::etcd::store(shared.clone(), table));
+                    }
+                    tasks.spawn(crate::cluster::push_table(shared.clone()));
                 }
                 None => break,
             },
         }
-        while feeds.try_join_next().is_some() {}
+        while tasks.try_join_next().is_some() {}
     }
     flusher.abort();
     link.abort();
-    feeds.abort_all();
+    tasks.abort_all();
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use sluice_repl::SnapshotWriter;
+use sluice_repl::{Record, SnapshotWriter, record};
 use sluice_resp::{Parser, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -28,15 +28,16 @@ pub async fn flusher(shared: Arc<Shared>) {
 /// Serves one replica from PSYNC to disconnect.
 pub async fn feed(shared: Arc<Shared>, h: Handoff) {
     let client = h.request.client.clone();
-    let peer = h.request.peer;
-    let port = h.request.listening_port;
+    let what = match h.request.filter {
+        None => format!(
+            "replica {} (listening port {})",
+            h.request.peer, h.request.listening_port
+        ),
+        Some(_) => format!("slot migration feed to {}", h.request.peer),
+    };
     match feed_inner(&shared, h).await {
-        Ok(()) => crate::log(&format!(
-            "Connection with replica {peer} (listening port {port}) closed"
-        )),
-        Err(e) => crate::log(&format!(
-            "Connection with replica {peer} (listening port {port}) lost: {e}"
-        )),
+        Ok(()) => crate::log(&format!("Connection with {what} closed")),
+        Err(e) => crate::log(&format!("Connection with {what} ended: {e}")),
     }
     shared.repl.detach(client.id);
     shared.clients.unregister(client.id);
@@ -57,25 +58,39 @@ async fn feed_inner(shared: &Arc<Shared>, h: Handoff) -> std::io::Result<()> {
     };
     let client = h.client.clone();
     let id = client.id;
+    let filter = h.filter.clone();
     let mut rx = attach.rx;
     let queued = attach.queued;
 
     let sync = async {
         match attach.how {
             Sync::Full(offset) => {
-                crate::log(&format!(
-                    "Replica {} (listening port {}) asks for a sync: full resync from offset {offset}",
-                    h.peer, h.listening_port
-                ));
+                if filter.is_some() {
+                    crate::log(&format!(
+                        "Slot migration feed to {}: snapshot of its slots, then their changes from offset {offset}",
+                        h.peer
+                    ));
+                } else {
+                    crate::log(&format!(
+                        "Replica {} (listening port {}) asks for a sync: full resync from offset {offset}",
+                        h.peer, h.listening_port
+                    ));
+                }
                 writer
                     .write_all(format!("+FULLRESYNC {} {offset}\r\n", attach.replid).as_bytes())
                     .await?;
                 let started = Instant::now();
                 let snap_shared = shared.clone();
+                let snap_filter = filter.clone();
                 let (bytes, count) = tokio::task::spawn_blocking(move || {
                     let mut w = SnapshotWriter::new();
                     let now = snap_shared.clock.now();
-                    let count = snap_shared.store.snapshot_into(&mut w, now);
+                    let count = match snap_filter {
+                        None => snap_shared.store.snapshot_into(&mut w, now),
+                        Some(f) => snap_shared.store.snapshot_where(&mut w, now, |k| {
+                            f[usize::from(sluice_cluster::key_slot(k))]
+                        }),
+                    };
                     (w.finish(), count)
                 })
                 .await
@@ -108,13 +123,23 @@ async fn feed_inner(shared: &Arc<Shared>, h: Handoff) -> std::io::Result<()> {
             }
         }
         shared.repl.set_online(id);
-        // The stream: whatever the flusher queues, in order.
-        while let Some(chunk) = rx.recv().await {
-            writer.write_all(&chunk).await?;
+        // The stream: whatever the flusher queues, in order; a migration feed carries only
+        // its slots' records, each chunk followed by where it stands in this node's stream.
+        let mut filtered = Vec::new();
+        while let Some((chunk, end)) = rx.recv().await {
+            match &filter {
+                None => writer.write_all(&chunk).await?,
+                Some(f) => {
+                    filtered.clear();
+                    filter_chunk(&chunk, f, &mut filtered);
+                    Record::Offset(end).encode(&mut filtered);
+                    writer.write_all(&filtered).await?;
+                }
+            }
             queued.fetch_sub(chunk.len(), Relaxed);
         }
         Err::<(), _>(std::io::Error::other(
-            "dropped from the stream (output buffer limit, or this node became a replica)",
+            "dropped from the stream (output buffer limit, a role change, or the end of a slot migration)",
         ))
     };
 
@@ -159,5 +184,25 @@ async fn feed_inner(shared: &Arc<Shared>, h: Handoff) -> std::io::Result<()> {
         r = sync => r,
         r = acks => r,
         _ = client.kill.notified() => Ok(()),
+    }
+}
+
+/// Appends to `out` the records of `chunk` that a migration feed with `filter` carries: the
+/// moving slots' keys, and the link's own PING/GETACK. FLUSHALL is not carried: it would empty
+/// the importing node, whose other slots are not the source's to flush.
+fn filter_chunk(chunk: &[u8], filter: &super::SlotFilter, out: &mut Vec<u8>) {
+    let mut rest = chunk;
+    while let Ok(Some((rec, used))) = record::decode(rest) {
+        let keep = match &rec {
+            Record::Limiter { key, .. } | Record::Counter { key, .. } | Record::Del { key } => {
+                filter[usize::from(sluice_cluster::key_slot(key))]
+            }
+            Record::Ping | Record::GetAck => true,
+            Record::Flush | Record::Offset(_) => false,
+        };
+        if keep {
+            out.extend_from_slice(&rest[..used]);
+        }
+        rest = &rest[used..];
     }
 }

@@ -57,7 +57,8 @@ fn set_link(shared: &Shared, state: LinkState) {
     shared.repl.inner.lock().link = state;
 }
 
-async fn send_ack(stream: &mut TcpStream, offset: u64) -> LinkResult<()> {
+/// `REPLCONF ACK <offset>` on a link to a primary (or to a migration source).
+pub async fn send_ack(stream: &mut TcpStream, offset: u64) -> LinkResult<()> {
     let off = offset.to_string();
     let msg = format!(
         "*3\r\n$8\r\nREPLCONF\r\n$3\r\nACK\r\n${}\r\n{off}\r\n",

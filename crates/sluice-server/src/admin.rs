@@ -1,0 +1,628 @@
+//! `sluice cluster ...`: the admin tool. It talks RESP to the nodes (the `redis` crate), computes
+//! tables with `sluice-cluster`, and drives slot migrations step by step, printing each step.
+//!
+//! Every command checks that every node it needs answers before it changes anything. A step
+//! that fails leaves the old table in force and says what to rerun.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use redis::{Connection, RedisResult};
+use sluice_cluster::{Move, Node, SlotTable};
+
+/// `sluice cluster <command>`
+#[derive(Debug, Parser)]
+#[command(name = "sluice cluster", about = "Create and change a Sluice cluster")]
+pub struct Admin {
+    /// Password of the nodes (their --requirepass).
+    #[arg(long, global = true)]
+    password: Option<String>,
+    /// The etcd that holds the table (the nodes' --etcd): the table is written there with
+    /// compare-and-swap, then pushed to the nodes.
+    #[arg(long, global = true)]
+    etcd: Option<String>,
+    /// The cluster's etcd key prefix (the nodes' --etcd-prefix).
+    #[arg(
+        long = "etcd-prefix",
+        global = true,
+        default_value = "/sluice/cluster/"
+    )]
+    etcd_prefix: String,
+    #[command(subcommand)]
+    command: AdminCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminCommand {
+    /// Computes a table for these nodes (consistent hashing), makes replicas follow their
+    /// primaries, pushes the table to every node, and waits until every node is ok.
+    Create {
+        #[arg(required = true, value_name = "HOST:PORT")]
+        nodes: Vec<String>,
+        /// Replicas per primary: the first nodes become primaries, the rest their replicas.
+        #[arg(long, default_value_t = 0)]
+        replicas: usize,
+    },
+    /// Adds an empty cluster node as a new primary: it takes about 1/N of the slots, with
+    /// their buckets.
+    AddNode {
+        #[arg(value_name = "NEW")]
+        new: String,
+        #[arg(value_name = "EXISTING")]
+        existing: String,
+    },
+    /// Removes a primary: its slots and their buckets move to the others.
+    RemoveNode {
+        #[arg(value_name = "NODE")]
+        node: String,
+        #[arg(value_name = "EXISTING")]
+        existing: String,
+    },
+    /// Prints the table, and keys and memory per node.
+    Show {
+        #[arg(value_name = "HOST:PORT")]
+        node: String,
+    },
+}
+
+type Fallible<T> = Result<T, String>;
+
+/// Runs the admin tool on `args` (after `sluice cluster`); returns the exit code.
+pub fn main(args: impl IntoIterator<Item = String>) -> i32 {
+    let admin = match Admin::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let result = match &admin.command {
+        AdminCommand::Create { nodes, replicas } => create(&admin, nodes, *replicas),
+        AdminCommand::AddNode { new, existing } => add_node(&admin, new, existing),
+        AdminCommand::RemoveNode { node, existing } => remove_node(&admin, node, existing),
+        AdminCommand::Show { node } => show(&admin, node),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("[ERR] {e}");
+            1
+        }
+    }
+}
+
+fn step(msg: &str) {
+    println!(">>> {msg}");
+}
+
+fn split_addr(addr: &str) -> Fallible<(String, u16)> {
+    let (h, p) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("'{addr}' is not HOST:PORT"))?;
+    let port = p
+        .parse()
+        .map_err(|_| format!("'{addr}' has an invalid port"))?;
+    Ok((h.to_string(), port))
+}
+
+/// A connected node.
+struct Conn {
+    addr: String,
+    host: String,
+    port: u16,
+    con: Connection,
+}
+
+impl Conn {
+    fn open(admin: &Admin, addr: &str) -> Fallible<Conn> {
+        let (host, port) = split_addr(addr)?;
+        let con = redis::Client::open(format!("redis://{host}:{port}/"))
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(3)))
+            .map_err(|e| format!("cannot reach {addr}: {e}"))?;
+        let _ = con.set_read_timeout(Some(Duration::from_secs(30)));
+        let mut conn = Conn {
+            addr: addr.to_string(),
+            host,
+            port,
+            con,
+        };
+        if let Some(pass) = &admin.password {
+            let _: String = conn.query(&["AUTH", pass])?;
+        }
+        Ok(conn)
+    }
+
+    fn query<T: redis::FromRedisValue>(&mut self, args: &[&str]) -> Fallible<T> {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        let r: RedisResult<T> = cmd.query(&mut self.con);
+        r.map_err(|e| format!("{} {}: {e}", self.addr, args.join(" ")))
+    }
+
+    fn myid(&mut self) -> Fallible<String> {
+        self.query(&["CLUSTER", "MYID"])
+    }
+
+    fn field(&mut self, section: &str, name: &str) -> Fallible<Option<String>> {
+        let text: String = self.query(&["INFO", section])?;
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_string()))
+    }
+
+    fn cluster_field(&mut self, name: &str) -> Fallible<Option<String>> {
+        let text: String = self.query(&["CLUSTER", "INFO"])?;
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_string()))
+    }
+
+    fn table(&mut self) -> Fallible<Option<SlotTable>> {
+        let text: Option<String> = self.query(&["CLUSTER", "GETTABLE"])?;
+        text.map(|t| SlotTable::decode(&t).map_err(|e| format!("{}: bad table: {e}", self.addr)))
+            .transpose()
+    }
+
+    /// A cluster-mode node with no table yet, as a table `Node`.
+    fn empty_node(&mut self) -> Fallible<Node> {
+        if self.field("cluster", "cluster_enabled")?.as_deref() != Some("1") {
+            return Err(format!(
+                "{} is not in cluster mode (start it with --cluster yes)",
+                self.addr
+            ));
+        }
+        let id = self.myid()?;
+        // A node that read the table from etcd knows it, but is not in it yet.
+        if let Some(t) = self.table()?
+            && t.shard_of(&id).is_some()
+        {
+            return Err(format!(
+                "{} already belongs to a cluster (table epoch {})",
+                self.addr, t.epoch
+            ));
+        }
+        Ok(Node {
+            id,
+            host: self.host.clone(),
+            port: self.port,
+        })
+    }
+
+    fn push(&mut self, table: &SlotTable) -> Fallible<()> {
+        let text = table.encode();
+        let _: String = self.query(&["CLUSTER", "SETTABLE", &text])?;
+        Ok(())
+    }
+}
+
+/// Writes `table` to etcd with compare-and-swap, if the cluster keeps it there.
+fn store_in_etcd(admin: &Admin, table: &SlotTable) -> Fallible<()> {
+    let Some(url) = &admin.etcd else {
+        return Ok(());
+    };
+    let key = crate::cluster::etcd::table_key(&admin.etcd_prefix);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let mut client = crate::cluster::etcd::connect(url).await?;
+        crate::cluster::etcd::compare_and_swap(&mut client, &key, table).await
+    })?;
+    println!("    etcd {url} {key} holds table epoch {}", table.epoch);
+    Ok(())
+}
+
+fn describe(table: &SlotTable) {
+    for (i, shard) in table.shards.iter().enumerate() {
+        let ranges: Vec<String> = table
+            .ranges
+            .iter()
+            .filter(|r| r.shard == i)
+            .map(|r| format!("{}-{}", r.start, r.end))
+            .collect();
+        println!(
+            "    primary {}:{} ({}) {} slots in {} ranges: {}",
+            shard.primary.host,
+            shard.primary.port,
+            &shard.primary.id[..8],
+            table.slots_of(i),
+            ranges.len(),
+            ranges.join(" ")
+        );
+        for r in &shard.replicas {
+            println!("      replica {}:{} ({})", r.host, r.port, &r.id[..8]);
+        }
+    }
+}
+
+/// Waits until `f` holds, up to `secs`.
+fn wait_until(secs: u64, mut f: impl FnMut() -> Fallible<bool>) -> Fallible<bool> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f()? {
+            return Ok(true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(false)
+}
+
+fn create(admin: &Admin, addrs: &[String], replicas: usize) -> Fallible<()> {
+    step(&format!("Checking {} nodes", addrs.len()));
+    let mut conns = addrs
+        .iter()
+        .map(|a| Conn::open(admin, a))
+        .collect::<Fallible<Vec<_>>>()
+        .map_err(|e| format!("{e}; nothing changed"))?;
+    let nodes = conns
+        .iter_mut()
+        .map(Conn::empty_node)
+        .collect::<Fallible<Vec<_>>>()
+        .map_err(|e| format!("{e}; nothing changed"))?;
+    let primaries = (nodes.len() / (replicas + 1)).max(1);
+    let mut shards: Vec<(Node, Vec<Node>)> = nodes[..primaries]
+        .iter()
+        .map(|n| (n.clone(), Vec::new()))
+        .collect();
+    for (i, n) in nodes[primaries..].iter().enumerate() {
+        shards[i % primaries].1.push(n.clone());
+    }
+    let table =
+        sluice_cluster::try_create(1, shards).map_err(|e| format!("{e}; nothing changed"))?;
+    step(&format!(
+        "Placement by consistent hashing ({} primaries, {} replicas, epoch 1):",
+        primaries,
+        nodes.len() - primaries
+    ));
+    describe(&table);
+    for shard in &table.shards {
+        for r in &shard.replicas {
+            let c = conns
+                .iter_mut()
+                .find(|c| c.port == r.port && c.host == r.host)
+                .ok_or("internal: replica not connected")?;
+            step(&format!(
+                "{} replicates {}:{}",
+                c.addr, shard.primary.host, shard.primary.port
+            ));
+            let port = shard.primary.port.to_string();
+            let _: String = c.query(&["REPLICAOF", &shard.primary.host, &port])?;
+        }
+    }
+    if admin.etcd.is_some() {
+        step("Storing the table in etcd");
+        store_in_etcd(admin, &table).map_err(|e| format!("{e}; nothing changed"))?;
+    }
+    step("Pushing the table to every node");
+    for c in &mut conns {
+        if let Err(e) = c.push(&table) {
+            // With etcd the node may have read the table there first.
+            if admin.etcd.is_none() || !e.contains("not newer") {
+                return Err(format!(
+                    "{e}; rerun `sluice cluster create` once the node is back (nodes that took the table keep it)"
+                ));
+            }
+        }
+        println!("    {} took table epoch 1", c.addr);
+    }
+    step("Waiting for every node to report cluster_state:ok and every replica link up");
+    for c in &mut conns {
+        let ok = wait_until(60, || {
+            let state = c.cluster_field("cluster_state")?;
+            let role = c.field("replication", "role")?;
+            let link = c.field("replication", "master_link_status")?;
+            Ok(state.as_deref() == Some("ok")
+                && (role.as_deref() == Some("master") || link.as_deref() == Some("up")))
+        })?;
+        if !ok {
+            return Err(format!("{} did not become ok within 60 s", c.addr));
+        }
+    }
+    println!(
+        "[OK] All 16384 slots covered; {} nodes agree on epoch 1.",
+        conns.len()
+    );
+    Ok(())
+}
+
+/// Connects to every node of `table`.
+fn connect_all(admin: &Admin, table: &SlotTable) -> Fallible<BTreeMap<String, Conn>> {
+    let mut all = BTreeMap::new();
+    for n in table
+        .shards
+        .iter()
+        .flat_map(|s| std::iter::once(&s.primary).chain(&s.replicas))
+    {
+        let c = Conn::open(admin, &format!("{}:{}", n.host, n.port))
+            .map_err(|e| format!("{e}; nothing changed"))?;
+        all.insert(n.id.clone(), c);
+    }
+    Ok(all)
+}
+
+/// Moves `moves` (old table → `new`) with their buckets, then installs `new` everywhere.
+/// Importing nodes pull from the old owners; then each old owner pauses the moving slots'
+/// writes, waits until its feeds acked everything, and the table flips.
+fn migrate(
+    admin: &Admin,
+    conns: &mut BTreeMap<String, Conn>,
+    old: &SlotTable,
+    new: &SlotTable,
+    moves: &[Move],
+    rerun: &str,
+) -> Fallible<()> {
+    let started = Instant::now();
+    let node = |t: &SlotTable, id: &str| {
+        t.shards
+            .iter()
+            .map(|s| &s.primary)
+            .find(|p| p.id == id)
+            .cloned()
+    };
+    // (target id, source id) -> ranges
+    let mut plan: BTreeMap<(String, String), Vec<(u16, u16)>> = BTreeMap::new();
+    for m in moves {
+        plan.entry((m.to.clone(), m.from.clone()))
+            .or_default()
+            .push((m.start, m.end));
+    }
+    let cancel = |conns: &mut BTreeMap<String, Conn>| {
+        for (_, source) in plan.keys() {
+            if let Some(c) = conns.get_mut(source) {
+                let _: Fallible<String> = c.query(&["CLUSTER", "UNPAUSE"]);
+                let _: Fallible<String> = c.query(&["CLUSTER", "MIGRATE-CANCEL"]);
+            }
+        }
+    };
+    for ((to, from), ranges) in &plan {
+        let src = node(old, from).ok_or("internal: source not in the old table")?;
+        let listed: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+        let slots: usize = ranges.iter().map(|(a, b)| usize::from(b - a) + 1).sum();
+        let t = conns.get_mut(to).ok_or("internal: target not connected")?;
+        step(&format!(
+            "{} imports {slots} slots ({} ranges) from {}:{}",
+            t.addr,
+            ranges.len(),
+            src.host,
+            src.port
+        ));
+        let port = src.port.to_string();
+        let mut args = vec!["CLUSTER", "IMPORT", src.host.as_str(), port.as_str()];
+        args.extend(listed.iter().map(String::as_str));
+        let _: String = t.query(&args)?;
+    }
+    step("Copying buckets (snapshot of the moving slots, then their changes as they happen)");
+    let targets: Vec<String> = plan.keys().map(|(to, _)| to.clone()).collect();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut last_print = Instant::now();
+    loop {
+        let mut done = true;
+        let mut loaded = 0u64;
+        for to in &targets {
+            let c = conns.get_mut(to).ok_or("internal")?;
+            let lines: Vec<String> = c.query(&["CLUSTER", "IMPORT-STATUS"])?;
+            for l in lines.iter().rev().take(plan.len()) {
+                if l.contains("state=failed") || l.contains("state=closed") {
+                    cancel(conns);
+                    return Err(format!(
+                        "import on {to} failed ({l}); the old table is still in force; rerun `{rerun}`"
+                    ));
+                }
+                done &= l.contains("state=streaming");
+                loaded += l
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("entries="))
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        if done {
+            println!(
+                "    {loaded} buckets copied in {} ms",
+                started.elapsed().as_millis()
+            );
+            break;
+        }
+        if last_print.elapsed() > Duration::from_secs(1) {
+            println!("    ... {} s, still copying", started.elapsed().as_secs());
+            last_print = Instant::now();
+        }
+        if Instant::now() > deadline {
+            cancel(conns);
+            return Err(format!("copying took over 10 minutes; rerun `{rerun}`"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    step("Handing over: pause the moving slots' writes, send the last changes, flip the table");
+    let pause_start = Instant::now();
+    let sources: Vec<String> = {
+        let mut s: Vec<String> = plan.keys().map(|(_, from)| from.clone()).collect();
+        s.dedup();
+        s.sort();
+        s.dedup();
+        s
+    };
+    for from in &sources {
+        let ranges: Vec<String> = moves
+            .iter()
+            .filter(|m| &m.from == from)
+            .map(|m| format!("{}-{}", m.start, m.end))
+            .collect();
+        let c = conns.get_mut(from).ok_or("internal")?;
+        let mut args = vec!["CLUSTER", "PAUSE", "5000"];
+        args.extend(ranges.iter().map(String::as_str));
+        let offset: i64 = c.query(&args)?;
+        let caught_up = wait_until(5, || {
+            let (feeds, acked): (i64, i64) = c.query(&["CLUSTER", "MIGRATE-STATUS"])?;
+            Ok(feeds > 0 && acked >= offset)
+        })?;
+        if !caught_up {
+            let addr = c.addr.clone();
+            cancel(conns);
+            return Err(format!(
+                "{addr} did not confirm the last changes in time; writes resumed on the old owner, the old table is in force; rerun `{rerun}`"
+            ));
+        }
+    }
+    if admin.etcd.is_some()
+        && let Err(e) = store_in_etcd(admin, new)
+    {
+        cancel(conns);
+        return Err(format!(
+            "{e}; writes resumed on the old owners, the old table is in force; rerun `{rerun}`"
+        ));
+    }
+    // The new owners first (they hold everything), then the old owners (which stop
+    // serving), then everyone else. With etcd the nodes also learn it from their watch, so
+    // "not newer" only means the watch was faster.
+    let mut order: Vec<String> = targets.clone();
+    order.extend(sources.iter().cloned());
+    order.extend(conns.keys().cloned());
+    let mut seen = std::collections::BTreeSet::new();
+    order.retain(|id| seen.insert(id.clone()));
+    let mut pause_ms = 0;
+    for id in &order {
+        let c = conns.get_mut(id).ok_or("internal")?;
+        if let Err(e) = c.push(new) {
+            if e.contains("not newer") && admin.etcd.is_some() {
+                if sources.contains(id) {
+                    pause_ms = pause_start.elapsed().as_millis();
+                }
+                continue;
+            }
+            if targets.contains(id) && pause_ms == 0 {
+                cancel(conns);
+                return Err(format!(
+                    "{e}; the old table is still in force; rerun `{rerun}`"
+                ));
+            }
+            println!(
+                "    {} did not take the table ({e}); it learns it from its peers when it restarts",
+                c.addr
+            );
+            continue;
+        }
+        if sources.contains(id) {
+            pause_ms = pause_start.elapsed().as_millis();
+        }
+    }
+    println!(
+        "[OK] {} slots moved in {} ms; longest write pause of a moving slot: {pause_ms} ms; table epoch {}",
+        moves
+            .iter()
+            .map(|m| usize::from(m.end - m.start) + 1)
+            .sum::<usize>(),
+        started.elapsed().as_millis(),
+        new.epoch
+    );
+    Ok(())
+}
+
+fn add_node(admin: &Admin, new_addr: &str, existing: &str) -> Fallible<()> {
+    step(&format!("Reading the table from {existing}"));
+    let old = Conn::open(admin, existing)?
+        .table()?
+        .ok_or_else(|| format!("{existing} has no table yet: run `sluice cluster create` first"))?;
+    let mut conns = connect_all(admin, &old)?;
+    let mut newc = Conn::open(admin, new_addr).map_err(|e| format!("{e}; nothing changed"))?;
+    let node = newc
+        .empty_node()
+        .map_err(|e| format!("{e}; nothing changed"))?;
+    let new = sluice_cluster::try_add_shard(&old, node.clone(), Vec::new())
+        .map_err(|e| format!("{e}; nothing changed"))?;
+    let moves = sluice_cluster::moves(&old, &new);
+    let moved: usize = moves.iter().map(|m| usize::from(m.end - m.start) + 1).sum();
+    step(&format!(
+        "{new_addr} takes {moved} of 16384 slots ({:.1}%), all from existing primaries:",
+        moved as f64 * 100.0 / 16384.0
+    ));
+    describe(&new);
+    conns.insert(node.id.clone(), newc);
+    migrate(
+        admin,
+        &mut conns,
+        &old,
+        &new,
+        &moves,
+        &format!("sluice cluster add-node {new_addr} {existing}"),
+    )
+}
+
+fn remove_node(admin: &Admin, addr: &str, existing: &str) -> Fallible<()> {
+    step(&format!("Reading the table from {existing}"));
+    let old = Conn::open(admin, existing)?
+        .table()?
+        .ok_or_else(|| format!("{existing} has no table"))?;
+    let mut conns = connect_all(admin, &old)?;
+    let (host, port) = split_addr(addr)?;
+    let id = old
+        .shards
+        .iter()
+        .map(|s| &s.primary)
+        .find(|p| p.host == host && p.port == port)
+        .map(|p| p.id.clone())
+        .ok_or_else(|| format!("{addr} is not a primary of this cluster; nothing changed"))?;
+    let new = sluice_cluster::remove_shard(&old, &id)
+        .ok_or_else(|| format!("{addr} is the last primary; nothing changed"))?;
+    let moves = sluice_cluster::moves(&old, &new);
+    step(&format!(
+        "{addr}'s {} slots go to the other primaries:",
+        moves
+            .iter()
+            .map(|m| usize::from(m.end - m.start) + 1)
+            .sum::<usize>()
+    ));
+    describe(&new);
+    migrate(
+        admin,
+        &mut conns,
+        &old,
+        &new,
+        &moves,
+        &format!("sluice cluster remove-node {addr} {existing}"),
+    )?;
+    println!("    {addr} serves no slot now; stop it when you like (its replicas too).");
+    Ok(())
+}
+
+fn show(admin: &Admin, addr: &str) -> Fallible<()> {
+    let table = Conn::open(admin, addr)?
+        .table()?
+        .ok_or_else(|| format!("{addr} has no table"))?;
+    println!("Table epoch {}:", table.epoch);
+    describe(&table);
+    println!(
+        "{:<22} {:>8} {:>7} {:>12} {:>12}",
+        "node", "role", "slots", "keys", "memory"
+    );
+    for (i, shard) in table.shards.iter().enumerate() {
+        for (n, role) in std::iter::once((&shard.primary, "primary"))
+            .chain(shard.replicas.iter().map(|r| (r, "replica")))
+        {
+            let a = format!("{}:{}", n.host, n.port);
+            let (keys, mem) = match Conn::open(admin, &a) {
+                Ok(mut c) => (
+                    c.query::<i64>(&["DBSIZE"])
+                        .map_or("?".into(), |k| k.to_string()),
+                    c.field("memory", "used_memory_human")
+                        .ok()
+                        .flatten()
+                        .unwrap_or_else(|| "?".into()),
+                ),
+                Err(_) => ("down".into(), "down".into()),
+            };
+            println!(
+                "{a:<22} {role:>8} {:>7} {keys:>12} {mem:>12}",
+                table.slots_of(i)
+            );
+        }
+    }
+    Ok(())
+}

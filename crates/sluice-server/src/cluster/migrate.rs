@@ -1,0 +1,219 @@
+//! Slot migration, the importing side: a primary taking over slots pulls their buckets from
+//! the old owner with the replication machinery, filtered to those slots.
+//!
+//! The steps (the admin tool drives them, see `admin`):
+//! 1. `CLUSTER IMPORT host port ranges` on the new owner starts [`import`]: it connects to
+//!    the old owner and sends `CLUSTER MIGRATE-FEED ranges`, which the old owner answers like a
+//!    PSYNC: a snapshot of those slots' entries, then the stream of their changes, each chunk
+//!    followed by an OFFSET record (where it stands in the old owner's stream).
+//! 2. `CLUSTER PAUSE ms ranges` on the old owner holds those slots' writes (`-TRYAGAIN`) and
+//!    returns its stream offset; once the feed acked it (`CLUSTER MIGRATE-STATUS`), the new
+//!    owner holds every change.
+//! 3. The new table goes to the new owner, then the old, then everyone: the old owner answers
+//!    MOVED from then on, closes the feed and drops the keys it handed over.
+//!
+//! Nothing here may leave a slot served by two nodes or by none: until step 3 only the old
+//! owner serves the slots; a failure before it leaves the old table in force.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Buf;
+use parking_lot::Mutex;
+use sluice_repl::{Record, SnapshotReader, record};
+use tokio::io::AsyncReadExt;
+
+use crate::peer::{self, Peer, Reply};
+use crate::shared::Shared;
+
+/// How often an import acks its position without being asked.
+const ACK_EVERY: Duration = Duration::from_millis(100);
+
+/// One import's progress, for `CLUSTER IMPORT-STATUS`.
+#[derive(Debug, Clone)]
+pub struct ImportState {
+    pub source: String,
+    pub ranges: Vec<(u16, u16)>,
+    /// `syncing`, `streaming`, `closed` or `failed: <why>`.
+    pub state: String,
+    pub entries: u64,
+    pub offset: u64,
+}
+
+/// Every import this node ran since start.
+#[derive(Debug, Default)]
+pub struct Imports(Mutex<Vec<ImportState>>);
+
+impl Imports {
+    fn update(&self, index: usize, f: impl FnOnce(&mut ImportState)) {
+        if let Some(s) = self.0.lock().get_mut(index) {
+            f(s);
+        }
+    }
+
+    pub fn all(&self) -> Vec<ImportState> {
+        self.0.lock().clone()
+    }
+}
+
+/// Parses `start-end` (or a single slot) into an inclusive range.
+pub fn parse_range(arg: &[u8]) -> Option<(u16, u16)> {
+    let text = std::str::from_utf8(arg).ok()?;
+    let (a, b) = text.split_once('-').unwrap_or((text, text));
+    let (a, b): (u16, u16) = (a.parse().ok()?, b.parse().ok()?);
+    (a <= b && usize::from(b) < sluice_cluster::SLOTS).then_some((a, b))
+}
+
+pub fn format_ranges(ranges: &[(u16, u16)]) -> Vec<String> {
+    ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect()
+}
+
+/// Imports `ranges` from `host:port` until the source closes the feed (the replication
+/// thread runs this).
+pub async fn run(shared: Arc<Shared>, host: String, port: u16, ranges: Vec<(u16, u16)>) {
+    let Some(cluster) = shared.cluster.as_ref() else {
+        return;
+    };
+    let index = {
+        let mut all = cluster.imports.0.lock();
+        all.push(ImportState {
+            source: format!("{host}:{port}"),
+            ranges: ranges.clone(),
+            state: "syncing".into(),
+            entries: 0,
+            offset: 0,
+        });
+        all.len() - 1
+    };
+    let state = match import(&shared, index, &host, port, &ranges).await {
+        Ok(()) => "closed".to_string(),
+        Err(e) => {
+            crate::log(&format!(
+                "Import of slots {} from {host}:{port} ended: {e}",
+                format_ranges(&ranges).join(" ")
+            ));
+            format!("failed: {e}")
+        }
+    };
+    cluster.imports.update(index, |s| s.state = state);
+}
+
+async fn import(
+    shared: &Arc<Shared>,
+    index: usize,
+    host: &str,
+    port: u16,
+    ranges: &[(u16, u16)],
+) -> Result<(), String> {
+    let cluster = shared.cluster.as_ref().ok_or("not in cluster mode")?;
+    let in_ranges = |k: &[u8]| {
+        let s = sluice_cluster::key_slot(k);
+        ranges.iter().any(|&(a, b)| (a..=b).contains(&s))
+    };
+    // Leftovers of an earlier, failed import of these slots: this node does not serve them
+    // yet, so nothing else wrote them.
+    shared.store.delete_where(shared.clock.now(), in_ranges);
+
+    let mut peer = Peer::connect(host, port).await?;
+    if let Some(pass) = &shared.config.masterauth {
+        let reply = peer.call(&[b"AUTH", pass.as_bytes()]).await?;
+        if !peer::is_ok(&reply) {
+            return Err(format!("AUTH refused: {}", peer::text(&reply)));
+        }
+    }
+    let capa = sluice_repl::CAPA.as_bytes();
+    let reply = peer.call(&[b"REPLCONF", b"capa", capa]).await?;
+    if !peer::is_ok(&reply) {
+        return Err(format!("REPLCONF refused: {}", peer::text(&reply)));
+    }
+    let listed = format_ranges(ranges);
+    let mut args: Vec<&[u8]> = vec![b"CLUSTER", b"MIGRATE-FEED"];
+    args.extend(listed.iter().map(|r| r.as_bytes()));
+    let reply = peer.call(&args).await?;
+    match &reply {
+        Reply::SimpleString(s) if s.starts_with(b"FULLRESYNC") => {}
+        other => return Err(format!("MIGRATE-FEED refused: {}", peer::text(other))),
+    }
+    let started = Instant::now();
+    let snapshot = crate::repl::replica::read_snapshot(&mut peer).await?;
+    let reader = SnapshotReader::new(&snapshot).map_err(|e| format!("snapshot refused: {e}"))?;
+    let now = shared.clock.now();
+    let mut entries = 0u64;
+    for rec in reader.iter() {
+        let rec = rec.map_err(|e| format!("snapshot refused: {e}"))?;
+        if let Record::Limiter { key, .. } | Record::Counter { key, .. } = &rec
+            && !in_ranges(key)
+        {
+            return Err("the source sent a key outside the requested slots".into());
+        }
+        shared.store.apply(rec, now);
+        entries += 1;
+    }
+    crate::log(&format!(
+        "Importing slots {} from {host}:{port}: loaded {entries} entries ({} bytes) in {} ms; streaming",
+        listed.join(" "),
+        snapshot.len(),
+        started.elapsed().as_millis()
+    ));
+    cluster.imports.update(index, |s| {
+        s.state = "streaming".into();
+        s.entries = entries;
+    });
+
+    let Peer {
+        mut stream,
+        mut buf,
+    } = peer;
+    let mut offset = 0u64;
+    let mut tick = tokio::time::interval(ACK_EVERY);
+    loop {
+        let mut ack_now = false;
+        let now = shared.clock.now();
+        let mut used_total = 0;
+        loop {
+            match record::decode(&buf[used_total..]) {
+                Ok(Some((rec, used))) => {
+                    used_total += used;
+                    match rec {
+                        Record::Offset(n) => offset = n,
+                        Record::GetAck => ack_now = true,
+                        Record::Ping => {}
+                        rec => shared.store.apply(rec, now),
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return Err(format!("bad record from the source: {e}")),
+            }
+        }
+        buf.advance(used_total);
+        if used_total > 0 {
+            cluster.imports.update(index, |s| s.offset = offset);
+        }
+        if ack_now {
+            crate::repl::replica::send_ack(&mut stream, offset).await?;
+        }
+        buf.reserve(64 * 1024);
+        tokio::select! {
+            read = stream.read_buf(&mut buf) => match read {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            },
+            _ = tick.tick() => crate::repl::replica::send_ack(&mut stream, offset).await?,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_parse() {
+        assert_eq!(parse_range(b"0-100"), Some((0, 100)));
+        assert_eq!(parse_range(b"7"), Some((7, 7)));
+        assert_eq!(parse_range(b"100-0"), None);
+        assert_eq!(parse_range(b"0-16384"), None);
+        assert_eq!(parse_range(b"x"), None);
+    }
+}

@@ -1,0 +1,434 @@
+//! `CLUSTER <subcommand>` — Redis Cluster's client-facing view of the slot table, and the
+//! internal steps the admin tool drives.
+//!
+//! For clients: `SLOTS`, `SHARDS`, `NODES`, `INFO`, `MYID`, `KEYSLOT`, `COUNTKEYSINSLOT`,
+//! `GETKEYSINSLOT`, in the reply shapes redis-rs, redis-py, ioredis, Jedis, Lettuce,
+//! `redis-cli -c` and `redis-benchmark --cluster` parse.
+//! For the admin tool and peers: `SETTABLE <text>` (installs a table with a higher epoch),
+//! `GETTABLE`, and the slot migration steps `IMPORT`, `IMPORT-STATUS`, `MIGRATE-FEED`,
+//! `PAUSE`, `UNPAUSE`, `MIGRATE-STATUS`, `MIGRATE-CANCEL` (see `cluster::migrate`).
+
+use std::time::{Duration, Instant};
+
+use sluice_cluster::{SlotTable, key_slot};
+use sluice_resp::reply;
+
+use super::args::parse_i64;
+use super::{Args, CmdError, Command, Ctx};
+use crate::cluster::migrate::{format_ranges, parse_range};
+use crate::cluster::{self, Cluster};
+use crate::repl::{Job, PsyncRequest};
+
+#[derive(Debug)]
+pub enum ClusterCmd<'a> {
+    Info,
+    MyId,
+    Slots,
+    Shards,
+    Nodes,
+    KeySlot(&'a [u8]),
+    CountKeysInSlot(u16),
+    GetKeysInSlot(u16, usize),
+    SetTable(&'a [u8]),
+    GetTable,
+    Import(String, u16, Vec<(u16, u16)>),
+    ImportStatus,
+    MigrateFeed(Vec<(u16, u16)>),
+    Pause(u64, Vec<(u16, u16)>),
+    Unpause,
+    MigrateStatus,
+    MigrateCancel,
+    Help,
+}
+
+fn slot_arg(b: &[u8]) -> Result<u16, CmdError> {
+    parse_i64(b)
+        .and_then(|n| u16::try_from(n).ok())
+        .filter(|&n| usize::from(n) < sluice_cluster::SLOTS)
+        .ok_or_else(|| CmdError::msg("ERR Invalid or out of range slot"))
+}
+
+fn ranges(args: &mut Args<'_>) -> Result<Vec<(u16, u16)>, CmdError> {
+    let mut out = Vec::new();
+    for a in args.rest() {
+        out.push(parse_range(a).ok_or_else(|| {
+            CmdError::msg(format!(
+                "ERR '{}' is not a slot range (start-end, 0-16383)",
+                String::from_utf8_lossy(a)
+            ))
+        })?);
+    }
+    if out.is_empty() {
+        return Err(CmdError::Syntax);
+    }
+    Ok(out)
+}
+
+impl<'a> Command<'a> for ClusterCmd<'a> {
+    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
+        let sub = args.required()?.to_ascii_uppercase();
+        let cmd = match sub.as_slice() {
+            b"INFO" => ClusterCmd::Info,
+            b"MYID" => ClusterCmd::MyId,
+            b"SLOTS" => ClusterCmd::Slots,
+            b"SHARDS" => ClusterCmd::Shards,
+            b"NODES" => ClusterCmd::Nodes,
+            b"KEYSLOT" => ClusterCmd::KeySlot(args.required()?),
+            b"COUNTKEYSINSLOT" => ClusterCmd::CountKeysInSlot(slot_arg(args.required()?)?),
+            b"GETKEYSINSLOT" => {
+                let slot = slot_arg(args.required()?)?;
+                let count = parse_i64(args.required()?)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| CmdError::msg("ERR Invalid number of keys"))?;
+                ClusterCmd::GetKeysInSlot(slot, count)
+            }
+            b"SETTABLE" => ClusterCmd::SetTable(args.required()?),
+            b"GETTABLE" => ClusterCmd::GetTable,
+            b"IMPORT" => {
+                let host = String::from_utf8_lossy(args.required()?).into_owned();
+                let port = parse_i64(args.required()?)
+                    .and_then(|p| u16::try_from(p).ok())
+                    .ok_or(CmdError::NotInteger)?;
+                ClusterCmd::Import(host, port, ranges(args)?)
+            }
+            b"IMPORT-STATUS" => ClusterCmd::ImportStatus,
+            b"MIGRATE-FEED" => ClusterCmd::MigrateFeed(ranges(args)?),
+            b"PAUSE" => {
+                let ms = parse_i64(args.required()?)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .ok_or(CmdError::NotInteger)?;
+                ClusterCmd::Pause(ms, ranges(args)?)
+            }
+            b"UNPAUSE" => ClusterCmd::Unpause,
+            b"MIGRATE-STATUS" => ClusterCmd::MigrateStatus,
+            b"MIGRATE-CANCEL" => ClusterCmd::MigrateCancel,
+            b"HELP" => ClusterCmd::Help,
+            _ => {
+                return Err(CmdError::msg(format!(
+                    "ERR unknown subcommand '{}'. Try CLUSTER HELP.",
+                    String::from_utf8_lossy(&sub)
+                )));
+            }
+        };
+        if !matches!(
+            cmd,
+            ClusterCmd::Import(..) | ClusterCmd::MigrateFeed(_) | ClusterCmd::Pause(..)
+        ) {
+            args.finish()?;
+        }
+        Ok(cmd)
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        let Some(cluster) = ctx.shared.cluster.as_ref() else {
+            return Err(CmdError::msg(
+                "ERR This instance has cluster support disabled",
+            ));
+        };
+        let view = cluster.view();
+        let out = &mut *ctx.out;
+        let proto = ctx.session.proto;
+        match self {
+            ClusterCmd::MyId => reply::bulk(out, cluster.myid.as_bytes()),
+            ClusterCmd::KeySlot(key) => reply::integer(out, i64::from(key_slot(key))),
+            ClusterCmd::Info => {
+                let text = info(cluster);
+                reply::verbatim(out, proto, "txt", text.as_bytes());
+            }
+            ClusterCmd::Slots => match &view {
+                None => reply::array(out, 0),
+                Some(v) => slots(out, &v.table),
+            },
+            ClusterCmd::Shards => match &view {
+                None => reply::array(out, 0),
+                Some(v) => shards(out, proto, &v.table),
+            },
+            ClusterCmd::Nodes => {
+                let text = nodes(cluster);
+                reply::verbatim(out, proto, "txt", text.as_bytes());
+            }
+            ClusterCmd::CountKeysInSlot(slot) => {
+                let keys = ctx
+                    .shared
+                    .store
+                    .keys_where(ctx.now, usize::MAX, |k| key_slot(k) == slot);
+                reply::integer(out, keys.len() as i64);
+            }
+            ClusterCmd::GetKeysInSlot(slot, count) => {
+                let keys = ctx
+                    .shared
+                    .store
+                    .keys_where(ctx.now, count, |k| key_slot(k) == slot);
+                reply::array(out, keys.len());
+                for k in keys {
+                    reply::bulk(out, &k);
+                }
+            }
+            ClusterCmd::GetTable => match &view {
+                None => reply::null(out, proto),
+                Some(v) => reply::bulk(out, v.table.encode().as_bytes()),
+            },
+            ClusterCmd::SetTable(text) => {
+                let text = std::str::from_utf8(text)
+                    .map_err(|_| CmdError::msg("ERR the table is not UTF-8 text"))?;
+                let table = SlotTable::decode(text)
+                    .map_err(|e| CmdError::msg(format!("ERR invalid table: {e}")))?;
+                cluster::adopt(ctx.shared, table).map_err(|e| CmdError::msg(format!("ERR {e}")))?;
+                reply::simple(ctx.out, "OK");
+            }
+            ClusterCmd::Import(host, port, ranges) => {
+                crate::log(&format!(
+                    "CLUSTER IMPORT of slots {} from {host}:{port}",
+                    format_ranges(&ranges).join(" ")
+                ));
+                ctx.shared.repl.submit(Job::Import { host, port, ranges });
+                reply::simple(out, "OK");
+            }
+            ClusterCmd::ImportStatus => {
+                let all = cluster.imports.all();
+                reply::array(out, all.len());
+                for s in all {
+                    let line = format!(
+                        "source={} slots={} state={} entries={} offset={}",
+                        s.source,
+                        format_ranges(&s.ranges).join(","),
+                        s.state,
+                        s.entries,
+                        s.offset
+                    );
+                    reply::bulk(out, line.as_bytes());
+                }
+            }
+            ClusterCmd::MigrateFeed(ranges) => {
+                if !ctx.session.replica_capa {
+                    return Err(CmdError::msg(format!(
+                        "ERR MIGRATE-FEED needs REPLCONF capa {} first",
+                        sluice_repl::CAPA
+                    )));
+                }
+                let mut filter = [false; sluice_cluster::SLOTS];
+                for (a, b) in ranges {
+                    for s in a..=b {
+                        filter[usize::from(s)] = true;
+                    }
+                }
+                ctx.session.handoff = Some(PsyncRequest {
+                    peer: ctx.session.client.addr,
+                    client: ctx.session.client.clone(),
+                    listening_port: 0,
+                    replid: b"?".to_vec(),
+                    offset: -1,
+                    filter: Some(std::sync::Arc::new(filter)),
+                });
+            }
+            ClusterCmd::Pause(ms, ranges) => {
+                cluster.pause(&ranges, Instant::now() + Duration::from_millis(ms));
+                let offset = ctx.shared.repl.flush(&ctx.shared.store, true);
+                reply::integer(out, offset as i64);
+            }
+            ClusterCmd::Unpause => {
+                cluster.unpause();
+                reply::simple(out, "OK");
+            }
+            ClusterCmd::MigrateStatus => {
+                let (feeds, acked) = ctx.shared.repl.feeds_acked();
+                reply::array(out, 2);
+                reply::integer(out, feeds as i64);
+                reply::integer(out, if feeds == 0 { -1 } else { acked as i64 });
+            }
+            ClusterCmd::MigrateCancel => {
+                cluster.unpause();
+                ctx.shared.repl.close_feeds();
+                reply::simple(out, "OK");
+            }
+            ClusterCmd::Help => {
+                let lines = [
+                    "CLUSTER <subcommand> [<arg> ...]. Subcommands are:",
+                    "INFO, MYID, SLOTS, SHARDS, NODES",
+                    "KEYSLOT <key>, COUNTKEYSINSLOT <slot>, GETKEYSINSLOT <slot> <count>",
+                    "SETTABLE <table>, GETTABLE: the slot table (sluice cluster drives these)",
+                    "IMPORT <host> <port> <start-end> ..., IMPORT-STATUS: pull slots from their owner",
+                    "MIGRATE-FEED <start-end> ...: stream those slots to an importing node",
+                    "PAUSE <ms> <start-end> ..., UNPAUSE, MIGRATE-STATUS, MIGRATE-CANCEL: the handover",
+                ];
+                reply::array(out, lines.len());
+                for l in lines {
+                    reply::simple(out, l);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn info(cluster: &Cluster) -> String {
+    let view = cluster.view();
+    let loading = cluster.loading.load(std::sync::atomic::Ordering::Acquire);
+    let (ok, known, size, epoch) = match &view {
+        Some(v) => (
+            !loading,
+            v.table
+                .shards
+                .iter()
+                .map(|s| 1 + s.replicas.len())
+                .sum::<usize>(),
+            v.table
+                .shards
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| v.table.slots_of(*i) > 0)
+                .count(),
+            v.table.epoch,
+        ),
+        None => (false, 1, 0, 0),
+    };
+    let assigned = if view.is_some() {
+        sluice_cluster::SLOTS
+    } else {
+        0
+    };
+    format!(
+        "cluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{assigned}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:{known}\r\ncluster_size:{size}\r\ncluster_current_epoch:{epoch}\r\ncluster_my_epoch:{epoch}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\n",
+        if ok { "ok" } else { "fail" },
+    )
+}
+
+/// `[start, end, [ip, port, id], replicas...]` per range.
+fn slots(out: &mut bytes::BytesMut, table: &SlotTable) {
+    reply::array(out, table.ranges.len());
+    for r in &table.ranges {
+        let shard = &table.shards[r.shard];
+        reply::array(out, 3 + shard.replicas.len());
+        reply::integer(out, i64::from(r.start));
+        reply::integer(out, i64::from(r.end));
+        for n in std::iter::once(&shard.primary).chain(&shard.replicas) {
+            reply::array(out, 3);
+            reply::bulk(out, n.host.as_bytes());
+            reply::integer(out, i64::from(n.port));
+            reply::bulk(out, n.id.as_bytes());
+        }
+    }
+}
+
+/// Redis 7's CLUSTER SHARDS: per shard, its slots and its nodes.
+fn shards(out: &mut bytes::BytesMut, proto: reply::Proto, table: &SlotTable) {
+    reply::array(out, table.shards.len());
+    for (i, shard) in table.shards.iter().enumerate() {
+        reply::map(out, proto, 2);
+        reply::bulk(out, b"slots");
+        let ranges: Vec<_> = table.ranges.iter().filter(|r| r.shard == i).collect();
+        reply::array(out, ranges.len() * 2);
+        for r in ranges {
+            reply::integer(out, i64::from(r.start));
+            reply::integer(out, i64::from(r.end));
+        }
+        reply::bulk(out, b"nodes");
+        reply::array(out, 1 + shard.replicas.len());
+        for (n, role) in std::iter::once((&shard.primary, "master"))
+            .chain(shard.replicas.iter().map(|r| (r, "replica")))
+        {
+            reply::map(out, proto, 7);
+            reply::bulk(out, b"id");
+            reply::bulk(out, n.id.as_bytes());
+            reply::bulk(out, b"port");
+            reply::integer(out, i64::from(n.port));
+            reply::bulk(out, b"ip");
+            reply::bulk(out, n.host.as_bytes());
+            reply::bulk(out, b"endpoint");
+            reply::bulk(out, n.host.as_bytes());
+            reply::bulk(out, b"role");
+            reply::bulk(out, role.as_bytes());
+            reply::bulk(out, b"replication-offset");
+            reply::integer(out, 0);
+            reply::bulk(out, b"health");
+            reply::bulk(out, b"online");
+        }
+    }
+}
+
+/// CLUSTER NODES: `<id> <ip:port@cport> <flags> <master> 0 0 <epoch> connected <slots>...`.
+fn nodes(cluster: &Cluster) -> String {
+    let Some(view) = cluster.view() else {
+        return format!("{} :0@0 myself,master - 0 0 0 connected\n", cluster.myid);
+    };
+    let t = &view.table;
+    let mut text = String::new();
+    for (i, shard) in t.shards.iter().enumerate() {
+        let me = |id: &str| if id == cluster.myid { "myself," } else { "" };
+        let p = &shard.primary;
+        text.push_str(&format!(
+            "{} {}:{}@{} {}master - 0 0 {} connected",
+            p.id,
+            p.host,
+            p.port,
+            u32::from(p.port) + 10000,
+            me(&p.id),
+            t.epoch
+        ));
+        for r in t.ranges.iter().filter(|r| r.shard == i) {
+            if r.start == r.end {
+                text.push_str(&format!(" {}", r.start));
+            } else {
+                text.push_str(&format!(" {}-{}", r.start, r.end));
+            }
+        }
+        text.push('\n');
+        for n in &shard.replicas {
+            text.push_str(&format!(
+                "{} {}:{}@{} {}slave {} 0 0 {} connected\n",
+                n.id,
+                n.host,
+                n.port,
+                u32::from(n.port) + 10000,
+                me(&n.id),
+                p.id,
+                t.epoch
+            ));
+        }
+    }
+    if view.my_shard.is_none() {
+        text.push_str(&format!(
+            "{} :0@0 myself,master - 0 0 {} connected\n",
+            cluster.myid, t.epoch
+        ));
+    }
+    text
+}
+
+#[derive(Debug)]
+pub struct ReadOnly(bool);
+
+impl Command<'_> for ReadOnly {
+    fn parse(_args: &mut Args<'_>) -> Result<Self, CmdError> {
+        Ok(ReadOnly(true))
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        set_readonly(ctx, self.0)
+    }
+}
+
+#[derive(Debug)]
+pub struct ReadWrite;
+
+impl Command<'_> for ReadWrite {
+    fn parse(_args: &mut Args<'_>) -> Result<Self, CmdError> {
+        Ok(ReadWrite)
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        set_readonly(ctx, false)
+    }
+}
+
+/// READONLY / READWRITE: whether this connection reads from a replica of the key's shard.
+fn set_readonly(ctx: &mut Ctx<'_>, on: bool) -> Result<(), CmdError> {
+    if ctx.shared.cluster.is_none() {
+        return Err(CmdError::msg(
+            "ERR This instance has cluster support disabled",
+        ));
+    }
+    ctx.session.readonly = on;
+    reply::simple(ctx.out, "OK");
+    Ok(())
+}
