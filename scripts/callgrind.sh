@@ -14,7 +14,7 @@
 # scripts/lua/token_bucket.lua (the Lua token bucket RL.CHECK replaces) on Redis.
 #
 # Usage: scripts/callgrind.sh [--requests N] [--keyspace N] [--out DIR] [--sluice PATH]
-#                             [--skip-redis] [--build]
+#                             [--skip-redis] [--build] [--cluster]
 #   --requests   requests per test (default 20000)
 #   --keyspace   keys preloaded and used by -r (default 100000)
 #   --out        where the callgrind dumps are kept (default /tmp/sluice-callgrind); annotate
@@ -22,6 +22,9 @@
 #   --sluice     the sluice binary (default target/release/sluice, or $SLUICE_BIN)
 #   --skip-redis only Sluice
 #   --build      run `cargo build --release --bin sluice` even if the binary exists
+#   --cluster    run Sluice in cluster mode (a one-node cluster that owns every slot), so the
+#                figures include the slot check of every keyed command; compare them with a
+#                run without it
 #
 # Needs valgrind (callgrind_control), redis-server and redis-tools: installed with apt-get
 # when missing. Every process it starts is stopped by PID on exit.
@@ -30,7 +33,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
-REQUESTS=20000 KEYSPACE=100000 OUT="${TMPDIR:-/tmp}/sluice-callgrind" SKIP_REDIS=0 BUILD=0
+REQUESTS=20000 KEYSPACE=100000 OUT="${TMPDIR:-/tmp}/sluice-callgrind" SKIP_REDIS=0 BUILD=0 CLUSTER=0
 SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,6 +43,7 @@ while [ $# -gt 0 ]; do
     --sluice) SLUICE="$2"; shift ;;
     --skip-redis) SKIP_REDIS=1 ;;
     --build) BUILD=1 ;;
+    --cluster) CLUSTER=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -152,8 +156,14 @@ TOKEN_ARGS_MS=(1000000 100000000000 1000000) # the same for the Lua script (peri
 
 # ---- Sluice ----
 free_port
-start sluice "$SLUICE" --port "$PORT" --bind 127.0.0.1 --threads 1
+CLUSTER_ARGS=()
+[ "$CLUSTER" = 1 ] && CLUSTER_ARGS=(--cluster yes --cluster-config-file "$WORK/nodes.conf")
+start sluice "$SLUICE" --port "$PORT" --bind 127.0.0.1 --threads 1 "${CLUSTER_ARGS[@]}"
 S_PORT=$PORT S_PID=$PID
+if [ "$CLUSTER" = 1 ]; then
+  log "cluster mode: a one-node cluster owns every slot"
+  "$SLUICE" cluster create "127.0.0.1:$S_PORT" >&2 || die "cluster create failed"
+fi
 log "sluice under callgrind on port $S_PORT; preloading $KEYSPACE keys per algorithm"
 preload "$S_PORT" "$KEYSPACE" rlt: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000
 preload "$S_PORT" "$KEYSPACE" rlg: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000 ALGO GCRA
