@@ -68,6 +68,12 @@ enum AdminCommand {
 
 type Fallible<T> = Result<T, String>;
 
+/// How long an old owner holds the moving slots' writes at most (`CLUSTER PAUSE`).
+const PAUSE: Duration = Duration::from_secs(10);
+/// How long the handover may take before the table flips; well inside [`PAUSE`], so that no
+/// old owner resumes writes to a slot whose new owner already serves it.
+const CATCH_UP: Duration = Duration::from_secs(5);
+
 /// Runs the admin tool on `args` (after `sluice cluster`); returns the exit code.
 pub fn main(args: impl IntoIterator<Item = String>) -> i32 {
     let admin = match Admin::try_parse_from(args) {
@@ -380,6 +386,25 @@ fn migrate(
             }
         }
     };
+    // Each target, once, with how many imports it listed before this run: IMPORT-STATUS keeps
+    // every import since the node started, and only this run's may decide the outcome.
+    let mut targets: Vec<(String, usize)> = Vec::new();
+    for (to, _) in plan.keys() {
+        if targets.iter().all(|(t, _)| t != to) {
+            let c = conns.get_mut(to).ok_or("internal: target not connected")?;
+            let earlier: Vec<String> = c
+                .query(&["CLUSTER", "IMPORT-STATUS"])
+                .map_err(|e| format!("{e}; nothing changed"))?;
+            targets.push((to.clone(), earlier.len()));
+        }
+    }
+    // How many imports each target runs, and how many feeds each source serves.
+    let mut imports_of: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut feeds_of: BTreeMap<&str, i64> = BTreeMap::new();
+    for (to, from) in plan.keys() {
+        *imports_of.entry(to).or_default() += 1;
+        *feeds_of.entry(from).or_default() += 1;
+    }
     for ((to, from), ranges) in &plan {
         let src = node(old, from).ok_or("internal: source not in the old table")?;
         let listed: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect();
@@ -395,34 +420,62 @@ fn migrate(
         let port = src.port.to_string();
         let mut args = vec!["CLUSTER", "IMPORT", src.host.as_str(), port.as_str()];
         args.extend(listed.iter().map(String::as_str));
-        let _: String = t.query(&args)?;
+        if let Err(e) = t.query::<String>(&args) {
+            cancel(conns);
+            return Err(format!(
+                "{e}; the old table is still in force; rerun `{rerun}`"
+            ));
+        }
     }
+    // This run's imports, as IMPORT-STATUS lines per target; an import the target has not
+    // started yet is not listed, so "all streaming" also needs the count.
+    let this_run = |conns: &mut BTreeMap<String, Conn>| -> Fallible<Vec<(String, Vec<String>)>> {
+        let mut out = Vec::new();
+        for (to, earlier) in &targets {
+            let c = conns.get_mut(to).ok_or("internal: target not connected")?;
+            let lines: Vec<String> = c.query(&["CLUSTER", "IMPORT-STATUS"])?;
+            out.push((c.addr.clone(), lines.into_iter().skip(*earlier).collect()));
+        }
+        Ok(out)
+    };
+    let all_streaming = |lines: &[(String, Vec<String>)]| -> Fallible<bool> {
+        let mut streaming = true;
+        for ((addr, lines), (to, _)) in lines.iter().zip(&targets) {
+            if let Some(l) = lines
+                .iter()
+                .find(|l| l.contains("state=failed") || l.contains("state=closed"))
+            {
+                return Err(format!("import on {addr} ended ({l})"));
+            }
+            streaming &= lines.len() == imports_of[to.as_str()]
+                && lines.iter().all(|l| l.contains("state=streaming"));
+        }
+        Ok(streaming)
+    };
     step("Copying buckets (snapshot of the moving slots, then their changes as they happen)");
-    let targets: Vec<String> = plan.keys().map(|(to, _)| to.clone()).collect();
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut last_print = Instant::now();
     loop {
-        let mut done = true;
-        let mut loaded = 0u64;
-        for to in &targets {
-            let c = conns.get_mut(to).ok_or("internal")?;
-            let lines: Vec<String> = c.query(&["CLUSTER", "IMPORT-STATUS"])?;
-            for l in lines.iter().rev().take(plan.len()) {
-                if l.contains("state=failed") || l.contains("state=closed") {
-                    cancel(conns);
-                    return Err(format!(
-                        "import on {to} failed ({l}); the old table is still in force; rerun `{rerun}`"
-                    ));
-                }
-                done &= l.contains("state=streaming");
-                loaded += l
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("entries="))
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0);
+        let status = this_run(conns).and_then(|lines| Ok((all_streaming(&lines)?, lines)));
+        let (done, lines) = match status {
+            Ok(s) => s,
+            Err(e) => {
+                cancel(conns);
+                return Err(format!(
+                    "{e}; the old table is still in force; rerun `{rerun}`"
+                ));
             }
-        }
+        };
         if done {
+            let loaded: u64 = lines
+                .iter()
+                .flat_map(|(_, l)| l)
+                .filter_map(|l| {
+                    l.split_whitespace()
+                        .find_map(|w| w.strip_prefix("entries="))
+                        .and_then(|n| n.parse::<u64>().ok())
+                })
+                .sum();
             println!(
                 "    {loaded} buckets copied in {} ms",
                 started.elapsed().as_millis()
@@ -442,13 +495,12 @@ fn migrate(
 
     step("Handing over: pause the moving slots' writes, send the last changes, flip the table");
     let pause_start = Instant::now();
-    let sources: Vec<String> = {
-        let mut s: Vec<String> = plan.keys().map(|(_, from)| from.clone()).collect();
-        s.dedup();
-        s.sort();
-        s.dedup();
-        s
-    };
+    let sources: Vec<String> = feeds_of.keys().map(|s| s.to_string()).collect();
+    let pause_ms = PAUSE.as_millis().to_string();
+    // Every source pauses first, then all are waited for together: the pauses overlap
+    // instead of adding up.
+    let mut offsets: Vec<(String, i64)> = Vec::new();
+    let mut paused_at: BTreeMap<String, Instant> = BTreeMap::new();
     for from in &sources {
         let ranges: Vec<String> = moves
             .iter()
@@ -456,20 +508,70 @@ fn migrate(
             .map(|m| format!("{}-{}", m.start, m.end))
             .collect();
         let c = conns.get_mut(from).ok_or("internal")?;
-        let mut args = vec!["CLUSTER", "PAUSE", "5000"];
+        let mut args = vec!["CLUSTER", "PAUSE", pause_ms.as_str()];
         args.extend(ranges.iter().map(String::as_str));
-        let offset: i64 = c.query(&args)?;
-        let caught_up = wait_until(5, || {
-            let (feeds, acked): (i64, i64) = c.query(&["CLUSTER", "MIGRATE-STATUS"])?;
-            Ok(feeds > 0 && acked >= offset)
-        })?;
-        if !caught_up {
-            let addr = c.addr.clone();
-            cancel(conns);
-            return Err(format!(
-                "{addr} did not confirm the last changes in time; writes resumed on the old owner, the old table is in force; rerun `{rerun}`"
+        paused_at.insert(from.clone(), Instant::now());
+        match c.query::<i64>(&args) {
+            Ok(offset) => offsets.push((from.clone(), offset)),
+            Err(e) => {
+                cancel(conns);
+                return Err(format!(
+                    "{e}; writes resumed on the old owners, the old table is in force; rerun `{rerun}`"
+                ));
+            }
+        }
+    }
+    // Every feed of each source (one per target), each acked up to its pause's offset.
+    let mut waiting = offsets;
+    while !waiting.is_empty() {
+        let mut failed = None;
+        waiting.retain(|(from, offset)| {
+            if failed.is_some() {
+                return true;
+            }
+            let Some(c) = conns.get_mut(from) else {
+                return true;
+            };
+            match c.query::<(i64, i64)>(&["CLUSTER", "MIGRATE-STATUS"]) {
+                Ok((feeds, acked)) => !(feeds == feeds_of[from.as_str()] && acked >= *offset),
+                Err(e) => {
+                    failed = Some(e);
+                    true
+                }
+            }
+        });
+        if failed.is_none() && !waiting.is_empty() && pause_start.elapsed() > CATCH_UP {
+            let addrs: Vec<&str> = waiting
+                .iter()
+                .filter_map(|(from, _)| conns.get(from).map(|c| c.addr.as_str()))
+                .collect();
+            failed = Some(format!(
+                "the new owners did not confirm the last changes of {} in time",
+                addrs.join(", ")
             ));
         }
+        if let Some(why) = failed {
+            cancel(conns);
+            return Err(format!(
+                "{why}; writes resumed on the old owners, the old table is in force; rerun `{rerun}`"
+            ));
+        }
+        if !waiting.is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // The feeds all acked; no import may have ended meanwhile (its last changes would be lost),
+    // and every pause must still hold while the new owners take the table.
+    let still = this_run(conns).and_then(|lines| all_streaming(&lines));
+    if !matches!(still, Ok(true)) || pause_start.elapsed() > CATCH_UP {
+        let why = match still {
+            Err(e) => e,
+            Ok(_) => format!("the handover took {} ms", pause_start.elapsed().as_millis()),
+        };
+        cancel(conns);
+        return Err(format!(
+            "{why}; writes resumed on the old owners, the old table is in force; rerun `{rerun}`"
+        ));
     }
     if admin.etcd.is_some()
         && let Err(e) = store_in_etcd(admin, new)
@@ -480,37 +582,64 @@ fn migrate(
         ));
     }
     // The new owners first (they hold everything), then the old owners (which stop
-    // serving), then everyone else. With etcd the nodes also learn it from their watch, so
-    // "not newer" only means the watch was faster.
-    let mut order: Vec<String> = targets.clone();
-    order.extend(sources.iter().cloned());
+    // serving), then everyone else. With etcd the table is committed once stored there and the
+    // nodes also learn it from their watch, so "not newer" only means the watch was faster.
+    let targets: Vec<String> = targets.into_iter().map(|(to, _)| to).collect();
+    let mut took: Vec<String> = Vec::new();
+    for id in &targets {
+        let c = conns.get_mut(id).ok_or("internal")?;
+        match c.push(new) {
+            Ok(()) => took.push(id.clone()),
+            Err(e) if admin.etcd.is_some() => {
+                if !e.contains("not newer") {
+                    println!(
+                        "    {} did not take the table ({e}); it reads it from etcd",
+                        c.addr
+                    );
+                }
+            }
+            Err(e) => {
+                // Without etcd, a new owner that took the table serves its slots: give every
+                // node the old placement under a newer epoch, so no slot has two owners.
+                let back = old.with_epoch(new.epoch + 1);
+                if !took.is_empty() {
+                    for c in conns.values_mut() {
+                        if let Err(e) = c.push(&back) {
+                            println!("    {} did not take the old placement back ({e})", c.addr);
+                        }
+                    }
+                }
+                cancel(conns);
+                let restored = if took.is_empty() {
+                    "the old table is still in force".to_string()
+                } else {
+                    format!("table epoch {} restores the old placement", back.epoch)
+                };
+                return Err(format!("{e}; {restored}; rerun `{rerun}`"));
+            }
+        }
+    }
+    let mut order: Vec<String> = sources.clone();
     order.extend(conns.keys().cloned());
-    let mut seen = std::collections::BTreeSet::new();
+    let mut seen: std::collections::BTreeSet<String> = targets.iter().cloned().collect();
     order.retain(|id| seen.insert(id.clone()));
     let mut pause_ms = 0;
     for id in &order {
         let c = conns.get_mut(id).ok_or("internal")?;
-        if let Err(e) = c.push(new) {
-            if e.contains("not newer") && admin.etcd.is_some() {
-                if sources.contains(id) {
-                    pause_ms = pause_start.elapsed().as_millis();
-                }
+        match c.push(new) {
+            Ok(()) => {}
+            Err(e) if e.contains("not newer") && admin.etcd.is_some() => {}
+            Err(e) => {
+                println!(
+                    "    {} did not take the table ({e}); it learns it from its peers when it restarts",
+                    c.addr
+                );
                 continue;
             }
-            if targets.contains(id) && pause_ms == 0 {
-                cancel(conns);
-                return Err(format!(
-                    "{e}; the old table is still in force; rerun `{rerun}`"
-                ));
-            }
-            println!(
-                "    {} did not take the table ({e}); it learns it from its peers when it restarts",
-                c.addr
-            );
-            continue;
         }
-        if sources.contains(id) {
-            pause_ms = pause_start.elapsed().as_millis();
+        // A source's moving slots were paused from its PAUSE until it took the table.
+        if let Some(at) = paused_at.get(id) {
+            pause_ms = pause_ms.max(at.elapsed().as_millis());
         }
     }
     println!(

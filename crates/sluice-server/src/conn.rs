@@ -133,8 +133,19 @@ async fn serve_session(
                         }
                         if session.handoff.is_some() {
                             // Nothing may follow PSYNC on this socket but what the
-                            // replication thread writes.
+                            // replication thread writes; replies owed to the commands
+                            // before it go first.
                             request.clear();
+                            while !out.is_empty() {
+                                if stream.writable().await.is_err() {
+                                    return Close::Quietly;
+                                }
+                                match stream.try_write(&out) {
+                                    Ok(n) => out.advance(n),
+                                    Err(e) if e.kind() == WouldBlock => {}
+                                    Err(_) => return Close::Quietly,
+                                }
+                            }
                             return Close::HandOff;
                         }
                         if session.blocked.is_some() {

@@ -111,6 +111,22 @@ mod tests {
         exec(&mut e, t0, &["MULTI"]);
         exec(&mut e, t0, &["INCR", "n"]);
         assert_eq!(exec(&mut e, t0, &["DISCARD"]), "+OK\r\n");
+        // Commands whose replies would break EXEC's count are refused when queued (found by
+        // the fuzzer: a queued REPLCONF ACK answered nothing).
+        for refused in [
+            &["SHUTDOWN"][..],
+            &["REPLCONF", "ACK", "0"],
+            &["SUBSCRIBE", "a", "b"],
+            &["PSYNC", "?", "-1"],
+        ] {
+            exec(&mut e, t0, &["MULTI"]);
+            assert_eq!(
+                exec(&mut e, t0, refused),
+                "-ERR Command not allowed inside a transaction\r\n",
+                "{refused:?}"
+            );
+            assert!(exec(&mut e, t0, &["EXEC"]).starts_with("-EXECABORT"));
+        }
         assert_eq!(exec(&mut e, t0, &["GET", "n"]), "$1\r\n1\r\n");
     }
 

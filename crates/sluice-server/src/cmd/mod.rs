@@ -607,7 +607,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec!(
         "replconf",
         -1,
-        [ADMIN, NOSCRIPT, LOADING, STALE],
+        [ADMIN, NOSCRIPT, LOADING, STALE, NOMULTI],
         (0, 0, 0),
         "server",
         "3.0.0",

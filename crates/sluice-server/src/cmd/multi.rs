@@ -9,8 +9,8 @@
 //! optimistic locking that would not hold.
 //!
 //! Invariant: EXEC answers with exactly one reply per queued command. Commands that would
-//! break that (SHUTDOWN, PSYNC, SYNC, and the (un)subscribe family, whose replies are one per
-//! channel) carry the `no_multi` flag and are refused when queued, as Redis refuses SHUTDOWN:
+//! break that (SHUTDOWN, PSYNC, SYNC, REPLCONF, whose ACK answers nothing, and the
+//! (un)subscribe family, whose replies are one per channel) carry the `no_multi` flag and are refused when queued, as Redis refuses SHUTDOWN:
 //! `-ERR Command not allowed inside a transaction`, and the EXEC that follows aborts.
 
 use sluice_resp::Request;
