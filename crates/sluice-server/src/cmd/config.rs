@@ -26,6 +26,20 @@ fn set_size(v: &str) -> Result<u64, String> {
     crate::config::parse_bytes(v)
 }
 
+// Replication settings answer under their old `slave-` names too, as Redis's do.
+fn replica_priority(s: &Shared) -> String {
+    s.config.replica_priority.to_string()
+}
+
+fn replica_read_only(s: &Shared) -> String {
+    if s.config.replica_read_only {
+        "yes"
+    } else {
+        "no"
+    }
+    .into()
+}
+
 /// Every setting, sorted by name. `save` and `appendonly` are answered because tools such as
 /// redis-benchmark ask: there is no persistence.
 const SETTINGS: &[Setting] = &[
@@ -112,19 +126,12 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "replica-priority",
-        get: |s| s.config.replica_priority.to_string(),
+        get: replica_priority,
         set: None,
     },
     Setting {
         name: "replica-read-only",
-        get: |s| {
-            if s.config.replica_read_only {
-                "yes"
-            } else {
-                "no"
-            }
-            .into()
-        },
+        get: replica_read_only,
         set: None,
     },
     Setting {
@@ -160,19 +167,12 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "slave-priority",
-        get: |s| s.config.replica_priority.to_string(),
+        get: replica_priority,
         set: None,
     },
     Setting {
         name: "slave-read-only",
-        get: |s| {
-            if s.config.replica_read_only {
-                "yes"
-            } else {
-                "no"
-            }
-            .into()
-        },
+        get: replica_read_only,
         set: None,
     },
     Setting {

@@ -425,7 +425,8 @@ impl Repl {
         })
     }
 
-    fn set_online(&self, client: u64) {
+    /// Runs `f` on the replica (or feed) of connection `client`, if it is still attached.
+    fn with_replica(&self, client: u64, f: impl FnOnce(&mut ReplicaSlot)) {
         if let Some(r) = self
             .inner
             .lock()
@@ -433,21 +434,19 @@ impl Repl {
             .iter_mut()
             .find(|r| r.client == client)
         {
-            r.online = true;
+            f(r);
         }
     }
 
+    fn set_online(&self, client: u64) {
+        self.with_replica(client, |r| r.online = true);
+    }
+
     fn ack(&self, client: u64, offset: u64) {
-        if let Some(r) = self
-            .inner
-            .lock()
-            .replicas
-            .iter_mut()
-            .find(|r| r.client == client)
-        {
+        self.with_replica(client, |r| {
             r.ack = r.ack.max(offset);
             r.last_ack = Instant::now();
-        }
+        });
         self.acks.send_modify(|n| *n += 1);
     }
 
