@@ -211,10 +211,9 @@ impl Cluster {
         *self.pause.lock() = None;
     }
 
+    /// Whether `slot`'s writes are paused (the caller checked `pausing` first).
+    #[cold]
     fn paused(&self, slot: u16) -> bool {
-        if !self.pausing.load(Ordering::Acquire) {
-            return false;
-        }
         let mut pause = self.pause.lock();
         match pause.as_ref() {
             Some(p) if Instant::now() < p.until => p.slots[usize::from(slot)],
@@ -260,7 +259,7 @@ impl Cluster {
         let owner = view.table.owner(slot);
         if view.my_shard == Some(owner) {
             if view.primary {
-                if write && self.paused(slot) {
+                if write && self.pausing.load(Ordering::Acquire) && self.paused(slot) {
                     return Err(Redirect::TryAgain);
                 }
                 return Ok(());

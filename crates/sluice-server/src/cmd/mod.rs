@@ -192,6 +192,28 @@ pub struct CommandSpec {
     /// `COMMAND DOCS` derives the argument list redis-cli shows as hints from it.
     pub syntax: &'static str,
     pub run: fn(&mut Ctx<'_>, &mut Args<'_>) -> Result<(), CmdError>,
+    /// The `write` flag, looked up once at compile time: the request path asks it of every
+    /// keyed command in cluster mode and of every command on a read-only replica.
+    pub write: bool,
+}
+
+/// Whether `flags` holds `f` (usable in the static table's initialiser).
+const fn flags_hold(flags: &[&str], f: &str) -> bool {
+    let mut i = 0;
+    while i < flags.len() {
+        let (a, b) = (flags[i].as_bytes(), f.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return true;
+            }
+        }
+        i += 1;
+    }
+    false
 }
 
 impl CommandSpec {
@@ -222,6 +244,7 @@ macro_rules! spec {
             since: $since,
             syntax: $syntax,
             run: |ctx, args| <$ty as Command<'_>>::parse(args)?.apply(ctx),
+            write: flags_hold(&[$($flag),*], WRITE),
         }
     };
 }
@@ -826,7 +849,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     if let Some(cluster) = &ctx.shared.cluster
         && spec.first_key > 0
     {
-        let write = spec.has_flag(WRITE);
+        let write = spec.write;
         let readonly = ctx.session.readonly;
         let keys = key_args(spec, req);
         if let Err(redirect) = cluster.check(&mut ctx.session.cluster_view, keys, write, readonly) {
@@ -835,7 +858,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         }
     }
     // A write on a read-only replica (RL.CHECK decides for itself: DRY and COST 0 only read).
-    if ctx.shared.repl.is_readonly() && spec.has_flag(WRITE) && spec.name != "rl.check" {
+    if ctx.shared.repl.is_readonly() && spec.write && spec.name != "rl.check" {
         fail_transaction(ctx);
         return reply::error(ctx.out, &CmdError::ReadOnly.text(spec.name));
     }
@@ -923,6 +946,15 @@ mod tests {
         for w in COMMANDS.windows(2) {
             assert!(w[0].name < w[1].name, "{} before {}", w[0].name, w[1].name);
         }
+    }
+
+    #[test]
+    fn write_flag_is_precomputed() {
+        for c in COMMANDS {
+            assert_eq!(c.write, c.has_flag(WRITE), "{}", c.name);
+        }
+        assert!(lookup(b"rl.check").unwrap().write);
+        assert!(!lookup(b"get").unwrap().write);
     }
 
     #[test]
