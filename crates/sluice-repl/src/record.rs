@@ -123,9 +123,32 @@ fn put_key(out: &mut Vec<u8>, deadline: Nanos, key: &[u8]) {
     out.extend_from_slice(key);
 }
 
-/// Appends a LIMITER frame.
+/// Appends a LIMITER frame. This runs under a shard lock on every journaled check, so the
+/// common frame (a one-`tat` state, a key of up to 40 bytes) is built on the stack and
+/// appended with one copy.
 #[inline]
 pub fn encode_limiter(out: &mut Vec<u8>, key: &[u8], deadline: Nanos, state: &State) {
+    let tat = match state {
+        State::Token { tat } => Some((TAG_TOKEN, tat)),
+        State::Gcra { tat } => Some((TAG_GCRA, tat)),
+        State::Leaky { tat } => Some((TAG_LEAKY, tat)),
+        _ => None,
+    };
+    if let Some((tag, tat)) = tat
+        && key.len() <= SMALL_KEY
+    {
+        let mut frame = [0u8; 4 + 1 + 8 + 4 + SMALL_KEY + 1 + 8];
+        let n = 4 + 1 + 8 + 4 + key.len() + 1 + 8;
+        frame[..4].copy_from_slice(&((n - 4) as u32).to_le_bytes());
+        frame[4] = OP_LIMITER;
+        frame[5..13].copy_from_slice(&deadline.0.to_le_bytes());
+        frame[13..17].copy_from_slice(&(key.len() as u32).to_le_bytes());
+        frame[17..17 + key.len()].copy_from_slice(key);
+        frame[17 + key.len()] = tag;
+        frame[18 + key.len()..n].copy_from_slice(&tat.0.to_le_bytes());
+        out.extend_from_slice(&frame[..n]);
+        return;
+    }
     let at = begin(out, OP_LIMITER);
     put_key(out, deadline, key);
     match state {
@@ -154,6 +177,9 @@ pub fn encode_limiter(out: &mut Vec<u8>, key: &[u8], deadline: Nanos, state: &St
     }
     end(out, at);
 }
+
+/// Longest key `encode_limiter` frames on the stack.
+const SMALL_KEY: usize = 40;
 
 #[inline]
 fn put_tat(out: &mut Vec<u8>, tag: u8, tat: Nanos) {

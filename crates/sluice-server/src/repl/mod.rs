@@ -115,6 +115,9 @@ pub struct Inner {
     /// As a replica: `replid` and `offset` name a primary's stream we have applied, so a
     /// reconnect asks to continue it.
     pub synced: bool,
+    /// The size of the last flush: the next one's buffer starts that large, so draining the
+    /// journals copies each record once instead of regrowing the buffer.
+    flush_hint: usize,
 }
 
 /// Counters for INFO stats.
@@ -219,6 +222,7 @@ impl Repl {
                 last_io: Instant::now(),
                 last_stream: Instant::now(),
                 synced: false,
+                flush_hint: 0,
             }),
             readonly: AtomicBool::new(false),
             replica_read_only: config.replica_read_only,
@@ -329,8 +333,9 @@ impl Repl {
         if inner.backlog.is_none() {
             return inner.offset;
         }
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(inner.flush_hint * 2 + 4096);
         store.drain_journal(&mut buf);
+        inner.flush_hint = buf.len();
         if getack {
             Record::GetAck.encode(&mut buf);
         } else if buf.is_empty() && inner.last_stream.elapsed() >= PING_EVERY {

@@ -1,0 +1,445 @@
+#!/usr/bin/env bash
+# repl-bench.sh — what replication costs (issue 7, "What must be shown": full sync, cost to the
+# primary), in one run.
+#
+# 1. Full sync. A primary (--threads 1) is preloaded with --keys TOKEN buckets (16-byte keys
+#    `rlt:000000123456`, capacity 1,000,000 refilled at 0.01/s, preloaded with COST 1000 so each
+#    bucket lives ~28 h: none expires during the run), pipelined through redis-cli --pipe (the
+#    preload helper of scripts/lib.sh). Then a replica is started with --replicaof; the time
+#    from its launch until INFO replication shows master_link_status:up and its DBSIZE equals
+#    the primary's is measured by polling (every 20 ms), next to the replica's own log line
+#    "MASTER <-> REPLICA sync: loaded N entries (B bytes) in X ms" and the primary's
+#    "Synchronization with replica ... (snapshot X ms, sent Y ms)". Memory per bucket on the
+#    replica: VmRSS minus the VmRSS of an empty replica (same flags, synced to an empty
+#    primary, measured first), ÷ keys; and INFO memory used_memory (minus the empty replica's)
+#    ÷ keys. The primary's own figures, from its preload, are printed next to them. The RSS is
+#    taken again after the replica's link reconnects (the primary runs CLIENT KILL TYPE
+#    replica; the replica continues with +CONTINUE, no snapshot): what the first link holds
+#    from the full sync shows as the difference.
+# 2. Cost to the primary. redis-benchmark -P 16 -c 50 -r 1000000 -n N running
+#    `RL.CHECK rl:__rand_int__ 100 60` against a primary WITHOUT a replica and one WITH a
+#    replica attached, alternating (without, with, without, with for --rounds 2), best of each.
+#    Throughput of each and the ratio (target >= 0.9); server CPU per check: the primary's
+#    utime+stime (/proc/PID/stat, all its threads) over the run ÷ requests; and in the with
+#    runs the replica's CPU per check applied. N is sized by a probe run to --duration seconds.
+#    Note the workload: with 100 per 60 s a bucket is full again 0.6 s after its last check and
+#    is dropped, so over -r 1000000 most checks create a bucket; every check is a change that
+#    the primary journals and the replica applies.
+#
+#    Why two primaries. A primary starts journaling with its first replica and keeps journaling
+#    (and flushing every --repl-flush-ms) after that replica leaves, until REPLICAOF. So
+#    "without a replica" cannot be the same process with its replica stopped: it is a second
+#    primary, started the same way and preloaded with the same buckets, that never had a
+#    replica. While one primary is measured the other is stopped with SIGSTOP (continued with
+#    SIGCONT after), so the idle one's timers do not run on CPU 0 during the other's runs.
+#    The replica's link survives the pauses (--repl-timeout is 60 s; a run takes seconds).
+#
+# Pinning (the machine has two cores): both primaries, each --threads 1, on CPU 0 — with every
+# thread of their process, so the primary's replication thread (journal drain and stream
+# writes every --repl-flush-ms) competes with its worker on CPU 0, as it should: that is the
+# primary's cost. redis-benchmark on CPU 1. The replica (--threads 1) on CPU 1 too, pinned,
+# not left to the scheduler: unpinned it would land on CPU 0 part of the time and take CPU from
+# the primary, mixing the replica's work into the primary's throughput; on CPU 1 it competes
+# with the client instead. Whether the client then starves, so that the primary is no longer
+# the bottleneck, shows in the primary's CPU utilisation printed for every run (near 100% of
+# CPU 0 = server-bound; clearly lower in the with runs = the ratio understates the primary).
+#
+# Usage: scripts/repl-bench.sh [--keys N] [--duration SECONDS] [--rounds N] [--clients N]
+#                              [--sluice PATH] [--build]
+#   --keys       buckets preloaded for the full sync (default 1,000,000); also -r of the runs
+#   --workload   new (default: most checks create a bucket, `RL.CHECK rl:__rand_int__ 100 60`)
+#                or steady (every check updates a preloaded bucket)
+#   --duration   seconds per benchmark run (default 4); -n is sized from a probe run
+#   --rounds     alternating without/with rounds; best of each is reported (default 2)
+#   --clients    redis-benchmark -c (default 50)
+#   --sluice     the sluice binary (default $CARGO_TARGET_DIR/release/sluice, else
+#                target/release/sluice, or $SLUICE_BIN)
+#   --build      run `cargo build --release -p sluice-server` even if the binary exists
+#
+# Needs redis-cli and redis-benchmark (installed with apt-get when missing), taskset, getconf
+# and awk. Uses free ports on 127.0.0.1 only. Every process it starts is stopped by PID on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
+
+KEYS=1000000 DURATION=4 ROUNDS=2 CLIENTS=50 BUILD=0 WORKLOAD=new
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
+SLUICE="${SLUICE_BIN:-$TARGET_DIR/release/sluice}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --keys) KEYS="$2"; shift ;;
+    --workload) WORKLOAD="$2"; shift ;;
+    --duration) DURATION="$2"; shift ;;
+    --rounds) ROUNDS="$2"; shift ;;
+    --clients) CLIENTS="$2"; shift ;;
+    --sluice) SLUICE="$2"; shift ;;
+    --build) BUILD=1 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+log() { echo "[repl-bench] $*" >&2; }
+die() { echo "[repl-bench] error: $*" >&2; exit 1; }
+
+# ---------------------------------------------------------------------------------------------
+# Tools and the binary.
+
+if ! command -v redis-cli >/dev/null || ! command -v redis-benchmark >/dev/null; then
+  log "installing redis-tools"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools >&2
+fi
+for tool in taskset awk getconf; do
+  command -v "$tool" >/dev/null || die "$tool is missing (apt-get install -y util-linux mawk libc-bin)"
+done
+if [ "$BUILD" = 1 ] || [ ! -x "$SLUICE" ]; then
+  log "building the release binary"
+  (cd "$ROOT" && cargo build --release -p sluice-server >&2)
+  SLUICE="${SLUICE_BIN:-$TARGET_DIR/release/sluice}"
+fi
+[ -x "$SLUICE" ] || die "no sluice binary at $SLUICE"
+
+if [ "$(nproc)" -ge 2 ]; then
+  SERVER_CPU=0 CLIENT_CPU=1 REPLICA_CPU=1
+else
+  log "only one CPU: everything on CPU 0"
+  SERVER_CPU=0 CLIENT_CPU=0 REPLICA_CPU=0
+fi
+HZ=$(getconf CLK_TCK)
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-repl-bench.XXXXXX")
+
+# ---------------------------------------------------------------------------------------------
+# Processes: every one we start is recorded and stopped by its PID. A process paused with
+# SIGSTOP is continued after the SIGTERM, or it would never act on it.
+
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+stop() {
+  local pid=$1 kept=() p
+  kill "$pid" 2>/dev/null || true
+  kill -CONT "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
+  PIDS=("${kept[@]}")
+}
+
+# free_port: sets PORT to a port no socket uses and this run has not used yet. Taken below the
+# ephemeral range: a port there may be held by a TIME-WAIT socket of an earlier client, which
+# makes the server's bind fail (EADDRINUSE) although nothing listens on it.
+USED_PORTS=" "
+EPHEMERAL_LOW=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "$EPHEMERAL_LOW" -gt 12000 ] || EPHEMERAL_LOW=61000
+free_port() {
+  local p i
+  for i in $(seq 1 1000); do
+    p=$((10000 + RANDOM % (EPHEMERAL_LOW - 10000)))
+    case "$USED_PORTS" in *" $p "*) continue ;; esac
+    if command -v ss >/dev/null && [ -n "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then
+      continue
+    fi
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      USED_PORTS="$USED_PORTS$p "
+      PORT=$p
+      return
+    fi
+  done
+  die "no free port found"
+}
+
+wait_ready() { # PORT PID LOG
+  local port=$1 pid=$2 logfile=$3 i
+  for i in $(seq 1 200); do
+    if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || { cat "$logfile" >&2; die "server on port $port exited"; }
+    sleep 0.05
+  done
+  cat "$logfile" >&2
+  die "server on port $port did not answer PING"
+}
+
+# start_sluice CPUS EXTRA_ARGS...: sets S_PORT, S_PID, S_LOG.
+start_sluice() {
+  local cpus=$1
+  shift
+  free_port
+  S_PORT=$PORT
+  S_LOG="$WORK/sluice-$S_PORT.log"
+  taskset -c "$cpus" "$SLUICE" --port "$S_PORT" --bind 127.0.0.1 --threads 1 "$@" >"$S_LOG" 2>&1 &
+  S_PID=$!
+  PIDS+=("$S_PID")
+  wait_ready "$S_PORT" "$S_PID" "$S_LOG"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Probes.
+
+rss_bytes() { awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$1/status"; }
+info_field() { # PORT SECTION FIELD
+  redis-cli -p "$1" INFO "$2" | tr -d '\r' | awk -F: -v f="$3" '$1 == f { print $2 }'
+}
+used_memory() { info_field "$1" memory used_memory; }
+dbsize() { redis-cli -p "$1" DBSIZE; }
+cpu_ticks() { # PID -> utime + stime of every thread, in clock ticks (fields 14 and 15)
+  awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}
+now() { date +%s.%N; }
+cpu_jiffies() { # -> "busy0 total0 busy1 total1": /proc/stat for CPUs 0 and 1 (idle+iowait = not busy)
+  awk '$1 == "cpu0" || $1 == "cpu1" { t = 0; for (i = 2; i <= NF; i++) t += $i; printf "%d %d ", t - $5 - $6, t }
+       END { print "" }' /proc/stat
+}
+per_key() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { printf "%.1f", (b - a) / n }'; }
+
+# wait_synced PORT PRIMARY_PORT PID LOG BOUND_S: polls until the replica's link is up and its
+# DBSIZE equals the primary's; sets UP_AT and SYNCED_AT (epoch seconds, first poll seeing each).
+wait_synced() {
+  local port=$1 pport=$2 pid=$3 logfile=$4 bound=$5 want i link n
+  want=$(dbsize "$pport")
+  UP_AT="" SYNCED_AT=""
+  for i in $(seq 1 $((bound * 50))); do
+    kill -0 "$pid" 2>/dev/null || { cat "$logfile" >&2; die "replica on port $port exited"; }
+    link=$(info_field "$port" replication master_link_status 2>/dev/null || true)
+    if [ "$link" = up ]; then
+      [ -n "$UP_AT" ] || UP_AT=$(now)
+      n=$(dbsize "$port" 2>/dev/null || echo -1)
+      if [ "$n" = "$want" ]; then SYNCED_AT=$(now); return 0; fi
+    fi
+    sleep 0.02
+  done
+  log "replica log:"; cat "$logfile" >&2
+  log "replica INFO replication:"; redis-cli -p "$port" INFO replication >&2 || true
+  die "replica on port $port not synced after ${bound}s (link: ${link:-?}, DBSIZE ${n:-?} of $want)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# 0. An empty replica: the baseline its memory is measured against.
+
+STARTED=$SECONDS
+log "sluice: $SLUICE; $KEYS keys; primaries on CPU $SERVER_CPU, client and replica on CPU $CLIENT_CPU/$REPLICA_CPU"
+TOKEN_WORDS=(RL.CHECK KEY 1000000 100000000 COST 1000)
+
+start_sluice "$SERVER_CPU"
+E_PORT=$S_PORT E_PID=$S_PID
+start_sluice "$REPLICA_CPU" --replicaof "127.0.0.1:$E_PORT"
+R0_PORT=$S_PORT R0_PID=$S_PID R0_LOG=$S_LOG
+wait_synced "$R0_PORT" "$E_PORT" "$R0_PID" "$R0_LOG" 10
+sleep 0.5
+EMPTY_RSS=$(rss_bytes "$R0_PID") EMPTY_USED=$(used_memory "$R0_PORT")
+log "empty replica: VmRSS $EMPTY_RSS B, used_memory $EMPTY_USED B"
+stop "$R0_PID"
+stop "$E_PID"
+
+# ---------------------------------------------------------------------------------------------
+# 1. Full sync of KEYS buckets.
+
+start_sluice "$SERVER_CPU"
+W_PORT=$S_PORT W_PID=$S_PID W_LOG=$S_LOG # the primary WITH the replica
+rss0=$(rss_bytes "$W_PID") used0=$(used_memory "$W_PORT")
+t0=$SECONDS
+preload "$W_PORT" "$KEYS" rlt: "${TOKEN_WORDS[@]}"
+P_KEYS=$(dbsize "$W_PORT")
+[ "$P_KEYS" = "$KEYS" ] || die "primary holds $P_KEYS keys after loading $KEYS"
+P_RSS=$(per_key "$rss0" "$(rss_bytes "$W_PID")" "$KEYS")
+P_USED=$(per_key "$used0" "$(used_memory "$W_PORT")" "$KEYS")
+log "primary preloaded with $KEYS buckets in $((SECONDS - t0)) s: $P_RSS B RSS, $P_USED B used_memory per bucket"
+
+T_START=$(now)
+start_sluice "$REPLICA_CPU" --replicaof "127.0.0.1:$W_PORT"
+R_PORT=$S_PORT R_PID=$S_PID R_LOG=$S_LOG
+wait_synced "$R_PORT" "$W_PORT" "$R_PID" "$R_LOG" 120
+UP_S=$(awk -v a="$T_START" -v b="$UP_AT" 'BEGIN { printf "%.2f", b - a }')
+SYNC_S=$(awk -v a="$T_START" -v b="$SYNCED_AT" 'BEGIN { printf "%.2f", b - a }')
+LOADED_LINE=$(grep -m1 'MASTER <-> REPLICA sync: loaded' "$R_LOG" | cut -d' ' -f2- || true)
+SENT_LINE=$(grep -m1 'Synchronization with replica' "$W_LOG" | cut -d' ' -f2- || true)
+[ -n "$LOADED_LINE" ] || { cat "$R_LOG" >&2; die "no 'sync: loaded' line in the replica's log"; }
+R_KEYS=$(dbsize "$R_PORT")
+sleep 1 # let the link task settle; then the memory the replica keeps
+R_RSS_ABS=$(rss_bytes "$R_PID") R_USED_ABS=$(used_memory "$R_PORT")
+R_RSS=$(per_key "$EMPTY_RSS" "$R_RSS_ABS" "$R_KEYS")
+R_USED=$(per_key "$EMPTY_USED" "$R_USED_ABS" "$R_KEYS")
+R_USED_RAW=$(per_key 0 "$R_USED_ABS" "$R_KEYS")
+log "replica synced: link up after $UP_S s, DBSIZE $R_KEYS = primary's after $SYNC_S s (from launch)"
+log "replica: $LOADED_LINE"
+log "primary: $SENT_LINE"
+# The same bucket read on both sides (COST 0 changes nothing and is allowed on a replica):
+# allowed, limit, remaining and retry-after must match; reset-after (ms from now) moves.
+probe_key="rlt:$(printf '%012d' $((KEYS / 2)))"
+p_ans=$(redis-cli -p "$W_PORT" RL.CHECK "$probe_key" 1000000 100000000 COST 0 | head -4 | tr '\n' ' ')
+r_ans=$(redis-cli -p "$R_PORT" RL.CHECK "$probe_key" 1000000 100000000 COST 0 | head -4 | tr '\n' ' ')
+[ "$p_ans" = "$r_ans" ] || log "warning: $probe_key reads '$p_ans' on the primary, '$r_ans' on the replica"
+
+# The replica's memory again after its link reconnects: the primary drops the replica's
+# connection (CLIENT KILL TYPE replica), the replica reconnects within ~1 s and continues
+# (+CONTINUE, a partial resync: no snapshot). If the figure right after the full sync holds
+# more than the buckets, this shows whether it is the sync's buffers, tied to the first link.
+PARTIAL0=$(info_field "$W_PORT" stats sync_partial_ok)
+redis-cli -p "$W_PORT" CLIENT KILL TYPE replica >/dev/null
+for i in $(seq 1 200); do
+  [ "$(info_field "$W_PORT" stats sync_partial_ok)" -gt "$PARTIAL0" ] \
+    && [ "$(info_field "$R_PORT" replication master_link_status)" = up ] && break
+  sleep 0.05
+done
+if [ "$(info_field "$W_PORT" stats sync_partial_ok)" -gt "$PARTIAL0" ]; then
+  sleep 1
+  R_RSS2_ABS=$(rss_bytes "$R_PID")
+  R_RSS2=$(per_key "$EMPTY_RSS" "$R_RSS2_ABS" "$R_KEYS")
+  log "replica after a reconnect (partial resync): VmRSS $R_RSS2_ABS B, $R_RSS2 B per bucket"
+else
+  R_RSS2_ABS=0 R_RSS2=-
+  log "warning: the replica did not continue (partial resync) within 10 s of CLIENT KILL TYPE replica"
+  tail -5 "$R_LOG" >&2
+fi
+wait_synced "$R_PORT" "$W_PORT" "$R_PID" "$R_LOG" 60
+SYNC_FULL0=$(info_field "$W_PORT" stats sync_full)
+
+# ---------------------------------------------------------------------------------------------
+# 2. Cost to the primary: the same load on a primary without a replica and on the one with.
+
+start_sluice "$SERVER_CPU"
+N_PORT=$S_PORT N_PID=$S_PID # the primary WITHOUT a replica
+preload "$N_PORT" "$KEYS" rlt: "${TOKEN_WORDS[@]}"
+log "second primary (never replicated) preloaded with $(dbsize "$N_PORT") buckets"
+
+case "$WORKLOAD" in
+  # Most checks create a bucket (full again 0.6 s after its last check, so dropped): the
+  # heaviest case for the replica, which inserts as often as the primary.
+  new) BENCH_CMD=(RL.CHECK rl:__rand_int__ 100 60) ;;
+  # Every check updates one of the preloaded buckets (they never refill within the run): the
+  # steady state of a limiter whose clients come back.
+  steady) BENCH_CMD=(RL.CHECK rlt:__rand_int__ 1000000 100000000) ;;
+  *) echo "--workload is new or steady" >&2; exit 2 ;;
+esac
+RANGE=1000000
+bench() { # PORT N -> rps (redis-benchmark --csv)
+  local out line
+  out=$(taskset -c "$CLIENT_CPU" redis-benchmark -h 127.0.0.1 -p "$1" -c "$CLIENTS" -P 16 \
+    -r "$RANGE" -n "$2" --csv "${BENCH_CMD[@]}" 2>"$WORK/bench.err") || {
+    cat "$WORK/bench.err" >&2
+    die "redis-benchmark failed on port $1"
+  }
+  line=$(printf '%s\n' "$out" | grep -v '^"test"' | tail -1)
+  [ -n "$line" ] || { cat "$WORK/bench.err" >&2; die "no CSV from redis-benchmark on port $1"; }
+  printf '%s\n' "$line" | tr -d '"' | awk -F, '{ printf "%d\n", $2 }'
+}
+
+# measure SIDE ROUND: one run; appends "rps primary_ns/check primary_util% replica_ns/check
+# cpu0_busy% cpu1_busy%" to $WORK/SIDE (busy: of the whole CPU, from /proc/stat). The other primary is paused meanwhile.
+measure() {
+  local side=$1 round=$2 port pid other a0 a1 r0 r1 c0 c1 t0 t1 rps lag=""
+  if [ "$side" = with ]; then port=$W_PORT pid=$W_PID other=$N_PID
+  else port=$N_PORT pid=$N_PID other=$W_PID; fi
+  kill -STOP "$other"
+  a0=$(cpu_ticks "$pid") r0=$(cpu_ticks "$R_PID") c0=$(cpu_jiffies) t0=$(now)
+  rps=$(bench "$port" "$N")
+  a1=$(cpu_ticks "$pid") r1=$(cpu_ticks "$R_PID") c1=$(cpu_jiffies) t1=$(now)
+  if [ "$side" = with ]; then
+    # How far behind the replica is as the load stops (its last ack is up to 1 s old).
+    lag=$(redis-cli -p "$W_PORT" INFO replication | tr -d '\r' | awk -F'[:,=]' '
+      $1 == "master_repl_offset" { m = $2 }
+      $1 == "slave0" { for (i = 2; i < NF; i++) if ($i == "offset") o = $(i + 1) }
+      END { if (o != "") printf "primary offset %d, replica acked %d", m, o; else print "no replica online" }')
+  fi
+  kill -CONT "$other"
+  awk -v rps="$rps" -v n="$N" -v hz="$HZ" -v a="$((a1 - a0))" -v r="$((r1 - r0))" \
+    -v t0="$t0" -v t1="$t1" -v side="$side" -v c0="$c0" -v c1="$c1" 'BEGIN {
+      if (side != "with") r = 0
+      split(c0, x, " "); split(c1, y, " ")
+      cpu0 = (y[2] > x[2]) ? 100 * (y[1] - x[1]) / (y[2] - x[2]) : 0
+      cpu1 = (y[4] > x[4]) ? 100 * (y[3] - x[3]) / (y[4] - x[4]) : 0
+      printf "%d %.1f %.1f %.1f %.1f %.1f\n", rps, a * 1e9 / hz / n, 100 * a / hz / (t1 - t0), r * 1e9 / hz / n, cpu0, cpu1 }' |
+    tee -a "$WORK/$side" | awk -v s="$side" -v k="$round" -v n="$N" -v lag="$lag" '{
+      printf "[repl-bench] round %d %-7s %7d rps  primary %6.1f ns/check (%5.1f%% of a CPU)", k, s, $1, $2, $3
+      if (s == "with") printf "  replica %6.1f ns/check", $4
+      printf "  CPU0 %5.1f%% (others %4.1f%%) CPU1 %5.1f%% busy  -n %d", $5, $5 - $3, $6, n
+      if (s == "with") printf "  (%s)", lag
+      printf "\n" }' >&2
+}
+
+# Anything else running spoils the figures: say so before measuring.
+idle0=$(cpu_jiffies)
+sleep 1
+idle1=$(cpu_jiffies)
+awk -v c0="$idle0" -v c1="$idle1" 'BEGIN {
+    split(c0, x, " "); split(c1, y, " ")
+    b0 = (y[2] > x[2]) ? 100 * (y[1] - x[1]) / (y[2] - x[2]) : 0
+    b1 = (y[4] > x[4]) ? 100 * (y[3] - x[3]) / (y[4] - x[4]) : 0
+    if (b0 > 5 || b1 > 5)
+      printf "[repl-bench] warning: before the runs, with our servers idle, CPU0 was %.0f%% and CPU1 %.0f%% busy: other processes are running; the figures below will suffer\n", b0, b1
+  }' >&2
+
+# Size -n from a probe on the primary without a replica (it also warms up the client path).
+probe=$(bench "$N_PORT" 400000)
+N=$(awk -v rps="$probe" -v d="$DURATION" 'BEGIN { n = int(rps * d / 100000) * 100000; if (n < 200000) n = 200000; print n }')
+log "probe: $probe rps; -n $N per run, $ROUNDS round(s) of without then with"
+for round in $(seq 1 "$ROUNDS"); do
+  measure without "$round"
+  measure with "$round"
+done
+
+SYNC_FULL=$(info_field "$W_PORT" stats sync_full)
+LINK=$(info_field "$R_PORT" replication master_link_status)
+CUT=$(grep -c 'output buffer limit' "$W_LOG" || true)
+[ "$SYNC_FULL" = "$SYNC_FULL0" ] || log "warning: the primary made $((SYNC_FULL - SYNC_FULL0)) full sync(s) during the runs (the replica was cut and resynced?)"
+[ "$CUT" = 0 ] || log "warning: the primary cut its replica at the output buffer limit $CUT time(s)"
+sleep 1
+log "after the runs: primary $(dbsize "$W_PORT") keys, replica $(dbsize "$R_PORT") keys, link $LINK, sync_full $SYNC_FULL"
+
+best() { sort -k1,1nr "$WORK/$1" | head -1; } # the run with the highest throughput
+read -r W_RPS W_NS W_UTIL W_RNS W_C0 W_C1 <<<"$(best with)"
+read -r N_RPS N_NS N_UTIL _ N_C0 N_C1 <<<"$(best without)"
+
+# ---------------------------------------------------------------------------------------------
+# The report.
+
+echo
+echo "Sluice replication, $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "$SLUICE, every node --threads 1 --repl-flush-ms 1 (default); primaries on CPU $SERVER_CPU, replica and redis-benchmark on CPU $CLIENT_CPU"
+echo
+echo "Full sync of $R_KEYS TOKEN buckets (16-byte keys)"
+printf '  %-46s %s s\n' "replica launch -> master_link_status:up" "$UP_S"
+printf '  %-46s %s s\n' "replica launch -> DBSIZE equal to the primary's" "$SYNC_S"
+printf '  %-46s %s\n' "replica log" "$LOADED_LINE"
+printf '  %-46s %s\n' "primary log" "$SENT_LINE"
+printf '  %-46s %s B  (VmRSS %d B - empty replica %d B)\n' "replica RSS per bucket" "$R_RSS" "$R_RSS_ABS" "$EMPTY_RSS"
+printf '  %-46s %s B  (used_memory %d B - empty %d B; %s B undifferenced)\n' \
+  "replica used_memory per bucket" "$R_USED" "$R_USED_ABS" "$EMPTY_USED" "$R_USED_RAW"
+printf '  %-46s %s B  (VmRSS %d B; CLIENT KILL TYPE replica, +CONTINUE)\n' "replica RSS per bucket after a reconnect" "$R_RSS2" "$R_RSS2_ABS"
+printf '  %-46s %s B RSS, %s B used_memory\n' "primary per bucket (its preload delta)" "$P_RSS" "$P_USED"
+echo
+echo "Cost to the primary: redis-benchmark -P 16 -c $CLIENTS -r $RANGE -n $N ${BENCH_CMD[*]}"
+echo "best of $ROUNDS alternating run(s) each; CPU per check = utime+stime over the run / requests"
+printf '  %-20s %9s %17s %14s %17s %11s %11s\n' "" "rps" "primary ns/check" "primary CPU %" "replica ns/check" "CPU0 busy" "CPU1 busy"
+printf '  %-20s %9d %17.1f %14.1f %17s %10.1f%% %10.1f%%\n' "without a replica" "$N_RPS" "$N_NS" "$N_UTIL" "-" "$N_C0" "$N_C1"
+printf '  %-20s %9d %17.1f %14.1f %17.1f %10.1f%% %10.1f%%\n' "with one replica" "$W_RPS" "$W_NS" "$W_UTIL" "$W_RNS" "$W_C0" "$W_C1"
+awk -v w="$W_RPS" -v n="$N_RPS" -v wc="$W_NS" -v nc="$N_NS" 'BEGIN {
+    printf "  throughput with / without: %.3f (target >= 0.9: %s)\n", w / n, (w / n >= 0.9 ? "met" : "NOT met")
+    printf "  primary CPU per check with / without: %.3f\n", wc / nc }'
+# CPU 1 carries the client, and in the with runs the replica too. If CPU 1 is what limits the
+# without run (busy near 100%, primary below it), the with run can only reach
+# 1 / (client ns/check + replica ns/check): the throughput ratio then prices the replica's
+# work on the client's CPU, not the primary's cost, which is the ns/check column.
+awk -v rps="$N_RPS" -v c1="$N_C1" -v rns="$W_RNS" -v w="$W_RPS" 'BEGIN {
+    cns = c1 / 100 * 1e9 / rps; pred = 1e9 / (cns + rns)
+    printf "  CPU 1 in the without run: %.0f ns/check (client; CPU1 busy / rps); + replica %.0f ns/check\n", cns, rns
+    printf "    -> if CPU 1 is the limit, with-replica throughput <= %d rps (ratio %.3f); measured %d\n", pred, pred / rps, w }'
+awk -v a="$N_C0" -v b="$N_UTIL" -v c="$W_C0" -v d="$W_UTIL" 'BEGIN {
+    printf "  CPU0 busy beyond the primary (other processes; should be ~0): without %.1f%%, with %.1f%%\n", a - b, c - d }'
+echo "  replica after the runs: link $LINK, full syncs during the runs $((SYNC_FULL - SYNC_FULL0)), cut at the output limit $CUT time(s)"
+echo "Total time: $((SECONDS - STARTED)) s."
