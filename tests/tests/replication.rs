@@ -290,11 +290,22 @@ fn short_disconnect_resyncs_partially_and_overrun_resyncs_fully() {
         .arg("replica")
         .query(&mut p)
         .unwrap();
-    preload(&mut p, "c", 5_000); // about 200 kB of records, over the 64 kB backlog
+    // About 200 kB of records in several flushes (WAIT 0 flushes at once), over the 64 kB
+    // backlog: its oldest chunks go.
+    for part in 0..4 {
+        preload(&mut p, &format!("c{part}"), 1_250);
+        let _: i64 = redis::cmd("WAIT").arg(0).arg(0).query(&mut p).unwrap();
+    }
     replica.signal(libc::SIGCONT);
-    assert!(wait_until(20, || {
-        field(&info(&mut p, "stats"), "sync_full").as_deref() == Some("2") && link_up(&mut r)
-    }));
+    let count = |c: &mut Connection, name: &str| -> u64 {
+        field(&info(c, "stats"), name).map_or(0, |v| v.parse().unwrap_or(0))
+    };
+    assert!(
+        wait_until(30, || count(&mut p, "sync_full") >= 2 && link_up(&mut r)),
+        "no full resync after the backlog was overrun: {}\n{}",
+        primary.log(),
+        replica.log()
+    );
     assert_eq!(wait(&mut p, 1), 1);
     assert_eq!(dbsize(&mut r), 5_200);
     let stats = info(&mut p, "stats");

@@ -132,6 +132,9 @@ fn thread_main(index: usize, threads: usize, listener: StdListener, shared: Arc<
             return;
         }
     };
+    if index == 0 {
+        let _ = shared.repl.stream_runtime.set(runtime.handle().clone());
+    }
     runtime.block_on(async move {
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,

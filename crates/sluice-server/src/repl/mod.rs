@@ -180,6 +180,10 @@ pub struct Repl {
     jobs_tx: mpsc::UnboundedSender<Job>,
     jobs_rx: Mutex<Option<mpsc::UnboundedReceiver<Job>>>,
     pub stats: ReplStats,
+    /// Worker 0's runtime: the flusher and the streams to replicas run there, between that
+    /// worker's batches, so a flush costs no thread switch (on a busy core, waking another
+    /// thread every millisecond preempts the worker mid-batch and stalls its clients).
+    pub stream_runtime: std::sync::OnceLock<tokio::runtime::Handle>,
     backlog_size: usize,
     replica_output_limit: usize,
 }
@@ -231,6 +235,7 @@ impl Repl {
             jobs_tx,
             jobs_rx: Mutex::new(Some(jobs_rx)),
             stats: ReplStats::default(),
+            stream_runtime: std::sync::OnceLock::new(),
             backlog_size: usize::try_from(config.repl_backlog_size).unwrap_or(usize::MAX),
             replica_output_limit: usize::try_from(config.client_output_buffer_limit_replica)
                 .unwrap_or(usize::MAX),
@@ -513,7 +518,22 @@ async fn run(shared: Arc<Shared>) {
         return;
     };
     let mut shutdown = shared.shutdown_signal();
-    let flusher = tokio::spawn(primary::flusher(shared.clone()));
+    // The primary's side runs on worker 0 (see `stream_runtime`), which registers its runtime
+    // as it starts.
+    for _ in 0..500 {
+        if shared.repl.stream_runtime.get().is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let streams = shared
+        .repl
+        .stream_runtime
+        .get()
+        .cloned()
+        .unwrap_or_else(tokio::runtime::Handle::current);
+    let flusher = streams.spawn(primary::flusher(shared.clone()));
+    let mut feeds = Vec::new();
     let link = tokio::spawn(replica::link(shared.clone()));
     if shared.cluster.is_some() {
         match &shared.config.etcd {
@@ -536,7 +556,8 @@ async fn run(shared: Arc<Shared>) {
             _ = shutdown.wait_for(|stop| *stop) => break,
             job = jobs.recv() => match job {
                 Some(Job::Feed(h)) => {
-                    tasks.spawn(primary::feed(shared.clone(), h));
+                    feeds.retain(|f: &tokio::task::JoinHandle<()>| !f.is_finished());
+                    feeds.push(streams.spawn(primary::feed(shared.clone(), h)));
                 }
                 Some(Job::Import { host, port, ranges }) => {
                     tasks.spawn(crate::cluster::migrate::run(shared.clone(), host, port, ranges));
@@ -563,6 +584,9 @@ async fn run(shared: Arc<Shared>) {
         while tasks.try_join_next().is_some() {}
     }
     flusher.abort();
+    for f in feeds {
+        f.abort();
+    }
     link.abort();
     tasks.abort_all();
 }
