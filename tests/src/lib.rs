@@ -433,3 +433,257 @@ impl Drop for RedisSentinel {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A directory under the system temp dir, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A fresh, empty directory named after `name`, this process and a counter.
+    pub fn new(name: &str) -> TempDir {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("sluice-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the admin tool, `sluice cluster ARGS...`, bounded by `timeout 120`.
+pub fn sluice_cluster(args: &[&str]) -> Output {
+    Command::new("timeout")
+        .arg("120")
+        .arg(binary())
+        .arg("cluster")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sluice cluster")
+}
+
+/// A running `etcd` (the Debian etcd-server's) on free loopback ports, with its data in a
+/// directory of its own. Stopped by its PID and its directory removed on drop; if the test is
+/// panicking, its log's tail is printed.
+#[derive(Debug)]
+pub struct Etcd {
+    child: Child,
+    pub port: u16,
+    dir: TempDir,
+}
+
+impl Etcd {
+    /// Starts etcd and waits up to 20 s for `GET /health` to say `"health":"true"`.
+    pub fn start() -> Etcd {
+        let dir = TempDir::new("etcd");
+        let logfile = dir.path().join("etcd.log");
+        // A port picked by free_port can be taken before etcd binds it: try others.
+        for attempt in 0..3 {
+            let (port, peer) = (free_port(), free_port());
+            let client_url = format!("http://127.0.0.1:{port}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let mut child = Command::new("etcd")
+                .args(["--name", "sluice-test"])
+                .arg("--data-dir")
+                .arg(dir.path().join(format!("data-{attempt}")))
+                .args(["--listen-client-urls", &client_url])
+                .args(["--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &format!("sluice-test={peer_url}")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&logfile).expect("etcd log"))
+                .spawn()
+                .expect("spawn etcd");
+            let healthy = wait_until(Duration::from_secs(20), || {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return Some(false);
+                }
+                http_get(port, "/health")
+                    .filter(|body| body.contains("\"health\":\"true\""))
+                    .map(|_| true)
+            });
+            if healthy == Some(true) {
+                return Etcd { child, port, dir };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!(
+            "etcd did not start; log:\n{}",
+            std::fs::read_to_string(&logfile).unwrap_or_default()
+        );
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// What etcd has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            eprintln!("--- etcd :{} log (tail) ---", self.port);
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// `GET path` on 127.0.0.1:`port` over HTTP/1.0; the body, or `None` on any failure.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::Write;
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?;
+    (status == "200").then(|| body.to_string())
+}
+
+/// Starts a cluster node (`--cluster yes --threads 1`) keeping its id and table in `config`, on
+/// `port` (0: a free one; a fixed port restarts a node where its peers expect it).
+pub fn cluster_node(port: u16, config: &std::path::Path, extra: &[&str]) -> Sluice {
+    let config = config.to_str().expect("utf-8 path");
+    let mut args = vec![
+        "--threads",
+        "1",
+        "--cluster",
+        "yes",
+        "--cluster-config-file",
+        config,
+    ];
+    args.extend_from_slice(extra);
+    Sluice::start_on(port, &args)
+}
+
+/// A RESP2 connection to 127.0.0.1:`port` with 5 s timeouts, or `None`.
+pub fn try_connect(port: u16) -> Option<redis::Connection> {
+    let c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .ok()?
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    c.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+    Some(c)
+}
+
+/// One field of `CLUSTER INFO` on the node at `port`.
+pub fn cluster_info_field(port: u16, name: &str) -> Option<String> {
+    let text: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query(&mut try_connect(port)?)
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+}
+
+/// One range of `CLUSTER SLOTS`: its slots and the ports of its primary and replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotsEntry {
+    pub start: u16,
+    pub end: u16,
+    pub primary: u16,
+    pub replicas: Vec<u16>,
+}
+
+/// `CLUSTER SLOTS` on the node at `port`, sorted by slot; `None` if it does not answer.
+pub fn cluster_slots(port: u16) -> Option<Vec<SlotsEntry>> {
+    let reply: redis::Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut try_connect(port)?)
+        .ok()?;
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    let node_port = |v: &redis::Value| match v {
+        redis::Value::Array(n) => n.get(1).and_then(int),
+        _ => None,
+    };
+    let redis::Value::Array(ranges) = reply else {
+        return None;
+    };
+    let mut out = Vec::new();
+    for r in &ranges {
+        let redis::Value::Array(r) = r else {
+            return None;
+        };
+        out.push(SlotsEntry {
+            start: int(r.first()?)?,
+            end: int(r.get(1)?)?,
+            primary: node_port(r.get(2)?)?,
+            replicas: r[3..].iter().map(node_port).collect::<Option<_>>()?,
+        });
+    }
+    out.sort_by_key(|e| e.start);
+    Some(out)
+}
+
+/// Whether `slots` covers 0..=16383 exactly once, in order.
+pub fn covers_every_slot(slots: &[SlotsEntry]) -> bool {
+    let mut next = 0u32;
+    for e in slots {
+        if u32::from(e.start) != next || e.end < e.start {
+            return false;
+        }
+        next = u32::from(e.end) + 1;
+    }
+    next == 16384
+}
+
+/// The port of the primary that owns `slot` in `slots`.
+pub fn owner_of(slots: &[SlotsEntry], slot: u16) -> Option<u16> {
+    slots
+        .iter()
+        .find(|e| (e.start..=e.end).contains(&slot))
+        .map(|e| e.primary)
+}
+
+/// Redis Cluster's key slot: CRC16/XMODEM of the key or its first non-empty `{tag}`, mod 16384.
+/// Computed here on purpose, not asked of the server: the test checks the server against it.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    let mut crc: u16 = 0;
+    for &b in tagged.unwrap_or(key) {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}

@@ -174,8 +174,8 @@ impl Conn {
             .transpose()
     }
 
-    /// A cluster-mode node with no table yet, as a table `Node`.
-    fn empty_node(&mut self) -> Fallible<Node> {
+    /// A cluster-mode node, as a table `Node`, with the table it holds (if any).
+    fn cluster_node(&mut self) -> Fallible<(Node, Option<SlotTable>)> {
         if self.field("cluster", "cluster_enabled")?.as_deref() != Some("1") {
             return Err(format!(
                 "{} is not in cluster mode (start it with --cluster yes)",
@@ -183,20 +183,27 @@ impl Conn {
             ));
         }
         let id = self.myid()?;
+        let node = Node {
+            id,
+            host: self.host.clone(),
+            port: self.port,
+        };
+        Ok((node, self.table()?))
+    }
+
+    /// A cluster-mode node that belongs to no cluster yet, as a table `Node`.
+    fn empty_node(&mut self) -> Fallible<Node> {
+        let (node, table) = self.cluster_node()?;
         // A node that read the table from etcd knows it, but is not in it yet.
-        if let Some(t) = self.table()?
-            && t.shard_of(&id).is_some()
+        if let Some(t) = table
+            && t.shard_of(&node.id).is_some()
         {
             return Err(format!(
                 "{} already belongs to a cluster (table epoch {})",
                 self.addr, t.epoch
             ));
         }
-        Ok(Node {
-            id,
-            host: self.host.clone(),
-            port: self.port,
-        })
+        Ok(node)
     }
 
     fn push(&mut self, table: &SlotTable) -> Fallible<()> {
@@ -222,6 +229,24 @@ fn store_in_etcd(admin: &Admin, table: &SlotTable) -> Fallible<()> {
     })?;
     println!("    etcd {url} {key} holds table epoch {}", table.epoch);
     Ok(())
+}
+
+/// The table etcd holds, if the cluster keeps it there.
+fn etcd_table(admin: &Admin) -> Fallible<Option<SlotTable>> {
+    let Some(url) = &admin.etcd else {
+        return Ok(None);
+    };
+    let key = crate::cluster::etcd::table_key(&admin.etcd_prefix);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let mut client = crate::cluster::etcd::connect(url).await?;
+        Ok(crate::cluster::etcd::read(&mut client, &key)
+            .await?
+            .map(|(t, _)| t))
+    })
 }
 
 fn describe(table: &SlotTable) {
@@ -266,11 +291,12 @@ fn create(admin: &Admin, addrs: &[String], replicas: usize) -> Fallible<()> {
         .map(|a| Conn::open(admin, a))
         .collect::<Fallible<Vec<_>>>()
         .map_err(|e| format!("{e}; nothing changed"))?;
-    let nodes = conns
+    let found = conns
         .iter_mut()
-        .map(Conn::empty_node)
+        .map(Conn::cluster_node)
         .collect::<Fallible<Vec<_>>>()
         .map_err(|e| format!("{e}; nothing changed"))?;
+    let nodes: Vec<Node> = found.iter().map(|(n, _)| n.clone()).collect();
     let primaries = (nodes.len() / (replicas + 1)).max(1);
     let mut shards: Vec<(Node, Vec<Node>)> = nodes[..primaries]
         .iter()
@@ -281,12 +307,36 @@ fn create(admin: &Admin, addrs: &[String], replicas: usize) -> Fallible<()> {
     }
     let table =
         sluice_cluster::try_create(1, shards).map_err(|e| format!("{e}; nothing changed"))?;
+    // Placement is a function of the node list, so a rerun after a failed step computes the
+    // same table: a node that already holds exactly it is fine, any other member of a cluster
+    // is refused.
+    for (c, (node, held)) in conns.iter().zip(&found) {
+        if let Some(t) = held
+            && t.shard_of(&node.id).is_some()
+            && *t != table
+        {
+            return Err(format!(
+                "{} already belongs to a cluster (table epoch {}); nothing changed",
+                c.addr, t.epoch
+            ));
+        }
+    }
     step(&format!(
         "Placement by consistent hashing ({} primaries, {} replicas, epoch 1):",
         primaries,
         nodes.len() - primaries
     ));
     describe(&table);
+    let rerun = format!("rerun `sluice cluster create {}`", addrs.join(" "));
+    if admin.etcd.is_some() {
+        step("Storing the table in etcd");
+        if let Err(e) = store_in_etcd(admin, &table) {
+            if etcd_table(admin)?.as_ref() != Some(&table) {
+                return Err(format!("{e}; nothing changed"));
+            }
+            println!("    etcd holds this table already");
+        }
+    }
     for shard in &table.shards {
         for r in &shard.replicas {
             let c = conns
@@ -298,24 +348,21 @@ fn create(admin: &Admin, addrs: &[String], replicas: usize) -> Fallible<()> {
                 c.addr, shard.primary.host, shard.primary.port
             ));
             let port = shard.primary.port.to_string();
-            let _: String = c.query(&["REPLICAOF", &shard.primary.host, &port])?;
+            c.query::<String>(&["REPLICAOF", &shard.primary.host, &port])
+                .map_err(|e| format!("{e}; {rerun} once the node is back"))?;
         }
-    }
-    if admin.etcd.is_some() {
-        step("Storing the table in etcd");
-        store_in_etcd(admin, &table).map_err(|e| format!("{e}; nothing changed"))?;
     }
     step("Pushing the table to every node");
     for c in &mut conns {
         if let Err(e) = c.push(&table) {
-            // With etcd the node may have read the table there first.
-            if admin.etcd.is_none() || !e.contains("not newer") {
+            // A rerun, or (with etcd) the node read the table there first.
+            if c.table().ok().flatten().as_ref() != Some(&table) {
                 return Err(format!(
-                    "{e}; rerun `sluice cluster create` once the node is back (nodes that took the table keep it)"
+                    "{e}; {rerun} once the node is back (nodes that took the table keep it)"
                 ));
             }
         }
-        println!("    {} took table epoch 1", c.addr);
+        println!("    {} holds table epoch 1", c.addr);
     }
     step("Waiting for every node to report cluster_state:ok and every replica link up");
     for c in &mut conns {
@@ -498,21 +545,37 @@ fn migrate(
     let sources: Vec<String> = feeds_of.keys().map(|s| s.to_string()).collect();
     let pause_ms = PAUSE.as_millis().to_string();
     // Every source pauses first, then all are waited for together: the pauses overlap
-    // instead of adding up.
-    let mut offsets: Vec<(String, i64)> = Vec::new();
+    // instead of adding up. Each source is paused twice: a write that passed the pause check
+    // on another of the source's threads just before the first PAUSE lands in the stream after
+    // its offset; once the targets acked that offset, the second PAUSE's offset covers it.
+    // That narrows the window to a thread stalled between its check and its write for a whole
+    // round trip; closing it takes the node waiting for writes in flight when it pauses.
+    struct Handover {
+        from: String,
+        args: Vec<String>,
+        offset: i64,
+        second: bool,
+    }
+    let mut waiting: Vec<Handover> = Vec::new();
     let mut paused_at: BTreeMap<String, Instant> = BTreeMap::new();
     for from in &sources {
-        let ranges: Vec<String> = moves
-            .iter()
-            .filter(|m| &m.from == from)
-            .map(|m| format!("{}-{}", m.start, m.end))
-            .collect();
+        let mut args = vec!["CLUSTER".to_string(), "PAUSE".into(), pause_ms.clone()];
+        args.extend(
+            moves
+                .iter()
+                .filter(|m| &m.from == from)
+                .map(|m| format!("{}-{}", m.start, m.end)),
+        );
         let c = conns.get_mut(from).ok_or("internal")?;
-        let mut args = vec!["CLUSTER", "PAUSE", pause_ms.as_str()];
-        args.extend(ranges.iter().map(String::as_str));
         paused_at.insert(from.clone(), Instant::now());
-        match c.query::<i64>(&args) {
-            Ok(offset) => offsets.push((from.clone(), offset)),
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        match c.query::<i64>(&argv) {
+            Ok(offset) => waiting.push(Handover {
+                from: from.clone(),
+                args,
+                offset,
+                second: false,
+            }),
             Err(e) => {
                 cancel(conns);
                 return Err(format!(
@@ -522,28 +585,39 @@ fn migrate(
         }
     }
     // Every feed of each source (one per target), each acked up to its pause's offset.
-    let mut waiting = offsets;
     while !waiting.is_empty() {
         let mut failed = None;
-        waiting.retain(|(from, offset)| {
-            if failed.is_some() {
-                return true;
-            }
-            let Some(c) = conns.get_mut(from) else {
-                return true;
+        for h in &mut waiting {
+            let Some(c) = conns.get_mut(&h.from) else {
+                continue;
             };
-            match c.query::<(i64, i64)>(&["CLUSTER", "MIGRATE-STATUS"]) {
-                Ok((feeds, acked)) => !(feeds == feeds_of[from.as_str()] && acked >= *offset),
-                Err(e) => {
-                    failed = Some(e);
-                    true
+            let acked = c
+                .query::<(i64, i64)>(&["CLUSTER", "MIGRATE-STATUS"])
+                .map(|(feeds, acked)| feeds == feeds_of[h.from.as_str()] && acked >= h.offset);
+            match acked {
+                Ok(true) if !h.second => {
+                    let argv: Vec<&str> = h.args.iter().map(String::as_str).collect();
+                    match c.query::<i64>(&argv) {
+                        Ok(offset) => {
+                            h.offset = offset;
+                            h.second = true;
+                        }
+                        Err(e) => failed = Some(e),
+                    }
                 }
+                Ok(true) => h.from.clear(),
+                Ok(false) => {}
+                Err(e) => failed = Some(e),
             }
-        });
+            if failed.is_some() {
+                break;
+            }
+        }
+        waiting.retain(|h| !h.from.is_empty());
         if failed.is_none() && !waiting.is_empty() && pause_start.elapsed() > CATCH_UP {
             let addrs: Vec<&str> = waiting
                 .iter()
-                .filter_map(|(from, _)| conns.get(from).map(|c| c.addr.as_str()))
+                .filter_map(|h| conns.get(&h.from).map(|c| c.addr.as_str()))
                 .collect();
             failed = Some(format!(
                 "the new owners did not confirm the last changes of {} in time",
@@ -624,9 +698,24 @@ fn migrate(
     let mut seen: std::collections::BTreeSet<String> = targets.iter().cloned().collect();
     order.retain(|id| seen.insert(id.clone()));
     let mut pause_ms = 0;
+    let mut stale_sources = Vec::new();
     for id in &order {
         let c = conns.get_mut(id).ok_or("internal")?;
-        match c.push(new) {
+        let mut pushed = c.push(new);
+        // An old owner that keeps the old table serves the moved slots again once its pause
+        // ends: try it on fresh connections before giving up on it.
+        for _ in 0..3 {
+            if pushed.is_ok() || !paused_at.contains_key(id) || admin.etcd.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            pushed = Conn::open(admin, &c.addr.clone()).and_then(|mut fresh| {
+                fresh.push(new)?;
+                *c = fresh;
+                Ok(())
+            });
+        }
+        match pushed {
             Ok(()) => {}
             Err(e) if e.contains("not newer") && admin.etcd.is_some() => {}
             Err(e) => {
@@ -634,6 +723,9 @@ fn migrate(
                     "    {} did not take the table ({e}); it learns it from its peers when it restarts",
                     c.addr
                 );
+                if paused_at.contains_key(id) && admin.etcd.is_none() {
+                    stale_sources.push(c.addr.clone());
+                }
                 continue;
             }
         }
@@ -651,6 +743,15 @@ fn migrate(
         started.elapsed().as_millis(),
         new.epoch
     );
+    if !stale_sources.is_empty() {
+        return Err(format!(
+            "{} kept the old table: its writes to the moved slots resume when its pause ends \
+             ({} s); stop it, or push it the table with `CLUSTER SETTABLE` (text: `CLUSTER GETTABLE` \
+             on any node)",
+            stale_sources.join(", "),
+            PAUSE.as_secs()
+        ));
+    }
     Ok(())
 }
 

@@ -51,6 +51,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
     let laddr = stream.local_addr().unwrap_or(shared.local_addr);
     let client = shared.clients.register(peer, laddr);
     let mut session = Session::new(client.clone(), shared.requirepass.read().is_none());
+    session.thread = thread;
     let why = serve_session(&stream, &shared, &mut session, thread).await;
     cmd::pubsub::clear(&shared, &mut session.subs, client.id);
     if why == Close::HandOff
@@ -116,6 +117,7 @@ async fn serve_session(
             last_active = Instant::from_std(read_at);
             let now = shared.clock.at(read_at);
             let mut executed = 0u64;
+            let batch = shared.cluster.as_ref().map(|c| c.batch(thread));
             loop {
                 match parser.parse_into(&mut rbuf, &mut request) {
                     Ok(true) => {
@@ -164,6 +166,7 @@ async fn serve_session(
             // Release the last frame so the read buffer is ours alone again and can be reused
             // in place rather than reallocated.
             request.clear();
+            drop(batch);
             shared.stats.add_commands(thread, executed);
             if executed > 0 {
                 let since_created = read_at.saturating_duration_since(client.created);

@@ -56,7 +56,7 @@ impl Shared {
             let file = config.cluster_config_file.clone().unwrap_or_else(|| {
                 std::path::PathBuf::from(format!("nodes-{}.conf", local_addr.port()))
             });
-            Some(crate::cluster::Cluster::open(file)?)
+            Some(crate::cluster::Cluster::open(file, config.threads())?)
         } else {
             None
         };

@@ -146,22 +146,41 @@ fn adopt_if_newer(shared: &Shared, table: SlotTable) {
     }
 }
 
-/// A promoted replica's write of its new table.
+/// A promoted replica's write of its new table. If etcd holds a table at least as new
+/// (another shard's promotion), this node's promotion is applied on top of it and written again.
 pub async fn store(shared: Arc<Shared>, table: SlotTable) {
-    let (Some(url), Some(prefix)) = (&shared.config.etcd, Some(&shared.config.etcd_prefix)) else {
+    let (Some(url), Some(cluster)) = (&shared.config.etcd, shared.cluster.as_ref()) else {
         return;
     };
-    let key = table_key(prefix);
+    let key = table_key(&shared.config.etcd_prefix);
+    let mut table = table;
     for _ in 0..5 {
         let result = async {
             let mut client = connect(url).await?;
-            compare_and_swap(&mut client, &key, &table).await
+            match compare_and_swap(&mut client, &key, &table).await {
+                Ok(()) => Ok(None),
+                Err(e) => match read(&mut client, &key).await? {
+                    Some((stored, _)) if stored.epoch >= table.epoch => Ok(Some(stored)),
+                    _ => Err(e),
+                },
+            }
         }
         .await;
         match result {
-            Ok(()) => {
+            Ok(None) => {
                 crate::log(&format!("Stored table epoch {} in etcd", table.epoch));
                 return;
+            }
+            Ok(Some(stored)) => {
+                let Some(merged) = super::reapply_promotion(&cluster.myid, &table, stored) else {
+                    return;
+                };
+                if let Err(e) = super::adopt(&shared, merged.clone()) {
+                    crate::log(&format!("Merged table refused: {e}"));
+                    return;
+                }
+                table = merged;
+                continue;
             }
             Err(e) => crate::log(&format!("Storing table epoch {} in etcd: {e}", table.epoch)),
         }

@@ -166,6 +166,9 @@ async fn import(
     } = peer;
     let mut offset = 0u64;
     let mut tick = tokio::time::interval(ACK_EVERY);
+    // A GETACK is answered once the OFFSET record that closes its chunk is in: the source's
+    // handover waits for exactly that offset, and the two can arrive in separate reads.
+    let mut want_ack = false;
     loop {
         let mut ack_now = false;
         let now = shared.clock.now();
@@ -175,8 +178,11 @@ async fn import(
                 Ok(Some((rec, used))) => {
                     used_total += used;
                     match rec {
-                        Record::Offset(n) => offset = n,
-                        Record::GetAck => ack_now = true,
+                        Record::Offset(n) => {
+                            offset = n;
+                            ack_now |= std::mem::take(&mut want_ack);
+                        }
+                        Record::GetAck => want_ack = true,
                         Record::Ping => {}
                         rec => shared.store.apply(rec, now),
                     }

@@ -55,6 +55,20 @@ pub struct Cluster {
     pausing: AtomicBool,
     pause: Mutex<Option<Pause>>,
     pub imports: migrate::Imports,
+    /// Per worker thread: set while it runs a batch of commands. A pause waits until every
+    /// other worker has been outside a batch once, so a write that passed the slot check just
+    /// before the pause is applied (and journaled) before the pause's offset is taken.
+    in_batch: Box<[crossbeam_utils::CachePadded<AtomicBool>]>,
+}
+
+/// A worker's batch, for [`Cluster::pause`]; clears the flag when dropped.
+#[derive(Debug)]
+pub struct Batch<'a>(&'a AtomicBool);
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Why a keyed command is not served here, as the Redis Cluster error a client expects.
@@ -97,7 +111,7 @@ fn parse_config(text: &str) -> Result<(String, Option<SlotTable>), String> {
 
 impl Cluster {
     /// Loads (or creates) the config file: a new node gets a new id and no table.
-    pub fn open(config_file: PathBuf) -> std::io::Result<Cluster> {
+    pub fn open(config_file: PathBuf, threads: usize) -> std::io::Result<Cluster> {
         let (myid, table) = match std::fs::read_to_string(&config_file) {
             Ok(text) => parse_config(&text).map_err(|e| {
                 std::io::Error::other(format!(
@@ -117,6 +131,9 @@ impl Cluster {
             pausing: AtomicBool::new(false),
             pause: Mutex::new(None),
             imports: migrate::Imports::default(),
+            in_batch: (0..threads.max(1))
+                .map(|_| crossbeam_utils::CachePadded::new(AtomicBool::new(false)))
+                .collect(),
         };
         if let Some(t) = table {
             cluster.set_view(t);
@@ -194,8 +211,17 @@ impl Cluster {
         Ok(())
     }
 
-    /// Pauses writes to `slots` until `until` or the next table.
-    pub fn pause(&self, slots: &[(u16, u16)], until: Instant) {
+    /// Marks worker `thread` as running a batch until the guard drops.
+    pub fn batch(&self, thread: usize) -> Batch<'_> {
+        let flag = &self.in_batch[thread % self.in_batch.len()];
+        flag.store(true, Ordering::SeqCst);
+        Batch(flag)
+    }
+
+    /// Pauses writes to `slots` until `until` or the next table. Returns once every write that
+    /// passed the slot check before the pause has been applied: each other worker has been
+    /// seen outside a batch (the caller's own batch is the one running this).
+    pub fn pause(&self, slots: &[(u16, u16)], until: Instant, caller: usize) {
         let mut set = Box::new([false; SLOTS]);
         for &(a, b) in slots {
             for s in a..=b {
@@ -203,7 +229,16 @@ impl Cluster {
             }
         }
         *self.pause.lock() = Some(Pause { slots: set, until });
-        self.pausing.store(true, Ordering::Release);
+        self.pausing.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + std::time::Duration::from_millis(100);
+        for (i, flag) in self.in_batch.iter().enumerate() {
+            if i == caller % self.in_batch.len() {
+                continue;
+            }
+            while flag.load(Ordering::SeqCst) && Instant::now() < deadline {
+                std::hint::spin_loop();
+            }
+        }
     }
 
     pub fn unpause(&self) {
@@ -222,6 +257,20 @@ impl Cluster {
                 self.pausing.store(false, Ordering::Release);
                 false
             }
+        }
+    }
+
+    /// Where `key`'s writes go: MOVED to its slot's primary (CLUSTERDOWN without a table).
+    pub fn moved(&self, key: &[u8]) -> Redirect {
+        let Some(view) = self.view() else {
+            return Redirect::Down;
+        };
+        let slot = key_slot(key);
+        let p = &view.table.shards[view.table.owner(slot)].primary;
+        Redirect::Moved {
+            slot,
+            host: p.host.clone(),
+            port: p.port,
         }
     }
 
@@ -259,7 +308,7 @@ impl Cluster {
         let owner = view.table.owner(slot);
         if view.my_shard == Some(owner) {
             if view.primary {
-                if write && self.pausing.load(Ordering::Acquire) && self.paused(slot) {
+                if write && self.pausing.load(Ordering::SeqCst) && self.paused(slot) {
                     return Err(Redirect::TryAgain);
                 }
                 return Ok(());
@@ -397,27 +446,79 @@ pub async fn refresh_from_peers(shared: Arc<Shared>) {
 }
 
 /// Sends this node's table to every peer (after a promotion), each in its own call; a peer
-/// that is down learns it when it starts and asks.
+/// that is down learns it when it starts and asks. A peer that holds a table at least as new
+/// (another shard's promotion in the same moment) is read back, this node's promotion is
+/// applied on top of it under a higher epoch, and the result is sent again.
 pub async fn push_table(shared: Arc<Shared>) {
-    let Some(view) = shared.cluster.as_ref().and_then(Cluster::view) else {
+    let Some(cluster) = shared.cluster.as_ref() else {
         return;
     };
-    let text = view.table.encode();
-    for (host, port) in peers(&shared) {
-        let sent = async {
-            let mut p = Peer::connect(&host, port).await?;
-            let reply = p.call(&[b"CLUSTER", b"SETTABLE", text.as_bytes()]).await?;
-            Ok::<_, String>(crate::peer::text(&reply))
+    for _ in 0..5 {
+        let Some(view) = cluster.view() else {
+            return;
         };
-        match tokio::time::timeout(std::time::Duration::from_secs(2), sent).await {
-            Ok(Ok(reply)) => crate::log(&format!(
-                "Table epoch {} sent to {host}:{port}: {reply}",
-                view.table.epoch
-            )),
-            Ok(Err(e)) => crate::log(&format!("Table not sent to {host}:{port}: {e}")),
-            Err(_) => crate::log(&format!("Table not sent to {host}:{port}: timed out")),
+        let text = view.table.encode();
+        let mut theirs: Option<SlotTable> = None;
+        for (host, port) in peers(&shared) {
+            let sent = async {
+                let mut p = Peer::connect(&host, port).await?;
+                let reply = p.call(&[b"CLUSTER", b"SETTABLE", text.as_bytes()]).await?;
+                let reply = crate::peer::text(&reply);
+                let table = if reply.contains("not newer") {
+                    match p.call(&[b"CLUSTER", b"GETTABLE"]).await? {
+                        Reply::BulkString(t) => {
+                            SlotTable::decode(&String::from_utf8_lossy(&t)).ok()
+                        }
+                        _ => None,
+                    }
+                } else {
+                    None
+                };
+                Ok::<_, String>((reply, table))
+            };
+            match tokio::time::timeout(std::time::Duration::from_secs(2), sent).await {
+                Ok(Ok((reply, table))) => {
+                    crate::log(&format!(
+                        "Table epoch {} sent to {host}:{port}: {reply}",
+                        view.table.epoch
+                    ));
+                    if let Some(t) = table
+                        && t != *view.table
+                        && theirs.as_ref().is_none_or(|b| t.epoch > b.epoch)
+                    {
+                        theirs = Some(t);
+                    }
+                }
+                Ok(Err(e)) => crate::log(&format!("Table not sent to {host}:{port}: {e}")),
+                Err(_) => crate::log(&format!("Table not sent to {host}:{port}: timed out")),
+            }
+        }
+        let Some(theirs) = theirs else {
+            return;
+        };
+        match reapply_promotion(&cluster.myid, &view.table, theirs) {
+            Some(merged) => {
+                let epoch = merged.epoch;
+                if let Err(e) = adopt(&shared, merged) {
+                    crate::log(&format!("Merged table epoch {epoch} refused: {e}"));
+                    return;
+                }
+                crate::log(&format!(
+                    "A peer held a concurrent table: this node's promotion re-applied on it as epoch {epoch}"
+                ));
+            }
+            None => return,
         }
     }
+}
+
+/// `theirs` (a table at least as new as `mine`, from a peer or etcd) with this node's
+/// promotion applied on top under a higher epoch; `None` if it already has it.
+pub fn reapply_promotion(myid: &str, mine: &SlotTable, theirs: SlotTable) -> Option<SlotTable> {
+    if theirs.is_primary(myid) {
+        return None;
+    }
+    theirs.promote(myid, theirs.epoch.max(mine.epoch) + 1)
 }
 
 /// After `REPLICAOF NO ONE` on a replica of the cluster: it takes over its shard's slots
@@ -451,7 +552,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("nodes.conf");
         let _ = std::fs::remove_file(&file);
-        let c = Cluster::open(file.clone()).unwrap();
+        let c = Cluster::open(file.clone(), 1).unwrap();
         assert_eq!(c.epoch(), 0);
         let me = sluice_cluster::Node {
             id: c.myid.clone(),
@@ -466,10 +567,10 @@ mod tests {
         );
         assert_eq!(c.epoch(), 3);
         // A restart comes back with the same id and table.
-        let again = Cluster::open(file.clone()).unwrap();
+        let again = Cluster::open(file.clone(), 1).unwrap();
         assert_eq!(again.myid, c.myid);
         assert_eq!(again.epoch(), 3);
         std::fs::write(&file, "garbage").unwrap();
-        assert!(Cluster::open(file).is_err());
+        assert!(Cluster::open(file, 1).is_err());
     }
 }

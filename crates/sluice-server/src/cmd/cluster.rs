@@ -222,7 +222,8 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                 });
             }
             ClusterCmd::Pause(ms, ranges) => {
-                cluster.pause(&ranges, Instant::now() + Duration::from_millis(ms));
+                let until = Instant::now() + Duration::from_millis(ms);
+                cluster.pause(&ranges, until, ctx.session.thread);
                 let offset = ctx.shared.repl.flush(&ctx.shared.store, true);
                 reply::integer(out, offset as i64);
             }

@@ -88,6 +88,8 @@ pub struct Session {
     pub cluster_view: Option<Arc<crate::cluster::View>>,
     /// READONLY: read keys of this replica's shard here instead of following MOVED.
     pub readonly: bool,
+    /// The worker thread this connection lives on.
+    pub thread: usize,
 }
 
 impl Session {
@@ -107,6 +109,7 @@ impl Session {
             replica_capa: false,
             cluster_view: None,
             readonly: false,
+            thread: 0,
         }
     }
 
@@ -849,8 +852,10 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     if let Some(cluster) = &ctx.shared.cluster
         && spec.first_key > 0
     {
-        let write = spec.write;
         let readonly = ctx.session.readonly;
+        // RL.CHECK is a read with DRY or COST 0, which a READONLY connection may send to a
+        // replica; RL.CHECK itself redirects the writes (see `rl_check`).
+        let write = spec.write && !(readonly && spec.name == "rl.check");
         let keys = key_args(spec, req);
         if let Err(redirect) = cluster.check(&mut ctx.session.cluster_view, keys, write, readonly) {
             fail_transaction(ctx);

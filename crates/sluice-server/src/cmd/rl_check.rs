@@ -138,7 +138,11 @@ impl<'a> Command<'a> for RlCheck<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         if ctx.shared.repl.is_readonly() && !self.dry && self.params.cost > 0 {
-            return Err(CmdError::ReadOnly);
+            // A cluster replica sends writes to its shard's primary, as MOVED.
+            return Err(match &ctx.shared.cluster {
+                Some(cluster) => cluster.moved(self.key).into_error(),
+                None => CmdError::ReadOnly,
+            });
         }
         let decision = ctx
             .shared

@@ -213,7 +213,11 @@ pub async fn read_snapshot(peer: &mut Peer) -> LinkResult<BytesMut> {
             return Err("primary closed the connection during the snapshot".into());
         }
     }
-    Ok(peer.buf.split_to(len))
+    let snapshot = peer.buf.split_to(len);
+    // What follows the snapshot gets a buffer of its own: the rest of this one shares the
+    // snapshot's allocation, which would stay resident as long as the link lives.
+    peer.buf = BytesMut::from(&peer.buf[..]);
+    Ok(snapshot)
 }
 
 /// Applies the stream until the link fails.
