@@ -10,6 +10,8 @@
 //! - `store`: `sluice_store::Store::check` at 10k and 1M live keys from one thread (random key
 //!   order, like `redis-benchmark -r`), and two threads on one hot shard.
 //! - `reply`: the 5-integer array `RL.CHECK` answers with.
+//! - `cluster`: `sluice_cluster::key_slot`, the slot check of every keyed command in cluster mode,
+//!   on 9-, 16-, 22-byte (hash-tagged) and 64-byte keys, against the portable table-driven CRC.
 //!
 //! Run them with `cargo bench -p sluice-benches` (one file: `cargo bench -p sluice-benches
 //! --bench store`). Whole-server figures (throughput against Redis, bytes per bucket,

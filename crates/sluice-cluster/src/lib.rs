@@ -6,7 +6,7 @@
 //!
 //! # Layout
 //! - [`slot`]: [`crc16`], [`hash_tag`] and [`key_slot`], Redis's key → slot function, on every
-//!   command's path in cluster mode.
+//!   command's path in cluster mode (with carry-less multiplication on x86_64 CPUs that have it).
 //! - [`table`]: [`Node`], [`Shard`], [`SlotRange`] and [`SlotTable`], the validated slot → shard
 //!   table with its epoch, and failover ([`SlotTable::promote`]).
 //! - [`text`]: the versioned text form of a table ([`SlotTable::encode`], [`SlotTable::decode`]),

@@ -154,9 +154,9 @@ fn mask(masks: &Masks, len: usize) -> __m128i {
 
 /// `c` in lane 1 (the high 64 bits), for `pclmulqdq` to take from there.
 ///
-/// A constant only one lane of which is used is built from the other lane's point of view: in
-/// lane 0, LLVM builds a small one in a general register and moves it over (two instructions);
-/// in lane 1, it stays in memory, an operand of the `pclmulqdq` that uses it (none with AVX).
+/// LLVM keeps only the lane of a constant that `pclmulqdq` uses. A small constant in lane 0 is
+/// then built in a general register and moved over (two instructions); one in lane 1 stays in
+/// memory, the `pclmulqdq`'s operand (no instruction with AVX).
 #[target_feature(enable = "pclmulqdq,ssse3,sse4.1")]
 #[inline]
 fn in_lane_1(c: u64) -> __m128i {
@@ -259,7 +259,8 @@ fn load16(bytes: &[u8], at: usize) -> __m128i {
     unsafe { _mm_loadu_si128(bytes.as_ptr().add(at).cast()) }
 }
 
-/// `acc·x¹²⁸ + block` modulo P, reduced to 79 bits (`block` as loaded, in memory order).
+/// A polynomial of degree < 128 congruent to `acc·x¹²⁸ + block` modulo P (`acc` in natural lane
+/// order, `block` as loaded, in memory order).
 #[target_feature(enable = "pclmulqdq,ssse3,sse4.1")]
 #[inline]
 fn fold_block(acc: __m128i, block: __m128i) -> __m128i {
@@ -374,10 +375,8 @@ fn short_tagged(key: &[u8], raw: __m128i) -> u16 {
 fn find_from(key: &[u8], mut from: usize, byte: u8) -> Option<usize> {
     let n = key.len();
     debug_assert!(n >= 16);
-    let p = key.as_ptr();
     while from + 16 <= n {
-        // SAFETY: bytes `from..from + 16` are in `key`.
-        let found = find(unsafe { _mm_loadu_si128(p.add(from).cast()) }, byte);
+        let found = find(load16(key, from), byte);
         if found != 0 {
             return Some(from + found.trailing_zeros() as usize);
         }
@@ -386,8 +385,7 @@ fn find_from(key: &[u8], mut from: usize, byte: u8) -> Option<usize> {
     if from >= n {
         return None;
     }
-    // SAFETY: `n` ≥ 16: bytes `n − 16..n` are in `key`.
-    let found = find(unsafe { _mm_loadu_si128(p.add(n - 16).cast()) }, byte);
+    let found = find(load16(key, n - 16), byte);
     // Bit `k` of the load is byte `n − 16 + k`; drop those before `from` (fewer than 16).
     let found = found >> (from + 16 - n);
     (found != 0).then(|| from + found.trailing_zeros() as usize)
@@ -402,8 +400,9 @@ fn long_tagged(key: &[u8]) -> u16 {
     if n <= 32 {
         // Two loads cover the key; bit `i` of a mask is byte `i` (they overlap and agree).
         let (first, last) = (load16(key, 0), load16(key, n - 16));
-        let mask = |byte| u64::from(find(first, byte)) | u64::from(find(last, byte)) << (n - 16);
-        return slot_by_masks(key, mask(b'{'), mask(b'}'));
+        let positions =
+            |byte| u64::from(find(first, byte)) | u64::from(find(last, byte)) << (n - 16);
+        return slot_by_masks(key, positions(b'{'), positions(b'}'));
     }
     match find_from(key, 0, b'{') {
         Some(open) => tag_slot(key, open, find_from(key, open + 1, b'}')),
@@ -416,12 +415,13 @@ fn long_tagged(key: &[u8]) -> u16 {
 /// inlined into each, VEX-encoded in the second. (A shared body would be compiled once, for the
 /// SSE features, and `#[inline(always)]` does not go with `#[target_feature]`.)
 macro_rules! key_slot {
-    ($(#[$attr:meta])* $name:ident) => {
-        $(#[$attr])*
+    ($name:ident, $features:literal, $doc:literal) => {
+        #[doc = $doc]
+        #[target_feature(enable = $features)]
         pub(super) fn $name(key: &[u8]) -> u16 {
             /// More than 16 bytes: out of line, so that the short keys' path does not share
             /// (and jump to) its end.
-            $(#[$attr])*
+            #[target_feature(enable = $features)]
             #[inline(never)]
             fn long(key: &[u8]) -> u16 {
                 let Some(v) = fold_long(key, true) else {
@@ -449,13 +449,13 @@ macro_rules! key_slot {
 }
 
 key_slot!(
-    /// [`super::key_slot`] with `pclmulqdq`, `ssse3` and `sse4.1`.
-    #[target_feature(enable = "pclmulqdq,ssse3,sse4.1")]
-    key_slot_sse
+    key_slot_sse,
+    "pclmulqdq,ssse3,sse4.1",
+    "[`super::key_slot`] with `pclmulqdq`, `ssse3` and `sse4.1`."
 );
 
 key_slot!(
-    /// [`super::key_slot`] with `pclmulqdq`, `ssse3`, `sse4.1` and `avx`.
-    #[target_feature(enable = "pclmulqdq,ssse3,sse4.1,avx")]
-    key_slot_avx
+    key_slot_avx,
+    "pclmulqdq,ssse3,sse4.1,avx",
+    "[`super::key_slot`] with `pclmulqdq`, `ssse3`, `sse4.1` and `avx`."
 );

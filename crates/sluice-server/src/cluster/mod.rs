@@ -395,14 +395,34 @@ fn peers(shared: &Shared) -> Vec<(String, u16)> {
         .collect()
 }
 
+/// How often a node without etcd asks its peers whether the table moved on (a push it missed
+/// while it was up, or a promotion elsewhere).
+const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// At start: asks every peer of the stored table for its table and adopts the newest, before
 /// this node serves a key. A peer that does not answer is skipped; with none answering, the
-/// stored table stands (and says so in the log).
+/// stored table stands (and says so in the log). Then asks again every [`REFRESH_EVERY`], so a
+/// node never serves for long from a table older than one a peer holds.
 pub async fn refresh_from_peers(shared: Arc<Shared>) {
     let Some(cluster) = shared.cluster.as_ref() else {
         return;
     };
-    let peers = peers(&shared);
+    let mut first = true;
+    loop {
+        refresh_once(&shared, first).await;
+        if first {
+            cluster.loading.store(false, Ordering::Release);
+            first = false;
+        }
+        tokio::time::sleep(REFRESH_EVERY).await;
+    }
+}
+
+async fn refresh_once(shared: &Arc<Shared>, verbose: bool) {
+    let Some(cluster) = shared.cluster.as_ref() else {
+        return;
+    };
+    let peers = peers(shared);
     let mut answered = 0;
     let mut newest: Option<SlotTable> = None;
     for (host, port) in &peers {
@@ -425,24 +445,24 @@ pub async fn refresh_from_peers(shared: Arc<Shared>) {
                     newest = Some(t);
                 }
             }
-            Ok(Err(e)) => crate::log(&format!("peer {host}:{port} gave no table: {e}")),
-            Err(_) => crate::log(&format!("peer {host}:{port} did not answer in time")),
+            Ok(Err(e)) if verbose => crate::log(&format!("peer {host}:{port} gave no table: {e}")),
+            Err(_) if verbose => crate::log(&format!("peer {host}:{port} did not answer in time")),
+            _ => {}
         }
     }
     if let Some(t) = newest
         && t.epoch > cluster.epoch()
     {
         let epoch = t.epoch;
-        match adopt(&shared, t) {
+        match adopt(shared, t) {
             Ok(()) => crate::log(&format!(
                 "Adopted a newer table (epoch {epoch}) from a peer"
             )),
             Err(e) => crate::log(&format!("A peer's newer table was refused: {e}")),
         }
-    } else if !peers.is_empty() && answered == 0 {
+    } else if verbose && !peers.is_empty() && answered == 0 {
         crate::log("No peer answered: serving with the stored table");
     }
-    cluster.loading.store(false, Ordering::Release);
 }
 
 /// Sends this node's table to every peer (after a promotion), each in its own call; a peer
