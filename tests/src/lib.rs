@@ -687,3 +687,39 @@ pub fn key_slot(key: &[u8]) -> u16 {
     }
     crc % 16384
 }
+
+/// A current-thread tokio runtime for the async cluster client.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A redis-rs cluster connection, retrying MOVED and TRYAGAIN quickly (its default first wait
+/// is over a second).
+pub async fn cluster_client(urls: Vec<String>) -> redis::cluster_async::ClusterConnection {
+    redis::cluster::ClusterClient::builder(urls)
+        .retries(50)
+        .min_retry_wait(2)
+        .max_retry_wait(100)
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(5))
+        .build()
+        .expect("cluster client")
+        .get_async_connection()
+        .await
+        .expect("cluster connection")
+}
+
+/// One `RL.CHECK` through a cluster connection.
+pub async fn cluster_rl_check(
+    c: &mut redis::cluster_async::ClusterConnection,
+    args: &[&str],
+) -> redis::RedisResult<Vec<i64>> {
+    let mut cmd = redis::cmd("RL.CHECK");
+    for a in args {
+        cmd.arg(*a);
+    }
+    cmd.query_async(c).await
+}

@@ -21,12 +21,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use sluice_tests::{
-    Etcd, SlotsEntry, Sluice, TempDir, cluster_info_field, cluster_node, cluster_slots,
-    covers_every_slot, have_tool, key_slot, owner_of, redis_benchmark, redis_cli, sluice_cluster,
-    try_connect, wait_until,
+    Etcd, SlotsEntry, Sluice, TempDir, cluster_client, cluster_info_field, cluster_node,
+    cluster_rl_check, cluster_slots, covers_every_slot, have_tool, key_slot, owner_of,
+    redis_benchmark, redis_cli, runtime, sluice_cluster, try_connect, wait_until,
 };
 
 /// A set of cluster nodes with their config files in one temporary directory.
@@ -156,37 +155,6 @@ fn agreed_slots(ports: &[u16], epoch: u64) -> Vec<SlotsEntry> {
             .collect();
         panic!("the nodes do not agree on table epoch {epoch}: {seen:#?}")
     })
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
-/// A redis-rs cluster connection, retrying MOVED and TRYAGAIN quickly (its default first wait
-/// is over a second).
-async fn cluster_client(urls: Vec<String>) -> ClusterConnection {
-    ClusterClient::builder(urls)
-        .retries(50)
-        .min_retry_wait(2)
-        .max_retry_wait(100)
-        .connection_timeout(Duration::from_secs(2))
-        .response_timeout(Duration::from_secs(5))
-        .build()
-        .expect("cluster client")
-        .get_async_connection()
-        .await
-        .expect("cluster connection")
-}
-
-async fn rl(c: &mut ClusterConnection, args: &[&str]) -> redis::RedisResult<Vec<i64>> {
-    let mut cmd = redis::cmd("RL.CHECK");
-    for a in args {
-        cmd.arg(*a);
-    }
-    cmd.query_async(c).await
 }
 
 /// `CODE detail` of an error reply, as it came over the wire.
@@ -343,7 +311,7 @@ fn create_moved_crossslot_exact_limits_and_bad_tables() {
                 let mut allowed = vec![0i64; KEYS];
                 for n in 0..KEYS * TRIES {
                     let k = (n + t * 3) % KEYS;
-                    let r = rl(&mut c, &[&key(k), &LIMIT.to_string(), "1d"])
+                    let r = cluster_rl_check(&mut c, &[&key(k), &LIMIT.to_string(), "1d"])
                         .await
                         .unwrap();
                     allowed[k] += r[0];
@@ -569,7 +537,8 @@ impl Load {
                             }
                             let k = (n as usize * 7 + t) % LOAD_KEYS;
                             let at = Instant::now();
-                            let r = rl(&mut c, &[&load_key(k), &limit, "1000d"]).await;
+                            let r =
+                                cluster_rl_check(&mut c, &[&load_key(k), &limit, "1000d"]).await;
                             let took = at.elapsed();
                             let mut s = stats.lock().unwrap();
                             s.ops += 1;
@@ -627,7 +596,9 @@ async fn wrong_buckets(c: &mut ClusterConnection) -> Vec<(String, i64, i64)> {
     let mut wrong = Vec::new();
     for i in 0..PRELOAD {
         let key = format!("pre:{i}");
-        let r = rl(c, &[&key, "100", "1d", "DRY"]).await.unwrap();
+        let r = cluster_rl_check(c, &[&key, "100", "1d", "DRY"])
+            .await
+            .unwrap();
         let expected = 100 - pre_cost(i) - 1;
         if r[2] != expected {
             wrong.push((key, expected, r[2]));
@@ -654,9 +625,12 @@ fn add_and_remove_node_under_load_keep_every_bucket() {
             tasks.spawn(async move {
                 for i in (t..PRELOAD).step_by(8) {
                     let cost = pre_cost(i).to_string();
-                    let r = rl(&mut c, &[&format!("pre:{i}"), "100", "1d", "COST", &cost])
-                        .await
-                        .unwrap();
+                    let r = cluster_rl_check(
+                        &mut c,
+                        &[&format!("pre:{i}"), "100", "1d", "COST", &cost],
+                    )
+                    .await
+                    .unwrap();
                     assert_eq!(r[0], 1);
                 }
             });
@@ -750,7 +724,7 @@ fn add_and_remove_node_under_load_keep_every_bucket() {
         let mut c = cluster_client(set.urls(&[2])).await;
         for k in 0..LOAD_KEYS {
             let allowed = stats.allowed.get(&k).copied().unwrap_or(0);
-            let r = rl(
+            let r = cluster_rl_check(
                 &mut c,
                 &[&load_key(k), &LOAD_LIMIT.to_string(), "1000d", "DRY"],
             )
@@ -943,7 +917,7 @@ fn etcd_holds_the_table() {
         let mut c = cluster_client(set.urls(&[0])).await;
         for i in 0..300 {
             let cost = pre_cost(i).to_string();
-            rl(&mut c, &[&format!("pre:{i}"), "100", "1d", "COST", &cost])
+            cluster_rl_check(&mut c, &[&format!("pre:{i}"), "100", "1d", "COST", &cost])
                 .await
                 .unwrap();
         }
@@ -962,7 +936,7 @@ fn etcd_holds_the_table() {
         let mut c = c.clone();
         async move {
             for i in 0..300 {
-                let r = rl(&mut c, &[&format!("pre:{i}"), "100", "1d", "DRY"])
+                let r = cluster_rl_check(&mut c, &[&format!("pre:{i}"), "100", "1d", "DRY"])
                     .await
                     .unwrap();
                 assert_eq!(r[2], 100 - pre_cost(i) - 1, "pre:{i} after add-node");

@@ -15,11 +15,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use sluice_tests::{
-    RedisSentinel, SlotsEntry, Sluice, TempDir, cluster_node, cluster_slots, covers_every_slot,
-    have_tool, key_slot, owner_of, sluice_cluster, try_connect, wait_until,
+    RedisSentinel, SlotsEntry, Sluice, TempDir, cluster_client, cluster_node, cluster_rl_check,
+    cluster_slots, covers_every_slot, have_tool, key_slot, owner_of, runtime, sluice_cluster,
+    try_connect, wait_until,
 };
 
 const SHARDS: [&str; 2] = ["shard0", "shard1"];
@@ -71,41 +71,14 @@ fn sentinel_list(sentinel: &RedisSentinel, what: &str, name: &str) -> Vec<HashMa
         .unwrap_or_default()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
-async fn cluster_client(urls: Vec<String>) -> ClusterConnection {
-    ClusterClient::builder(urls)
-        .retries(50)
-        .min_retry_wait(2)
-        .max_retry_wait(100)
-        .connection_timeout(Duration::from_secs(2))
-        .response_timeout(Duration::from_secs(5))
-        .build()
-        .expect("cluster client")
-        .get_async_connection()
-        .await
-        .expect("cluster connection")
-}
-
-async fn rl(c: &mut ClusterConnection, args: &[&str]) -> redis::RedisResult<Vec<i64>> {
-    let mut cmd = redis::cmd("RL.CHECK");
-    for a in args {
-        cmd.arg(*a);
-    }
-    cmd.query_async(c).await
-}
-
 /// The ports owning each preloaded bucket that came back other than 100 - cost - 1 (DRY).
 async fn wrong_buckets(c: &mut ClusterConnection) -> Vec<(String, i64, i64)> {
     let mut wrong = Vec::new();
     for i in 0..PRELOAD {
         let key = format!("fo:{i}");
-        let r = rl(c, &[&key, "100", "1d", "DRY"]).await.unwrap();
+        let r = cluster_rl_check(c, &[&key, "100", "1d", "DRY"])
+            .await
+            .unwrap();
         if r[2] != 100 - pre_cost(i) - 1 {
             wrong.push((key, 100 - pre_cost(i) - 1, r[2]));
         }
@@ -172,7 +145,7 @@ fn sentinel_fails_over_one_shard() {
         let mut c = cluster_client(vec![nodes[0].url(), nodes[1].url()]).await;
         for i in 0..PRELOAD {
             let cost = pre_cost(i).to_string();
-            let r = rl(&mut c, &[&format!("fo:{i}"), "100", "1d", "COST", &cost])
+            let r = cluster_rl_check(&mut c, &[&format!("fo:{i}"), "100", "1d", "COST", &cost])
                 .await
                 .unwrap();
             assert_eq!(r[0], 1);
