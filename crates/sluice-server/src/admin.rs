@@ -213,26 +213,12 @@ impl Conn {
     }
 }
 
-/// Writes `table` to etcd with compare-and-swap, if the cluster keeps it there.
-fn store_in_etcd(admin: &Admin, table: &SlotTable) -> Fallible<()> {
-    let Some(url) = &admin.etcd else {
-        return Ok(());
-    };
-    let key = crate::cluster::etcd::table_key(&admin.etcd_prefix);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    runtime.block_on(async {
-        let mut client = crate::cluster::etcd::connect(url).await?;
-        crate::cluster::etcd::compare_and_swap(&mut client, &key, table).await
-    })?;
-    println!("    etcd {url} {key} holds table epoch {}", table.epoch);
-    Ok(())
-}
-
-/// The table etcd holds, if the cluster keeps it there.
-fn etcd_table(admin: &Admin) -> Fallible<Option<SlotTable>> {
+/// Runs `f` against the cluster's etcd key on a short-lived runtime (the admin tool is
+/// synchronous); `None` when the cluster does not keep its table in etcd.
+fn with_etcd<T>(
+    admin: &Admin,
+    f: impl AsyncFnOnce(&mut etcd_client::Client, &str) -> Fallible<T>,
+) -> Fallible<Option<T>> {
     let Some(url) = &admin.etcd else {
         return Ok(None);
     };
@@ -241,12 +227,38 @@ fn etcd_table(admin: &Admin) -> Fallible<Option<SlotTable>> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    runtime.block_on(async {
-        let mut client = crate::cluster::etcd::connect(url).await?;
-        Ok(crate::cluster::etcd::read(&mut client, &key)
+    runtime
+        .block_on(async {
+            let mut client = crate::cluster::etcd::connect(url).await?;
+            f(&mut client, &key).await
+        })
+        .map(Some)
+}
+
+/// Writes `table` to etcd with compare-and-swap, if the cluster keeps it there.
+fn store_in_etcd(admin: &Admin, table: &SlotTable) -> Fallible<()> {
+    let stored = with_etcd(admin, async |client, key| {
+        crate::cluster::etcd::compare_and_swap(client, key, table).await
+    })?;
+    if stored.is_some() {
+        println!(
+            "    etcd {} {} holds table epoch {}",
+            admin.etcd.as_deref().unwrap_or_default(),
+            crate::cluster::etcd::table_key(&admin.etcd_prefix),
+            table.epoch
+        );
+    }
+    Ok(())
+}
+
+/// The table etcd holds, if the cluster keeps it there.
+fn etcd_table(admin: &Admin) -> Fallible<Option<SlotTable>> {
+    let read = with_etcd(admin, async |client, key| {
+        Ok(crate::cluster::etcd::read(client, key)
             .await?
             .map(|(t, _)| t))
-    })
+    })?;
+    Ok(read.flatten())
 }
 
 fn describe(table: &SlotTable) {
