@@ -97,42 +97,9 @@ mkdir -p "$RES"
 # ---------------------------------------------------------------------------------------------
 # Processes: every one we start is recorded and stopped by its PID.
 
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# PIDS, cleanup and stop come from scripts/lib.sh.
 
-stop() {
-  local pid=$1 kept=() p
-  kill "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
-  PIDS=("${kept[@]}")
-}
-
-# free_port: sets PORT to a port nothing listens on and this run has not used yet.
-USED_PORTS=" "
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 40000))
-    case "$USED_PORTS" in *" $p "*) continue ;; esac
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      USED_PORTS="$USED_PORTS$p "
-      PORT=$p
-      return
-    fi
-  done
-}
+# free_port comes from scripts/lib.sh.
 
 wait_ready() {
   local port=$1 pid=$2 logfile=$3 i

@@ -72,32 +72,9 @@ mkdir -p "$OUT"
 rm -f "$OUT"/sluice.out* "$OUT"/redis.out*
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-callgrind-run.XXXXXX")
 
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# PIDS, cleanup and stop come from scripts/lib.sh.
 
-stop() {
-  local pid=$1 kept=() p
-  kill "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
-  PIDS=("${kept[@]}")
-}
-
-# free_port: sets PORT to a port nothing listens on.
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then PORT=$p; return; fi
-  done
-}
+# free_port comes from scripts/lib.sh.
 
 wait_ready() { # PORT PID LOG: valgrind starts slowly.
   local i

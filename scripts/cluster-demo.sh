@@ -56,6 +56,8 @@ case "$KEYS$REQUESTS$ROUNDS" in *[!0-9]*) echo "--keys, --requests and --rounds 
 
 log() { echo "[cluster] $*" >&2; }
 die() { echo "[cluster] error: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
 # ---------------------------------------------------------------------------------------------
 # Tools and the binary.
@@ -77,23 +79,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-cluster-demo.XXXXXX")
 # ---------------------------------------------------------------------------------------------
 # Processes: every one we start is recorded and stopped by its PID.
 
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  if [ "${KEEP_LOGS:-0}" = 1 ]; then
-    log "logs kept in $WORK"
-  else
-    rm -rf "$WORK"
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# PIDS, cleanup, forget and stop come from scripts/lib.sh.
 
 # free_port: sets PORT to a loopback port the kernel just handed out (bound, then released)
 # that this run has not used yet. Another process can still take it before we bind it:

@@ -59,6 +59,8 @@ LIMIT=20000 PERIOD=1d PERIOD_S=86400 MASTER=mymaster
 
 log() { echo "[failover] $*" >&2; }
 die() { echo "[failover] error: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
 # ---------------------------------------------------------------------------------------------
 # Tools and the binary.
@@ -80,31 +82,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-failover.XXXXXX")
 # ---------------------------------------------------------------------------------------------
 # Processes: every one we start is recorded and stopped by its PID.
 
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  if [ "${KEEP_LOGS:-0}" = 1 ]; then
-    log "logs kept in $WORK"
-  else
-    rm -rf "$WORK"
-  fi
-}
-trap cleanup EXIT
-
-# forget PID: a process that has exited and been waited for is no longer ours to stop (its
-# PID may be reused).
-forget() {
-  local kept=() p
-  for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || kept+=("$p"); done
-  PIDS=("${kept[@]}")
-}
-trap 'exit 130' INT TERM
+# PIDS, cleanup, forget and stop come from scripts/lib.sh.
 
 # free_port: sets PORT to a loopback port the kernel just handed out (bound, then released)
 # that this run has not used yet. Another process can still take it before we bind it: the

@@ -1,4 +1,5 @@
-# Shared by bench-vs-redis.sh and callgrind.sh; sourced, not run. The caller defines `die`.
+# Shared by the scripts in scripts/; sourced, not run. The caller defines `log` and `die`, and
+# sets WORK (a scratch directory) before it starts a process.
 
 # preload PORT COUNT PREFIX WORDS...: sends WORDS with KEY replaced by PREFIX + 12 digits, for
 # 0..COUNT-1, as one RESP stream through redis-cli --pipe.
@@ -22,3 +23,66 @@ preload() {
   esac
 }
 
+
+# Processes a script starts: recorded in PIDS and stopped by their PID when it exits, even on
+# an error or ^C (continued first: a measurement may have paused one with SIGSTOP). WORK goes
+# too, unless KEEP_LOGS=1.
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ -n "${WORK:-}" ]; then
+    if [ "${KEEP_LOGS:-0}" = 1 ]; then
+      log "logs kept in $WORK"
+    else
+      rm -rf "$WORK"
+    fi
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# forget PID: a process that has exited and been waited for is no longer ours to stop (its PID
+# may be reused).
+forget() {
+  local kept=() p
+  for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || kept+=("$p"); done
+  PIDS=("${kept[@]}")
+}
+
+# stop PID: stops one of our processes now.
+stop() {
+  kill "$1" 2>/dev/null || true
+  kill -CONT "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  forget "$1"
+}
+
+# free_port: sets PORT to a port no socket uses and this run has not used yet. Taken below the
+# ephemeral range: a port there may be held by a TIME-WAIT socket of an earlier client, which
+# makes the server's bind fail (EADDRINUSE) although nothing listens on it.
+USED_PORTS=" "
+EPHEMERAL_LOW=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "$EPHEMERAL_LOW" -gt 12000 ] || EPHEMERAL_LOW=61000
+free_port() {
+  local p i
+  for i in $(seq 1 1000); do
+    p=$((10000 + RANDOM % (EPHEMERAL_LOW - 10000)))
+    case "$USED_PORTS" in *" $p "*) continue ;; esac
+    if command -v ss >/dev/null && [ -n "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then
+      continue
+    fi
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      USED_PORTS="$USED_PORTS$p "
+      PORT=$p
+      return
+    fi
+  done
+  die "no free port found"
+}

@@ -117,52 +117,9 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-repl-bench.XXXXXX")
 # Processes: every one we start is recorded and stopped by its PID. A process paused with
 # SIGSTOP is continued after the SIGTERM, or it would never act on it.
 
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-    kill -CONT "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# PIDS, cleanup and stop come from scripts/lib.sh.
 
-stop() {
-  local pid=$1 kept=() p
-  kill "$pid" 2>/dev/null || true
-  kill -CONT "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
-  PIDS=("${kept[@]}")
-}
-
-# free_port: sets PORT to a port no socket uses and this run has not used yet. Taken below the
-# ephemeral range: a port there may be held by a TIME-WAIT socket of an earlier client, which
-# makes the server's bind fail (EADDRINUSE) although nothing listens on it.
-USED_PORTS=" "
-EPHEMERAL_LOW=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-[ "$EPHEMERAL_LOW" -gt 12000 ] || EPHEMERAL_LOW=61000
-free_port() {
-  local p i
-  for i in $(seq 1 1000); do
-    p=$((10000 + RANDOM % (EPHEMERAL_LOW - 10000)))
-    case "$USED_PORTS" in *" $p "*) continue ;; esac
-    if command -v ss >/dev/null && [ -n "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then
-      continue
-    fi
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      USED_PORTS="$USED_PORTS$p "
-      PORT=$p
-      return
-    fi
-  done
-  die "no free port found"
-}
+# free_port comes from scripts/lib.sh.
 
 wait_ready() { # PORT PID LOG
   local port=$1 pid=$2 logfile=$3 i
