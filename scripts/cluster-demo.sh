@@ -81,43 +81,9 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-cluster-demo.XXXXXX")
 
 # PIDS, cleanup, forget and stop come from scripts/lib.sh.
 
-# free_port: sets PORT to a loopback port the kernel just handed out (bound, then released)
-# that this run has not used yet. Another process can still take it before we bind it:
-# start_sluice then tries another one.
-USED_PORTS=" "
-free_port() {
-  local p i
-  for i in $(seq 1 50); do
-    p=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    case "$USED_PORTS" in *" $p "*) continue ;; esac
-    USED_PORTS="$USED_PORTS$p "
-    PORT=$p
-    return
-  done
-  die "no free port"
-}
 
-# wait_ready PORT PID: true once PORT answers PING; false if PID exits or 10 s pass.
-wait_ready() {
-  local port=$1 pid=$2 i
-  for i in $(seq 1 200); do
-    if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then return 0; fi
-    kill -0 "$pid" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
 
-# wait_for SECONDS WHAT COMMAND...: runs COMMAND every 0.1 s until it succeeds, or dies.
-wait_for() {
-  local secs=$1 what=$2 i
-  shift 2
-  for i in $(seq 1 $((secs * 10))); do
-    if "$@"; then return 0; fi
-    sleep 0.1
-  done
-  die "timed out after ${secs}s waiting for $what"
-}
+# free_port, wait_ready and wait_for come from scripts/lib.sh.
 
 # start_sluice NAME ARGS...: sets S_PORT, S_PID. NAME names its log (and config file).
 start_sluice() {

@@ -86,3 +86,25 @@ free_port() {
   done
   die "no free port found"
 }
+
+# wait_ready PORT PID: true once PORT answers PING; false if PID exits or 10 s pass.
+wait_ready() {
+  local port=$1 pid=$2 i
+  for i in $(seq 1 200); do
+    if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+# wait_for SECONDS WHAT COMMAND...: runs COMMAND every 0.1 s until it succeeds, or dies.
+wait_for() {
+  local secs=$1 what=$2 i
+  shift 2
+  for i in $(seq 1 $((secs * 10))); do
+    if "$@"; then return 0; fi
+    sleep 0.1
+  done
+  die "timed out after ${secs}s waiting for $what"
+}
