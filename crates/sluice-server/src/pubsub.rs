@@ -188,12 +188,10 @@ impl PubSub {
 
     /// Drops every subscription of a connection that is closing or being RESET.
     pub fn remove_all(&self, client: u64, subs: &mut Subscriptions) {
-        for channel in std::mem::take(&mut subs.channels) {
-            subs.channels.insert(channel.clone());
+        for channel in subs.channels.clone() {
             self.unsubscribe(client, subs, &channel);
         }
-        for pattern in std::mem::take(&mut subs.patterns) {
-            subs.patterns.insert(pattern.clone());
+        for pattern in subs.patterns.clone() {
             self.punsubscribe(client, subs, &pattern);
         }
     }

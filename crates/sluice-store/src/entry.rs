@@ -77,10 +77,16 @@ impl Counter {
     }
 
     pub fn to_bytes(&self) -> Bytes {
+        Bytes::copy_from_slice(self.as_bytes(&mut itoa::Buffer::new()))
+    }
+
+    /// The value as `GET` returns it, without allocating: an integer is formatted into
+    /// `digits`.
+    pub fn as_bytes<'a>(&'a self, digits: &'a mut itoa::Buffer) -> &'a [u8] {
         match self {
-            Counter::Int(n) => Bytes::from(n.to_string()),
-            Counter::Inline { len, bytes } => Bytes::copy_from_slice(&bytes[..*len as usize]),
-            Counter::Heap(b) => Bytes::copy_from_slice(b),
+            Counter::Int(n) => digits.format(*n).as_bytes(),
+            Counter::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Counter::Heap(b) => b,
         }
     }
 

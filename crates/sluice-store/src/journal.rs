@@ -9,7 +9,7 @@
 use sluice_core::Nanos;
 use sluice_repl::record;
 
-use crate::entry::{Counter, Value};
+use crate::entry::Value;
 
 #[derive(Debug, Default)]
 pub struct Journal {
@@ -26,7 +26,12 @@ impl Journal {
         }
         match value {
             Value::Limiter(state) => record::encode_limiter(&mut self.buf, key, deadline, state),
-            Value::Counter(c) => counter(&mut self.buf, key, deadline, c),
+            Value::Counter(c) => record::encode_counter(
+                &mut self.buf,
+                key,
+                deadline,
+                c.as_bytes(&mut itoa::Buffer::new()),
+            ),
         }
     }
 
@@ -36,19 +41,5 @@ impl Journal {
         if self.on {
             record::encode_del(&mut self.buf, key);
         }
-    }
-}
-
-/// Encodes a counter's bytes as `GET` would return them.
-pub fn counter(out: &mut Vec<u8>, key: &[u8], deadline: Nanos, c: &Counter) {
-    match c {
-        Counter::Int(n) => {
-            let mut digits = itoa::Buffer::new();
-            record::encode_counter(out, key, deadline, digits.format(*n).as_bytes());
-        }
-        Counter::Inline { len, bytes } => {
-            record::encode_counter(out, key, deadline, &bytes[..usize::from(*len)])
-        }
-        Counter::Heap(b) => record::encode_counter(out, key, deadline, b),
     }
 }

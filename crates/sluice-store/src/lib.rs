@@ -458,13 +458,7 @@ impl Store {
                     _ if !keep(key) => {}
                     Value::Limiter(state) => w.limiter(key, deadline, state),
                     Value::Counter(c) => {
-                        let mut digits = itoa::Buffer::new();
-                        let bytes: &[u8] = match c {
-                            Counter::Int(n) => digits.format(*n).as_bytes(),
-                            Counter::Inline { len, bytes } => &bytes[..usize::from(*len)],
-                            Counter::Heap(b) => b,
-                        };
-                        w.counter(key, deadline, bytes)
+                        w.counter(key, deadline, c.as_bytes(&mut itoa::Buffer::new()))
                     }
                 });
         }

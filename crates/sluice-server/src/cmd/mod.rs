@@ -835,8 +835,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         fail_transaction(ctx);
         return reply::error(ctx.out, "NOAUTH Authentication required.");
     }
-    if ctx.session.subs.is_some()
-        && ctx.session.proto == Proto::Resp2
+    if ctx.session.proto == Proto::Resp2
         && ctx.session.subscribed()
         && !allowed_when_subscribed(spec.name)
     {

@@ -134,9 +134,8 @@ impl<'a> Command<'a> for Publish<'a> {
 }
 
 /// Drops a connection's subscriptions (on close and RESET).
-pub fn clear(ctx_shared: &crate::shared::Shared, subs: &mut Option<Subscriptions>, client: u64) {
-    if let Some(s) = subs.as_mut() {
-        ctx_shared.pubsub.remove_all(client, s);
+pub fn clear(shared: &crate::shared::Shared, subs: &mut Option<Subscriptions>, client: u64) {
+    if let Some(mut s) = subs.take() {
+        shared.pubsub.remove_all(client, &mut s);
     }
-    *subs = None;
 }
