@@ -61,6 +61,7 @@ else
   KEYS=${KEYS:-1000000} ROUNDS=${ROUNDS:-3} DURATION=${DURATION:-4}
 fi
 CHURN_KEYSPACE=1000000000
+TICK_NS=$((1000000000 / $(getconf CLK_TCK)))
 
 log() { echo "[bench] $*" >&2; }
 die() { echo "[bench] error: $*" >&2; exit 1; }
@@ -217,7 +218,7 @@ bench_once() { # PORT CLIENT_CPUS P N KEYSPACE CMD... -> "rps p50 p99"
 
 # run TEST SIDE PORT CLIENT_CPUS P KEYSPACE CMD...: one measured run, appended to the results.
 run() {
-  local test=$1 side=$2 port=$3 cpus=$4 p=$5 r=$6 sizefile n probe
+  local test=$1 side=$2 port=$3 cpus=$4 p=$5 r=$6 sizefile n probe pid t0 t1
   shift 6
   sizefile="$RES/n_${test}_${side}_$p"
   if [ ! -f "$sizefile" ]; then
@@ -226,9 +227,14 @@ run() {
         n = int(rps * d); m = 4 * p * c; if (n < m) n = m; print n }' >"$sizefile"
   fi
   n=$(cat "$sizefile")
+  pid=$([ "$port" = "$R_PORT" ] && echo "$R_PID" || echo "$S_PID")
+  t0=$(cpu_ticks "$pid")
   bench_once "$port" "$cpus" "$p" "$n" "$r" "$@" | tee -a "$RES/${test}_${side}_$p" |
     awk -v t="$test" -v s="$side" -v p="$p" -v n="$n" \
       '{ printf "[bench] %-14s -P %-2s %-6s %9d rps  p50 %6.3f ms  p99 %6.3f ms  (-n %d)\n", t, p, s, $1, $2, $3, n }' >&2
+  t1=$(cpu_ticks "$pid")
+  awk -v d=$((t1 - t0)) -v t="$TICK_NS" -v n="$n" 'BEGIN { printf "%.0f\n", d * t / n }' \
+    >>"$RES/cpu_${test}_${side}_$p"
 }
 
 # pair TEST P ROUND KEYSPACE REDIS_CMD -- SLUICE_CMD: Redis and Sluice back to back, the order
@@ -392,6 +398,28 @@ mem_row "bytes/limiter SLIDING, RSS delta/keys" SLIDING 1
 mem_row "bytes/limiter SLIDING, used_memory delta" SLIDING 2
 mem_row "bytes/limiter LOG(10/h, 1 entry), RSS" LOG 1
 mem_row "bytes/limiter LOG(10/h, 1 entry), used" LOG 2
+
+echo
+echo "Server CPU per request: (utime + stime) of the server process from /proc/PID/stat over each run ÷ its requests, median of rounds."
+echo "For --threads 2 rows the client shares the server's CPUs. Lower is better; S/R is Sluice ÷ Redis."
+echo
+printf '| %-43s | %2s | %13s | %13s | %6s |\n' test -P "Redis ns/req" "Sluice ns/req" "S/R"
+echo "|---------------------------------------------|----|---------------|---------------|--------|"
+cpu_median() { sort -g "$1" | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+cpu_row() { # LABEL TEST P
+  local r s
+  r=$(cpu_median "$RES/cpu_$2_redis_$3") s=$(cpu_median "$RES/cpu_$2_sluice_$3")
+  awk -v l="$1" -v p="$3" -v r="$r" -v s="$s" 'BEGIN {
+      printf "| %-43s | %2s | %13d | %13d | %6.2f |\n", l, p, r, s, (r > 0 ? s / r : 0) }'
+}
+for p in 1 16; do
+  cpu_row "PING" PING "$p"
+  cpu_row "INCR" INCR "$p"
+  for algo in TOKEN GCRA SLIDING; do cpu_row "$algo: EVALSHA vs RL.CHECK" "$algo" "$p"; done
+  cpu_row "churn TOKEN" churn "$p"
+done
+cpu_row "PING --threads 2" PING-t2 16
+cpu_row "TOKEN --threads 2" TOKEN-t2 16
 echo
 echo "S/R: Sluice ÷ Redis (rps; for bytes, lower is better). S/S-PING: RL.CHECK rps ÷ Sluice PING rps at the same -P."
 echo "S/steady, R/steady: churn rps ÷ steady-state TOKEN rps on the same side. t2/t1: Sluice --threads 2 ÷ --threads 1."

@@ -108,3 +108,9 @@ wait_for() {
   done
   die "timed out after ${secs}s waiting for $what"
 }
+
+# cpu_ticks PID: the process's utime + stime over all its threads, in clock ticks (fields 14
+# and 15 of /proc/PID/stat, counted after the command name, which may hold spaces).
+cpu_ticks() {
+  awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# cpu-per-request.sh — server CPU time per request, Sluice against Redis, in one run.
+#
+# The figure: a server's user + system ticks from /proc/PID/stat (every thread; kernel time and
+# cache misses included), read before and after a fixed load, divided by the requests of that
+# load. It is the fair measure where redis-benchmark, not the server, is the bottleneck.
+#
+# Setup (issue 12's table):
+#   - Redis (--save '' --appendonly no, scripts/lua/token_bucket.lua loaded) and Sluice
+#     (--threads 1), both pinned to CPU 0; redis-benchmark pinned to CPU 1, -c 50 -P 16;
+#   - 1,000,000 preloaded 16-byte keys on both (`rlt:000000123456`, the names `-r` gives
+#     `__rand_int__`), capacity 1,000,000 refilled at 0.01/s, so every request is allowed and
+#     updates an existing bucket;
+#   - rows: Redis PING, Redis INCR, Redis EVALSHA token bucket, Sluice PING, Sluice RL.CHECK,
+#     and Sluice PING / RL.CHECK with --threads 2 (server and client then share CPUs 0-1);
+#   - best (lowest) of --rounds alternating rounds (default 2).
+# It prints the table and each row's ratio to Redis PING.
+#
+# Usage: scripts/cpu-per-request.sh [--keys N] [--requests N] [--rounds N] [--sluice PATH]
+#                                   [--build]
+#   --keys       preloaded buckets (default 1,000,000)
+#   --requests   requests per measured run at -P 16 (default 2,000,000; EVALSHA runs a tenth)
+#   --rounds     alternating rounds; the table shows the best (default 2)
+#   --sluice     the sluice binary (default target/release/sluice, or $SLUICE_BIN)
+#   --build      run `cargo build --release --bin sluice` first
+#
+# Needs redis-server, redis-cli, redis-benchmark, taskset and awk. Every process it starts is
+# stopped by PID on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
+
+KEYS=1000000 REQUESTS=2000000 ROUNDS=2 BUILD=0 CLIENTS=50 PIPELINE=16
+SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --keys) KEYS="$2"; shift ;;
+    --requests) REQUESTS="$2"; shift ;;
+    --rounds) ROUNDS="$2"; shift ;;
+    --sluice) SLUICE="$2"; shift ;;
+    --build) BUILD=1 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+log() { echo "[cpu] $*" >&2; }
+die() { echo "[cpu] error: $*" >&2; exit 1; }
+
+for tool in redis-server redis-cli redis-benchmark taskset awk; do
+  command -v "$tool" >/dev/null || die "$tool is missing (apt-get install -y redis-server redis-tools util-linux mawk)"
+done
+if [ "$BUILD" = 1 ] || [ ! -x "$SLUICE" ]; then
+  log "building the release binary"
+  (cd "$ROOT" && cargo build --release --bin sluice >&2)
+fi
+[ -x "$SLUICE" ] || die "no sluice binary at $SLUICE"
+[ "$(nproc)" -ge 2 ] || die "needs 2 CPUs: the server on CPU 0, the client on CPU 1"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-cpu.XXXXXX")
+TICK_NS=$((1000000000 / $(getconf CLK_TCK)))
+LIMIT=1000000 PERIOD_S=100000000 PERIOD_MS=100000000000
+
+# start CPUS NAME COMMAND...: starts a server pinned to CPUS on a free port; sets PORT_<NAME>
+# and PID_<NAME>.
+start() {
+  local cpus=$1 name=$2 pid
+  shift 2
+  free_port
+  taskset -c "$cpus" "$@" --port "$PORT" >"$WORK/$name.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  wait_ready "$PORT" "$pid" || { cat "$WORK/$name.log" >&2; die "$name did not start"; }
+  printf -v "PORT_$name" %s "$PORT"
+  printf -v "PID_$name" %s "$pid"
+}
+
+# measure LABEL PID PORT CLIENT_CPUS N CMD...: server CPU ns per request over one run of N
+# requests, appended to $WORK/LABEL.
+measure() {
+  local label=$1 pid=$2 port=$3 cpus=$4 n=$5 t0 t1
+  shift 5
+  t0=$(cpu_ticks "$pid")
+  taskset -c "$cpus" redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -P "$PIPELINE" \
+    -n "$n" -r "$KEYS" -q "$@" >"$WORK/bench.out" 2>&1 \
+    || { cat "$WORK/bench.out" >&2; die "redis-benchmark failed: $*"; }
+  t1=$(cpu_ticks "$pid")
+  awk -v d=$((t1 - t0)) -v t="$TICK_NS" -v n="$n" 'BEGIN { printf "%.0f\n", d * t / n }' \
+    | tee -a "$WORK/$label" | awk -v l="$label" '{ printf "[cpu] %-22s %6d ns/request\n", l, $1 }' >&2
+}
+
+expect_allowed() { # PORT CMD...
+  local port=$1 first
+  shift
+  first=$(redis-cli -p "$port" "$@" 2>&1 | head -1)
+  [ "$first" = 1 ] || die "port $port: '$*' answered '$first', not an allowed decision"
+}
+
+STARTED=$SECONDS
+start 0 redis redis-server --bind 127.0.0.1 --save '' --appendonly no --protected-mode no \
+  --dir "$WORK"
+start 0 sluice "$SLUICE" --bind 127.0.0.1 --threads 1
+SHA=$(redis-cli -p "$PORT_redis" SCRIPT LOAD "$(cat "$ROOT/scripts/lua/token_bucket.lua")")
+[ ${#SHA} = 40 ] || die "SCRIPT LOAD failed: $SHA"
+log "preloading $KEYS buckets into each server"
+preload "$PORT_redis" "$KEYS" rlt: EVALSHA "$SHA" 1 KEY "$LIMIT" "$PERIOD_MS" "$LIMIT" 1000
+preload "$PORT_sluice" "$KEYS" rlt: RL.CHECK KEY "$LIMIT" "$PERIOD_S" COST 1000
+expect_allowed "$PORT_redis" EVALSHA "$SHA" 1 rlt:000000000000 "$LIMIT" "$PERIOD_MS" "$LIMIT" 1
+expect_allowed "$PORT_sluice" RL.CHECK rlt:000000000000 "$LIMIT" "$PERIOD_S"
+
+EVAL_N=$((REQUESTS / 10))
+redis_rows() {
+  measure redis-PING "$PID_redis" "$PORT_redis" 1 "$REQUESTS" PING
+  measure redis-INCR "$PID_redis" "$PORT_redis" 1 "$REQUESTS" INCR ctr:__rand_int__
+  measure redis-EVALSHA "$PID_redis" "$PORT_redis" 1 "$EVAL_N" \
+    EVALSHA "$SHA" 1 rlt:__rand_int__ "$LIMIT" "$PERIOD_MS" "$LIMIT" 1
+}
+sluice_rows() {
+  measure sluice-PING "$PID_sluice" "$PORT_sluice" 1 "$REQUESTS" PING
+  measure sluice-RL.CHECK "$PID_sluice" "$PORT_sluice" 1 "$REQUESTS" \
+    RL.CHECK rlt:__rand_int__ "$LIMIT" "$PERIOD_S"
+}
+for round in $(seq 1 "$ROUNDS"); do
+  log "round $round of $ROUNDS"
+  if [ $((round % 2)) = 1 ]; then redis_rows; sluice_rows; else sluice_rows; redis_rows; fi
+done
+stop "$PID_sluice"
+
+log "--threads 2: server and client on CPUs 0-1"
+start 0,1 sluice2 "$SLUICE" --bind 127.0.0.1 --threads 2
+preload "$PORT_sluice2" "$KEYS" rlt: RL.CHECK KEY "$LIMIT" "$PERIOD_S" COST 1000
+for round in $(seq 1 "$ROUNDS"); do
+  measure sluice-t2-PING "$PID_sluice2" "$PORT_sluice2" 0,1 "$REQUESTS" PING
+  measure sluice-t2-RL.CHECK "$PID_sluice2" "$PORT_sluice2" 0,1 "$REQUESTS" \
+    RL.CHECK rlt:__rand_int__ "$LIMIT" "$PERIOD_S"
+done
+stop "$PID_sluice2"
+stop "$PID_redis"
+
+best() { sort -n "$WORK/$1" | head -1; }
+PING_NS=$(best redis-PING)
+echo
+echo "Server CPU per request, $(date -u +%Y-%m-%dT%H:%MZ), $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
+echo "Redis $(redis-server --version | awk '{ print $3 }' | tr -d 'v='); servers on CPU 0, redis-benchmark on CPU 1, -c $CLIENTS -P $PIPELINE, $KEYS preloaded keys;"
+echo "(utime + stime) from /proc/PID/stat ÷ requests, best of $ROUNDS alternating round(s)."
+echo
+printf '| %-46s | %11s | %12s |\n' request "CPU/request" "÷ Redis PING"
+echo "|------------------------------------------------|-------------|--------------|"
+row() { # LABEL FILE
+  awk -v l="$1" -v v="$(best "$2")" -v p="$PING_NS" \
+    'BEGIN { printf "| %-46s | %8d ns | %11.2f× |\n", l, v, v / p }'
+}
+row "Redis PING" redis-PING
+row "Redis INCR" redis-INCR
+row "Redis EVALSHA token bucket" redis-EVALSHA
+row "Sluice PING" sluice-PING
+row "Sluice RL.CHECK" sluice-RL.CHECK
+row "Sluice PING, --threads 2 (all on CPUs 0-1)" sluice-t2-PING
+row "Sluice RL.CHECK, --threads 2 (all on CPUs 0-1)" sluice-t2-RL.CHECK
+echo
+echo "Total time: $((SECONDS - STARTED)) s."
