@@ -11,7 +11,9 @@
 # measured the same way over an idle window and subtracted in proportion to each run's length.
 #
 # Tests: PING and INCR on both; RL.CHECK TOKEN, GCRA, SLIDING on Sluice; EVALSHA of
-# scripts/lua/token_bucket.lua (the Lua token bucket RL.CHECK replaces) on Redis.
+# scripts/lua/token_bucket.lua (the Lua token bucket RL.CHECK replaces) on Redis; and NEWKEY,
+# RL.CHECK TOKEN on the empty server before anything is preloaded, so most requests create
+# their bucket and the table grows as it goes (20,000 requests over 100k keys: about 90% new).
 #
 # Usage: scripts/callgrind.sh [--requests N] [--keyspace N] [--out DIR] [--sluice PATH]
 #                             [--skip-redis] [--build] [--cluster]
@@ -141,13 +143,18 @@ if [ "$CLUSTER" = 1 ]; then
   log "cluster mode: a one-node cluster owns every slot"
   "$SLUICE" cluster create "127.0.0.1:$S_PORT" >&2 || die "cluster create failed"
 fi
+callgrind_control -i on "$S_PID" >/dev/null 2>&1
+measure sluice "$S_PID" "$S_PORT" idle
+# New keys first, on the empty server: most requests create their bucket, and the table grows
+# as it would in production (issue 12's new-key figure).
+measure sluice "$S_PID" "$S_PORT" NEWKEY RL.CHECK rln:__rand_int__ "${TOKEN_ARGS[@]}"
+callgrind_control -i off "$S_PID" >/dev/null 2>&1
 log "sluice under callgrind on port $S_PORT; preloading $KEYSPACE keys per algorithm"
 preload "$S_PORT" "$KEYSPACE" rlt: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000
 preload "$S_PORT" "$KEYSPACE" rlg: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000 ALGO GCRA
 preload "$S_PORT" "$KEYSPACE" rls: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000 ALGO SLIDING
 preload "$S_PORT" "$KEYSPACE" ctr: SET KEY 0
 callgrind_control -i on "$S_PID" >/dev/null 2>&1
-measure sluice "$S_PID" "$S_PORT" idle
 measure sluice "$S_PID" "$S_PORT" PING PING
 measure sluice "$S_PID" "$S_PORT" INCR INCR ctr:__rand_int__
 measure sluice "$S_PID" "$S_PORT" TOKEN RL.CHECK rlt:__rand_int__ "${TOKEN_ARGS[@]}"
@@ -202,6 +209,7 @@ line "INCR" INCR INCR
 line "RL.CHECK TOKEN vs EVALSHA token_bucket" TOKEN TOKEN
 line "RL.CHECK ALGO GCRA" GCRA none
 line "RL.CHECK ALGO SLIDING" SLIDING none
+line "RL.CHECK TOKEN, new keys (empty server)" NEWKEY none
 echo
 echo "Dumps in $OUT (one per test, in order: idle, PING, INCR, TOKEN, ...):"
 for name in sluice redis; do

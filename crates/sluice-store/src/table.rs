@@ -23,7 +23,8 @@
 //! `fastrange(fmix32(h))`, so capacity need not be a power of two. An insert into two full buckets
 //! moves keys to their other bucket along a random walk. The table grows by a fifth when it is
 //! [`MAX_LOAD_PCT`] full, so it stays between ~77 % and 93 % full (a power-of-two table that
-//! doubles is 44–88 % full). Keys that find no place even so (only when very many keys share
+//! doubles is 44–88 % full); below [`DOUBLING_SLOTS`] slots it doubles instead, so a burst of new
+//! keys into small shards moves each key about twice, not six times. Keys that find no place even so (only when very many keys share
 //! their 32 hash bits, which a hasher with fixed seeds makes possible on purpose) go to a stash
 //! after the buckets that every lookup also scans while it is not empty.
 //!
@@ -56,6 +57,10 @@ const MAX_PATH: usize = 48;
 const MAX_DELTA: u64 = 15;
 /// Tables at most this many slots are never shrunk: not worth a reallocation.
 const MIN_SHRINK_SLOTS: usize = 64;
+/// A table's first allocation, in slots.
+const MIN_SLOTS: usize = 64;
+/// Below this many slots the table doubles when it grows; from it on, it grows by a fifth.
+const DOUBLING_SLOTS: usize = 256;
 
 const FORM: u16 = 0b11;
 const EMPTY: u16 = 0;
@@ -480,9 +485,17 @@ impl Table {
         (self.len + 1) * 100 > self.cap * MAX_LOAD_PCT
     }
 
+    /// A small table doubles, a large one grows by a fifth. Growth moves every entry, so
+    /// growing by a fifth from empty would move each key about six times before its shard held
+    /// a few hundred (a burst of new keys, as in a flood of random client IPs, pays that);
+    /// doubling moves it about twice. Past [`DOUBLING_SLOTS`] the fifth keeps the table dense.
     fn grown_buckets(&self) -> usize {
         let nb = self.cap / BUCKET;
-        (nb + (nb / 5).max(1)).max(2)
+        if self.cap < DOUBLING_SLOTS {
+            (nb * 2).max(MIN_SLOTS / BUCKET)
+        } else {
+            nb + nb / 5
+        }
     }
 
     /// Inserts a key known to be absent; returns its slot. `hash` gives the 32 hash bits of a
