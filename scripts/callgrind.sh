@@ -24,6 +24,8 @@
 #   --sluice     the sluice binary (default target/release/sluice, or $SLUICE_BIN)
 #   --skip-redis only Sluice
 #   --build      run `cargo build --release --bin sluice` even if the binary exists
+#   --cache-sim  also simulate the caches (valgrind --cache-sim=yes): the table then adds D1 and
+#                LL (last-level) data misses per request, the misses a 36 MB table costs
 #   --cluster    run Sluice in cluster mode (a one-node cluster that owns every slot), so the
 #                figures include the slot check of every keyed command; compare them with a
 #                run without it
@@ -36,6 +38,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 REQUESTS=20000 KEYSPACE=100000 OUT="${TMPDIR:-/tmp}/sluice-callgrind" SKIP_REDIS=0 BUILD=0 CLUSTER=0
+CACHE_SIM=no
 SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +49,7 @@ while [ $# -gt 0 ]; do
     --skip-redis) SKIP_REDIS=1 ;;
     --build) BUILD=1 ;;
     --cluster) CLUSTER=1 ;;
+    --cache-sim) CACHE_SIM=yes ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -93,7 +97,8 @@ wait_ready() { # PORT PID LOG: valgrind starts slowly.
 start() {
   local name=$1
   shift
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/$name.out" \
+  valgrind --tool=callgrind --instr-atstart=no --cache-sim="$CACHE_SIM" \
+    --callgrind-out-file="$OUT/$name.out" \
     "$@" >"$WORK/$name.log" 2>&1 &
   PID=$!
   PIDS+=("$PID")
@@ -210,6 +215,36 @@ line "RL.CHECK TOKEN vs EVALSHA token_bucket" TOKEN TOKEN
 line "RL.CHECK ALGO GCRA" GCRA none
 line "RL.CHECK ALGO SLIDING" SLIDING none
 line "RL.CHECK TOKEN, new keys (empty server)" NEWKEY none
+# misses DUMP -> "D1 LL": data-cache misses (reads + writes) at the first level and the last
+# level, from the dump's totals in the order its `events:` line names them.
+misses() {
+  awk '/^events:/ { for (i = 2; i <= NF; i++) col[$i] = i - 1 }
+       /^(totals|summary):/ { print $(col["D1mr"] + 1) + $(col["D1mw"] + 1), $(col["DLmr"] + 1) + $(col["DLmw"] + 1); exit }' "$OUT/$1"
+}
+if [ "$CACHE_SIM" = yes ]; then
+  echo
+  echo "Simulated data-cache misses per request (valgrind --cache-sim=yes; D1 = first level, LL = last level, which goes to DRAM)"
+  echo
+  printf '| %-40s | %9s | %9s | %9s | %9s |\n' test "Sluice D1" "Sluice LL" "Redis D1" "Redis LL"
+  echo "|------------------------------------------|-----------|-----------|-----------|-----------|"
+  miss_line() { # LABEL SLUICE_LABEL REDIS_LABEL
+    local s r
+    s=$([ -f "$WORK/sluice" ] && awk -v l="$2" '$1 == l { print $4 }' "$WORK/sluice")
+    r=$([ -f "$WORK/redis" ] && awk -v l="$3" '$1 == l { print $4 }' "$WORK/redis")
+    s=$([ -n "$s" ] && misses "$s" || echo "- -") r=$([ -n "$r" ] && misses "$r" || echo "- -")
+    # shellcheck disable=SC2086
+    set -- "$1" $s $r
+    awk -v l="$1" -v a="$2" -v b="$3" -v c="$4" -v d="$5" -v n="$REQUESTS" 'function f(x) { return x == "-" ? "-" : sprintf("%.2f", x / n) }
+      BEGIN { printf "| %-40s | %9s | %9s | %9s | %9s |\n", l, f(a), f(b), f(c), f(d) }'
+  }
+  miss_line "PING" PING PING
+  miss_line "INCR" INCR INCR
+  miss_line "RL.CHECK TOKEN vs EVALSHA token_bucket" TOKEN TOKEN
+  miss_line "RL.CHECK ALGO GCRA" GCRA none
+  miss_line "RL.CHECK ALGO SLIDING" SLIDING none
+  miss_line "RL.CHECK TOKEN, new keys (empty server)" NEWKEY none
+fi
+
 echo
 echo "Dumps in $OUT (one per test, in order: idle, PING, INCR, TOKEN, ...):"
 for name in sluice redis; do
