@@ -263,9 +263,11 @@ impl Client {
         }
         *expires = (*expires).max(now + limit.period);
         let since = st.last_sync.map_or(a.sync_every, |t| now - t);
+        // By time; or early, once the local count reaches `sync_every_n` or the quota (a key
+        // with nothing left and nothing counted waits for the interval: no call per denial).
         let due = since >= a.sync_every
             || (a.sync_every_n > 0 && st.count >= a.sync_every_n)
-            || st.count >= cap;
+            || (st.count > 0 && st.count >= cap);
         let mut spawn_now = false;
         if !st.syncing && due && (st.count > 0 || st.debt > 0 || !allowed) {
             st.syncing = true;
@@ -603,7 +605,7 @@ impl Inner {
             st.syncing = false;
             if let Some(d) = last {
                 // Everything sent is now either charged or owed.
-                st.count -= sent;
+                st.count = st.count.saturating_sub(sent);
                 st.debt = sent + owed - charged;
                 st.remaining = if d.allowed { d.remaining } else { 0 };
                 st.retry_after_ms = d.retry_after_ms;
