@@ -153,7 +153,9 @@ impl Limit {
     /// `Q`, and admits nothing while it owes; a denied sync drains what the node still has and
     /// carries the rest as debt, sent again at every sync until the node has taken it. So at any
     /// instant each gateway holds at most `Q` admitted-but-uncharged units, and the fleet at most
-    /// `gateways × Q`. `0` when exact.
+    /// `gateways × Q`. `0` when exact. (It assumes the key stays in the gateway's approximate
+    /// map: a gateway tracking more hot keys than `Config::max_local_keys` forgets some, with
+    /// their uncharged count.)
     pub fn overshoot_bound(&self, gateways: u32) -> u64 {
         self.approx_quota()
             .map_or(0, |q| q.saturating_mul(u64::from(gateways.max(1))))

@@ -27,6 +27,7 @@
 //!   host, and its CPU per check is what it costs.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -139,6 +140,8 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
     let state = Arc::new(Proxy {
         client,
         default_mode,
+        allowed: AtomicU64::new(0),
+        denied: AtomicU64::new(0),
     });
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
@@ -170,6 +173,9 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
 struct Proxy {
     client: Client,
     default_mode: FailMode,
+    /// RL.CHECK answers (not DRY) that allowed and that denied, whatever their source.
+    allowed: AtomicU64,
+    denied: AtomicU64,
 }
 
 /// A reply, ready now or from an upstream call.
@@ -385,7 +391,15 @@ impl Proxy {
                 return out;
             }
             match self.client.check(&key, &limit, cost).await {
-                Ok(d) => reply::int_array(&mut out, &d.fields()),
+                Ok(d) => {
+                    let counter = if d.allowed {
+                        &self.allowed
+                    } else {
+                        &self.denied
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    reply::int_array(&mut out, &d.fields())
+                }
                 Err(e) => reply::error(&mut out, &e.0),
             }
             out
@@ -423,7 +437,9 @@ impl Proxy {
         let (local, blocked, approx) = c.local_keys();
         let _ = write!(
             s,
-            "node_calls:{}\r\nlocal_buckets:{local}\r\nblocked_keys:{blocked}\r\napprox_keys:{approx}\r\n",
+            "checks_allowed:{}\r\nchecks_denied:{}\r\nnode_calls:{}\r\nlocal_buckets:{local}\r\nblocked_keys:{blocked}\r\napprox_keys:{approx}\r\n",
+            self.allowed.load(Ordering::Relaxed),
+            self.denied.load(Ordering::Relaxed),
             c.node_calls()
         );
         s
