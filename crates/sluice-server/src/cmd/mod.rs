@@ -671,7 +671,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "ratelimit",
         "0.1.0",
         "Checks and consumes a rate limit atomically.",
-        "key limit period [BURST burst] [COST cost] [ALGO algo] [DRY] [FAILMODE open|closed|local] [SPLIT k] [APPROX ms]",
+        "key limit period [BURST burst] [COST cost] [ALGO algo] [DRY] [FAILMODE mode] [SPLIT k] [APPROX ms]",
         rl_check::RlCheck
     ),
     spec!(
