@@ -326,3 +326,95 @@ async fn serve(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn ping() -> Bytes {
+        let mut out = BytesMut::new();
+        resp::encode(&mut out, &["PING"]);
+        out.freeze()
+    }
+
+    /// A real listener on `addr` that answers every PING frame with +PONG.
+    async fn pong_server(addr: std::net::SocketAddr) {
+        let server = tokio::net::TcpListener::bind(addr).await.expect("rebind");
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = server.accept().await {
+                tokio::spawn(async move {
+                    let frame = ping().len();
+                    let (mut buf, mut pending) = ([0u8; 4096], 0);
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        pending += n;
+                        let replies = b"+PONG\r\n".repeat(pending / frame);
+                        pending %= frame;
+                        if s.write_all(&replies).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    #[tokio::test]
+    async fn breaker_opens_on_failures_and_closes_after_a_good_probe() {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        // Nothing listens there now: every connect is refused.
+        let options = NodeOptions {
+            breaker_failures: 3,
+            breaker_cooldown: Duration::from_millis(50),
+            backoff_min: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(5),
+            ..NodeOptions::default()
+        };
+        let node = Node::spawn(addr.to_string().into(), options);
+        let deadline = || Instant::now() + Duration::from_millis(200);
+        for _ in 0..3 {
+            let r = node.call(ping(), deadline()).await;
+            assert!(
+                matches!(r, Err(CallError::Down | CallError::Timeout)),
+                "{r:?}"
+            );
+        }
+        assert_eq!(node.breaker(), BreakerState::Open);
+        let started = Instant::now();
+        assert_eq!(node.call(ping(), deadline()).await, Err(CallError::Open));
+        assert!(
+            started.elapsed() < Duration::from_millis(10),
+            "an open breaker waits for nothing"
+        );
+
+        pong_server(addr).await;
+        let back = async {
+            loop {
+                if node.call(ping(), deadline()).await == Ok(Value::Simple("PONG".into())) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), back)
+            .await
+            .expect("the node answered again");
+        assert_eq!(node.breaker(), BreakerState::Closed);
+        // Pipelined: many callers share the connection, each gets its own reply.
+        let calls: Vec<_> = (0..50)
+            .map(|_| {
+                let node = node.clone();
+                tokio::spawn(async move { node.call(ping(), deadline()).await })
+            })
+            .collect();
+        for c in calls {
+            assert_eq!(c.await.unwrap(), Ok(Value::Simple("PONG".into())));
+        }
+    }
+}
