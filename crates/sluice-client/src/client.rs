@@ -186,23 +186,27 @@ impl Client {
         deadline: Instant,
     ) -> Result<Decision, ReplyError> {
         let inner = &self.inner;
-        let (key, limit) = if limit.split > 1 {
+        // Only a split key is built; otherwise the caller's bytes are used until a map keeps them.
+        let sub;
+        let (key, limit): (&[u8], Limit) = if limit.split > 1 {
             let k = u64::from(limit.split);
             let i = inner.random() % k;
-            let mut sub = BytesMut::with_capacity(key.len() + 4);
-            sub.extend_from_slice(key);
-            sub.extend_from_slice(format!("#{i}").as_bytes());
+            let mut b = Vec::with_capacity(key.len() + 4);
+            b.extend_from_slice(key);
+            b.push(b'#');
+            b.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
+            sub = b;
             let mut l = *limit;
             l.limit = (limit.limit / k).max(1);
             l.burst = limit.burst.map(|b| (b / k).max(1));
             l.split = 1;
-            (sub.freeze(), l)
+            (&sub, l)
         } else {
-            (Bytes::copy_from_slice(key), *limit)
+            (key, *limit)
         };
         let now = Instant::now();
         if limit.blocked_cache
-            && let Some((_, until)) = inner.blocked.lock().get_mut(&key, now)
+            && let Some((_, until)) = inner.blocked.lock().get_mut(key, now)
         {
             let wait = until.saturating_duration_since(now);
             return Ok(Decision {
@@ -215,12 +219,12 @@ impl Client {
             });
         }
         if limit.approximate.is_some()
-            && let Some(d) = self.approximate(&key, &limit, cost, now)
+            && let Some(d) = self.approximate(key, &limit, cost, now)
         {
             return Ok(d);
         }
         let result = inner
-            .call_key(&key, rl_check_frame(&key, &limit, cost), deadline)
+            .call_key(key, rl_check_frame(key, &limit, cost), deadline)
             .await;
         inner.node_calls.fetch_add(1, Ordering::Relaxed);
         match result {
@@ -228,7 +232,8 @@ impl Client {
                 let d = decision_from(&v, Source::Node(addr))?;
                 if limit.blocked_cache && !d.allowed && d.retry_after_ms > 0 {
                     let until = Instant::now() + Duration::from_millis(d.retry_after_ms as u64);
-                    inner.blocked.lock().insert(key.clone(), 0, until, now);
+                    let key = Bytes::copy_from_slice(key);
+                    inner.blocked.lock().insert(key, 0, until, now);
                 }
                 if limit.approximate.is_some() {
                     let mut table = inner.approx.lock();
@@ -241,17 +246,17 @@ impl Client {
                     };
                     let ttl =
                         Duration::from_millis(d.reset_after_ms.max(0) as u64).max(limit.period);
-                    table.insert(key.clone(), state, now + ttl, now);
+                    table.insert(Bytes::copy_from_slice(key), state, now + ttl, now);
                 }
                 Ok(d)
             }
-            Err(_) => Ok(inner.fail(&key, &limit, cost)),
+            Err(_) => Ok(inner.fail(key, &limit, cost)),
         }
     }
 
     /// Approximate mode: a local answer if this key has a global answer to go on; `None` to ask
     /// the node (first sight of the key).
-    fn approximate(&self, key: &Bytes, limit: &Limit, cost: u64, now: Instant) -> Option<Decision> {
+    fn approximate(&self, key: &[u8], limit: &Limit, cost: u64, now: Instant) -> Option<Decision> {
         let quota = limit.approx_quota()?;
         let a = limit.approximate?;
         let mut table = self.inner.approx.lock();
@@ -275,7 +280,7 @@ impl Client {
         } else if !st.syncing && !st.scheduled && st.count > 0 {
             st.scheduled = true;
             let client = Arc::downgrade(&self.inner);
-            let (key, limit) = (key.clone(), *limit);
+            let (key, limit) = (Bytes::copy_from_slice(key), *limit);
             tokio::spawn(async move {
                 tokio::time::sleep(a.sync_every.saturating_sub(since)).await;
                 if let Some(inner) = client.upgrade() {
@@ -314,7 +319,7 @@ impl Client {
         drop(table);
         if spawn_now {
             let inner = self.inner.clone();
-            let (key, limit) = (key.clone(), *limit);
+            let (key, limit) = (Bytes::copy_from_slice(key), *limit);
             tokio::spawn(async move { inner.sync(key, limit).await });
         }
         Some(d)
@@ -375,23 +380,56 @@ impl Client {
     }
 }
 
+/// `RL.CHECK key limit <period>ms [BURST b] COST c ALGO a`, written straight into one buffer
+/// (this runs on every check that reaches a node).
 fn rl_check_frame(key: &[u8], limit: &Limit, cost: u64) -> Bytes {
-    let limit_s = limit.limit.to_string();
-    let period = format!("{}ms", limit.period_ms());
-    let burst = limit.burst.map(|b| b.to_string());
-    let cost_s = cost.to_string();
-    let mut args: Vec<&[u8]> = vec![b"RL.CHECK", key, limit_s.as_bytes(), period.as_bytes()];
-    if let Some(b) = &burst {
-        args.extend([&b"BURST"[..], b.as_bytes()]);
+    let mut digits = [
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+    ];
+    let [l, p, c] = &mut digits;
+    let limit_s = l.format(limit.limit).as_bytes();
+    let mut period = [0u8; 24];
+    let ms = p.format(limit.period_ms()).as_bytes();
+    period[..ms.len()].copy_from_slice(ms);
+    period[ms.len()..ms.len() + 2].copy_from_slice(b"ms");
+    let period = &period[..ms.len() + 2];
+    let cost_s = c.format(cost).as_bytes();
+    let mut burst_buf = itoa::Buffer::new();
+    let burst = limit.burst.map(|b| burst_buf.format(b).as_bytes());
+    let algo = limit.algo.name().as_bytes();
+    let mut out = BytesMut::with_capacity(96 + key.len());
+    match burst {
+        Some(b) => resp::encode(
+            &mut out,
+            &[
+                &b"RL.CHECK"[..],
+                key,
+                limit_s,
+                period,
+                b"BURST",
+                b,
+                b"COST",
+                cost_s,
+                b"ALGO",
+                algo,
+            ],
+        ),
+        None => resp::encode(
+            &mut out,
+            &[
+                &b"RL.CHECK"[..],
+                key,
+                limit_s,
+                period,
+                b"COST",
+                cost_s,
+                b"ALGO",
+                algo,
+            ],
+        ),
     }
-    args.extend([
-        &b"COST"[..],
-        cost_s.as_bytes(),
-        b"ALGO",
-        limit.algo.name().as_bytes(),
-    ]);
-    let mut out = BytesMut::new();
-    resp::encode(&mut out, &args);
     out.freeze()
 }
 
@@ -486,7 +524,7 @@ impl Inner {
     }
 
     /// The fail-mode answer.
-    fn fail(&self, key: &Bytes, limit: &Limit, cost: u64) -> Decision {
+    fn fail(&self, key: &[u8], limit: &Limit, cost: u64) -> Decision {
         let capacity = limit.capacity();
         let period_ms = limit.period_ms() as i64;
         match limit.fail_mode {
@@ -511,7 +549,7 @@ impl Inner {
     }
 
     /// Fail mode `local`: the same algorithm on an in-process bucket of limit ÷ gateways.
-    fn local_bucket(&self, key: &Bytes, limit: &Limit, cost: u64) -> Decision {
+    fn local_bucket(&self, key: &[u8], limit: &Limit, cost: u64) -> Decision {
         let g = u64::from(self.config.gateways.max(1));
         let params = Params {
             limit: (limit.limit / g).max(1),
@@ -535,7 +573,7 @@ impl Inner {
             Ok(d) => {
                 if let Some(s) = slot {
                     let ttl = Duration::from_nanos(d.reset_after.0);
-                    table.insert(key.clone(), Some(s), now + ttl, now);
+                    table.insert(Bytes::copy_from_slice(key), Some(s), now + ttl, now);
                 } else {
                     table.remove(key);
                 }

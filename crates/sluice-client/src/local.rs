@@ -12,14 +12,14 @@ use tokio::time::Instant;
 
 #[derive(Debug)]
 pub struct Expiring<V> {
-    map: HashMap<Bytes, (V, Instant)>,
+    map: HashMap<Bytes, (V, Instant), ahash::RandomState>,
     cap: usize,
 }
 
 impl<V> Expiring<V> {
     pub fn new(cap: usize) -> Self {
         Expiring {
-            map: HashMap::new(),
+            map: HashMap::default(),
             cap: cap.max(1),
         }
     }

@@ -30,13 +30,14 @@ const MAX_LEN: i64 = 64 << 20;
 
 /// Appends `args` as one multibulk frame.
 pub fn encode<A: AsRef<[u8]>>(out: &mut BytesMut, args: &[A]) {
+    let mut n = itoa::Buffer::new();
     out.put_u8(b'*');
-    out.extend_from_slice(args.len().to_string().as_bytes());
+    out.extend_from_slice(n.format(args.len()).as_bytes());
     out.extend_from_slice(b"\r\n");
     for a in args {
         let a = a.as_ref();
         out.put_u8(b'$');
-        out.extend_from_slice(a.len().to_string().as_bytes());
+        out.extend_from_slice(n.format(a.len()).as_bytes());
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
