@@ -56,9 +56,23 @@ impl Sluice {
     /// Starts a server on `port` (0: a free one) with extra flags (`--port PORT --bind
     /// 127.0.0.1` come first). A fixed port is for restarting a node where its peers expect it.
     pub fn start_on(port: u16, args: &[&str]) -> Sluice {
-        let mut child = Command::new(binary())
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(args)
+        let mut cmd = Command::new(binary());
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(args);
+        Sluice::spawn(cmd)
+    }
+
+    /// Starts the sidecar, `sluice proxy --port 0 --bind 127.0.0.1 args...`.
+    pub fn start_proxy(args: &[&str]) -> Sluice {
+        let mut cmd = Command::new(binary());
+        cmd.args(["proxy", "--port", "0", "--bind", "127.0.0.1"])
+            .args(args);
+        Sluice::spawn(cmd)
+    }
+
+    /// Spawns `cmd` and waits up to 30 s for its ready line.
+    fn spawn(mut cmd: Command) -> Sluice {
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -294,6 +308,14 @@ impl Sentinel {
             "bucket state kept (two taken, DRY shows the third): {r:?}"
         );
     }
+}
+
+/// One integer field of the node's `INFO` (e.g. `total_commands_processed`).
+pub fn info_field(port: u16, name: &str) -> Option<u64> {
+    let text: String = redis::cmd("INFO").query(&mut try_connect(port)?).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// A free TCP port on 127.0.0.1: bound, read and released. For processes that cannot take

@@ -5,6 +5,7 @@
 //! # Layout
 //! - [`config`]: the clap `Config` (flags and defaults).
 //! - [`admin`]: `sluice cluster ...`, the admin tool (create, add-node, remove-node, show).
+//! - [`proxy`]: `sluice proxy ...`, the gateway sidecar on `sluice-client`.
 //! - [`shared`]: the state every thread shares ([`Shared`]); everything below depends on it.
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
 //! - [`conn`]: the connection loop (read, decode every frame, execute, write once).
@@ -31,6 +32,7 @@ pub mod conn;
 pub mod exec;
 pub mod glob;
 pub mod peer;
+pub mod proxy;
 pub mod pubsub;
 pub mod repl;
 pub mod server;

@@ -26,6 +26,13 @@ fn main() {
             std::iter::once(format!("{program} cluster")).chain(rest),
         ));
     }
+    if std::env::args().nth(1).as_deref() == Some("proxy") {
+        let program = args.next().unwrap_or_default();
+        let rest = args.skip(1);
+        std::process::exit(sluice_server::proxy::main(
+            std::iter::once(format!("{program} proxy")).chain(rest),
+        ));
+    }
     let config = Config::parse();
     let signals = async {
         let (Ok(mut term), Ok(mut int)) = (

@@ -314,6 +314,9 @@ mod tests {
                 "cost:string@COST?",
                 "algo:string@ALGO?",
                 "dry:pure-token@DRY?",
+                "mode:string@FAILMODE?",
+                "k:string@SPLIT?",
+                "ms:string@APPROX?",
             ]
         );
     }

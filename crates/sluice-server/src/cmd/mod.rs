@@ -39,7 +39,7 @@ mod quit;
 mod replconf;
 mod replicaof;
 mod reset;
-mod rl_check;
+pub(crate) mod rl_check;
 mod role;
 mod select;
 mod set;
@@ -671,7 +671,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "ratelimit",
         "0.1.0",
         "Checks and consumes a rate limit atomically.",
-        "key limit period [BURST burst] [COST cost] [ALGO algo] [DRY]",
+        "key limit period [BURST burst] [COST cost] [ALGO algo] [DRY] [FAILMODE mode] [SPLIT k] [APPROX ms]",
         rl_check::RlCheck
     ),
     spec!(

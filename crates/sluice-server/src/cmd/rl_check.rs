@@ -6,6 +6,10 @@
 //! `period` is integer seconds or a duration with a unit (`500ms`, `10s`, `1m`, `1h`, `1d`).
 //! Every argument is validated before the store is touched, so a bad one changes nothing and its
 //! error names it.
+//!
+//! `FAILMODE open|closed|local`, `SPLIT k` and `APPROX ms` are gateway options (`sluice proxy`
+//! acts on them and strips them): a node validates and ignores them, so a client can move between
+//! a node and a sidecar unchanged.
 
 use sluice_core::{Algo, CheckError, MAX_SPAN, Nanos, Params};
 use sluice_resp::reply;
@@ -86,6 +90,22 @@ impl<'a> Command<'a> for RlCheck<'a> {
                     })?;
                 }
                 _ if is("DRY") => dry = true,
+                // Gateway options: validated, then ignored (see the module docs).
+                _ if is("FAILMODE") => {
+                    let mode = value(args, "FAILMODE")?;
+                    if !["open", "closed", "local"]
+                        .iter()
+                        .any(|m| mode.eq_ignore_ascii_case(m.as_bytes()))
+                    {
+                        return Err(CmdError::msg("ERR FAILMODE must be OPEN, CLOSED or LOCAL"));
+                    }
+                }
+                _ if is("SPLIT") => {
+                    positive(value(args, "SPLIT")?, "SPLIT")?;
+                }
+                _ if is("APPROX") => {
+                    positive(value(args, "APPROX")?, "APPROX")?;
+                }
                 _ => {
                     return Err(CmdError::msg(format!(
                         "ERR unknown option '{}' for 'rl.check'",

@@ -1,0 +1,49 @@
+//! # sluice-client — the gateway side of Sluice
+//!
+//! A tokio client for Rust gateways, and the engine of the `sluice proxy` sidecar. It keeps what
+//! a gateway needs besides the node's answer: a deadline per check (20 ms by default), a fail
+//! mode when the node cannot answer in time, a cache of hot denied keys, key splitting for
+//! whales, and approximate counting with a computed overshoot bound.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), sluice_client::ReplyError> {
+//! use std::time::Duration;
+//! use sluice_client::{Client, Config, FailMode, Limit, Topology};
+//!
+//! let client = Client::connect(Config::new(Topology::Single("127.0.0.1:6379".into()))).await;
+//! let per_user = Limit::new(100, Duration::from_secs(60)).fail_mode(FailMode::Local);
+//! let d = client.check(b"user:42", &per_user, 1).await?;
+//! if !d.allowed {
+//!     println!("retry in {} ms (answered by {:?})", d.retry_after_ms, d.source);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//! - [`resp`]: encode a command, decode a reply (RESP2), refusing garbage.
+//! - [`node`]: one node's multiplexed, pipelined connection, reconnect with backoff, and its
+//!   circuit breaker.
+//! - [`limit`]: [`Limit`] and its options, [`Decision`] and its [`Source`], the overshoot bound.
+//! - [`client`]: [`Client`]: routing (single node, cluster slots and MOVED, Sentinel) and the
+//!   check path.
+//! - `local` (private): the bounded, expiring maps behind the local buckets, the blocked cache
+//!   and approximate counting.
+//!
+//! # Invariants
+//! - A check answers within its deadline, whatever the node does (refuse, reset, half-open,
+//!   garbage, silence); only the node's own refusal of the arguments is an `Err`.
+//! - Replies are matched to requests in FIFO order per connection; a caller that gave up does
+//!   not desynchronise anyone.
+//! - Local state is bounded: every map expires its entries and holds at most
+//!   `Config::max_local_keys`.
+
+pub mod client;
+pub mod limit;
+mod local;
+pub mod node;
+pub mod resp;
+
+pub use client::{Client, Config, ReplyError, Topology, Upstream};
+pub use limit::{Approximate, Decision, FailMode, Limit, Source};
+pub use node::{BreakerState, CallError, NodeOptions};
+pub use sluice_core::Algo;

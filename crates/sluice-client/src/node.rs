@@ -1,0 +1,420 @@
+//! One node: a multiplexed, pipelined connection and its circuit breaker.
+//!
+//! Every caller's request goes through one channel to the node's connection task. The task
+//! writes whatever is queued in one `write`, and the reader hands replies out in FIFO order to
+//! the callers' oneshot channels: RESP answers in request order, so the n-th reply belongs to the
+//! n-th request written. A caller that gave up (its deadline passed) just drops its receiver; its
+//! reply is still read and discarded, which keeps the order.
+//!
+//! # Faults
+//! - Refused connect, reset, EOF (a half-open socket closed by the peer): everything in flight
+//!   fails at once with [`CallError::Down`]; reconnect after a backoff that doubles from
+//!   `backoff_min` to `backoff_max`. While disconnected, new requests fail at once.
+//! - Garbage on the wire: everything in flight fails with [`CallError::Garbage`] and the
+//!   connection is dropped (the stream cannot be resynchronised).
+//! - A node that accepts but never answers: callers time out on their own deadlines; once the
+//!   oldest request has waited `stall` with no byte read, the connection is dropped and redialled.
+//!
+//! # Breaker
+//! Closed: calls go through; `failures` consecutive failures open it. Open: calls fail at once
+//! with [`CallError::Open`] (no socket work, so a dead node costs nothing per check) until
+//! `cooldown` has passed. Half-open: one probe call goes through; success closes the breaker,
+//! failure opens it for another `cooldown`. A probe whose caller vanished is replaced after
+//! `cooldown`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
+
+use crate::resp::{self, Value};
+
+/// Why a call got no reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallError {
+    /// Not connected, or the connection broke with the request in flight.
+    Down,
+    /// The node sent something that is not RESP.
+    Garbage,
+    /// The deadline passed first.
+    Timeout,
+    /// The breaker is open: the call was not attempted.
+    Open,
+}
+
+/// Connection and breaker settings.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeOptions {
+    pub connect_timeout: Duration,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// No byte read for this long with requests in flight: the connection is dropped.
+    pub stall: Duration,
+    /// Consecutive failures that open the breaker.
+    pub breaker_failures: u32,
+    /// How long an open breaker refuses calls before it lets one probe through.
+    pub breaker_cooldown: Duration,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            connect_timeout: Duration::from_millis(500),
+            backoff_min: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(500),
+            stall: Duration::from_millis(500),
+            breaker_failures: 5,
+            breaker_cooldown: Duration::from_millis(100),
+        }
+    }
+}
+
+/// The breaker's state, as INFO and tests see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+impl BreakerState {
+    pub fn name(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half-open",
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Breaker {
+    Closed { failures: u32 },
+    Open { until: Instant },
+    HalfOpen { probe_since: Instant },
+}
+
+struct Request {
+    frame: Bytes,
+    reply: oneshot::Sender<Result<Value, CallError>>,
+}
+
+/// A node's connection (a task on the runtime that made it) and its breaker. Dropping the last
+/// handle ends the task.
+#[derive(Debug)]
+pub struct Node {
+    addr: Arc<str>,
+    tx: mpsc::UnboundedSender<Request>,
+    breaker: Mutex<Breaker>,
+    options: NodeOptions,
+    /// Calls answered by the node, and calls that failed (any [`CallError`]).
+    pub answered: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request").finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// Starts the connection task for `addr` (`host:port`) on the current tokio runtime.
+    pub fn spawn(addr: Arc<str>, options: NodeOptions) -> Arc<Node> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(addr.clone(), rx, options));
+        Arc::new(Node {
+            addr,
+            tx,
+            breaker: Mutex::new(Breaker::Closed { failures: 0 }),
+            options,
+            answered: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        })
+    }
+
+    pub fn addr(&self) -> &Arc<str> {
+        &self.addr
+    }
+
+    /// Sends one encoded command and waits for its reply until `deadline`.
+    pub async fn call(&self, frame: Bytes, deadline: Instant) -> Result<Value, CallError> {
+        if !self.admit(Instant::now()) {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(CallError::Open);
+        }
+        let (reply, rx) = oneshot::channel();
+        let result = match self.tx.send(Request { frame, reply }) {
+            Err(_) => Err(CallError::Down),
+            Ok(()) => match timeout_at(deadline, rx).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(CallError::Down),
+                Err(_) => Err(CallError::Timeout),
+            },
+        };
+        self.record(result.is_ok());
+        result
+    }
+
+    /// The breaker's state now.
+    pub fn breaker(&self) -> BreakerState {
+        match *self.breaker.lock() {
+            Breaker::Closed { .. } => BreakerState::Closed,
+            Breaker::Open { until } if Instant::now() >= until => BreakerState::HalfOpen,
+            Breaker::Open { .. } => BreakerState::Open,
+            Breaker::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+
+    fn admit(&self, now: Instant) -> bool {
+        let mut b = self.breaker.lock();
+        match *b {
+            Breaker::Closed { .. } => true,
+            Breaker::Open { until } if now < until => false,
+            Breaker::HalfOpen { probe_since }
+                if now < probe_since + self.options.breaker_cooldown =>
+            {
+                false
+            }
+            Breaker::Open { .. } | Breaker::HalfOpen { .. } => {
+                *b = Breaker::HalfOpen { probe_since: now };
+                true
+            }
+        }
+    }
+
+    fn record(&self, ok: bool) {
+        let counter = if ok { &self.answered } else { &self.failed };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let mut b = self.breaker.lock();
+        let open = Breaker::Open {
+            until: Instant::now() + self.options.breaker_cooldown,
+        };
+        *b = match (&*b, ok) {
+            (_, true) => Breaker::Closed { failures: 0 },
+            (Breaker::Closed { failures }, false)
+                if failures + 1 < self.options.breaker_failures =>
+            {
+                Breaker::Closed {
+                    failures: failures + 1,
+                }
+            }
+            (Breaker::Open { until }, false) => Breaker::Open { until: *until },
+            (_, false) => open,
+        };
+    }
+}
+
+/// The connection task: connect, serve, and on any fault fail what is in flight and redial.
+async fn run(addr: Arc<str>, mut rx: mpsc::UnboundedReceiver<Request>, options: NodeOptions) {
+    let mut backoff = options.backoff_min;
+    loop {
+        let connected = timeout(options.connect_timeout, TcpStream::connect(&*addr)).await;
+        match connected {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                backoff = options.backoff_min;
+                if serve(stream, &mut rx, &options).await.is_ok() {
+                    return;
+                }
+            }
+            _ => {
+                if !refuse_for(backoff, &mut rx).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(options.backoff_max);
+            }
+        }
+    }
+}
+
+/// Fails every request that arrives during `wait` with `Down`. `false` when every handle is gone.
+async fn refuse_for(wait: Duration, rx: &mut mpsc::UnboundedReceiver<Request>) -> bool {
+    let end = sleep(wait);
+    tokio::pin!(end);
+    loop {
+        tokio::select! {
+            _ = &mut end => return true,
+            r = rx.recv() => match r {
+                Some(req) => {
+                    let _ = req.reply.send(Err(CallError::Down));
+                }
+                None => return false,
+            },
+        }
+    }
+}
+
+/// Most requests gathered into one write.
+const BATCH: usize = 512;
+
+/// Serves one connection. `Ok` when every handle is gone; `Err` when the connection broke (what
+/// was in flight has been failed).
+async fn serve(
+    stream: TcpStream,
+    rx: &mut mpsc::UnboundedReceiver<Request>,
+    options: &NodeOptions,
+) -> Result<(), ()> {
+    let (mut rd, mut wr) = stream.into_split();
+    let mut inflight: VecDeque<oneshot::Sender<Result<Value, CallError>>> = VecDeque::new();
+    let mut rbuf = BytesMut::with_capacity(16 * 1024);
+    let mut wbuf = BytesMut::with_capacity(16 * 1024);
+    let mut progress = Instant::now();
+    let fail = |inflight: &mut VecDeque<oneshot::Sender<_>>, e: CallError| {
+        for tx in inflight.drain(..) {
+            let _ = tx.send(Err(e));
+        }
+        Err(())
+    };
+    loop {
+        tokio::select! {
+            read = rd.read_buf(&mut rbuf) => {
+                match read {
+                    Ok(0) | Err(_) => return fail(&mut inflight, CallError::Down),
+                    Ok(_) => progress = Instant::now(),
+                }
+                loop {
+                    match resp::parse(&mut rbuf) {
+                        Ok(Some(v)) => match inflight.pop_front() {
+                            Some(tx) => {
+                                let _ = tx.send(Ok(v));
+                            }
+                            // A reply nobody asked for: the stream is not what we think.
+                            None => return fail(&mut inflight, CallError::Garbage),
+                        },
+                        Ok(None) => break,
+                        Err(_) => return fail(&mut inflight, CallError::Garbage),
+                    }
+                }
+            }
+            req = rx.recv() => {
+                let Some(first) = req else { return Ok(()) };
+                if inflight.is_empty() {
+                    progress = Instant::now();
+                }
+                let mut next = Some(first);
+                let mut n = 0;
+                while let Some(r) = next.take() {
+                    // A caller that already gave up is not sent.
+                    if !r.reply.is_closed() {
+                        wbuf.extend_from_slice(&r.frame);
+                        inflight.push_back(r.reply);
+                    }
+                    n += 1;
+                    if n < BATCH {
+                        next = rx.try_recv().ok();
+                    }
+                }
+                if wbuf.is_empty() {
+                    continue;
+                }
+                match timeout(options.stall, wr.write_all(&wbuf)).await {
+                    Ok(Ok(())) => wbuf.clear(),
+                    _ => return fail(&mut inflight, CallError::Down),
+                }
+            }
+            _ = sleep_until(progress + options.stall), if !inflight.is_empty() => {
+                return fail(&mut inflight, CallError::Timeout);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn ping() -> Bytes {
+        let mut out = BytesMut::new();
+        resp::encode(&mut out, &["PING"]);
+        out.freeze()
+    }
+
+    /// A real listener on `addr` that answers every PING frame with +PONG.
+    async fn pong_server(addr: std::net::SocketAddr) {
+        let server = tokio::net::TcpListener::bind(addr).await.expect("rebind");
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = server.accept().await {
+                tokio::spawn(async move {
+                    let frame = ping().len();
+                    let (mut buf, mut pending) = ([0u8; 4096], 0);
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        pending += n;
+                        let replies = b"+PONG\r\n".repeat(pending / frame);
+                        pending %= frame;
+                        if s.write_all(&replies).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    #[tokio::test]
+    async fn breaker_opens_on_failures_and_closes_after_a_good_probe() {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        // Nothing listens there now: every connect is refused.
+        let options = NodeOptions {
+            breaker_failures: 3,
+            breaker_cooldown: Duration::from_millis(50),
+            backoff_min: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(5),
+            ..NodeOptions::default()
+        };
+        let node = Node::spawn(addr.to_string().into(), options);
+        let deadline = || Instant::now() + Duration::from_millis(200);
+        for _ in 0..3 {
+            let r = node.call(ping(), deadline()).await;
+            assert!(
+                matches!(r, Err(CallError::Down | CallError::Timeout)),
+                "{r:?}"
+            );
+        }
+        assert_eq!(node.breaker(), BreakerState::Open);
+        let started = Instant::now();
+        assert_eq!(node.call(ping(), deadline()).await, Err(CallError::Open));
+        assert!(
+            started.elapsed() < Duration::from_millis(10),
+            "an open breaker waits for nothing"
+        );
+
+        pong_server(addr).await;
+        let back = async {
+            loop {
+                if node.call(ping(), deadline()).await == Ok(Value::Simple("PONG".into())) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), back)
+            .await
+            .expect("the node answered again");
+        assert_eq!(node.breaker(), BreakerState::Closed);
+        // Pipelined: many callers share the connection, each gets its own reply.
+        let calls: Vec<_> = (0..50)
+            .map(|_| {
+                let node = node.clone();
+                tokio::spawn(async move { node.call(ping(), deadline()).await })
+            })
+            .collect();
+        for c in calls {
+            assert_eq!(c.await.unwrap(), Ok(Value::Simple("PONG".into())));
+        }
+    }
+}
