@@ -17,40 +17,35 @@ use sluice_repl::record;
 
 use crate::entry::Value;
 
-/// `a == b`, last bytes first: the keys of consecutive records usually differ there (an id, a
-/// counter), which spares most checks a call to `memcmp`.
-#[inline]
-fn same_key(a: Option<&[u8]>, b: &[u8]) -> bool {
-    a.is_some_and(|a| a.len() == b.len() && a.last() == b.last() && a == b)
-}
-
 #[derive(Debug, Default)]
 pub struct Journal {
     pub on: bool,
     buf: Vec<u8>,
     /// Where the last record in `buf` starts, if it is a LIMITER (a newer state of its key may
-    /// replace it).
-    last_limiter: Option<usize>,
+    /// replace it), and its key's hash: keys that differ are told apart by one compare.
+    last_limiter: Option<(usize, u32)>,
 }
 
 impl Journal {
-    /// `key` now holds `value` until `deadline`.
+    /// `key` (whose hash is `h`) now holds `value` until `deadline`.
     #[inline]
-    pub fn value(&mut self, key: &[u8], deadline: Nanos, value: &Value) {
+    pub fn value(&mut self, h: u32, key: &[u8], deadline: Nanos, value: &Value) {
         if !self.on {
             return;
         }
         match value {
             Value::Limiter(state) => {
                 let at = match self.last_limiter {
-                    Some(at) if same_key(record::limiter_key(&self.buf[at..]), key) => {
+                    Some((at, last_h))
+                        if last_h == h && record::limiter_key(&self.buf[at..]) == Some(key) =>
+                    {
                         self.buf.truncate(at);
                         at
                     }
                     _ => self.buf.len(),
                 };
                 record::encode_limiter(&mut self.buf, key, deadline, state);
-                self.last_limiter = Some(at);
+                self.last_limiter = Some((at, h));
             }
             Value::Counter(c) => {
                 record::encode_counter(
