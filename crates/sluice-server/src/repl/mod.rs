@@ -38,8 +38,6 @@ use crate::shared::Shared;
 /// How often an idle stream carries a PING (Redis: repl-ping-replica-period, 10 s; shorter
 /// here so `master_last_io_seconds_ago` stays small and a dead primary shows quickly).
 pub const PING_EVERY: Duration = Duration::from_secs(1);
-/// The most a flush's gathering buffer keeps between flushes (a burst may grow it beyond).
-const SCRATCH_KEPT: usize = 1 << 20;
 /// How often a replica acks its offset.
 pub const ACK_EVERY: Duration = Duration::from_secs(1);
 
@@ -117,11 +115,9 @@ pub struct Inner {
     /// As a replica: `replid` and `offset` name a primary's stream we have applied, so a
     /// reconnect asks to continue it.
     pub synced: bool,
-    /// Where a flush gathers the journals, kept from flush to flush: each chunk of the stream
-    /// is then one allocation of exactly its size (a small one, reused by the allocator),
-    /// not a fresh buffer sized for the largest flush and held for as long as the backlog
-    /// keeps it.
-    scratch: Vec<u8>,
+    /// The size of the last flush: the next one's buffer starts that large, so draining the
+    /// journals copies each record once instead of regrowing the buffer.
+    flush_hint: usize,
 }
 
 /// Counters for INFO stats.
@@ -230,7 +226,7 @@ impl Repl {
                 last_io: Instant::now(),
                 last_stream: Instant::now(),
                 synced: false,
-                scratch: Vec::new(),
+                flush_hint: 0,
             }),
             readonly: AtomicBool::new(false),
             replica_read_only: config.replica_read_only,
@@ -342,25 +338,21 @@ impl Repl {
         if inner.backlog.is_none() {
             return inner.offset;
         }
-        let mut buf = std::mem::take(&mut inner.scratch);
+        let mut buf = Vec::with_capacity(inner.flush_hint * 2 + 4096);
         store.drain_journal(&mut buf);
+        inner.flush_hint = buf.len();
         if getack {
             Record::GetAck.encode(&mut buf);
         } else if buf.is_empty() && inner.last_stream.elapsed() >= PING_EVERY {
             Record::Ping.encode(&mut buf);
         }
-        let chunk = Bytes::copy_from_slice(&buf);
-        buf.clear();
-        if buf.capacity() > SCRATCH_KEPT {
-            buf.shrink_to(SCRATCH_KEPT);
-        }
-        inner.scratch = buf;
         let Some(backlog) = inner.backlog.as_mut() else {
             return inner.offset;
         };
-        if chunk.is_empty() {
+        if buf.is_empty() {
             return backlog.end();
         }
+        let chunk = Bytes::from(buf);
         backlog.push(chunk.clone());
         inner.offset = backlog.end();
         let end = inner.offset;
