@@ -479,6 +479,13 @@ if [ "$QUOTA" = 0 ]; then
       printf "  CPU 1 in the without run: %.0f ns/check (client; CPU1 busy / rps); + replica %.0f ns/check\n", cns, rns
       printf "    -> if CPU 1 is the limit, with-replica throughput <= %d rps (ratio %.3f); measured %d\n", pred, pred / rps, w }'
 fi
+if [ "$QUOTA" != 0 ]; then
+  # Capped, the throughput ratio is the ratio of CPU shares over the ratio of CPU per check:
+  # it prices the primary's cost only while both primaries get their whole cap.
+  awk -v q="$QUOTA" -v a="$N_UTIL" -v b="$W_UTIL" 'BEGIN {
+      if (a < 0.95 * q || b < 0.95 * q)
+        printf "  warning: a primary got less than its %d%% cap (without %.1f%%, with %.1f%%): other processes took CPU 0; the throughput ratio then mixes their share in, the CPU per check ratio does not\n", q, a, b }'
+fi
 awk -v a="$N_C0" -v b="$N_UTIL" -v c="$W_C0" -v d="$W_UTIL" 'BEGIN {
     printf "  CPU0 busy beyond the primary (other processes; should be ~0): without %.1f%%, with %.1f%%\n", a - b, c - d }'
 echo "  replica after the runs: link $LINK, full syncs during the runs $((SYNC_FULL - SYNC_FULL0)), cut at the output limit $CUT time(s)"
