@@ -16,7 +16,8 @@
 # their bucket and the table grows as it goes (20,000 requests over 100k keys: about 90% new).
 #
 # Usage: scripts/callgrind.sh [--requests N] [--keyspace N] [--out DIR] [--sluice PATH]
-#                             [--skip-redis] [--build] [--cluster]
+#                             [--skip-redis] [--build] [--cluster] [--cache-sim]
+#                             [--replica [--flush-ms MS]]
 #   --requests   requests per test (default 20000)
 #   --keyspace   keys preloaded and used by -r (default 100000)
 #   --out        where the callgrind dumps are kept (default /tmp/sluice-callgrind); annotate
@@ -29,6 +30,14 @@
 #   --cluster    run Sluice in cluster mode (a one-node cluster that owns every slot), so the
 #                figures include the slot check of every keyed command; compare them with a
 #                run without it
+#   --replica    attach a replica (a native sluice, on the other CPU if there is one) to the
+#                Sluice under callgrind before the tests, so every change is journaled and
+#                streamed: the figures then include what replication costs the primary's user
+#                space; compare them with a run without it (issue 7, "Cost to the primary")
+#   --flush-ms   the primary's --repl-flush-ms with --replica (default 20): under callgrind the
+#                server runs some 50x slower, so a 1 ms flush would carry 50x fewer records
+#                than at full speed and overstate the per-flush work; 20 ms brings the records
+#                per flush near those of the real server at -P 16 (a few hundred)
 #
 # Needs valgrind (callgrind_control), redis-server and redis-tools: installed with apt-get
 # when missing. Every process it starts is stopped by PID on exit.
@@ -37,7 +46,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
-REQUESTS=20000 KEYSPACE=100000 OUT="${TMPDIR:-/tmp}/sluice-callgrind" SKIP_REDIS=0 BUILD=0 CLUSTER=0
+REQUESTS=20000 KEYSPACE=100000 OUT="${TMPDIR:-/tmp}/sluice-callgrind" SKIP_REDIS=0 BUILD=0 CLUSTER=0 REPLICA=0 FLUSH_MS=20
 CACHE_SIM=no
 SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
 while [ $# -gt 0 ]; do
@@ -50,6 +59,8 @@ while [ $# -gt 0 ]; do
     --build) BUILD=1 ;;
     --cluster) CLUSTER=1 ;;
     --cache-sim) CACHE_SIM=yes ;;
+    --replica) REPLICA=1 ;;
+    --flush-ms) FLUSH_MS="$2"; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -142,7 +153,9 @@ TOKEN_ARGS_MS=(1000000 100000000000 1000000) # the same for the Lua script (peri
 free_port
 CLUSTER_ARGS=()
 [ "$CLUSTER" = 1 ] && CLUSTER_ARGS=(--cluster yes --cluster-config-file "$WORK/nodes.conf")
-start sluice "$SLUICE" --port "$PORT" --bind 127.0.0.1 --threads 1 "${CLUSTER_ARGS[@]}"
+REPL_ARGS=()
+[ "$REPLICA" = 1 ] && REPL_ARGS=(--repl-flush-ms "$FLUSH_MS")
+start sluice "$SLUICE" --port "$PORT" --bind 127.0.0.1 --threads 1 "${CLUSTER_ARGS[@]}" "${REPL_ARGS[@]}"
 S_PORT=$PORT S_PID=$PID
 if [ "$CLUSTER" = 1 ]; then
   log "cluster mode: a one-node cluster owns every slot"
@@ -159,6 +172,22 @@ preload "$S_PORT" "$KEYSPACE" rlt: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000
 preload "$S_PORT" "$KEYSPACE" rlg: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000 ALGO GCRA
 preload "$S_PORT" "$KEYSPACE" rls: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000 ALGO SLIDING
 preload "$S_PORT" "$KEYSPACE" ctr: SET KEY 0
+if [ "$REPLICA" = 1 ]; then
+  free_port
+  REPLICA_CPU=$(($(nproc) - 1))
+  taskset -c "$REPLICA_CPU" "$SLUICE" --port "$PORT" --bind 127.0.0.1 --threads 1 \
+    --replicaof "127.0.0.1:$S_PORT" >"$WORK/replica.log" 2>&1 &
+  RP_PID=$!
+  PIDS+=("$RP_PID")
+  for i in $(seq 1 600); do
+    redis-cli -p "$PORT" INFO replication 2>/dev/null | grep -q '^master_link_status:up' && break
+    kill -0 "$RP_PID" 2>/dev/null || { cat "$WORK/replica.log" >&2; die "the replica exited"; }
+    sleep 0.1
+  done
+  [ "$(redis-cli -p "$PORT" DBSIZE)" = "$(redis-cli -p "$S_PORT" DBSIZE)" ] ||
+    die "the replica did not sync (see $WORK/replica.log)"
+  log "replica on port $PORT (CPU $REPLICA_CPU) synced; the primary flushes every $FLUSH_MS ms"
+fi
 callgrind_control -i on "$S_PID" >/dev/null 2>&1
 measure sluice "$S_PID" "$S_PORT" PING PING
 measure sluice "$S_PID" "$S_PORT" INCR INCR ctr:__rand_int__
@@ -198,6 +227,7 @@ idle_rate() { [ -f "$WORK/$1" ] && awk '$1 == "idle" { printf "%.0f", $2 / $3 }'
 
 echo
 echo "Instructions per request (user space, callgrind Ir), $REQUESTS requests, redis-benchmark -c 1 -P 16 -r $KEYSPACE (preloaded)"
+[ "$REPLICA" = 1 ] && echo "Sluice with a replica attached (--repl-flush-ms $FLUSH_MS): every change journaled and streamed"
 echo "Sluice: $SLUICE --threads 1; Redis: $(redis-server --version | awk '{ print $3 }'); idle work subtracted (Sluice $(idle_rate sluice) Ir/s, Redis $(idle_rate redis) Ir/s)"
 echo
 printf '| %-40s | %13s | %12s | %7s |\n' test "Sluice Ir/req" "Redis Ir/req" "S/R"

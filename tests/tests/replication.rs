@@ -432,7 +432,7 @@ fn bad_targets_and_garbage_streams_leave_the_node_serving() {
     seen.extend_from_slice(&buf[..n]);
     let text = String::from_utf8_lossy(&seen).into_owned();
     assert!(
-        text.contains("listening-port") && text.contains("sluice-v1"),
+        text.contains("listening-port") && text.contains("sluice-v2"),
         "{text}"
     );
     assert!(text.contains("PSYNC"), "{text}");

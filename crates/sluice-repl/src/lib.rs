@@ -26,7 +26,7 @@ pub use snapshot::{SnapshotReader, SnapshotWriter};
 
 /// The version of the record and snapshot encoding. A replica announces the versions it reads
 /// with `REPLCONF capa sluice-v<N>`; a snapshot names its version in its header.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
 
 /// The `REPLCONF capa` word a replica of this version sends.
-pub const CAPA: &str = "sluice-v1";
+pub const CAPA: &str = "sluice-v2";

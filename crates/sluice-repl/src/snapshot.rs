@@ -5,7 +5,7 @@
 //! ```text
 //! snapshot := "SLUICESNAP" version:u16 frame* trailer
 //! frame    := a LIMITER or COUNTER record (see `record`)
-//! trailer  := len:u32 op=0x7f count:u64 crc32:u32   count of frames; CRC-32 of every byte before the trailer
+//! trailer  := len=13 op=0x7f count:u64 crc32:u32    count of frames; CRC-32 of every byte before the trailer
 //! ```
 //!
 //! The writer is fed shard by shard, so the primary holds one shard lock at a time while it
@@ -19,7 +19,7 @@ use crate::record::{self, DecodeError, OP_END, Reader, Record};
 
 const MAGIC: &[u8] = b"SLUICESNAP";
 const HEADER: usize = MAGIC.len() + 2;
-const TRAILER: usize = 4 + 1 + 8 + 4;
+const TRAILER: usize = 1 + 1 + 8 + 4;
 
 /// Builds a snapshot in a buffer.
 #[derive(Debug)]
@@ -60,12 +60,9 @@ impl SnapshotWriter {
     /// Appends the trailer and returns the snapshot's bytes.
     pub fn finish(mut self) -> Vec<u8> {
         let crc = crc32fast::hash(&self.out);
-        let at = self.out.len();
-        self.out.extend_from_slice(&[0, 0, 0, 0, OP_END]);
+        self.out.extend_from_slice(&[(TRAILER - 1) as u8, OP_END]);
         self.out.extend_from_slice(&self.count.to_le_bytes());
         self.out.extend_from_slice(&crc.to_le_bytes());
-        let len = (self.out.len() - at - 4) as u32;
-        self.out[at..at + 4].copy_from_slice(&len.to_le_bytes());
         self.out
     }
 }
@@ -127,11 +124,10 @@ impl<'a> SnapshotReader<'a> {
         }
         let (body, trailer) = bytes.split_at(bytes.len() - TRAILER);
         let mut r = Reader(trailer);
-        let len = r.u32().map_err(|_| SnapshotError::Truncated)?;
-        if len as usize != TRAILER - 4 || trailer[4] != OP_END {
+        if usize::from(trailer[0]) != TRAILER - 1 || trailer[1] != OP_END {
             return Err(SnapshotError::Truncated);
         }
-        r.0 = &trailer[5..];
+        r.0 = &trailer[2..];
         let count = r.u64().map_err(|_| SnapshotError::Truncated)?;
         let crc = r.u32().map_err(|_| SnapshotError::Truncated)?;
         if crc32fast::hash(body) != crc {

@@ -401,8 +401,7 @@ impl Store {
         let mut locked: Vec<_> = self.shards.iter().map(|s| s.lock()).collect();
         let journaling = locked.first().is_some_and(|s| s.journal.on);
         for s in locked.iter_mut() {
-            spill.extend_from_slice(&s.journal.buf);
-            s.journal.buf.clear();
+            s.journal.drain_into(&mut spill);
             s.flush();
         }
         if journaling {
@@ -417,11 +416,7 @@ impl Store {
             spill.clear();
         }
         for s in self.shards.iter() {
-            let mut s = s.lock();
-            s.journal.on = on;
-            if !on {
-                s.journal.buf = Vec::new();
-            }
+            s.lock().journal.set_on(on);
         }
     }
 
@@ -431,11 +426,7 @@ impl Store {
         let mut spill = self.spill.lock();
         out.append(&mut spill);
         for s in self.shards.iter() {
-            let mut s = s.lock();
-            if !s.journal.buf.is_empty() {
-                out.extend_from_slice(&s.journal.buf);
-                s.journal.buf.clear();
-            }
+            s.lock().journal.drain_into(out);
         }
     }
 

@@ -112,16 +112,16 @@ impl<H: KeyHash> Shard<H> {
         let i = self
             .table
             .insert(h, probe, value, deadline, filed, &|k| hasher.hash32(k));
-        self.note_value(i);
+        self.note_value(h, i);
         Ok(())
     }
 
-    /// Journals entry `i` as it now is.
+    /// Journals entry `i`, whose key hashes to `h`, as it now is.
     #[inline]
-    fn note_value(&mut self, i: usize) {
+    fn note_value(&mut self, h: u32, i: usize) {
         if self.journal.on {
             let Shard { table, journal, .. } = self;
-            table.with_value(i, |v| journal.value(table.key(i), table.deadline(i), v));
+            table.with_value(i, |v| journal.value(h, table.key(i), table.deadline(i), v));
         }
     }
 
@@ -223,7 +223,7 @@ impl<H: KeyHash> Shard<H> {
                 self.wheel.reschedule(h, &mut filed, deadline);
                 self.table.put(i, Value::Limiter(state), deadline, filed);
                 if result.is_ok() && change.is_some() {
-                    self.note_value(i);
+                    self.note_value(h, i);
                 }
             }
             // Back to fresh: a missing key answers the same, so it need not be kept.
@@ -247,7 +247,7 @@ impl<H: KeyHash> Shard<H> {
         let mut filed = self.table.filed(i);
         self.wheel.reschedule(h, &mut filed, deadline);
         self.table.put(i, value, deadline, filed);
-        self.note_value(i);
+        self.note_value(h, i);
     }
 
     #[allow(clippy::too_many_arguments)] // SET's own arguments, plus where and when.
@@ -303,7 +303,7 @@ impl<H: KeyHash> Shard<H> {
             Some(Counter::Int(n)) => {
                 *n = n.checked_add(delta).ok_or(StoreError::Overflow)?;
                 let n = *n;
-                self.note_value(i);
+                self.note_value(h, i);
                 Ok(n)
             }
             Some(_) => Err(StoreError::NotInteger),

@@ -176,3 +176,69 @@ fn flush_orders_pending_records_around_it() {
         ]
     );
 }
+
+/// The records in a drained stream, decoded.
+fn records(stream: &[u8]) -> Vec<Record<'_>> {
+    let mut out = Vec::new();
+    let mut rest = stream;
+    while let Some((rec, used)) = record::decode(rest).unwrap() {
+        out.push(rec);
+        rest = &rest[used..];
+    }
+    assert!(rest.is_empty());
+    out
+}
+
+#[test]
+fn a_keys_consecutive_checks_coalesce_into_its_last_state() {
+    // One shard, so every key shares one journal and its order is the order of the changes.
+    let primary = Store::new(StoreConfig {
+        shards: 1,
+        ..StoreConfig::default()
+    });
+    let replica = Store::new(StoreConfig::default());
+    primary.set_journaling(true);
+    let mut now = Nanos(1_700_000_000_000_000_000);
+    let p = params(1_000_000, 60, 1);
+    // A hot key: a thousand checks (every one allowed: each is a change), one record.
+    for _ in 0..1000 {
+        primary.check(b"hot", Algo::Token, &p, now, false).unwrap();
+        now = Nanos(now.0 + 1_000);
+    }
+    let mut stream = Vec::new();
+    primary.drain_journal(&mut stream);
+    let recs = records(&stream);
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    apply_all(&replica, &stream, now);
+    assert_eq!(entries(&replica, now), entries(&primary, now));
+
+    // Another key in between keeps both in order; a delete or a counter is never replaced,
+    // and a check after it is a record of its own.
+    let keys: [&[u8]; 6] = [b"hot", b"hot", b"cold", b"hot", b"hot", b"hot"];
+    for key in keys {
+        primary.check(key, Algo::Token, &p, now, false).unwrap();
+    }
+    primary.del(b"cold", now);
+    primary.check(b"hot", Algo::Token, &p, now, false).unwrap();
+    primary.set(b"n", b"1", SetCond::Always, SetTtl::Clear, now);
+    primary.check(b"hot", Algo::Token, &p, now, false).unwrap();
+    let mut stream = Vec::new();
+    primary.drain_journal(&mut stream);
+    let keys: Vec<&[u8]> = records(&stream)
+        .iter()
+        .map(|r| match r {
+            Record::Limiter { key, .. } | Record::Counter { key, .. } | Record::Del { key } => *key,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    let want: [&[u8]; 7] = [b"hot", b"cold", b"hot", b"cold", b"hot", b"n", b"hot"];
+    assert_eq!(keys, want);
+    apply_all(&replica, &stream, now);
+    assert_eq!(entries(&replica, now), entries(&primary, now));
+
+    // Nothing is kept across a drain: the next check is a whole record again.
+    primary.check(b"hot", Algo::Token, &p, now, false).unwrap();
+    let mut stream = Vec::new();
+    primary.drain_journal(&mut stream);
+    assert_eq!(records(&stream).len(), 1);
+}
