@@ -128,6 +128,17 @@ pub struct Config {
     /// The etcd key prefix of this cluster.
     #[arg(long = "etcd-prefix", default_value = "/sluice/cluster/")]
     pub etcd_prefix: String,
+
+    /// Keep snapshots in this directory (`DIR/sluice.snap`): loaded at start, written every
+    /// `--save-interval`, by SAVE/BGSAVE and at a graceful shutdown. Without it, nothing is
+    /// persisted and a restart hands every client a fresh quota.
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+
+    /// Seconds between snapshots with `--dir` (0: only SAVE, BGSAVE and shutdown write one).
+    /// A kill -9 loses at most this much consumption.
+    #[arg(long = "save-interval", default_value_t = 60)]
+    pub save_interval: u64,
 }
 
 /// Parses `HOST:PORT` (or `HOST PORT`, Redis's config-file form) for `--replicaof`.

@@ -12,6 +12,8 @@
 //!   replicas, and a replica's link to its primary. The request path only appends records
 //!   to shard journals; this module moves them.
 //! - [`cluster`]: cluster mode: the slot table, the MOVED check, slot migration.
+//! - [`persist`]: snapshots on disk (`--dir`): SAVE, BGSAVE, the periodic and shutdown saves,
+//!   the load at start.
 //! - [`peer`]: a small async RESP client for node-to-node calls.
 //! - [`pubsub`]: channels and patterns for SUBSCRIBE/PUBLISH (Sentinel's hello channel).
 //! - [`cmd`]: one file per command, the static command table, argument cursor, errors.
@@ -31,6 +33,7 @@ pub mod conn;
 pub mod exec;
 pub mod glob;
 pub mod peer;
+pub mod persist;
 pub mod pubsub;
 pub mod repl;
 pub mod server;

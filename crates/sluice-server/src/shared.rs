@@ -39,6 +39,8 @@ pub struct Shared {
     pub timeout_secs: AtomicU64,
     /// The password clients must AUTH with, if any (`CONFIG SET requirepass` changes it).
     pub requirepass: RwLock<Option<String>>,
+    /// Snapshots on disk (`--dir`).
+    pub persist: crate::persist::Persist,
     /// The address actually bound (the port is resolved when `--port 0`).
     pub local_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
@@ -76,6 +78,7 @@ impl Shared {
             maxclients: AtomicUsize::new(config.maxclients),
             timeout_secs: AtomicU64::new(config.timeout),
             requirepass: RwLock::new(config.requirepass.clone()),
+            persist: crate::persist::Persist::new(config.dir.clone()),
             local_addr,
             shutdown,
             config,

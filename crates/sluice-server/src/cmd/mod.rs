@@ -41,6 +41,7 @@ mod replicaof;
 mod reset;
 mod rl_check;
 mod role;
+mod save;
 mod select;
 mod set;
 mod shutdown;
@@ -266,6 +267,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Authenticates the connection.",
         "[username] password",
         auth::Auth
+    ),
+    spec!(
+        "bgsave",
+        -1,
+        [ADMIN, NOSCRIPT],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Asynchronously saves the database(s) to disk.",
+        "[SCHEDULE]",
+        save::BgSave
     ),
     spec!(
         "cl.throttle",
@@ -510,6 +522,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         info::Info
     ),
     spec!(
+        "lastsave",
+        1,
+        [LOADING, STALE, FAST],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Returns the Unix timestamp of the last successful save to disk.",
+        "",
+        save::LastSave
+    ),
+    spec!(
         "multi",
         1,
         [NOSCRIPT, LOADING, STALE, FAST],
@@ -684,6 +707,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Returns the replication role.",
         "",
         role::Role
+    ),
+    spec!(
+        "save",
+        1,
+        [ADMIN, NOSCRIPT, NOMULTI],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Synchronously saves the database(s) to disk.",
+        "",
+        save::Save
     ),
     spec!(
         "select",
