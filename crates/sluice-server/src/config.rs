@@ -139,6 +139,20 @@ pub struct Config {
     /// A kill -9 loses at most this much consumption.
     #[arg(long = "save-interval", default_value_t = 60)]
     pub save_interval: u64,
+
+    /// Named rules from this file (TOML, or YAML for `.yaml`/`.yml`): read at start, reloaded
+    /// when it changes; RL.RULE writes are then refused.
+    #[arg(long, value_name = "FILE", conflicts_with = "rules_etcd")]
+    pub rules: Option<std::path::PathBuf>,
+
+    /// Named rules from etcd at this URL (`http://HOST:PORT`): watched under `--rules-prefix`;
+    /// RL.RULE writes go to etcd; versions are etcd revisions.
+    #[arg(long = "rules-etcd", value_name = "URL")]
+    pub rules_etcd: Option<String>,
+
+    /// The etcd key prefix of the rules (one key per rule: PREFIX + name).
+    #[arg(long = "rules-prefix", default_value = "/sluice/rules/")]
+    pub rules_prefix: String,
 }
 
 /// Parses `HOST:PORT` (or `HOST PORT`, Redis's config-file form) for `--replicaof`.

@@ -11,6 +11,7 @@
 //! - [`repl`]: replication, on its own thread: the primary's flusher and the streams to its
 //!   replicas, and a replica's link to its primary. The request path only appends records
 //!   to shard journals; this module moves them.
+//! - [`rules`]: named rules (versions, floors, shadow, rollout) from memory, a file or etcd.
 //! - [`cluster`]: cluster mode: the slot table, the MOVED check, slot migration.
 //! - [`persist`]: snapshots on disk (`--dir`): SAVE, BGSAVE, the periodic and shutdown saves,
 //!   the load at start.
@@ -36,6 +37,7 @@ pub mod peer;
 pub mod persist;
 pub mod pubsub;
 pub mod repl;
+pub mod rules;
 pub mod server;
 pub mod shared;
 pub mod stats;

@@ -58,6 +58,10 @@ impl Server {
             Ok(None) => {}
             Err(e) => return Err(io::Error::other(e)),
         }
+        if let Some(path) = shared.config.rules.clone() {
+            let n = crate::rules::file::load(&shared, &path).map_err(io::Error::other)?;
+            crate::log(&format!("rules file {} loaded: {n} rules", path.display()));
+        }
         let mut handles = listeners
             .into_iter()
             .enumerate()
@@ -70,6 +74,10 @@ impl Server {
             .collect::<io::Result<Vec<_>>>()?;
         handles.push(crate::repl::start(shared.clone())?);
         handles.extend(crate::persist::start_saver(shared.clone())?);
+        if let Some(path) = shared.config.rules.clone() {
+            handles.push(crate::rules::file::start_watcher(shared.clone(), path)?);
+        }
+        handles.extend(crate::rules::etcd::start(shared.clone())?);
         Ok(Server {
             shared,
             threads: handles,

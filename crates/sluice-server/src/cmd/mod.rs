@@ -11,7 +11,7 @@
 mod args;
 mod error;
 
-pub use args::Args;
+pub use args::{Args, parse_u64};
 pub use error::CmdError;
 
 mod auth;
@@ -39,7 +39,9 @@ mod quit;
 mod replconf;
 mod replicaof;
 mod reset;
-mod rl_check;
+pub(crate) mod rl_check;
+mod rl_hit;
+mod rl_rule;
 mod role;
 mod save;
 mod select;
@@ -696,6 +698,39 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Checks and consumes a rate limit atomically.",
         "key limit period [BURST burst] [COST cost] [ALGO algo] [DRY]",
         rl_check::RlCheck
+    ),
+    spec!(
+        "rl.hit",
+        -3,
+        [WRITE, DENYOOM, FAST],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Checks a subject under a named rule.",
+        "name subject [COST cost]",
+        rl_hit::RlHit
+    ),
+    spec!(
+        "rl.hits",
+        -3,
+        [WRITE, DENYOOM],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Checks a subject under several rules (or keys) at once, all or nothing.",
+        "subject rule [rule ...] [COST cost]",
+        rl_hit::RlHits
+    ),
+    spec!(
+        "rl.rule",
+        -2,
+        [ADMIN, LOADING, STALE],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Sets, reads, lists, deletes and rolls back named rules.",
+        "SET|GET|DEL|LIST|HISTORY|ROLLBACK [name] [argument ...]",
+        rl_rule::RlRule
     ),
     spec!(
         "role",
