@@ -235,7 +235,7 @@ fn etcd_rules_reach_every_node_and_roll_back() {
         .arg(&["HISTORY", "user"])
         .query(&mut cl)
         .unwrap();
-    assert_eq!(history.iter().map(|h| h.0).last(), Some(v3));
+    assert_eq!(history.last().map(|h| h.0), Some(v3));
     assert_eq!(history.len(), 3);
 
     // DEL goes through etcd too.
