@@ -249,3 +249,26 @@ fn etcd_rules_reach_every_node_and_roll_back() {
     });
     assert!(gone.is_some());
 }
+
+#[test]
+fn hits_in_a_cluster_need_a_hash_tag() {
+    use sluice_tests::{cluster_info_field, cluster_node, key_slot, sluice_cluster};
+    let dir = TempDir::new("rules-cluster");
+    let node = cluster_node(0, &dir.path().join("nodes.conf"), &[]);
+    let out = sluice_cluster(&["create", &format!("127.0.0.1:{}", node.port)]);
+    assert!(out.status.success(), "{out:?}");
+    let ok = wait_until(Duration::from_secs(10), || {
+        (cluster_info_field(node.port, "cluster_state")? == "ok").then_some(())
+    });
+    assert!(ok.is_some());
+    let mut c = node.client();
+    cmd(&mut c, "RL.RULE SET user LIMIT 5 PERIOD 1m").unwrap();
+    cmd(&mut c, "RL.RULE SET ip LIMIT 9 PERIOD 1m").unwrap();
+    assert_ne!(key_slot(b"user:s"), key_slot(b"ip:s"));
+    let err = cmd(&mut c, "RL.HITS s user ip").unwrap_err();
+    assert!(err.to_string().contains("hash to the same slot"), "{err}");
+    assert_eq!(ints(&mut c, "RL.HITS {s} user ip")[..3], [1, 5, 4]);
+    assert_eq!(ints(&mut c, "RL.HIT user {s} COST 0")[2], 4);
+    let err = cmd(&mut c, "RL.HITS KEYS a 5 1m b 5 1m").unwrap_err();
+    assert!(err.to_string().contains("hash to the same slot"), "{err}");
+}
