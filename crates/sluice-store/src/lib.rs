@@ -805,4 +805,29 @@ mod tests {
             assert_eq!(left(&store, k, l, now), l - 40);
         }
     }
+
+    #[test]
+    fn check_all_puts_back_what_it_consumed_when_a_new_key_does_not_fit() {
+        let store = Store::new(StoreConfig {
+            shards: 1,
+            maxmemory: 0,
+            policy: EvictionPolicy::Reject,
+        });
+        let now = Nanos::from_secs(1_000);
+        let mut out = Vec::new();
+        assert!(
+            store
+                .check_all(&[hit(b"old", 5, true)], now, &mut out)
+                .unwrap()
+        );
+        // From now on no new key fits; `old` exists and is consumed first, then `new` fails.
+        store.set_maxmemory(1);
+        let checks = [hit(b"old", 5, true), hit(b"new", 5, true)];
+        assert_eq!(
+            store.check_all(&checks, now, &mut out),
+            Err(StoreError::OutOfMemory)
+        );
+        assert_eq!(left(&store, b"old", 5, now), 4);
+        assert!(!store.exists(b"new", now));
+    }
 }
