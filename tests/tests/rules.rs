@@ -272,3 +272,29 @@ fn hits_in_a_cluster_need_a_hash_tag() {
     let err = cmd(&mut c, "RL.HITS KEYS a 5 1m b 5 1m").unwrap_err();
     assert!(err.to_string().contains("hash to the same slot"), "{err}");
 }
+
+#[test]
+fn a_replica_reads_the_same_rules_file_and_refuses_hits() {
+    let dir = TempDir::new("rules-replica");
+    let path = dir.path().join("rules.toml");
+    std::fs::write(&path, "[user]\nlimit = 4\nperiod = \"1m\"\n").unwrap();
+    let rules = path.to_str().unwrap();
+    let primary = Sluice::start_with(&["--rules", rules]);
+    let replica = Sluice::start_with(&[
+        "--rules",
+        rules,
+        "--replicaof",
+        &format!("127.0.0.1:{}", primary.port),
+    ]);
+    let (mut p, mut r) = (primary.client(), replica.client());
+    assert_eq!(ints(&mut p, "RL.HIT user alice")[2], 3);
+    assert_eq!(rule_field(&mut r, "user", "limit").as_deref(), Some("4"));
+    let err = cmd(&mut r, "RL.HIT user alice").unwrap_err();
+    assert!(err.to_string().contains("read only replica"), "{err}");
+    // The primary's bucket reaches the replica by replication, as any bucket does.
+    let synced = wait_until(Duration::from_secs(10), || {
+        let n: i64 = redis::cmd("DBSIZE").query(&mut r).ok()?;
+        (n == 1).then_some(())
+    });
+    assert!(synced.is_some());
+}
