@@ -88,6 +88,14 @@ fn save_bgsave_lastsave() {
     assert_eq!(ok, "OK");
     let snap = dir.path().join("sluice.snap");
     let size = std::fs::metadata(&snap).unwrap().len();
+    let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).unwrap();
+    assert!(info.contains("rdb_last_bgsave_status:ok"), "{info}");
+    assert!(info.contains("snapshot_enabled:1"), "{info}");
+    let save: Vec<String> = redis::cmd("CONFIG")
+        .arg(&["GET", "save"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(save, ["save", ""]);
     assert!(size > 20);
     spend(&server, "b", 1);
     let started: String = redis::cmd("BGSAVE").query(&mut c).unwrap();
