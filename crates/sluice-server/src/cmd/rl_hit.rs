@@ -39,6 +39,20 @@ fn bucket_key(name: &str, subject: &[u8]) -> Vec<u8> {
     key
 }
 
+/// Runs `f` on `name:subject`, built on the stack when it is short (it nearly always is).
+fn with_bucket_key<R>(name: &str, subject: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    const INLINE: usize = 128;
+    let len = name.len() + 1 + subject.len();
+    if len > INLINE {
+        return f(&bucket_key(name, subject));
+    }
+    let mut buf = [0u8; INLINE];
+    buf[..name.len()].copy_from_slice(name.as_bytes());
+    buf[name.len()] = b':';
+    buf[name.len() + 1..len].copy_from_slice(subject);
+    f(&buf[..len])
+}
+
 /// Refuses keys this cluster node does not serve (MOVED, CROSSSLOT, ...).
 fn route(ctx: &mut Ctx<'_>, keys: &[&[u8]]) -> Result<(), CmdError> {
     if let Some(cluster) = &ctx.shared.cluster {
@@ -78,14 +92,13 @@ fn no_rule(name: &[u8]) -> CmdError {
     ))
 }
 
-fn count(live: &Live, spec: &RuleSpec, allowed: bool) {
+/// Counts a denial by `spec`, a version of `live`: would-be for a shadow version.
+fn count_denial(live: &Live, spec: &RuleSpec) {
     use std::sync::atomic::Ordering::Relaxed;
-    if !allowed {
-        if spec.shadow {
-            live.counters.shadow_denied.fetch_add(1, Relaxed);
-        } else {
-            live.counters.denied.fetch_add(1, Relaxed);
-        }
+    if spec.shadow {
+        live.counters.shadow_denied.fetch_add(1, Relaxed);
+    } else {
+        live.counters.denied.fetch_add(1, Relaxed);
     }
 }
 
@@ -120,31 +133,26 @@ impl<'a> Command<'a> for RlHit<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let shared = ctx.shared;
-        let found = shared.rules.with(self.name, |live| {
-            let live = live?;
+        // One lookup, and the bucket key on the stack: this is the hot path of named rules.
+        shared.rules.with(self.name, |live| {
+            let live = live.ok_or_else(|| no_rule(self.name))?;
             let spec = live.spec_for(self.subject);
-            Some((
-                bucket_key(&live.name, self.subject),
-                spec.algo,
-                spec.params(self.cost),
-                spec.shadow,
-            ))
-        });
-        let (key, algo, params, shadow) = found.ok_or_else(|| no_rule(self.name))?;
-        if params.cost > params.burst {
-            return Err(cost_error(params.cost, params.burst));
-        }
-        route(ctx, &[&key])?;
-        let d = shared.store.check(&key, algo, &params, ctx.now, false)?;
-        if !d.allowed {
-            shared.rules.with(self.name, |live| {
-                if let Some(live) = live {
-                    count(live, live.spec_for(self.subject), false);
+            let params = spec.params(self.cost);
+            if params.cost > params.burst {
+                return Err(cost_error(params.cost, params.burst));
+            }
+            with_bucket_key(&live.name, self.subject, |key| {
+                route(ctx, &[key])?;
+                let d = shared
+                    .store
+                    .check(key, spec.algo, &params, ctx.now, false)?;
+                if !d.allowed {
+                    count_denial(live, spec);
                 }
-            });
-        }
-        reply_decision(ctx, &d, d.allowed || shadow, 5);
-        Ok(())
+                reply_decision(ctx, &d, d.allowed || spec.shadow, 5);
+                Ok(())
+            })
+        })
     }
 }
 
@@ -281,7 +289,7 @@ impl<'a> Command<'a> for RlHits<'a> {
                 if !d.allowed {
                     shared.rules.with(name, |live| {
                         if let Some(live) = live {
-                            count(live, live.spec_for(subject), false);
+                            count_denial(live, live.spec_for(subject));
                         }
                     });
                 }

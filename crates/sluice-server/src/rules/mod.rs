@@ -331,7 +331,8 @@ pub struct Rules {
     pub source: Source,
 }
 
-type LiveSet = HashMap<Box<[u8]>, Arc<Live>>;
+/// Looked up by every RL.HIT: ahash, not SipHash (rule names are the server's, not hostile).
+type LiveSet = HashMap<Box<[u8]>, Arc<Live>, ahash::RandomState>;
 
 /// Where this node's rules come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -352,7 +353,7 @@ impl Rules {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             generation: AtomicU64::new(1),
             histories: Mutex::new(BTreeMap::new()),
-            live: Mutex::new(Arc::new(HashMap::new())),
+            live: Mutex::new(Arc::new(LiveSet::default())),
             source,
         }
     }
