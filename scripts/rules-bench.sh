@@ -15,8 +15,9 @@
 #    times: a rule's new LIMIT is written to etcd directly (etcd's v3 HTTP gateway, with curl;
 #    no node is the writer), then both nodes are polled (`RL.HIT p probe COST 0`, its limit
 #    field) until both enforce it; the time from before the write to the poll that saw it on
-#    the last node. Polling granularity is one redis-cli call per node (~2-5 ms): the figures
-#    are upper bounds.
+#    the last node, and the same from the moment etcd acknowledged the put (etcd's own commit,
+#    an fsync of its log, is in the first figure only). Polling granularity is one redis-cli
+#    call per node (~2-5 ms): the figures are upper bounds.
 # 4. Snapshots. A sluice with --dir, preloaded with --keys TOKEN buckets (16-byte keys) through
 #    redis-cli --pipe; SAVE timed (wall clock around redis-cli SAVE), the file's size; then
 #    SIGTERM (the shutdown save's own log line) and a restart on the same directory (its
@@ -30,6 +31,7 @@
 #   --changes   rule changes timed for propagation (default 20)
 #   --sluice    the binary (default target/release/sluice or $SLUICE_BIN)
 #   --build     cargo build --release -p sluice-server first, even if the binary exists
+#   --only P    run one part: rules (1 and 2), etcd (3) or snapshot (4)
 #
 # Needs redis-cli, redis-benchmark, etcd, curl, taskset, awk. Binds 127.0.0.1 only; every
 # process it starts is stopped by its PID on exit (scripts/lib.sh).
@@ -39,7 +41,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 
-ROUNDS=5 DURATION=3 KEYS=1000000 CHANGES=20 BUILD=0 CLIENTS=50
+ROUNDS=5 DURATION=3 KEYS=1000000 CHANGES=20 BUILD=0 CLIENTS=50 ONLY=all
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
 SLUICE="${SLUICE_BIN:-$TARGET_DIR/release/sluice}"
@@ -51,6 +53,7 @@ while [ $# -gt 0 ]; do
     --changes) CHANGES="$2"; shift ;;
     --sluice) SLUICE="$2"; shift ;;
     --build) BUILD=1 ;;
+    --only) ONLY="$2"; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -108,8 +111,12 @@ size() {
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
+part() { [ "$ONLY" = all ] || [ "$ONLY" = "$1" ]; }
+
 # ---------------------------------------------------------------------------------------------
 # 1 and 2: RL.HIT, RL.HITS, RL.CHECK on one server.
+
+if part rules; then
 
 start_sluice
 P1=$S_PORT PID1=$S_PID
@@ -146,9 +153,12 @@ echo "RL.CHECK / RL.HIT server CPU per request:              $(spread "$WORK/hit
 echo "RL.HITS (3 rules) / three RL.CHECKs, decisions per s:  $(spread "$WORK/hits_ratio")"
 echo "three RL.CHECKs / one RL.HITS, server CPU per decision: $(spread "$WORK/hits_cpu_ratio")"
 stop "$PID1"
+fi
 
 # ---------------------------------------------------------------------------------------------
 # 3. Propagation from an etcd write to every node enforcing.
+
+if part etcd; then
 
 free_port; E_PORT=$PORT; free_port; E_PEER=$PORT
 etcd --name rb --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$E_PORT" \
@@ -170,24 +180,39 @@ NA=$S_PORT
 start_sluice --rules-etcd "http://127.0.0.1:$E_PORT"
 NB=$S_PORT
 limit_on() { redis-cli -p "$1" RL.HIT p probe COST 0 | sed -n 2p; }
-: >"$WORK/prop"
+: >"$WORK/prop"; : >"$WORK/prop_acked"
 for i in $(seq 1 "$CHANGES"); do
   want=$((1000 + i))
   t0=$(date +%s%N)
   etcd_put /sluice/rules/p "LIMIT $want PERIOD 1m"
+  ta=$(date +%s%N)
   for node in "$NA" "$NB"; do
+    seen=0
     for _ in $(seq 1 2000); do
-      [ "$(limit_on "$node")" = "$want" ] && break
+      if [ "$(limit_on "$node")" = "$want" ]; then seen=1; break; fi
     done
-    [ "$(limit_on "$node")" = "$want" ] || die "node $node never enforced LIMIT $want"
+    [ "$seen" = 1 ] || die "node $node never enforced LIMIT $want"
   done
   t1=$(date +%s%N)
   echo $(((t1 - t0) / 1000)) >>"$WORK/prop"
+  echo $(((t1 - ta) / 1000)) >>"$WORK/prop_acked"
 done
-echo "etcd write -> both nodes enforcing, ms over $CHANGES changes: median $(median <"$WORK/prop" | awk '{ printf "%.1f", $1 / 1000 }'), max $(sort -g "$WORK/prop" | tail -1 | awk '{ printf "%.1f", $1 / 1000 }')"
+ms() { awk '{ printf "%.1f", $1 / 1000 }'; }
+# The floor of this measurement: one poll of each node when nothing changes.
+: >"$WORK/floor"
+for _ in $(seq 1 "$CHANGES"); do
+  t0=$(date +%s%N); limit_on "$NA" >/dev/null; limit_on "$NB" >/dev/null; t1=$(date +%s%N)
+  echo $(((t1 - t0) / 1000)) >>"$WORK/floor"
+done
+echo "polling floor (one redis-cli call per node, no change): median $(median <"$WORK/floor" | ms) ms"
+echo "etcd write sent -> both nodes enforcing, ms over $CHANGES changes: median $(median <"$WORK/prop" | ms), max $(sort -g "$WORK/prop" | tail -1 | ms)"
+echo "etcd write acked -> both nodes enforcing, ms over $CHANGES changes: median $(median <"$WORK/prop_acked" | ms), max $(sort -g "$WORK/prop_acked" | tail -1 | ms)"
+fi
 
 # ---------------------------------------------------------------------------------------------
 # 4. Snapshot save and load for --keys buckets.
+
+part snapshot || exit 0
 
 mkdir -p "$WORK/snap"
 start_sluice --dir "$WORK/snap" --save-interval 0
