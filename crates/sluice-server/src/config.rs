@@ -128,6 +128,31 @@ pub struct Config {
     /// The etcd key prefix of this cluster.
     #[arg(long = "etcd-prefix", default_value = "/sluice/cluster/")]
     pub etcd_prefix: String,
+
+    /// Keep snapshots in this directory (`DIR/sluice.snap`): loaded at start, written every
+    /// `--save-interval`, by SAVE/BGSAVE and at a graceful shutdown. Without it, nothing is
+    /// persisted and a restart hands every client a fresh quota.
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+
+    /// Seconds between snapshots with `--dir` (0: only SAVE, BGSAVE and shutdown write one).
+    /// A kill -9 loses at most this much consumption.
+    #[arg(long = "save-interval", default_value_t = 60)]
+    pub save_interval: u64,
+
+    /// Named rules from this file (TOML, or YAML for `.yaml`/`.yml`): read at start, reloaded
+    /// when it changes; RL.RULE writes are then refused.
+    #[arg(long, value_name = "FILE", conflicts_with = "rules_etcd")]
+    pub rules: Option<std::path::PathBuf>,
+
+    /// Named rules from etcd at this URL (`http://HOST:PORT`): watched under `--rules-prefix`;
+    /// RL.RULE writes go to etcd; versions are etcd revisions.
+    #[arg(long = "rules-etcd", value_name = "URL")]
+    pub rules_etcd: Option<String>,
+
+    /// The etcd key prefix of the rules (one key per rule: PREFIX + name).
+    #[arg(long = "rules-prefix", default_value = "/sluice/rules/")]
+    pub rules_prefix: String,
 }
 
 /// Parses `HOST:PORT` (or `HOST PORT`, Redis's config-file form) for `--replicaof`.

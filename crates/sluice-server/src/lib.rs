@@ -12,7 +12,10 @@
 //! - [`repl`]: replication, on its own thread: the primary's flusher and the streams to its
 //!   replicas, and a replica's link to its primary. The request path only appends records
 //!   to shard journals; this module moves them.
+//! - [`rules`]: named rules (versions, floors, shadow, rollout) from memory, a file or etcd.
 //! - [`cluster`]: cluster mode: the slot table, the MOVED check, slot migration.
+//! - [`persist`]: snapshots on disk (`--dir`): SAVE, BGSAVE, the periodic and shutdown saves,
+//!   the load at start.
 //! - [`peer`]: a small async RESP client for node-to-node calls.
 //! - [`pubsub`]: channels and patterns for SUBSCRIBE/PUBLISH (Sentinel's hello channel).
 //! - [`cmd`]: one file per command, the static command table, argument cursor, errors.
@@ -33,8 +36,10 @@ pub mod exec;
 pub mod glob;
 pub mod peer;
 pub mod proxy;
+pub mod persist;
 pub mod pubsub;
 pub mod repl;
+pub mod rules;
 pub mod server;
 pub mod shared;
 pub mod stats;

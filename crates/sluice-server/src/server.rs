@@ -49,6 +49,19 @@ impl Server {
         let listeners = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
         let local_addr = listeners[0].local_addr()?;
         let shared = Arc::new(Shared::new(config, local_addr)?);
+        let started = std::time::Instant::now();
+        match crate::persist::load(&shared.persist, &shared.store, shared.clock.now()) {
+            Ok(Some(n)) => crate::log(&format!(
+                "snapshot loaded: {n} entries in {} ms",
+                started.elapsed().as_millis()
+            )),
+            Ok(None) => {}
+            Err(e) => return Err(io::Error::other(e)),
+        }
+        if let Some(path) = shared.config.rules.clone() {
+            let n = crate::rules::file::load(&shared, &path).map_err(io::Error::other)?;
+            crate::log(&format!("rules file {} loaded: {n} rules", path.display()));
+        }
         let mut handles = listeners
             .into_iter()
             .enumerate()
@@ -60,6 +73,11 @@ impl Server {
             })
             .collect::<io::Result<Vec<_>>>()?;
         handles.push(crate::repl::start(shared.clone())?);
+        handles.extend(crate::persist::start_saver(shared.clone())?);
+        if let Some(path) = shared.config.rules.clone() {
+            handles.push(crate::rules::file::start_watcher(shared.clone(), path)?);
+        }
+        handles.extend(crate::rules::etcd::start(shared.clone())?);
         Ok(Server {
             shared,
             threads: handles,
@@ -70,10 +88,19 @@ impl Server {
         self.shared.local_addr
     }
 
-    /// Waits until every thread has stopped (after `Shared::shutdown`).
+    /// Waits until every thread has stopped (after `Shared::shutdown`), then writes the
+    /// shutdown snapshot (with `--dir`, unless SHUTDOWN NOSAVE): the replies in flight are
+    /// written by then, so every check a client saw allowed is in it.
     pub fn join(self) {
         for t in self.threads {
             let _ = t.join();
+        }
+        let persist = &self.shared.persist;
+        if persist.enabled() && !persist.skip_shutdown_save.load(Relaxed) {
+            crate::persist::log_save(
+                "Saving the final snapshot",
+                persist.save(&self.shared.store, self.shared.clock.now()),
+            );
         }
     }
 }

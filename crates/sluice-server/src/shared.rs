@@ -39,6 +39,12 @@ pub struct Shared {
     pub timeout_secs: AtomicU64,
     /// The password clients must AUTH with, if any (`CONFIG SET requirepass` changes it).
     pub requirepass: RwLock<Option<String>>,
+    /// Named rules (`RL.RULE`, `RL.HIT`).
+    pub rules: crate::rules::Rules,
+    /// The etcd thread's handle, with `--rules-etcd` (set once it starts).
+    pub rules_etcd: std::sync::OnceLock<crate::rules::etcd::Handle>,
+    /// Snapshots on disk (`--dir`).
+    pub persist: crate::persist::Persist,
     /// The address actually bound (the port is resolved when `--port 0`).
     pub local_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
@@ -76,6 +82,13 @@ impl Shared {
             maxclients: AtomicUsize::new(config.maxclients),
             timeout_secs: AtomicU64::new(config.timeout),
             requirepass: RwLock::new(config.requirepass.clone()),
+            persist: crate::persist::Persist::new(config.dir.clone()),
+            rules: crate::rules::Rules::new(match (&config.rules, &config.rules_etcd) {
+                (Some(path), _) => crate::rules::Source::File(path.clone()),
+                (None, Some(_)) => crate::rules::Source::Etcd,
+                (None, None) => crate::rules::Source::Memory,
+            }),
+            rules_etcd: std::sync::OnceLock::new(),
             local_addr,
             shutdown,
             config,

@@ -125,6 +125,17 @@ pub enum StoreError {
     OutOfMemory,
 }
 
+/// One check of [`Store::check_all`].
+#[derive(Clone, Copy, Debug)]
+pub struct Check<'a> {
+    pub key: &'a [u8],
+    pub algo: Algo,
+    pub params: Params,
+    /// A denial of this check denies the whole call (false: a shadow check, judged and
+    /// consumed like the others but never the reason for a denial).
+    pub enforced: bool,
+}
+
 /// `SET`'s `NX`/`XX` condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SetCond {
@@ -288,6 +299,88 @@ impl Store {
             let d = sluice_core::check(slot, algo, params, now, dry)?;
             Ok((d, writes.then_some(d.reset_after)))
         })
+    }
+
+    /// `RL.HITS`: checks every [`Check`] at one instant, all or nothing. Every check's shard is
+    /// locked for the whole call, in ascending shard order (the order FLUSHALL takes them in,
+    /// so the two never deadlock). First every check runs dry; if any `enforced` one is
+    /// denied, nothing is consumed and the dry decisions are returned with `false`. Otherwise
+    /// every check consumes and its decision is returned with `true`. The changes are
+    /// journaled under the same locks, like any check's.
+    ///
+    /// Keys must be distinct (the caller refuses repeats: a repeated key would be judged
+    /// twice against one state). An error (`WrongType`, a refusal by the algorithm) changes
+    /// nothing; `OutOfMemory` while consuming puts back the keys already consumed.
+    pub fn check_all(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        out: &mut Vec<Decision>,
+    ) -> Result<bool, StoreError> {
+        out.clear();
+        let limits = self.limits();
+        let mask = self.shards.len() - 1;
+        let hashes: Vec<u64> = checks.iter().map(|c| self.hasher.hash_key(c.key)).collect();
+        let shard_of = |h: u64| (h >> SHARD_SHIFT) as usize & mask;
+        let mut order: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<_> = order.iter().map(|&i| self.shards[i].lock()).collect();
+        // Each check's lock, as an index into `guards`.
+        let at: Vec<usize> = hashes
+            .iter()
+            .map(|&h| order.binary_search(&shard_of(h)).unwrap_or_default())
+            .collect();
+        let mut priors = Vec::with_capacity(checks.len());
+        let mut pass = true;
+        for (i, (c, &h)) in checks.iter().zip(&hashes).enumerate() {
+            let shard = &mut *guards[at[i]];
+            let mut prior = None;
+            let d = shard.limiter(h, c.key, now, limits, |slot| {
+                prior = slot.clone();
+                let d = sluice_core::check(slot, c.algo, &c.params, now, true)?;
+                Ok((d, None))
+            })?;
+            let deadline = match shard.ttl(h, c.key, now) {
+                Ttl::Remaining(left) => now.saturating_add(left),
+                Ttl::Persistent => Nanos::MAX,
+                Ttl::Missing => now,
+            };
+            priors.push((prior, deadline));
+            pass &= d.allowed || !c.enforced;
+            out.push(d);
+        }
+        if !pass {
+            return Ok(false);
+        }
+        for (i, (c, &h)) in checks.iter().zip(&hashes).enumerate() {
+            let writes = c.params.cost > 0;
+            let result = guards[at[i]].limiter(h, c.key, now, limits, |slot| {
+                let d = sluice_core::check(slot, c.algo, &c.params, now, false)?;
+                Ok((d, writes.then_some(d.reset_after)))
+            });
+            match result {
+                Ok(d) => out[i] = d,
+                Err(e) => {
+                    // Put back what the earlier checks consumed.
+                    for j in 0..i {
+                        let (key, h) = (checks[j].key, hashes[j]);
+                        let shard = &mut *guards[at[j]];
+                        match priors[j].0.clone() {
+                            Some(state) => {
+                                shard.put_value(h, key, Value::Limiter(state), priors[j].1, now)
+                            }
+                            None => {
+                                shard.del(h, key, now);
+                            }
+                        }
+                    }
+                    out.clear();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// General limiter access for the compat commands (`CL.THROTTLE`, `GCRA`): runs `f` on the
@@ -603,5 +696,129 @@ mod tests {
         for c in counts {
             assert!((800..1200).contains(&c), "skewed shards: {counts:?}");
         }
+    }
+
+    fn params(limit: u64) -> Params {
+        Params {
+            limit,
+            period: Nanos::from_secs(3600),
+            burst: limit,
+            cost: 1,
+        }
+    }
+
+    fn hit<'a>(key: &'a [u8], limit: u64, enforced: bool) -> Check<'a> {
+        Check {
+            key,
+            algo: Algo::Token,
+            params: params(limit),
+            enforced,
+        }
+    }
+
+    fn left(store: &Store, key: &[u8], limit: u64, now: Nanos) -> u64 {
+        let mut p = params(limit);
+        p.cost = 0;
+        store
+            .check(key, Algo::Token, &p, now, false)
+            .unwrap()
+            .remaining
+    }
+
+    #[test]
+    fn check_all_is_all_or_nothing() {
+        let store = Store::new(StoreConfig::default());
+        let now = Nanos::from_secs(1_000);
+        let mut out = Vec::new();
+        let checks = [
+            hit(b"user", 5, true),
+            hit(b"ip", 2, true),
+            hit(b"route", 1, false),
+        ];
+        assert!(store.check_all(&checks, now, &mut out).unwrap());
+        assert_eq!(
+            out.iter().map(|d| d.remaining).collect::<Vec<_>>(),
+            [4, 1, 0]
+        );
+        // The shadow check is now denied, and blocks nothing.
+        assert!(store.check_all(&checks, now, &mut out).unwrap());
+        assert!(!out[2].allowed);
+        // `ip` is spent: nothing is consumed, `user` keeps its 3.
+        assert!(!store.check_all(&checks, now, &mut out).unwrap());
+        assert!(!out[1].allowed && out[1].retry_after.is_some());
+        assert_eq!(left(&store, b"user", 5, now), 3);
+        assert_eq!(left(&store, b"ip", 2, now), 0);
+    }
+
+    #[test]
+    fn check_all_errors_change_nothing() {
+        let store = Store::new(StoreConfig::default());
+        let now = Nanos::from_secs(1_000);
+        store.set(b"counter", b"1", SetCond::Always, SetTtl::Clear, now);
+        let mut out = Vec::new();
+        let checks = [hit(b"user", 5, true), hit(b"counter", 5, true)];
+        assert_eq!(
+            store.check_all(&checks, now, &mut out),
+            Err(StoreError::WrongType)
+        );
+        assert_eq!(left(&store, b"user", 5, now), 5);
+    }
+
+    #[test]
+    fn check_all_never_consumes_partially_under_contention() {
+        let store = std::sync::Arc::new(Store::new(StoreConfig {
+            shards: 8,
+            ..StoreConfig::default()
+        }));
+        let now = Nanos::from_secs(1_000);
+        // Three keys, three limits: only the tightest (40) can ever decide.
+        let keys: [&[u8]; 3] = [b"a", b"b", b"c"];
+        let limits = [100, 40, 70];
+        let threads: Vec<_> = (0..16)
+            .map(|_| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    let mut out = Vec::new();
+                    let checks: Vec<_> = keys
+                        .iter()
+                        .zip(limits)
+                        .map(|(k, l)| hit(k, l, true))
+                        .collect();
+                    (0..50)
+                        .filter(|_| store.check_all(&checks, now, &mut out).unwrap())
+                        .count()
+                })
+            })
+            .collect();
+        let allowed: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(allowed, 40);
+        for (k, l) in keys.iter().zip(limits) {
+            assert_eq!(left(&store, k, l, now), l - 40);
+        }
+    }
+
+    #[test]
+    fn check_all_puts_back_what_it_consumed_when_a_new_key_does_not_fit() {
+        let store = Store::new(StoreConfig {
+            shards: 1,
+            maxmemory: 0,
+            policy: EvictionPolicy::Reject,
+        });
+        let now = Nanos::from_secs(1_000);
+        let mut out = Vec::new();
+        assert!(
+            store
+                .check_all(&[hit(b"old", 5, true)], now, &mut out)
+                .unwrap()
+        );
+        // From now on no new key fits; `old` exists and is consumed first, then `new` fails.
+        store.set_maxmemory(1);
+        let checks = [hit(b"old", 5, true), hit(b"new", 5, true)];
+        assert_eq!(
+            store.check_all(&checks, now, &mut out),
+            Err(StoreError::OutOfMemory)
+        );
+        assert_eq!(left(&store, b"old", 5, now), 4);
+        assert!(!store.exists(b"new", now));
     }
 }

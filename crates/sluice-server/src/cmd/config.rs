@@ -40,8 +40,9 @@ fn replica_read_only(s: &Shared) -> String {
     .into()
 }
 
-/// Every setting, sorted by name. `save` and `appendonly` are answered because tools such as
-/// redis-benchmark ask: there is no persistence.
+/// Every setting, sorted by name. `appendonly` is answered because tools such as
+/// redis-benchmark ask: there is no append-only file. `save` is `<--save-interval> 1` with
+/// `--dir` (a snapshot every interval), empty without.
 const SETTINGS: &[Setting] = &[
     Setting {
         name: "appendonly",
@@ -157,7 +158,10 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "save",
-        get: |_| String::new(),
+        get: |s| match (&s.config.dir, s.config.save_interval) {
+            (Some(_), secs) if secs > 0 => format!("{secs} 1"),
+            _ => String::new(),
+        },
         set: None,
     },
     Setting {

@@ -10,10 +10,11 @@ use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
 
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "server",
     "clients",
     "memory",
+    "persistence",
     "stats",
     "replication",
     "cluster",
@@ -191,6 +192,17 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             shared.store.rejected_total(),
             shared.pubsub.channel_count(),
         ),
+        "persistence" => {
+            let p = &shared.persist;
+            write!(
+                t,
+                "# Persistence\r\nloading:0\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:{}\r\nsnapshot_enabled:{}\r\n",
+                u8::from(p.bgsave_in_progress()),
+                p.last_save(),
+                if p.last_ok() { "ok" } else { "err" },
+                u8::from(p.enabled()),
+            )
+        }
         "replication" => replication(shared, t),
         "cluster" => write!(
             t,

@@ -11,7 +11,7 @@
 mod args;
 mod error;
 
-pub use args::Args;
+pub use args::{Args, parse_u64};
 pub use error::CmdError;
 
 mod auth;
@@ -40,7 +40,10 @@ mod replconf;
 mod replicaof;
 mod reset;
 pub(crate) mod rl_check;
+mod rl_hit;
+mod rl_rule;
 mod role;
+mod save;
 mod select;
 mod set;
 mod shutdown;
@@ -266,6 +269,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Authenticates the connection.",
         "[username] password",
         auth::Auth
+    ),
+    spec!(
+        "bgsave",
+        -1,
+        [ADMIN, NOSCRIPT],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Asynchronously saves the database(s) to disk.",
+        "[SCHEDULE]",
+        save::BgSave
     ),
     spec!(
         "cl.throttle",
@@ -510,6 +524,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         info::Info
     ),
     spec!(
+        "lastsave",
+        1,
+        [LOADING, STALE, FAST],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Returns the Unix timestamp of the last successful save to disk.",
+        "",
+        save::LastSave
+    ),
+    spec!(
         "multi",
         1,
         [NOSCRIPT, LOADING, STALE, FAST],
@@ -675,6 +700,39 @@ pub static COMMANDS: &[CommandSpec] = &[
         rl_check::RlCheck
     ),
     spec!(
+        "rl.hit",
+        -3,
+        [WRITE, DENYOOM, FAST],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Checks a subject under a named rule.",
+        "name subject [COST cost]",
+        rl_hit::RlHit
+    ),
+    spec!(
+        "rl.hits",
+        -3,
+        [WRITE, DENYOOM],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Checks a subject under several rules (or keys) at once, all or nothing.",
+        "subject rule [rule ...] [COST cost]",
+        rl_hit::RlHits
+    ),
+    spec!(
+        "rl.rule",
+        -2,
+        [ADMIN, LOADING, STALE],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Sets, reads, lists, deletes and rolls back named rules.",
+        "SET|GET|DEL|LIST|HISTORY|ROLLBACK [name] [argument ...]",
+        rl_rule::RlRule
+    ),
+    spec!(
         "role",
         1,
         [NOSCRIPT, LOADING, STALE, FAST],
@@ -684,6 +742,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Returns the replication role.",
         "",
         role::Role
+    ),
+    spec!(
+        "save",
+        1,
+        [ADMIN, NOSCRIPT, NOMULTI],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Synchronously saves the database(s) to disk.",
+        "",
+        save::Save
     ),
     spec!(
         "select",

@@ -45,7 +45,7 @@ pub fn parse_period(arg: &[u8]) -> Option<Nanos> {
 }
 
 /// Parses a count in 1..=i64::MAX (every count is replied as a RESP integer).
-fn positive(arg: &[u8], name: &str) -> Result<u64, CmdError> {
+pub(crate) fn positive(arg: &[u8], name: &str) -> Result<u64, CmdError> {
     match parse_u64(arg) {
         Some(n) if n >= 1 && n <= i64::MAX as u64 => Ok(n),
         _ => Err(CmdError::msg(format!(
@@ -54,7 +54,7 @@ fn positive(arg: &[u8], name: &str) -> Result<u64, CmdError> {
     }
 }
 
-fn value<'a>(args: &mut Args<'a>, option: &str) -> Result<&'a [u8], CmdError> {
+pub(super) fn value<'a>(args: &mut Args<'a>, option: &str) -> Result<&'a [u8], CmdError> {
     args.next()
         .ok_or_else(|| CmdError::msg(format!("ERR {option} needs a value")))
 }
@@ -114,44 +114,10 @@ impl<'a> Command<'a> for RlCheck<'a> {
                 }
             }
         }
-        let bucket = matches!(algo, Algo::Token | Algo::Gcra | Algo::Leaky);
-        if burst.is_some() && !bucket {
-            return Err(CmdError::msg(format!(
-                "ERR BURST applies to ALGO TOKEN, GCRA and LEAKY only, not {}",
-                algo.name()
-            )));
-        }
-        let max_limit = match algo {
-            Algo::Log => sluice_core::LOG_LIMIT_MAX,
-            Algo::Sliding => sluice_core::sliding::SLIDING_LIMIT_MAX,
-            _ => u64::MAX,
-        };
-        if limit > max_limit {
-            return Err(limit_error(algo, max_limit));
-        }
-        let capacity = burst.unwrap_or(limit);
-        if horizon(algo, limit, period, capacity) > u128::from(MAX_SPAN.0) {
-            return Err(CmdError::msg(format!(
-                "ERR period too long: {} would span more than 146 years",
-                if bucket {
-                    "BURST × period ÷ limit"
-                } else {
-                    "the period"
-                }
-            )));
-        }
-        if cost > capacity {
-            return Err(cost_error(cost, capacity));
-        }
         Ok(RlCheck {
             key,
             algo,
-            params: Params {
-                limit,
-                period,
-                burst: capacity,
-                cost,
-            },
+            params: validate(algo, limit, period, burst, cost)?,
             dry,
         })
     }
@@ -192,7 +158,53 @@ impl<'a> Command<'a> for RlCheck<'a> {
     }
 }
 
-fn clamp(n: u64) -> i64 {
+/// Checks `limit`, `period`, `BURST` and `COST` against each other and the algorithm, as
+/// RL.CHECK does (named rules reuse it), and gives the checked [`Params`].
+pub(crate) fn validate(
+    algo: Algo,
+    limit: u64,
+    period: Nanos,
+    burst: Option<u64>,
+    cost: u64,
+) -> Result<Params, CmdError> {
+    let bucket = matches!(algo, Algo::Token | Algo::Gcra | Algo::Leaky);
+    if burst.is_some() && !bucket {
+        return Err(CmdError::msg(format!(
+            "ERR BURST applies to ALGO TOKEN, GCRA and LEAKY only, not {}",
+            algo.name()
+        )));
+    }
+    let max_limit = match algo {
+        Algo::Log => sluice_core::LOG_LIMIT_MAX,
+        Algo::Sliding => sluice_core::sliding::SLIDING_LIMIT_MAX,
+        _ => u64::MAX,
+    };
+    if limit > max_limit {
+        return Err(limit_error(algo, max_limit));
+    }
+    let capacity = burst.unwrap_or(limit);
+    if horizon(algo, limit, period, capacity) > u128::from(MAX_SPAN.0) {
+        return Err(CmdError::msg(format!(
+            "ERR period too long: {} would span more than 146 years",
+            if bucket {
+                "BURST × period ÷ limit"
+            } else {
+                "the period"
+            }
+        )));
+    }
+    if cost > capacity {
+        return Err(cost_error(cost, capacity));
+    }
+    Ok(Params {
+        limit,
+        period,
+        burst: capacity,
+        cost,
+    })
+}
+
+pub(crate) fn clamp(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
@@ -214,7 +226,7 @@ fn limit_error(algo: Algo, max: u64) -> CmdError {
     ))
 }
 
-fn cost_error(cost: u64, capacity: u64) -> CmdError {
+pub(super) fn cost_error(cost: u64, capacity: u64) -> CmdError {
     CmdError::msg(format!(
         "ERR COST {cost} exceeds the capacity {capacity}: it could never be allowed"
     ))

@@ -1,26 +1,37 @@
 //! `SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE]` — stop accepting, finish the replies in flight, exit 0.
-//! Nothing is persisted, so the save modifiers are accepted and mean nothing. On success there is
-//! no reply: the connection closes, as with Redis.
+//! With `--dir` the server writes a snapshot as it stops unless `NOSAVE` is given (`SAVE` asks
+//! for what happens anyway). On success there is no reply: the connection closes, as with Redis.
 
 use super::{Args, CmdError, Command, Ctx};
 
 #[derive(Debug)]
-pub struct Shutdown;
+pub struct Shutdown {
+    nosave: bool,
+}
 
 impl Command<'_> for Shutdown {
     fn parse(args: &mut Args<'_>) -> Result<Self, CmdError> {
+        let mut nosave = false;
         while let Some(opt) = args.next() {
             match opt.to_ascii_uppercase().as_slice() {
-                b"NOSAVE" | b"SAVE" | b"NOW" | b"FORCE" => {}
+                b"NOSAVE" => nosave = true,
+                b"SAVE" => nosave = false,
+                b"NOW" | b"FORCE" => {}
                 b"ABORT" => return Err(CmdError::msg("ERR No shutdown in progress.")),
                 _ => return Err(CmdError::Syntax),
             }
         }
-        Ok(Shutdown)
+        Ok(Shutdown { nosave })
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         crate::log("SHUTDOWN requested by a client");
+        if self.nosave {
+            ctx.shared
+                .persist
+                .skip_shutdown_save
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         ctx.shared.shutdown();
         ctx.session.close = true;
         Ok(())

@@ -1,0 +1,223 @@
+//! Snapshots on disk: `--dir`, `--save-interval`, `SAVE`, `BGSAVE`, `LASTSAVE`, the save at a
+//! graceful shutdown and the load at start.
+//!
+//! A snapshot is the replication snapshot encoding (`sluice_repl::snapshot`: magic, format
+//! version, every live entry with its absolute deadline, a CRC-32 trailer), written to
+//! `DIR/sluice.snap`. Deadlines are Unix-epoch nanoseconds (see `clock`), so after a restart
+//! a bucket is exactly as spent as it was, less the time that passed.
+//!
+//! # Invariants
+//! - A save writes a temporary file in the same directory, fsyncs it, renames it over
+//!   `sluice.snap` and fsyncs the directory: a crash at any point leaves the previous snapshot
+//!   whole (or the new one whole).
+//! - One save at a time (`saving`): BGSAVE during a save is refused, SAVE waits for it.
+//! - A snapshot that is not whole, not ours, or from a version this build does not read stops
+//!   the start with a message naming the file and the problem, as Redis does with a bad RDB:
+//!   serving fresh quotas in its place would silently undo every limit.
+//! - Without `--dir` nothing is read or written; SAVE and BGSAVE say so.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sluice_core::Nanos;
+use sluice_repl::{SnapshotReader, SnapshotWriter};
+use sluice_store::Store;
+
+use crate::shared::Shared;
+
+/// The snapshot's file name inside `--dir`.
+pub const FILE_NAME: &str = "sluice.snap";
+
+/// Snapshot state shared by every thread.
+#[derive(Debug)]
+pub struct Persist {
+    /// `--dir`; `None`: snapshots are off.
+    dir: Option<PathBuf>,
+    /// Held for the whole of a save.
+    saving: Mutex<()>,
+    /// A BGSAVE is running.
+    bg: AtomicBool,
+    /// Unix seconds of the last successful save (or of the start, as Redis's LASTSAVE).
+    last_save: AtomicU64,
+    /// Whether the last save succeeded (`INFO persistence` style status).
+    last_ok: AtomicBool,
+    /// SHUTDOWN NOSAVE: skip the save at exit.
+    pub skip_shutdown_save: AtomicBool,
+}
+
+/// What one save wrote.
+#[derive(Clone, Copy, Debug)]
+pub struct Saved {
+    pub entries: u64,
+    pub bytes: u64,
+    pub took: Duration,
+}
+
+fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+impl Persist {
+    pub fn new(dir: Option<PathBuf>) -> Persist {
+        Persist {
+            dir,
+            saving: Mutex::new(()),
+            bg: AtomicBool::new(false),
+            last_save: AtomicU64::new(unix_secs()),
+            last_ok: AtomicBool::new(true),
+            skip_shutdown_save: AtomicBool::new(false),
+        }
+    }
+
+    /// The snapshot file, if snapshots are on.
+    pub fn path(&self) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.join(FILE_NAME))
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.dir.is_some()
+    }
+
+    /// LASTSAVE: Unix seconds of the last successful save.
+    pub fn last_save(&self) -> u64 {
+        self.last_save.load(Ordering::Relaxed)
+    }
+
+    pub fn last_ok(&self) -> bool {
+        self.last_ok.load(Ordering::Relaxed)
+    }
+
+    pub fn bgsave_in_progress(&self) -> bool {
+        self.bg.load(Ordering::Relaxed)
+    }
+
+    /// Writes the store to the snapshot file now (one save at a time).
+    pub fn save(&self, store: &Store, now: Nanos) -> io::Result<Saved> {
+        let Some(dir) = &self.dir else {
+            return Err(io::Error::other("snapshots are off (start with --dir)"));
+        };
+        let _one = self.saving.lock().unwrap_or_else(|p| p.into_inner());
+        let started = Instant::now();
+        let mut w = SnapshotWriter::new();
+        let entries = store.snapshot_into(&mut w, now);
+        let bytes = w.finish();
+        let result = write_atomically(dir, &bytes);
+        self.last_ok.store(result.is_ok(), Ordering::Relaxed);
+        result?;
+        self.last_save.store(unix_secs(), Ordering::Relaxed);
+        Ok(Saved {
+            entries,
+            bytes: bytes.len() as u64,
+            took: started.elapsed(),
+        })
+    }
+
+    /// BGSAVE: asks the saver thread for a save; false if one is already asked for or running.
+    pub fn request_bgsave(&self) -> bool {
+        !self.bg.swap(true, Ordering::AcqRel)
+    }
+}
+
+/// Logs how a save went.
+pub fn log_save(what: &str, result: io::Result<Saved>) {
+    match result {
+        Ok(s) => crate::log(&format!(
+            "{what}: {} entries, {} bytes in {} ms",
+            s.entries,
+            s.bytes,
+            s.took.as_millis()
+        )),
+        Err(e) => crate::log(&format!("{what} failed: {e}")),
+    }
+}
+
+/// Writes `bytes` as `dir/sluice.snap`: temporary file, fsync, rename, fsync of the directory.
+fn write_atomically(dir: &Path, bytes: &[u8]) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!("temp-{}.snap", std::process::id()));
+    let written = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if let Err(e) = fs::rename(&tmp, dir.join(FILE_NAME)) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    File::open(dir)?.sync_all()
+}
+
+/// Loads the snapshot into `store` at start. `Ok(None)` if there is none; an error names the
+/// file and what is wrong with it, and nothing was loaded.
+pub fn load(persist: &Persist, store: &Store, now: Nanos) -> Result<Option<u64>, String> {
+    let Some(path) = persist.path() else {
+        return Ok(None);
+    };
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read snapshot {}: {e}", path.display())),
+    };
+    let reader = SnapshotReader::new(&bytes).map_err(|e| {
+        format!(
+            "refusing to start: {}: {e}. Move the file away to start with empty buckets (every client then gets a fresh quota).",
+            path.display()
+        )
+    })?;
+    let mut loaded = 0;
+    for rec in reader.iter() {
+        let rec = rec.map_err(|e| format!("snapshot {}: {e}", path.display()))?;
+        store.apply(rec, now);
+        loaded += 1;
+    }
+    Ok(Some(loaded))
+}
+
+/// The saver thread (with `--dir`): runs BGSAVE's saves and, with `--save-interval`, one save
+/// every interval, until shutdown. A save on its own thread never stalls a worker's
+/// connections; a kill -9 loses at most one interval of consumption.
+pub fn start_saver(shared: Arc<Shared>) -> io::Result<Option<std::thread::JoinHandle<()>>> {
+    if !shared.persist.enabled() {
+        return Ok(None);
+    }
+    let every = match shared.config.save_interval {
+        0 => None,
+        secs => Some(Duration::from_secs(secs)),
+    };
+    std::thread::Builder::new()
+        .name("sluice-save".into())
+        .spawn(move || {
+            let stop = shared.shutdown_signal();
+            let mut next = every.map(|e| Instant::now() + e);
+            while !*stop.borrow() {
+                std::thread::sleep(Duration::from_millis(20));
+                let persist = &shared.persist;
+                if persist.bg.load(Ordering::Acquire) {
+                    log_save(
+                        "Background saving",
+                        persist.save(&shared.store, shared.clock.now()),
+                    );
+                    persist.bg.store(false, Ordering::Release);
+                } else if next.is_some_and(|n| Instant::now() >= n) {
+                    if let Err(e) = persist.save(&shared.store, shared.clock.now()) {
+                        crate::log(&format!("periodic save failed: {e}"));
+                    }
+                } else {
+                    continue;
+                }
+                next = every.map(|e| Instant::now() + e);
+            }
+        })
+        .map(Some)
+}
