@@ -168,6 +168,12 @@ async fn serve_session(
             request.clear();
             drop(batch);
             shared.stats.add_commands(thread, executed);
+            // The batch's one clock read for command statistics.
+            if !session.batch.is_empty() {
+                session
+                    .batch
+                    .charge(shared.stats.slot(thread), read_at.elapsed());
+            }
             if executed > 0 {
                 let since_created = read_at.saturating_duration_since(client.created);
                 client

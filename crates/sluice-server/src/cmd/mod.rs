@@ -90,6 +90,8 @@ pub struct Session {
     pub readonly: bool,
     /// The worker thread this connection lives on.
     pub thread: usize,
+    /// The commands of the current read batch, charged its time when it ends.
+    pub batch: crate::stats::Batch,
 }
 
 impl Session {
@@ -110,6 +112,7 @@ impl Session {
             cluster_view: None,
             readonly: false,
             thread: 0,
+            batch: crate::stats::Batch::default(),
         }
     }
 
@@ -813,6 +816,22 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
         .map(|i| &COMMANDS[i])
 }
 
+/// The row of the command table `spec` is (its counters' index in [`crate::stats`]).
+pub fn row(spec: &'static CommandSpec) -> usize {
+    let base = COMMANDS.as_ptr() as usize;
+    (std::ptr::from_ref(spec) as usize - base) / std::mem::size_of::<CommandSpec>()
+}
+
+/// The counters' row of Envoy's `ShouldRateLimit`, after the command table's rows.
+pub const SHOULD_RATE_LIMIT_ROW: usize = COMMANDS.len();
+
+/// The name INFO commandstats and `/metrics` give counters' row `row`.
+pub fn row_name(row: usize) -> &'static str {
+    COMMANDS
+        .get(row)
+        .map_or("envoy.shouldratelimit", |spec| spec.name)
+}
+
 /// Executes one request, appending its reply to `ctx.out`.
 pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     let Some(name) = req.arg(0) else {
@@ -826,12 +845,16 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     if cached.is_none() {
         ctx.session.last_command = LastCommand::new(name, spec);
     }
+    let row = row(spec);
+    let stats = ctx.shared.stats.slot(ctx.session.thread);
     // Redis checks arity before authentication.
     if !spec.arity_ok(req.len()) {
+        stats.reject(row);
         fail_transaction(ctx);
         return reply::error(ctx.out, &CmdError::Arity.text(spec.name));
     }
     if !ctx.session.authenticated && !spec.has_flag(NOAUTH) {
+        stats.reject(row);
         fail_transaction(ctx);
         return reply::error(ctx.out, "NOAUTH Authentication required.");
     }
@@ -839,6 +862,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         && ctx.session.subscribed()
         && !allowed_when_subscribed(spec.name)
     {
+        stats.reject(row);
         fail_transaction(ctx);
         return reply::error(
             ctx.out,
@@ -857,12 +881,14 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         let write = spec.write && !(readonly && spec.name == "rl.check");
         let keys = key_args(spec, req);
         if let Err(redirect) = cluster.check(&mut ctx.session.cluster_view, keys, write, readonly) {
+            stats.reject(row);
             fail_transaction(ctx);
             return reply::error(ctx.out, &redirect.into_error().text(spec.name));
         }
     }
     // A write on a read-only replica (RL.CHECK decides for itself: DRY and COST 0 only read).
     if ctx.shared.repl.is_readonly() && spec.write && spec.name != "rl.check" {
+        stats.reject(row);
         fail_transaction(ctx);
         return reply::error(ctx.out, &CmdError::ReadOnly.text(spec.name));
     }
@@ -877,7 +903,13 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         return reply::simple(ctx.out, "QUEUED");
     }
     let mut args = Args::new(req);
-    if let Err(e) = (spec.run)(ctx, &mut args) {
+    let result = (spec.run)(ctx, &mut args);
+    ctx.shared
+        .stats
+        .slot(ctx.session.thread)
+        .call(row, result.is_err());
+    ctx.session.batch.note(row);
+    if let Err(e) = result {
         reply::error(ctx.out, &e.text(spec.name));
     }
 }
@@ -959,6 +991,15 @@ mod tests {
         }
         assert!(lookup(b"rl.check").unwrap().write);
         assert!(!lookup(b"get").unwrap().write);
+    }
+
+    #[test]
+    fn rows_index_the_table() {
+        for (i, c) in COMMANDS.iter().enumerate() {
+            assert_eq!(row(c), i);
+            assert_eq!(row_name(i), c.name);
+        }
+        assert_eq!(row_name(SHOULD_RATE_LIMIT_ROW), "envoy.shouldratelimit");
     }
 
     #[test]
