@@ -49,6 +49,17 @@ impl Server {
         let listeners = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
         let local_addr = listeners[0].local_addr()?;
         let shared = Arc::new(Shared::new(config, local_addr)?);
+        // Bound here, so a taken port fails the start rather than a thread later.
+        let side_port = |port: Option<u16>| {
+            port.map(|p| StdListener::bind(SocketAddr::new(shared.config.bind, p)))
+                .transpose()
+        };
+        let metrics = side_port(shared.config.metrics_port)?;
+        let grpc = side_port(shared.config.grpc_port)?;
+        let envoy = match &shared.config.envoy_config {
+            Some(dir) => Some(crate::grpc::EnvoyConfig::open(dir)?),
+            None => None,
+        };
         let mut handles = listeners
             .into_iter()
             .enumerate()
@@ -60,6 +71,20 @@ impl Server {
             })
             .collect::<io::Result<Vec<_>>>()?;
         handles.push(crate::repl::start(shared.clone())?);
+        if let Some(listener) = metrics {
+            crate::log(&format!(
+                "metrics on http://{}/metrics",
+                listener.local_addr()?
+            ));
+            handles.push(crate::metrics::start(listener, shared.clone())?);
+        }
+        if let Some(listener) = grpc {
+            crate::log(&format!(
+                "Envoy rate limit service (gRPC) on {}",
+                listener.local_addr()?
+            ));
+            handles.push(crate::grpc::start(listener, envoy, shared.clone())?);
+        }
         Ok(Server {
             shared,
             threads: handles,
