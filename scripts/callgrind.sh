@@ -14,7 +14,7 @@
 # scripts/lua/token_bucket.lua (the Lua token bucket RL.CHECK replaces) on Redis.
 #
 # Usage: scripts/callgrind.sh [--requests N] [--keyspace N] [--out DIR] [--sluice PATH]
-#                             [--skip-redis] [--build] [--cluster]
+#                             [--skip-redis] [--build] [--cluster] [--sluice-args "ARGS"]
 #   --requests   requests per test (default 20000)
 #   --keyspace   keys preloaded and used by -r (default 100000)
 #   --out        where the callgrind dumps are kept (default /tmp/sluice-callgrind); annotate
@@ -22,6 +22,7 @@
 #   --sluice     the sluice binary (default target/release/sluice, or $SLUICE_BIN)
 #   --skip-redis only Sluice
 #   --build      run `cargo build --release --bin sluice` even if the binary exists
+#   --sluice-args extra flags for the Sluice server, split on spaces (e.g. "--metrics-port 9121")
 #   --cluster    run Sluice in cluster mode (a one-node cluster that owns every slot), so the
 #                figures include the slot check of every keyed command; compare them with a
 #                run without it
@@ -34,6 +35,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 REQUESTS=20000 KEYSPACE=100000 OUT="${TMPDIR:-/tmp}/sluice-callgrind" SKIP_REDIS=0 BUILD=0 CLUSTER=0
+SLUICE_ARGS=""
 SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,6 +46,7 @@ while [ $# -gt 0 ]; do
     --skip-redis) SKIP_REDIS=1 ;;
     --build) BUILD=1 ;;
     --cluster) CLUSTER=1 ;;
+    --sluice-args) SLUICE_ARGS="$2"; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -135,7 +138,8 @@ TOKEN_ARGS_MS=(1000000 100000000000 1000000) # the same for the Lua script (peri
 free_port
 CLUSTER_ARGS=()
 [ "$CLUSTER" = 1 ] && CLUSTER_ARGS=(--cluster yes --cluster-config-file "$WORK/nodes.conf")
-start sluice "$SLUICE" --port "$PORT" --bind 127.0.0.1 --threads 1 "${CLUSTER_ARGS[@]}"
+# shellcheck disable=SC2086 # SLUICE_ARGS is a list of flags
+start sluice "$SLUICE" --port "$PORT" --bind 127.0.0.1 --threads 1 "${CLUSTER_ARGS[@]}" $SLUICE_ARGS
 S_PORT=$PORT S_PID=$PID
 if [ "$CLUSTER" = 1 ]; then
   log "cluster mode: a one-node cluster owns every slot"
