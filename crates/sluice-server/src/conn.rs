@@ -138,6 +138,9 @@ async fn serve_session(
                             // replication thread writes; replies owed to the commands
                             // before it go first.
                             request.clear();
+                            session
+                                .batch
+                                .charge(shared.stats.slot(thread), read_at.elapsed());
                             while !out.is_empty() {
                                 if stream.writable().await.is_err() {
                                     return Close::Quietly;

@@ -212,7 +212,9 @@ impl Service {
                 .map_err(|e| cmd::CmdError::from(e).text("rl.check"))
         });
         let slot = shared.stats.slot(shared.stats.grpc_slot());
-        slot.call(cmd::SHOULD_RATE_LIMIT_ROW, result.is_err());
+        if result.is_err() {
+            slot.fail(cmd::SHOULD_RATE_LIMIT_ROW);
+        }
         match result {
             Ok((response, verdicts)) => {
                 for v in verdicts {

@@ -12,7 +12,8 @@
 //! `commandstats` meanings), nanoseconds spent and a latency histogram. The clock is read once
 //! per read batch, not per command: a batch's time is split evenly over the commands it ran
 //! (exact for one command per batch; for a pipelined batch each command is charged the batch
-//! average). See [`Batch`].
+//! average), and its calls are counted then too, so a command on the request path only notes
+//! its row in the connection's [`Batch`].
 //!
 //! # Checks
 //! Per (rule, algorithm): allowed, denied, shadow-denied and near-limit checks. A rule is a small
@@ -41,15 +42,8 @@ pub const LATENCY_BUCKETS: usize = 256;
 /// Rules whose checks are counted under their own name; ids past it count as `other`.
 pub const MAX_RULES: usize = 256;
 
-/// The algorithms, in the order of their counters.
-pub const ALGOS: [Algo; 6] = [
-    Algo::Token,
-    Algo::Gcra,
-    Algo::Sliding,
-    Algo::Fixed,
-    Algo::Log,
-    Algo::Leaky,
-];
+/// The algorithms, in the order of their counters (their declaration order: `algo as usize`).
+pub const ALGOS: [Algo; 6] = Algo::ALL;
 
 /// What became of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,38 +101,35 @@ fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
+/// How many check counters a slot has: `[rule][algo][outcome]`, flattened.
+const CHECKS: usize = MAX_RULES * ALGOS.len() * Outcome::ALL.len();
+
 /// The counters one thread writes.
 #[derive(Debug)]
 pub struct ThreadStats {
     cmds: Box<[CmdCounters]>,
-    /// `[rule][algo][outcome]`, flattened.
-    checks: Box<[AtomicU64]>,
+    /// Inline and of a constant length, so an index the type bounds needs no check.
+    checks: [AtomicU64; CHECKS],
 }
 
 fn check_index(rule: RuleId, algo: Algo, outcome: Outcome) -> usize {
     let rule = usize::from(rule.0).min(MAX_RULES - 1);
-    let algo = ALGOS.iter().position(|a| *a == algo).unwrap_or(0);
-    (rule * ALGOS.len() + algo) * Outcome::ALL.len() + outcome as usize
+    (rule * ALGOS.len() + algo as usize) * Outcome::ALL.len() + outcome as usize
 }
 
 impl ThreadStats {
     fn new(commands: usize) -> ThreadStats {
         ThreadStats {
             cmds: (0..commands).map(|_| CmdCounters::new()).collect(),
-            checks: (0..MAX_RULES * ALGOS.len() * Outcome::ALL.len())
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            checks: [const { AtomicU64::new(0) }; CHECKS],
         }
     }
 
-    /// Counts a call of command `cmd` that ran (`failed`: it answered an error).
-    #[inline]
-    pub fn call(&self, cmd: usize, failed: bool) {
+    /// Counts a call of command `cmd` that ran and answered an error (its call is counted
+    /// with its batch, see [`Batch`]).
+    pub fn fail(&self, cmd: usize) {
         if let Some(c) = self.cmds.get(cmd) {
-            bump(&c.calls, 1);
-            if failed {
-                bump(&c.failed, 1);
-            }
+            bump(&c.failed, 1);
         }
     }
 
@@ -149,11 +140,12 @@ impl ThreadStats {
         }
     }
 
-    /// Charges `calls` calls of `cmd` `each` apiece.
+    /// Counts `calls` calls of `cmd` that took `each` apiece.
     #[inline]
     pub fn time(&self, cmd: usize, calls: u64, each: Duration) {
         if let Some(c) = self.cmds.get(cmd) {
             let ns = u64::try_from(each.as_nanos()).unwrap_or(u64::MAX);
+            bump(&c.calls, calls);
             bump(&c.nanos, ns.saturating_mul(calls));
             bump(&c.latency[latency_bucket(ns)], calls);
         }
@@ -283,10 +275,10 @@ impl Stats {
         }
     }
 
-    /// The slot thread `thread` writes (the last slot for any index past the workers).
+    /// The slot thread `thread` writes: a worker's index, or [`Stats::grpc_slot`].
     #[inline]
     pub fn slot(&self, thread: usize) -> &ThreadStats {
-        &self.slots[thread.min(self.slots.len() - 1)]
+        &self.slots[thread]
     }
 
     /// The slot of the gRPC thread.
@@ -410,7 +402,11 @@ impl Stats {
 /// notes each command's row, then reads the clock once and calls [`Batch::charge`].
 #[derive(Debug, Default)]
 pub struct Batch {
-    /// `(command row, calls)`, in order of first call; a batch rarely mixes many commands.
+    /// The row of the batch's first command and how many calls of it ran since the batch began
+    /// or another command came (clients mostly repeat one command, so this is the whole batch).
+    row: u16,
+    repeats: u32,
+    /// Earlier `(row, calls)` runs of a batch that mixes commands.
     ran: Vec<(u16, u32)>,
     calls: u32,
 }
@@ -420,9 +416,13 @@ impl Batch {
     pub fn note(&mut self, cmd: usize) {
         let cmd = cmd as u16;
         self.calls += 1;
-        match self.ran.iter_mut().rev().find(|(c, _)| *c == cmd) {
-            Some((_, n)) => *n += 1,
-            None => self.ran.push((cmd, 1)),
+        if self.row == cmd || self.repeats == 0 {
+            self.row = cmd;
+            self.repeats += 1;
+        } else {
+            self.ran.push((self.row, self.repeats));
+            self.row = cmd;
+            self.repeats = 1;
         }
     }
 
@@ -437,9 +437,11 @@ impl Batch {
             for &(cmd, n) in &self.ran {
                 slot.time(usize::from(cmd), u64::from(n), each);
             }
+            slot.time(usize::from(self.row), u64::from(self.repeats), each);
         }
         self.ran.clear();
         self.calls = 0;
+        self.repeats = 0;
     }
 }
 
@@ -511,8 +513,8 @@ mod tests {
     #[test]
     fn resetstat_starts_info_over_but_not_the_raw_counters() {
         let s = Stats::new(1, 2);
-        s.slot(0).call(0, false);
-        s.slot(0).call(0, true);
+        s.slot(0).time(0, 2, Duration::from_nanos(5));
+        s.slot(0).fail(0);
         s.slot(0).reject(0);
         assert_eq!(
             (
@@ -524,7 +526,7 @@ mod tests {
         );
         s.reset();
         assert_eq!(s.command(0).calls, 0);
-        s.slot(0).call(0, false);
+        s.slot(0).time(0, 1, Duration::from_nanos(5));
         assert_eq!(s.command(0).calls, 1);
         assert_eq!(s.command_raw(0).calls, 3);
     }

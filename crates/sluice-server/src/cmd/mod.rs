@@ -846,15 +846,15 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         ctx.session.last_command = LastCommand::new(name, spec);
     }
     let row = row(spec);
-    let stats = ctx.shared.stats.slot(ctx.session.thread);
+    let shared = ctx.shared;
     // Redis checks arity before authentication.
     if !spec.arity_ok(req.len()) {
-        stats.reject(row);
+        shared.stats.slot(ctx.session.thread).reject(row);
         fail_transaction(ctx);
         return reply::error(ctx.out, &CmdError::Arity.text(spec.name));
     }
     if !ctx.session.authenticated && !spec.has_flag(NOAUTH) {
-        stats.reject(row);
+        shared.stats.slot(ctx.session.thread).reject(row);
         fail_transaction(ctx);
         return reply::error(ctx.out, "NOAUTH Authentication required.");
     }
@@ -862,7 +862,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         && ctx.session.subscribed()
         && !allowed_when_subscribed(spec.name)
     {
-        stats.reject(row);
+        shared.stats.slot(ctx.session.thread).reject(row);
         fail_transaction(ctx);
         return reply::error(
             ctx.out,
@@ -881,14 +881,14 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         let write = spec.write && !(readonly && spec.name == "rl.check");
         let keys = key_args(spec, req);
         if let Err(redirect) = cluster.check(&mut ctx.session.cluster_view, keys, write, readonly) {
-            stats.reject(row);
+            shared.stats.slot(ctx.session.thread).reject(row);
             fail_transaction(ctx);
             return reply::error(ctx.out, &redirect.into_error().text(spec.name));
         }
     }
     // A write on a read-only replica (RL.CHECK decides for itself: DRY and COST 0 only read).
     if ctx.shared.repl.is_readonly() && spec.write && spec.name != "rl.check" {
-        stats.reject(row);
+        shared.stats.slot(ctx.session.thread).reject(row);
         fail_transaction(ctx);
         return reply::error(ctx.out, &CmdError::ReadOnly.text(spec.name));
     }
@@ -904,12 +904,9 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     }
     let mut args = Args::new(req);
     let result = (spec.run)(ctx, &mut args);
-    ctx.shared
-        .stats
-        .slot(ctx.session.thread)
-        .call(row, result.is_err());
     ctx.session.batch.note(row);
     if let Err(e) = result {
+        shared.stats.slot(ctx.session.thread).fail(row);
         reply::error(ctx.out, &e.text(spec.name));
     }
 }
