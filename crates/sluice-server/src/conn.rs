@@ -3,7 +3,7 @@
 //! The loop reads into a `BytesMut`, hands the parser the whole buffer, and executes every
 //! complete request in it (pipelining) before writing all their replies with one write.
 //! Requests borrow their arguments from the read buffer (zero-copy); the clock is read once per
-//! batch. A framing error gets Redis's `-ERR Protocol error: ...` and closes this connection
+//! batch for the commands' `now`, and once more at its end for the command statistics. A framing error gets Redis's `-ERR Protocol error: ...` and closes this connection
 //! only; a bad argument is an error reply and the connection goes on.
 //!
 //! Reading and writing are independent: replies that the socket cannot take yet stay in the
