@@ -11,7 +11,10 @@ use sluice_envoy::pb::rate_limit_response::{Code, DescriptorStatus};
 use sluice_envoy::pb::{
     RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitServiceClient,
 };
-use sluice_tests::{Sluice, TempDir, free_port, http_get, runtime, wait_until};
+use sluice_tests::{
+    Sluice, TempDir, cluster_node, cluster_slots, covers_every_slot, free_port, http_get, key_slot,
+    owner_of, runtime, sluice_cluster, wait_until,
+};
 use tonic::transport::Channel;
 
 /// One descriptor of a request: its entries and its own `hits_addend`, if any.
@@ -416,4 +419,59 @@ fn bad_requests_and_a_failing_store() {
         .unwrap_err();
     assert_eq!(down.code(), tonic::Code::Unavailable, "{down}");
     drop(full);
+}
+
+#[test]
+fn a_cluster_node_checks_its_own_keys_and_names_the_owner_of_the_others() {
+    let dir = TempDir::new("envoy-cluster-config");
+    std::fs::write(dir.path().join("example05.yaml"), fixture("example05")).expect("copy");
+    let nodes = TempDir::new("envoy-cluster-nodes");
+    let grpc = free_port();
+    let a = cluster_node(
+        0,
+        &nodes.path().join("a.conf"),
+        &[
+            "--grpc-port",
+            &grpc.to_string(),
+            "--envoy-config",
+            dir.path().to_str().expect("utf-8"),
+        ],
+    );
+    let b = cluster_node(0, &nodes.path().join("b.conf"), &[]);
+    let created = sluice_cluster(&[
+        "create",
+        &format!("127.0.0.1:{}", a.port),
+        &format!("127.0.0.1:{}", b.port),
+    ]);
+    assert!(created.status.success(), "{created:?}");
+    let slots = wait_until(Duration::from_secs(10), || {
+        cluster_slots(a.port).filter(|s| covers_every_slot(s))
+    })
+    .expect("node a has the table");
+    // The store key of descriptor (azure, v) in domain internal.
+    let owner = |v: &String| owner_of(&slots, key_slot(format!("internal|azure_{v}").as_bytes()));
+    let values = || (0..1000).map(|i| i.to_string());
+    let mine = values()
+        .find(|v| owner(v) == Some(a.port))
+        .expect("a key of a");
+    let theirs = values()
+        .find(|v| owner(v) == Some(b.port))
+        .expect("a key of b");
+
+    let mut rls = Rls::connect(grpc);
+    let here = rls.one("internal", &[("azure", mine.as_str())], 1);
+    assert_eq!((here.code, here.limit_remaining), (OK, 99));
+    let there = rls
+        .call_with(request(
+            "internal",
+            &[(&[("azure", theirs.as_str())], None)],
+            1,
+        ))
+        .unwrap_err();
+    assert_eq!(there.code(), tonic::Code::Unavailable, "{there}");
+    assert!(
+        there.message().contains("MOVED") && there.message().contains(&b.port.to_string()),
+        "{there}"
+    );
+    drop((a, b));
 }
