@@ -17,7 +17,7 @@
 #
 # Usage: scripts/callgrind.sh [--requests N] [--keyspace N] [--out DIR] [--sluice PATH]
 #                             [--skip-redis] [--build] [--cluster] [--cache-sim]
-#                             [--replica [--flush-ms MS]]
+#                             [--replica [--flush-ms MS]] [--sluice-args "ARGS"]
 #   --requests   requests per test (default 20000)
 #   --keyspace   keys preloaded and used by -r (default 100000)
 #   --out        where the callgrind dumps are kept (default /tmp/sluice-callgrind); annotate
@@ -27,6 +27,7 @@
 #   --build      run `cargo build --release --bin sluice` even if the binary exists
 #   --cache-sim  also simulate the caches (valgrind --cache-sim=yes): the table then adds D1 and
 #                LL (last-level) data misses per request, the misses a 36 MB table costs
+#   --sluice-args extra flags for the Sluice server, split on spaces (e.g. "--metrics-port 9121")
 #   --cluster    run Sluice in cluster mode (a one-node cluster that owns every slot), so the
 #                figures include the slot check of every keyed command; compare them with a
 #                run without it
@@ -47,7 +48,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 REQUESTS=20000 KEYSPACE=100000 OUT="${TMPDIR:-/tmp}/sluice-callgrind" SKIP_REDIS=0 BUILD=0 CLUSTER=0 REPLICA=0 FLUSH_MS=20
-CACHE_SIM=no
+CACHE_SIM=no SLUICE_ARGS=""
 SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -61,6 +62,7 @@ while [ $# -gt 0 ]; do
     --cache-sim) CACHE_SIM=yes ;;
     --replica) REPLICA=1 ;;
     --flush-ms) FLUSH_MS="$2"; shift ;;
+    --sluice-args) SLUICE_ARGS="$2"; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -155,7 +157,8 @@ CLUSTER_ARGS=()
 [ "$CLUSTER" = 1 ] && CLUSTER_ARGS=(--cluster yes --cluster-config-file "$WORK/nodes.conf")
 REPL_ARGS=()
 [ "$REPLICA" = 1 ] && REPL_ARGS=(--repl-flush-ms "$FLUSH_MS")
-start sluice "$SLUICE" --port "$PORT" --bind 127.0.0.1 --threads 1 "${CLUSTER_ARGS[@]}" "${REPL_ARGS[@]}"
+# shellcheck disable=SC2086 # SLUICE_ARGS is a list of flags
+start sluice "$SLUICE" --port "$PORT" --bind 127.0.0.1 --threads 1 "${CLUSTER_ARGS[@]}" "${REPL_ARGS[@]}" $SLUICE_ARGS
 S_PORT=$PORT S_PID=$PID
 if [ "$CLUSTER" = 1 ]; then
   log "cluster mode: a one-node cluster owns every slot"

@@ -153,6 +153,26 @@ pub struct Config {
     /// The etcd key prefix of the rules (one key per rule: PREFIX + name).
     #[arg(long = "rules-prefix", default_value = "/sluice/rules/")]
     pub rules_prefix: String,
+
+    /// Serve Prometheus metrics (`GET /metrics`) on this port, on the `--bind` address.
+    #[arg(long = "metrics-port")]
+    pub metrics_port: Option<u16>,
+
+    /// Serve Envoy's rate limit service (gRPC `ShouldRateLimit`) on this port, on the
+    /// `--bind` address. Its limits come from `--envoy-config`.
+    #[arg(long = "grpc-port")]
+    pub grpc_port: Option<u16>,
+
+    /// A directory of envoyproxy/ratelimit config files (`*.yaml`, `*.yml`), read at start
+    /// and again whenever one changes.
+    #[arg(long = "envoy-config", value_name = "DIR")]
+    pub envoy_config: Option<std::path::PathBuf>,
+
+    /// Rate limit headers in gRPC answers (envoyproxy/ratelimit's
+    /// LIMIT_RESPONSE_HEADERS_ENABLED): `off`, `ratelimit` (`RateLimit-Limit`,
+    /// `-Remaining`, `-Reset`) or `x-ratelimit` (`X-RateLimit-...`).
+    #[arg(long = "envoy-headers", default_value = "off", value_parser = ["off", "ratelimit", "x-ratelimit"])]
+    pub envoy_headers: String,
 }
 
 /// Parses `HOST:PORT` (or `HOST PORT`, Redis's config-file form) for `--replicaof`.

@@ -3,7 +3,7 @@
 //! The loop reads into a `BytesMut`, hands the parser the whole buffer, and executes every
 //! complete request in it (pipelining) before writing all their replies with one write.
 //! Requests borrow their arguments from the read buffer (zero-copy); the clock is read once per
-//! batch. A framing error gets Redis's `-ERR Protocol error: ...` and closes this connection
+//! batch for the commands' `now`, and once more at its end for the command statistics. A framing error gets Redis's `-ERR Protocol error: ...` and closes this connection
 //! only; a bad argument is an error reply and the connection goes on.
 //!
 //! Reading and writing are independent: replies that the socket cannot take yet stay in the
@@ -138,6 +138,9 @@ async fn serve_session(
                             // replication thread writes; replies owed to the commands
                             // before it go first.
                             request.clear();
+                            session
+                                .batch
+                                .charge(shared.stats.slot(thread), read_at.elapsed());
                             while !out.is_empty() {
                                 if stream.writable().await.is_err() {
                                     return Close::Quietly;
@@ -168,6 +171,12 @@ async fn serve_session(
             request.clear();
             drop(batch);
             shared.stats.add_commands(thread, executed);
+            // The batch's one clock read for command statistics.
+            if !session.batch.is_empty() {
+                session
+                    .batch
+                    .charge(shared.stats.slot(thread), read_at.elapsed());
+            }
             if executed > 0 {
                 let since_created = read_at.saturating_duration_since(client.created);
                 client

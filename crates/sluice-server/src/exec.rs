@@ -49,7 +49,10 @@ impl Executor {
             out: &mut self.out,
             now,
         };
+        let started = std::time::Instant::now();
         cmd::execute(&request, &mut ctx);
+        let slot = self.shared.stats.slot(self.session.thread);
+        self.session.batch.charge(slot, started.elapsed());
         self.out.split().freeze()
     }
 }
@@ -141,5 +144,36 @@ mod tests {
             exec(&mut e, t0, &["RL.CHECK", "k", "5", "10", "DRY"]),
             "*5\r\n:1\r\n:5\r\n:3\r\n:-1\r\n:4000\r\n"
         );
+    }
+
+    #[test]
+    fn commandstats_count_calls_failures_and_rejections_until_resetstat() {
+        let mut e = Executor::new(Config::default_for_tests());
+        let t0 = 1_000_000_000;
+        for _ in 0..3 {
+            exec(&mut e, t0, &["RL.CHECK", "k", "5", "10"]);
+        }
+        // A bad argument fails inside the command; a wrong arity is rejected before it.
+        assert!(exec(&mut e, t0, &["RL.CHECK", "k", "0", "10"]).starts_with("-ERR"));
+        assert!(exec(&mut e, t0, &["RL.CHECK", "k"]).starts_with("-ERR wrong number"));
+        let info = exec(&mut e, t0, &["INFO", "commandstats"]);
+        let line = info
+            .lines()
+            .find(|l| l.starts_with("cmdstat_rl.check:"))
+            .unwrap_or_else(|| panic!("no rl.check line in {info}"));
+        assert!(line.starts_with("cmdstat_rl.check:calls=4,usec="), "{line}");
+        assert!(line.ends_with(",rejected_calls=1,failed_calls=1"), "{line}");
+        let latency = exec(&mut e, t0, &["INFO", "latencystats"]);
+        assert!(
+            latency.contains("latency_percentiles_usec_rl.check:p50="),
+            "{latency}"
+        );
+        // Neither is in the default INFO, as in Redis.
+        assert!(!exec(&mut e, t0, &["INFO"]).contains("cmdstat_"));
+        assert!(exec(&mut e, t0, &["INFO", "all"]).contains("cmdstat_info:"));
+        assert_eq!(exec(&mut e, t0, &["CONFIG", "RESETSTAT"]), "+OK\r\n");
+        let info = exec(&mut e, t0, &["INFO", "commandstats"]);
+        assert!(!info.contains("cmdstat_rl.check"), "{info}");
+        assert!(info.contains("cmdstat_config:calls=1,"), "{info}");
     }
 }

@@ -22,6 +22,8 @@
 //! - [`clock`]: the process clock (monotonic, anchored to Unix time).
 //! - [`clients`], [`stats`]: the client registry and INFO counters.
 //! - [`exec`]: the in-process executor (commands without a socket) for tests and fuzzing.
+//! - [`metrics`]: `--metrics-port`, Prometheus metrics over HTTP, on their own thread.
+//! - [`grpc`]: `--grpc-port`, Envoy's rate limit service over gRPC, on its own thread.
 //!
 //! `main.rs` only parses flags and calls [`run`]; everything testable lives here.
 
@@ -34,6 +36,8 @@ pub mod config;
 pub mod conn;
 pub mod exec;
 pub mod glob;
+pub mod grpc;
+pub mod metrics;
 pub mod peer;
 pub mod persist;
 pub mod proxy;

@@ -62,6 +62,17 @@ impl Server {
             let n = crate::rules::file::load(&shared, &path).map_err(io::Error::other)?;
             crate::log(&format!("rules file {} loaded: {n} rules", path.display()));
         }
+        // Bound here, so a taken port fails the start rather than a thread later.
+        let side_port = |port: Option<u16>| {
+            port.map(|p| StdListener::bind(SocketAddr::new(shared.config.bind, p)))
+                .transpose()
+        };
+        let metrics = side_port(shared.config.metrics_port)?;
+        let grpc = side_port(shared.config.grpc_port)?;
+        let envoy = match &shared.config.envoy_config {
+            Some(dir) => Some(crate::grpc::EnvoyConfig::open(dir)?),
+            None => None,
+        };
         let mut handles = listeners
             .into_iter()
             .enumerate()
@@ -78,6 +89,20 @@ impl Server {
             handles.push(crate::rules::file::start_watcher(shared.clone(), path)?);
         }
         handles.extend(crate::rules::etcd::start(shared.clone())?);
+        if let Some(listener) = metrics {
+            crate::log(&format!(
+                "metrics on http://{}/metrics",
+                listener.local_addr()?
+            ));
+            handles.push(crate::metrics::start(listener, shared.clone())?);
+        }
+        if let Some(listener) = grpc {
+            crate::log(&format!(
+                "Envoy rate limit service (gRPC) on {}",
+                listener.local_addr()?
+            ));
+            handles.push(crate::grpc::start(listener, envoy, shared.clone())?);
+        }
         Ok(Server {
             shared,
             threads: handles,

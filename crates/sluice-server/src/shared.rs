@@ -74,7 +74,7 @@ impl Shared {
                 policy: config.maxmemory_policy,
             }),
             clock: Clock::new(),
-            stats: Stats::new(config.threads()),
+            stats: Stats::new(config.threads(), crate::cmd::COMMANDS.len() + 1),
             clients: Clients::default(),
             repl: Repl::new(&config),
             pubsub: PubSub::default(),

@@ -1,17 +1,245 @@
-//! Server counters for INFO. Hot counters are per thread and cache-padded, so threads never
-//! share a written cache line; readers sum them.
+//! Server counters for INFO and `/metrics`. Hot counters are per thread and cache-padded, so
+//! threads never share a written cache line; readers sum them.
+//!
+//! # Per-thread slots
+//! Each worker thread owns one [`ThreadStats`] slot, and the gRPC thread (Envoy's rate limit
+//! service) owns the one after them. A slot has one writer, so its counters are bumped with a
+//! plain load and store (no locked read-modify-write on the request path); readers on other
+//! threads load them with `Relaxed` and sum.
+//!
+//! # Commands
+//! Per command (a row of the command table): calls, failed and rejected calls (Redis's
+//! `commandstats` meanings), nanoseconds spent and a latency histogram. The clock is read once
+//! per read batch, not per command: a batch's time is split evenly over the commands it ran
+//! (exact for one command per batch; for a pipelined batch each command is charged the batch
+//! average), and its calls are counted then too, so a command on the request path only notes
+//! its row in the connection's [`Batch`].
+//!
+//! # Checks
+//! Per (rule, algorithm): allowed, denied, shadow-denied and near-limit checks. A rule is a small
+//! interned id ([`RuleId`]); unnamed checks (a plain RL.CHECK) use [`RuleId::UNNAMED`], so they
+//! are labelled by algorithm only and cardinality stays bounded by the rules configured.
+//!
+//! # CONFIG RESETSTAT
+//! Counters are never written by a reader: a reset records the current sums as a baseline that
+//! INFO subtracts. `/metrics` reports the raw sums, so Prometheus counters stay monotonic.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
+use sluice_core::{Algo, Decision};
 
 /// How many samples of the command counter `instantaneous_ops_per_sec` averages over (as Redis).
 const OPS_SAMPLES: usize = 16;
 
+/// Latency histogram buckets: values below 16 ns one bucket each, then 8 buckets per power of
+/// two (at most 12.5% wide), up to 2^34 ns (17 s); longer lands in the last bucket.
+pub const LATENCY_BUCKETS: usize = 256;
+
+/// Rules whose checks are counted under their own name; ids past it count as `other`.
+pub const MAX_RULES: usize = 256;
+
+/// The algorithms, in the order of their counters (their declaration order: `algo as usize`).
+pub const ALGOS: [Algo; 6] = Algo::ALL;
+
+/// What became of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Allowed,
+    Denied,
+    /// Over the limit but let through: the rule is in shadow mode.
+    ShadowDenied,
+    /// Allowed with under 20% of the limit left (counted besides `Allowed`).
+    NearLimit,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Allowed,
+        Outcome::Denied,
+        Outcome::ShadowDenied,
+        Outcome::NearLimit,
+    ];
+}
+
+/// A rule's interned id: 0 is "no rule" (a plain RL.CHECK).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RuleId(pub u16);
+
+impl RuleId {
+    pub const UNNAMED: RuleId = RuleId(0);
+}
+
+/// One command's counters in one slot.
+#[derive(Debug)]
+struct CmdCounters {
+    calls: AtomicU64,
+    failed: AtomicU64,
+    rejected: AtomicU64,
+    nanos: AtomicU64,
+    latency: Box<[AtomicU64]>,
+}
+
+impl CmdCounters {
+    fn new() -> CmdCounters {
+        CmdCounters {
+            calls: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            nanos: AtomicU64::new(0),
+            latency: (0..LATENCY_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+/// A single-writer add: only the slot's own thread writes it (see the module docs).
+#[inline]
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+}
+
+/// How many check counters a slot has: `[rule][algo][outcome]`, flattened.
+const CHECKS: usize = MAX_RULES * ALGOS.len() * Outcome::ALL.len();
+
+/// The counters one thread writes.
+#[derive(Debug)]
+pub struct ThreadStats {
+    cmds: Box<[CmdCounters]>,
+    /// Inline and of a constant length, so an index the type bounds needs no check.
+    checks: [AtomicU64; CHECKS],
+}
+
+fn check_index(rule: RuleId, algo: Algo, outcome: Outcome) -> usize {
+    let rule = usize::from(rule.0).min(MAX_RULES - 1);
+    (rule * ALGOS.len() + algo as usize) * Outcome::ALL.len() + outcome as usize
+}
+
+impl ThreadStats {
+    fn new(commands: usize) -> ThreadStats {
+        ThreadStats {
+            cmds: (0..commands).map(|_| CmdCounters::new()).collect(),
+            checks: [const { AtomicU64::new(0) }; CHECKS],
+        }
+    }
+
+    /// Counts a call of command `cmd` that ran and answered an error (its call is counted
+    /// with its batch, see [`Batch`]).
+    pub fn fail(&self, cmd: usize) {
+        if let Some(c) = self.cmds.get(cmd) {
+            bump(&c.failed, 1);
+        }
+    }
+
+    /// Counts a call of `cmd` refused before it ran (arity, auth, redirect, read-only...).
+    pub fn reject(&self, cmd: usize) {
+        if let Some(c) = self.cmds.get(cmd) {
+            bump(&c.rejected, 1);
+        }
+    }
+
+    /// Counts `calls` calls of `cmd` that took `each` apiece.
+    #[inline]
+    pub fn time(&self, cmd: usize, calls: u64, each: Duration) {
+        if let Some(c) = self.cmds.get(cmd) {
+            let ns = u64::try_from(each.as_nanos()).unwrap_or(u64::MAX);
+            bump(&c.calls, calls);
+            bump(&c.nanos, ns.saturating_mul(calls));
+            bump(&c.latency[latency_bucket(ns)], calls);
+        }
+    }
+
+    /// Counts one check of `rule` with `algo`: allowed or denied from `decision`, denied ones as
+    /// shadow-denied when the rule is in shadow mode.
+    #[inline]
+    pub fn check(&self, rule: RuleId, algo: Algo, decision: &Decision, shadow: bool) {
+        let outcome = match (decision.allowed, shadow) {
+            (true, _) => Outcome::Allowed,
+            (false, false) => Outcome::Denied,
+            (false, true) => Outcome::ShadowDenied,
+        };
+        bump(&self.checks[check_index(rule, algo, outcome)], 1);
+        if decision.allowed && decision.remaining.saturating_mul(5) < decision.limit {
+            bump(&self.checks[check_index(rule, algo, Outcome::NearLimit)], 1);
+        }
+    }
+}
+
+/// The histogram bucket of a latency in nanoseconds.
+pub fn latency_bucket(ns: u64) -> usize {
+    if ns < 16 {
+        return ns as usize;
+    }
+    let msb = 63 - ns.leading_zeros() as usize;
+    let sub = ((ns >> (msb - 3)) & 7) as usize;
+    (16 + (msb - 4) * 8 + sub).min(LATENCY_BUCKETS - 1)
+}
+
+/// The largest latency (ns) bucket `i` holds: what a percentile falling in it reports.
+pub fn latency_bucket_upper(i: usize) -> u64 {
+    if i < 16 {
+        return i as u64;
+    }
+    let msb = (i - 16) / 8 + 4;
+    let sub = ((i - 16) % 8) as u64;
+    (1u64 << msb) + ((sub + 1) << (msb - 3)) - 1
+}
+
+/// One command's totals over every slot.
+#[derive(Debug, Clone, Default)]
+pub struct CmdTotals {
+    pub calls: u64,
+    pub failed: u64,
+    pub rejected: u64,
+    pub nanos: u64,
+    pub latency: Vec<u64>,
+}
+
+impl CmdTotals {
+    /// The latency (ns) at or under which `q` (0..=1) of the timed calls fell.
+    pub fn percentile(&self, q: f64) -> u64 {
+        let total: u64 = self.latency.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, n) in self.latency.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return latency_bucket_upper(i);
+            }
+        }
+        latency_bucket_upper(LATENCY_BUCKETS - 1)
+    }
+
+    fn minus(&mut self, base: &CmdTotals) {
+        self.calls = self.calls.saturating_sub(base.calls);
+        self.failed = self.failed.saturating_sub(base.failed);
+        self.rejected = self.rejected.saturating_sub(base.rejected);
+        self.nanos = self.nanos.saturating_sub(base.nanos);
+        for (a, b) in self.latency.iter_mut().zip(&base.latency) {
+            *a = a.saturating_sub(*b);
+        }
+    }
+}
+
+/// Rule names and their ids, interned once per rule (never on the request path).
+#[derive(Debug, Default)]
+struct RuleNames {
+    ids: HashMap<String, RuleId>,
+    names: Vec<String>,
+}
+
 #[derive(Debug)]
 pub struct Stats {
     commands: Box<[CachePadded<AtomicU64>]>,
+    slots: Box<[CachePadded<ThreadStats>]>,
+    rules: RwLock<RuleNames>,
+    /// CONFIG RESETSTAT's baseline, per command.
+    baseline: Mutex<Vec<CmdTotals>>,
     pub connections_received: AtomicU64,
     pub rejected_connections: AtomicU64,
     ops: Mutex<OpsSampler>,
@@ -26,15 +254,52 @@ struct OpsSampler {
 }
 
 impl Stats {
-    pub fn new(threads: usize) -> Stats {
+    /// Counters for `threads` worker threads plus one gRPC thread, over a command table of
+    /// `commands` rows.
+    pub fn new(threads: usize, commands: usize) -> Stats {
         Stats {
             commands: (0..threads)
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
+            slots: (0..=threads)
+                .map(|_| CachePadded::new(ThreadStats::new(commands)))
+                .collect(),
+            rules: RwLock::new(RuleNames {
+                ids: HashMap::new(),
+                names: vec![String::new()],
+            }),
+            baseline: Mutex::new(vec![CmdTotals::default(); commands]),
             connections_received: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
             ops: Mutex::new(OpsSampler::default()),
         }
+    }
+
+    /// The slot thread `thread` writes: a worker's index, or [`Stats::grpc_slot`].
+    #[inline]
+    pub fn slot(&self, thread: usize) -> &ThreadStats {
+        &self.slots[thread]
+    }
+
+    /// The slot of the gRPC thread.
+    pub fn grpc_slot(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// The id of rule `name`, interned on first use. Ids past [`MAX_RULES`] share the last
+    /// counters, labelled `other`.
+    pub fn rule_id(&self, name: &str) -> RuleId {
+        if let Some(id) = self.rules.read().ids.get(name) {
+            return *id;
+        }
+        let mut rules = self.rules.write();
+        if let Some(id) = rules.ids.get(name) {
+            return *id;
+        }
+        let id = RuleId(u16::try_from(rules.names.len()).unwrap_or(u16::MAX));
+        rules.names.push(name.to_string());
+        rules.ids.insert(name.to_string(), id);
+        id
     }
 
     /// Counts `n` commands executed on `thread`.
@@ -48,12 +313,77 @@ impl Stats {
         self.commands.iter().map(|c| c.load(Relaxed)).sum()
     }
 
+    /// Command `cmd`'s totals over every slot, since start.
+    pub fn command_raw(&self, cmd: usize) -> CmdTotals {
+        let mut t = CmdTotals {
+            latency: vec![0; LATENCY_BUCKETS],
+            ..CmdTotals::default()
+        };
+        for slot in self.slots.iter() {
+            let Some(c) = slot.cmds.get(cmd) else {
+                continue;
+            };
+            t.calls += c.calls.load(Relaxed);
+            t.failed += c.failed.load(Relaxed);
+            t.rejected += c.rejected.load(Relaxed);
+            t.nanos += c.nanos.load(Relaxed);
+            for (sum, b) in t.latency.iter_mut().zip(c.latency.iter()) {
+                *sum += b.load(Relaxed);
+            }
+        }
+        t
+    }
+
+    /// Command `cmd`'s totals since the last CONFIG RESETSTAT.
+    pub fn command(&self, cmd: usize) -> CmdTotals {
+        let mut t = self.command_raw(cmd);
+        if let Some(base) = self.baseline.lock().get(cmd) {
+            t.minus(base);
+        }
+        t
+    }
+
+    /// Check counters summed over every slot: `(rule name, algo, outcome, count)` for each
+    /// non-zero counter. The unnamed rule's name is empty; ids past the table are `other`.
+    pub fn checks(&self) -> Vec<(String, Algo, Outcome, u64)> {
+        let rules = self.rules.read();
+        let mut out = Vec::new();
+        for rule in 0..MAX_RULES {
+            for algo in ALGOS {
+                for outcome in Outcome::ALL {
+                    let i = check_index(RuleId(rule as u16), algo, outcome);
+                    let n: u64 = self.slots.iter().map(|s| s.checks[i].load(Relaxed)).sum();
+                    if n == 0 {
+                        continue;
+                    }
+                    let name = if rule == MAX_RULES - 1 && rules.names.len() > MAX_RULES {
+                        "other".to_string()
+                    } else {
+                        rules.names.get(rule).cloned().unwrap_or_default()
+                    };
+                    out.push((name, algo, outcome, n));
+                }
+            }
+        }
+        out
+    }
+
+    /// CONFIG RESETSTAT: INFO's command statistics and counters start again from zero.
+    pub fn reset(&self) {
+        let now: Vec<CmdTotals> = (0..self.slots[0].cmds.len())
+            .map(|i| self.command_raw(i))
+            .collect();
+        *self.baseline.lock() = now;
+        self.connections_received.store(0, Relaxed);
+        self.rejected_connections.store(0, Relaxed);
+    }
+
     /// Takes one sample of the command rate; called every 100 ms by one thread.
     pub fn sample_ops(&self, now_ms: u64) {
         let total = self.total_commands();
         let mut s = self.ops.lock();
         if s.last_at_ms != 0 && now_ms > s.last_at_ms {
-            let rate = (total - s.last_total) * 1000 / (now_ms - s.last_at_ms);
+            let rate = total.saturating_sub(s.last_total) * 1000 / (now_ms - s.last_at_ms);
             let i = s.next;
             s.samples[i] = rate;
             s.next = (i + 1) % OPS_SAMPLES;
@@ -65,5 +395,181 @@ impl Stats {
     pub fn instantaneous_ops_per_sec(&self) -> u64 {
         let s = self.ops.lock();
         s.samples.iter().sum::<u64>() / OPS_SAMPLES as u64
+    }
+}
+
+/// The commands one read batch ran, for charging the batch's time to them: the connection
+/// notes each command's row, then reads the clock once and calls [`Batch::charge`].
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// The row of the batch's first command and how many calls of it ran since the batch began
+    /// or another command came (clients mostly repeat one command, so this is the whole batch).
+    row: u16,
+    repeats: u32,
+    /// Earlier `(row, calls)` runs of a batch that mixes commands.
+    ran: Vec<(u16, u32)>,
+    calls: u32,
+}
+
+impl Batch {
+    #[inline]
+    pub fn note(&mut self, cmd: usize) {
+        let cmd = cmd as u16;
+        self.calls += 1;
+        if self.row == cmd || self.repeats == 0 {
+            self.row = cmd;
+            self.repeats += 1;
+        } else {
+            self.ran.push((self.row, self.repeats));
+            self.row = cmd;
+            self.repeats = 1;
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls == 0
+    }
+
+    /// Splits `elapsed` evenly over the batch's calls and charges them to `slot`; empties the batch.
+    pub fn charge(&mut self, slot: &ThreadStats, elapsed: Duration) {
+        if self.calls > 0 {
+            let each = elapsed / self.calls;
+            for &(cmd, n) in &self.ran {
+                slot.time(usize::from(cmd), u64::from(n), each);
+            }
+            slot.time(usize::from(self.row), u64::from(self.repeats), each);
+        }
+        self.ran.clear();
+        self.calls = 0;
+        self.repeats = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::Nanos;
+
+    fn decision(allowed: bool, remaining: u64, limit: u64) -> Decision {
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            retry_after: (!allowed).then_some(Nanos(1)),
+            reset_after: Nanos(1),
+        }
+    }
+
+    #[test]
+    fn buckets_are_ordered_and_bounded() {
+        let mut last = 0;
+        for ns in [
+            0u64,
+            1,
+            15,
+            16,
+            17,
+            31,
+            32,
+            100,
+            1_000,
+            65_536,
+            1 << 33,
+            u64::MAX,
+        ] {
+            let b = latency_bucket(ns);
+            assert!(b >= last, "{ns}");
+            assert!(b < LATENCY_BUCKETS);
+            if b < LATENCY_BUCKETS - 1 {
+                assert!(latency_bucket_upper(b) >= ns, "{ns} above its bucket");
+                assert!(ns >= latency_bucket_upper(b.saturating_sub(1)) || b == 0);
+            }
+            last = b;
+        }
+        // Powers of two start a bucket, so a `le = 2^k` boundary is exact.
+        for k in 4..34 {
+            assert_eq!(
+                latency_bucket_upper(latency_bucket(1 << k) - 1),
+                (1 << k) - 1
+            );
+        }
+    }
+
+    #[test]
+    fn percentiles_come_from_the_histogram() {
+        let s = Stats::new(2, 3);
+        for _ in 0..99 {
+            s.slot(0).time(1, 1, Duration::from_micros(10));
+        }
+        s.slot(1).time(1, 1, Duration::from_millis(5));
+        let t = s.command(1);
+        let p50 = t.percentile(0.5);
+        assert!((10_000..=11_300).contains(&p50), "{p50}");
+        let p999 = t.percentile(0.999);
+        assert!((5_000_000..=5_700_000).contains(&p999), "{p999}");
+        assert_eq!(t.nanos, 99 * 10_000 + 5_000_000);
+    }
+
+    #[test]
+    fn resetstat_starts_info_over_but_not_the_raw_counters() {
+        let s = Stats::new(1, 2);
+        s.slot(0).time(0, 2, Duration::from_nanos(5));
+        s.slot(0).fail(0);
+        s.slot(0).reject(0);
+        assert_eq!(
+            (
+                s.command(0).calls,
+                s.command(0).failed,
+                s.command(0).rejected
+            ),
+            (2, 1, 1)
+        );
+        s.reset();
+        assert_eq!(s.command(0).calls, 0);
+        s.slot(0).time(0, 1, Duration::from_nanos(5));
+        assert_eq!(s.command(0).calls, 1);
+        assert_eq!(s.command_raw(0).calls, 3);
+    }
+
+    #[test]
+    fn checks_count_per_rule_algo_and_outcome() {
+        let s = Stats::new(2, 1);
+        let login = s.rule_id("login");
+        assert_eq!(s.rule_id("login"), login);
+        assert_ne!(login, RuleId::UNNAMED);
+        s.slot(0)
+            .check(RuleId::UNNAMED, Algo::Token, &decision(true, 9, 10), false);
+        s.slot(1)
+            .check(RuleId::UNNAMED, Algo::Token, &decision(true, 1, 10), false);
+        s.slot(0)
+            .check(login, Algo::Fixed, &decision(false, 0, 10), true);
+        s.slot(0)
+            .check(login, Algo::Fixed, &decision(false, 0, 10), false);
+        let mut got = s.checks();
+        got.sort_by_key(|(r, a, o, _)| (r.clone(), a.name(), *o as u8));
+        assert_eq!(
+            got,
+            vec![
+                (String::new(), Algo::Token, Outcome::Allowed, 2),
+                (String::new(), Algo::Token, Outcome::NearLimit, 1),
+                ("login".into(), Algo::Fixed, Outcome::Denied, 1),
+                ("login".into(), Algo::Fixed, Outcome::ShadowDenied, 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_batch_splits_its_time_over_its_calls() {
+        let s = Stats::new(1, 3);
+        let mut b = Batch::default();
+        b.note(2);
+        b.note(2);
+        b.note(1);
+        b.note(2);
+        b.charge(s.slot(0), Duration::from_micros(4));
+        assert_eq!(s.command(2).nanos, 3000);
+        assert_eq!(s.command(1).nanos, 1000);
+        assert_eq!(s.command(2).latency.iter().sum::<u64>(), 3);
+        assert!(b.is_empty());
     }
 }

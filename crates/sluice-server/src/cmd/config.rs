@@ -289,7 +289,10 @@ impl<'a> Command<'a> for ConfigCmd<'a> {
                 }
                 reply::simple(ctx.out, "OK");
             }
-            ConfigCmd::ResetStat => reply::simple(ctx.out, "OK"),
+            ConfigCmd::ResetStat => {
+                ctx.shared.stats.reset();
+                reply::simple(ctx.out, "OK");
+            }
             // Settings come from flags, not a file, so there is nothing to rewrite. Sentinel
             // sends this inside MULTI during a failover and ignores the answer.
             ConfigCmd::Rewrite => {

@@ -10,16 +10,22 @@ use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
 
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 10] = [
     "server",
     "clients",
     "memory",
     "persistence",
     "stats",
     "replication",
+    "commandstats",
+    "latencystats",
     "cluster",
     "keyspace",
 ];
+
+/// Sections only `INFO all`, `INFO everything` or their own name asks for (as in Redis: they
+/// grow with the commands used).
+const NOT_DEFAULT: [&str; 2] = ["commandstats", "latencystats"];
 
 #[derive(Debug)]
 pub struct Info<'a>(ArgIter<'a>);
@@ -34,13 +40,16 @@ impl<'a> Command<'a> for Info<'a> {
             .0
             .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
             .collect();
-        let all = wanted.is_empty()
-            || wanted
-                .iter()
-                .any(|w| matches!(w.as_str(), "all" | "everything" | "default"));
+        let all = wanted
+            .iter()
+            .any(|w| matches!(w.as_str(), "all" | "everything"));
+        let default = wanted.is_empty() || wanted.iter().any(|w| w == "default");
         let mut text = String::new();
         for section in SECTIONS {
-            if all || wanted.iter().any(|w| w == section) {
+            if all
+                || (default && !NOT_DEFAULT.contains(&section))
+                || wanted.iter().any(|w| w == section)
+            {
                 if !text.is_empty() {
                     text.push_str("\r\n");
                 }
@@ -130,6 +139,54 @@ fn replication(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Resu
     )
 }
 
+/// Every counters' row with calls since the last CONFIG RESETSTAT, with its name.
+fn used_rows(
+    shared: &crate::shared::Shared,
+) -> impl Iterator<Item = (&'static str, crate::stats::CmdTotals)> + '_ {
+    (0..=super::SHOULD_RATE_LIMIT_ROW)
+        .map(|row| (super::row_name(row), shared.stats.command(row)))
+        .filter(|(_, t)| t.calls + t.rejected > 0)
+}
+
+/// INFO commandstats, as Redis 7 writes it: `cmdstat_<name>:calls=,usec=,usec_per_call=,
+/// rejected_calls=,failed_calls=` for every command called since the last CONFIG RESETSTAT.
+fn commandstats(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Result {
+    t.push_str("# Commandstats\r\n");
+    for (name, c) in used_rows(shared) {
+        let usec = c.nanos / 1000;
+        let per_call = if c.calls > 0 {
+            c.nanos as f64 / 1000.0 / c.calls as f64
+        } else {
+            0.0
+        };
+        write!(
+            t,
+            "cmdstat_{name}:calls={},usec={usec},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}\r\n",
+            c.calls, c.rejected, c.failed
+        )?;
+    }
+    Ok(())
+}
+
+/// INFO latencystats, as Redis 7 writes it: p50, p99 and p99.9 in microseconds per command.
+fn latencystats(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Result {
+    t.push_str("# Latencystats\r\n");
+    for (name, c) in used_rows(shared) {
+        if c.calls == 0 {
+            continue;
+        }
+        let us = |q| c.percentile(q) as f64 / 1000.0;
+        write!(
+            t,
+            "latency_percentiles_usec_{name}:p50={:.3},p99={:.3},p99.9={:.3}\r\n",
+            us(0.5),
+            us(0.99),
+            us(0.999)
+        )?;
+    }
+    Ok(())
+}
+
 fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
     let shared = ctx.shared;
     // Writing to a String cannot fail.
@@ -204,6 +261,8 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             )
         }
         "replication" => replication(shared, t),
+        "commandstats" => commandstats(shared, t),
+        "latencystats" => latencystats(shared, t),
         "cluster" => write!(
             t,
             "# Cluster\r\ncluster_enabled:{}\r\n",

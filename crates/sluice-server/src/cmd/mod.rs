@@ -93,6 +93,8 @@ pub struct Session {
     pub readonly: bool,
     /// The worker thread this connection lives on.
     pub thread: usize,
+    /// The commands of the current read batch, charged its time when it ends.
+    pub batch: crate::stats::Batch,
 }
 
 impl Session {
@@ -113,6 +115,7 @@ impl Session {
             cluster_view: None,
             readonly: false,
             thread: 0,
+            batch: crate::stats::Batch::default(),
         }
     }
 
@@ -882,6 +885,22 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
         .map(|i| &COMMANDS[i])
 }
 
+/// The row of the command table `spec` is (its counters' index in [`crate::stats`]).
+pub fn row(spec: &'static CommandSpec) -> usize {
+    let base = COMMANDS.as_ptr() as usize;
+    (std::ptr::from_ref(spec) as usize - base) / std::mem::size_of::<CommandSpec>()
+}
+
+/// The counters' row of Envoy's `ShouldRateLimit`, after the command table's rows.
+pub const SHOULD_RATE_LIMIT_ROW: usize = COMMANDS.len();
+
+/// The name INFO commandstats and `/metrics` give counters' row `row`.
+pub fn row_name(row: usize) -> &'static str {
+    COMMANDS
+        .get(row)
+        .map_or("envoy.shouldratelimit", |spec| spec.name)
+}
+
 /// Executes one request, appending its reply to `ctx.out`.
 pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     let Some(name) = req.arg(0) else {
@@ -895,12 +914,16 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     if cached.is_none() {
         ctx.session.last_command = LastCommand::new(name, spec);
     }
+    let row = row(spec);
+    let shared = ctx.shared;
     // Redis checks arity before authentication.
     if !spec.arity_ok(req.len()) {
+        shared.stats.slot(ctx.session.thread).reject(row);
         fail_transaction(ctx);
         return reply::error(ctx.out, &CmdError::Arity.text(spec.name));
     }
     if !ctx.session.authenticated && !spec.has_flag(NOAUTH) {
+        shared.stats.slot(ctx.session.thread).reject(row);
         fail_transaction(ctx);
         return reply::error(ctx.out, "NOAUTH Authentication required.");
     }
@@ -908,6 +931,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         && ctx.session.subscribed()
         && !allowed_when_subscribed(spec.name)
     {
+        shared.stats.slot(ctx.session.thread).reject(row);
         fail_transaction(ctx);
         return reply::error(
             ctx.out,
@@ -926,12 +950,14 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         let write = spec.write && !(readonly && spec.name == "rl.check");
         let keys = key_args(spec, req);
         if let Err(redirect) = cluster.check(&mut ctx.session.cluster_view, keys, write, readonly) {
+            shared.stats.slot(ctx.session.thread).reject(row);
             fail_transaction(ctx);
             return reply::error(ctx.out, &redirect.into_error().text(spec.name));
         }
     }
     // A write on a read-only replica (RL.CHECK decides for itself: DRY and COST 0 only read).
     if ctx.shared.repl.is_readonly() && spec.write && spec.name != "rl.check" {
+        shared.stats.slot(ctx.session.thread).reject(row);
         fail_transaction(ctx);
         return reply::error(ctx.out, &CmdError::ReadOnly.text(spec.name));
     }
@@ -946,7 +972,10 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         return reply::simple(ctx.out, "QUEUED");
     }
     let mut args = Args::new(req);
-    if let Err(e) = (spec.run)(ctx, &mut args) {
+    let result = (spec.run)(ctx, &mut args);
+    ctx.session.batch.note(row);
+    if let Err(e) = result {
+        shared.stats.slot(ctx.session.thread).fail(row);
         reply::error(ctx.out, &e.text(spec.name));
     }
 }
@@ -1028,6 +1057,15 @@ mod tests {
         }
         assert!(lookup(b"rl.check").unwrap().write);
         assert!(!lookup(b"get").unwrap().write);
+    }
+
+    #[test]
+    fn rows_index_the_table() {
+        for (i, c) in COMMANDS.iter().enumerate() {
+            assert_eq!(row(c), i);
+            assert_eq!(row_name(i), c.name);
+        }
+        assert_eq!(row_name(SHOULD_RATE_LIMIT_ROW), "envoy.shouldratelimit");
     }
 
     #[test]

@@ -144,6 +144,10 @@ impl<'a> Command<'a> for RlCheck<'a> {
                 )),
                 other => other.into(),
             })?;
+        if !self.dry {
+            let stats = ctx.shared.stats.slot(ctx.session.thread);
+            stats.check(crate::stats::RuleId::UNNAMED, self.algo, &decision, false);
+        }
         reply::int_array(
             ctx.out,
             &[

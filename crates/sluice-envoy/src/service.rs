@@ -1,0 +1,487 @@
+//! One `ShouldRateLimit` call, as envoyproxy/ratelimit answers it, over a caller's check.
+//!
+//! 1. An empty domain or an empty descriptor list is a bad request (the reference's errors).
+//! 2. Each descriptor's limit is looked up ([`Config::get_limit`]; a request `limit` override
+//!    wins over the config). `unlimited` ones and limits named in another matched limit's
+//!    `replaces` are not checked.
+//! 3. Each remaining descriptor is checked on its own, in order: key
+//!    `domain|key_value|key_value...`, limit `requests_per_unit` per `unit`, cost the
+//!    descriptor's `hits_addend` if set (0 only reads), else the request's (0 counts as 1).
+//!    A cost above the limit, or a limit of 0, is over the limit without touching the store
+//!    (the reference would also add the hits to its counter; we leave the window as it was).
+//! 4. A status per descriptor: OVER_LIMIT when denied, unless the limit is in shadow mode
+//!    (then OK, counted as shadow-denied); no limit: OK with nothing else; unlimited: OK with
+//!    `limit_remaining` u32::MAX. The overall code is OVER_LIMIT when any non-quota descriptor
+//!    is, or when every quota-mode descriptor is.
+//! 5. Rate limit headers, when asked for, describe the descriptor closest to its limit (an
+//!    over-limit one first), as the reference's.
+
+use sluice_core::{Algo, Decision, Nanos};
+
+use crate::config::{Config, Limit, Unit};
+use crate::pb::envoy::config::core::v3::HeaderValue;
+use crate::pb::rate_limit_response::{Code, DescriptorStatus, RateLimit};
+use crate::pb::{RateLimitRequest, RateLimitResponse};
+
+/// One check the caller runs on its store: RL.CHECK `key limit period COST cost ALGO algo`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check<'a> {
+    pub key: &'a [u8],
+    pub limit: u64,
+    pub period: Nanos,
+    pub cost: u64,
+    pub algo: Algo,
+}
+
+/// What became of one limited descriptor, for the caller's metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// The limit's stats key (`domain.key_value.key`), the metrics' `rule` label.
+    pub rule: String,
+    pub algo: Algo,
+    pub decision: Decision,
+    pub shadow: bool,
+}
+
+/// Why a call gets a gRPC error instead of an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The request itself is wrong (empty domain, no descriptors).
+    InvalidArgument(String),
+    /// The store could not answer: Envoy's `failure_mode_deny` decides.
+    Unavailable(String),
+}
+
+/// The rate limit headers envoyproxy/ratelimit can add (`LIMIT_RESPONSE_HEADERS_ENABLED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Headers {
+    Off,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (the reference's names).
+    RateLimit,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
+    XRateLimit,
+}
+
+/// The store key of a descriptor: `domain|key_value|key_value...`, a `share_threshold`
+/// wildcard match counting under its pattern.
+fn store_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<&str>]) -> Vec<u8> {
+    let mut key = domain.as_bytes().to_vec();
+    for (i, (k, v)) in entries.iter().enumerate() {
+        key.push(b'|');
+        key.extend_from_slice(k.as_bytes());
+        key.push(b'_');
+        let v = shared.get(i).copied().flatten().unwrap_or(v);
+        key.extend_from_slice(v.as_bytes());
+    }
+    key
+}
+
+/// Seconds until the current `unit` window ends, windows aligned on the Unix epoch (the
+/// reference's `CalculateReset`, and FIXED's windows).
+fn window_reset(unit: Unit, now_unix_secs: u64) -> u64 {
+    let s = unit.seconds();
+    s - now_unix_secs % s
+}
+
+fn over(limit: u32) -> Decision {
+    Decision {
+        allowed: false,
+        limit: u64::from(limit),
+        remaining: 0,
+        retry_after: None,
+        reset_after: Nanos(0),
+    }
+}
+
+/// Answers one `ShouldRateLimit` request against `config` at `now` (Unix time), running the
+/// checks through `check`. Returns the answer and a verdict per checked descriptor.
+pub fn should_rate_limit(
+    config: &Config,
+    request: &RateLimitRequest,
+    now: Nanos,
+    headers: Headers,
+    mut check: impl FnMut(&Check<'_>) -> Result<Decision, String>,
+) -> Result<(RateLimitResponse, Vec<Verdict>), CallError> {
+    if request.domain.is_empty() {
+        return Err(CallError::InvalidArgument(
+            "rate limit domain must not be empty".into(),
+        ));
+    }
+    if request.descriptors.is_empty() {
+        return Err(CallError::InvalidArgument(
+            "rate limit descriptor list must not be empty".into(),
+        ));
+    }
+    let domain = request.domain.as_str();
+    let now_secs = now.0 / Nanos::PER_SEC;
+
+    // Limits first (overrides, config), then what `replaces` drops.
+    let mut limits: Vec<Option<(Limit, Vec<u8>)>> = Vec::with_capacity(request.descriptors.len());
+    for d in &request.descriptors {
+        let entries: Vec<(&str, &str)> = d
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        let found = match &d.limit {
+            Some(o) => Unit::from_proto(o.unit).map(|unit| {
+                let limit = Limit {
+                    full_key: format!("{domain}.override"),
+                    requests_per_unit: o.requests_per_unit,
+                    unit: Some(unit),
+                    unlimited: false,
+                    shadow_mode: false,
+                    quota_mode: false,
+                    name: String::new(),
+                    replaces: Vec::new(),
+                    algo: Algo::Fixed,
+                };
+                (limit, store_key(domain, &entries, &[]))
+            }),
+            None => config.get_limit(domain, &entries).map(|m| {
+                (
+                    (**m.limit).clone(),
+                    store_key(domain, &entries, &m.shared_values),
+                )
+            }),
+        };
+        limits.push(found);
+    }
+    let replaced: Vec<&str> = limits
+        .iter()
+        .flatten()
+        .flat_map(|(l, _)| l.replaces.iter().map(String::as_str))
+        .collect();
+
+    let mut statuses = Vec::with_capacity(limits.len());
+    let mut verdicts = Vec::new();
+    let (mut failed, mut quota_total, mut quota_failed) = (0, 0, 0);
+    for (d, found) in request.descriptors.iter().zip(&limits) {
+        let Some((limit, key)) = found else {
+            statuses.push(DescriptorStatus {
+                code: Code::Ok.into(),
+                ..DescriptorStatus::default()
+            });
+            continue;
+        };
+        if limit.unlimited {
+            statuses.push(DescriptorStatus {
+                code: Code::Ok.into(),
+                limit_remaining: u32::MAX,
+                ..DescriptorStatus::default()
+            });
+            continue;
+        }
+        if !limit.name.is_empty() && replaced.contains(&limit.name.as_str()) {
+            statuses.push(DescriptorStatus {
+                code: Code::Ok.into(),
+                ..DescriptorStatus::default()
+            });
+            continue;
+        }
+        let unit = limit.unit.unwrap_or(Unit::Second);
+        let cost = match &d.hits_addend {
+            Some(h) => *h,
+            None => u64::from(request.hits_addend.max(1)),
+        };
+        let limit_n = u64::from(limit.requests_per_unit);
+        let decision = if limit_n == 0 || cost > limit_n {
+            over(limit.requests_per_unit)
+        } else {
+            check(&Check {
+                key,
+                limit: limit_n,
+                period: Nanos::from_secs(unit.seconds()),
+                cost,
+                algo: limit.algo,
+            })
+            .map_err(CallError::Unavailable)?
+        };
+        let reset_secs =
+            if limit.algo == Algo::Fixed || !decision.allowed && decision.reset_after.0 == 0 {
+                window_reset(unit, now_secs)
+            } else {
+                decision.reset_after.0.div_ceil(Nanos::PER_SEC)
+            };
+        let over_limit = !decision.allowed;
+        let code = if over_limit && !limit.shadow_mode {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        if limit.quota_mode {
+            quota_total += 1;
+            quota_failed += usize::from(code == Code::OverLimit);
+        } else {
+            failed += usize::from(code == Code::OverLimit);
+        }
+        statuses.push(DescriptorStatus {
+            code: code.into(),
+            current_limit: Some(RateLimit {
+                name: limit.name.clone(),
+                requests_per_unit: limit.requests_per_unit,
+                unit: unit.to_proto(),
+            }),
+            limit_remaining: if over_limit {
+                0
+            } else {
+                u32::try_from(decision.remaining).unwrap_or(u32::MAX)
+            },
+            duration_until_reset: Some(prost_types::Duration {
+                seconds: i64::try_from(reset_secs).unwrap_or(i64::MAX),
+                nanos: 0,
+            }),
+        });
+        verdicts.push(Verdict {
+            rule: limit.full_key.clone(),
+            algo: limit.algo,
+            decision,
+            shadow: limit.shadow_mode,
+        });
+    }
+    let over_all = failed > 0 || (quota_total > 0 && quota_total == quota_failed);
+    let mut response = RateLimitResponse {
+        overall_code: if over_all { Code::OverLimit } else { Code::Ok }.into(),
+        ..RateLimitResponse::default()
+    };
+    if headers != Headers::Off
+        && let Some(closest) = closest_to_limit(&statuses, &limits)
+    {
+        let prefix = if headers == Headers::XRateLimit {
+            "X-RateLimit"
+        } else {
+            "RateLimit"
+        };
+        let limit = closest
+            .current_limit
+            .as_ref()
+            .map_or(0, |l| l.requests_per_unit);
+        let reset = closest
+            .duration_until_reset
+            .as_ref()
+            .map_or(0, |d| d.seconds);
+        response.response_headers_to_add = [
+            ("Limit", limit.to_string()),
+            ("Remaining", closest.limit_remaining.to_string()),
+            ("Reset", reset.to_string()),
+        ]
+        .into_iter()
+        .map(|(name, value)| HeaderValue {
+            key: format!("{prefix}-{name}"),
+            value,
+            ..HeaderValue::default()
+        })
+        .collect();
+    }
+    response.statuses = statuses;
+    Ok((response, verdicts))
+}
+
+/// The status the headers describe: the last over-limit non-quota descriptor, else the
+/// first with the least remaining.
+fn closest_to_limit<'s>(
+    statuses: &'s [DescriptorStatus],
+    limits: &[Option<(Limit, Vec<u8>)>],
+) -> Option<&'s DescriptorStatus> {
+    let mut best: Option<&DescriptorStatus> = None;
+    let mut least = u32::MAX;
+    for (s, l) in statuses.iter().zip(limits) {
+        if s.current_limit.is_some() && s.limit_remaining < least {
+            best = Some(s);
+            least = s.limit_remaining;
+        }
+        let quota = l.as_ref().is_some_and(|(l, _)| l.quota_mode);
+        if s.code == i32::from(Code::OverLimit) && !quota {
+            best = Some(s);
+            least = 0;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::pb::RateLimitDescriptor;
+    use crate::pb::rate_limit_descriptor::{Entry, RateLimitOverride};
+
+    /// A fixed-window reference model of the store: counts per key, window by period.
+    #[derive(Default)]
+    struct Windows(HashMap<Vec<u8>, (u64, u64)>);
+
+    impl Windows {
+        fn check(&mut self, c: &Check<'_>, now: Nanos) -> Result<Decision, String> {
+            let window = now.0 / c.period.0;
+            let used = self.0.entry(c.key.to_vec()).or_insert((window, 0));
+            if used.0 != window {
+                *used = (window, 0);
+            }
+            let allowed = used.1 + c.cost <= c.limit;
+            if allowed {
+                used.1 += c.cost;
+            }
+            Ok(Decision {
+                allowed,
+                limit: c.limit,
+                remaining: c.limit - used.1,
+                retry_after: None,
+                reset_after: Nanos((window + 1) * c.period.0 - now.0),
+            })
+        }
+    }
+
+    fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                })
+                .collect(),
+            ..RateLimitDescriptor::default()
+        }
+    }
+
+    fn call(
+        config: &Config,
+        store: &mut Windows,
+        domain: &str,
+        descriptors: Vec<RateLimitDescriptor>,
+    ) -> Result<RateLimitResponse, CallError> {
+        let now = Nanos::from_secs(1_700_000_000);
+        let request = RateLimitRequest {
+            domain: domain.into(),
+            descriptors,
+            hits_addend: 0,
+        };
+        should_rate_limit(config, &request, now, Headers::XRateLimit, |c| {
+            store.check(c, now)
+        })
+        .map(|(r, _)| r)
+    }
+
+    fn codes(r: &RateLimitResponse) -> (i32, Vec<i32>) {
+        (r.overall_code, r.statuses.iter().map(|s| s.code).collect())
+    }
+
+    const OK: i32 = Code::Ok as i32;
+    const OVER: i32 = Code::OverLimit as i32;
+
+    #[test]
+    fn bad_requests_are_errors_and_unknowns_are_allowed() {
+        let c = Config::from_files([("a.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")]).unwrap();
+        let mut s = Windows::default();
+        assert!(matches!(
+            call(&c, &mut s, "", vec![desc(&[("k", "v")])]),
+            Err(CallError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            call(&c, &mut s, "d", vec![]),
+            Err(CallError::InvalidArgument(_))
+        ));
+        let r = call(&c, &mut s, "nosuch", vec![desc(&[("k", "v")])]).unwrap();
+        assert_eq!(codes(&r), (OK, vec![OK]));
+        assert!(r.statuses[0].current_limit.is_none());
+        let r = call(&c, &mut s, "d", vec![desc(&[("other", "v")])]).unwrap();
+        assert_eq!(codes(&r), (OK, vec![OK]));
+    }
+
+    #[test]
+    fn limits_remaining_reset_and_headers() {
+        let c = Config::from_files([("a.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")]).unwrap();
+        let mut s = Windows::default();
+        let r = call(&c, &mut s, "d", vec![desc(&[("k", "v")])]).unwrap();
+        assert_eq!(codes(&r), (OK, vec![OK]));
+        assert_eq!(r.statuses[0].limit_remaining, 1);
+        // 1_700_000_000 is 20 s into its minute.
+        assert_eq!(r.statuses[0].duration_until_reset.unwrap().seconds, 40);
+        let h: Vec<_> = r
+            .response_headers_to_add
+            .iter()
+            .map(|h| format!("{}: {}", h.key, h.value))
+            .collect();
+        assert_eq!(
+            h,
+            [
+                "X-RateLimit-Limit: 2",
+                "X-RateLimit-Remaining: 1",
+                "X-RateLimit-Reset: 40"
+            ]
+        );
+        call(&c, &mut s, "d", vec![desc(&[("k", "v")])]).unwrap();
+        let r = call(&c, &mut s, "d", vec![desc(&[("k", "v")])]).unwrap();
+        assert_eq!(codes(&r), (OVER, vec![OVER]));
+        // Another value of the default key has its own window.
+        let r = call(&c, &mut s, "d", vec![desc(&[("k", "w")])]).unwrap();
+        assert_eq!(codes(&r), (OK, vec![OK]));
+    }
+
+    #[test]
+    fn hits_addend_overrides_and_huge_costs() {
+        let c = Config::from_files([("a.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")]).unwrap();
+        let mut s = Windows::default();
+        let now = Nanos::from_secs(1_700_000_000);
+        let mut run = |hits: u32, per: Option<u64>| {
+            let mut d = desc(&[("k", "v")]);
+            d.hits_addend = per;
+            let req = RateLimitRequest {
+                domain: "d".into(),
+                descriptors: vec![d],
+                hits_addend: hits,
+            };
+            let (r, _) =
+                should_rate_limit(&c, &req, now, Headers::Off, |c| s.check(c, now)).unwrap();
+            (r.statuses[0].code, r.statuses[0].limit_remaining)
+        };
+        assert_eq!(run(7, None), (OK, 3));
+        // The descriptor's own addend wins; 0 only reads.
+        assert_eq!(run(7, Some(0)), (OK, 3));
+        assert_eq!(run(u32::MAX, None), (OVER, 0));
+        assert_eq!(run(0, Some(u64::MAX)), (OVER, 0));
+        // Neither huge one took anything.
+        assert_eq!(run(0, None), (OK, 2));
+        // A request override limit replaces the config's.
+        let mut d = desc(&[("k", "v")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 0,
+            unit: 1,
+        });
+        let req = RateLimitRequest {
+            domain: "d".into(),
+            descriptors: vec![d],
+            hits_addend: 0,
+        };
+        let (r, _) = should_rate_limit(&c, &req, now, Headers::Off, |c| s.check(c, now)).unwrap();
+        assert_eq!(codes(&r), (OVER, vec![OVER]));
+    }
+
+    #[test]
+    fn a_failing_store_is_unavailable() {
+        let c = Config::from_files([("a.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")]).unwrap();
+        let req = RateLimitRequest {
+            domain: "d".into(),
+            descriptors: vec![desc(&[("k", "v")])],
+            hits_addend: 1,
+        };
+        let got = should_rate_limit(&c, &req, Nanos(0), Headers::Off, |_| Err("down".into()));
+        assert_eq!(got.unwrap_err(), CallError::Unavailable("down".into()));
+    }
+
+    #[test]
+    fn share_threshold_counts_matches_together() {
+        let c = Config::from_files([("a.yaml", "domain: d\ndescriptors:\n  - key: files\n    value: files/*\n    share_threshold: true\n    rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: own\n    value: own/*\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")]).unwrap();
+        let mut s = Windows::default();
+        let mut one =
+            |k: &str, v: &str| codes(&call(&c, &mut s, "d", vec![desc(&[(k, v)])]).unwrap()).0;
+        assert_eq!(one("files", "files/a"), OK);
+        assert_eq!(one("files", "files/b"), OK);
+        assert_eq!(one("files", "files/c"), OVER);
+        assert_eq!(one("own", "own/a"), OK);
+        assert_eq!(one("own", "own/a"), OK);
+        assert_eq!(one("own", "own/b"), OK);
+        assert_eq!(one("own", "own/a"), OVER);
+    }
+}

@@ -1,0 +1,243 @@
+//! `--grpc-port P`: Envoy's rate limit service (`ShouldRateLimit`) on its own thread.
+//!
+//! The matching and the answer are [`sluice_envoy::service`]'s; this module supplies the check
+//! (this node's store, RL.CHECK's semantics, `ALGO FIXED` unless the config's `algorithm`
+//! says otherwise), the config (`--envoy-config DIR`, polled every second and reloaded when a
+//! file changes; a config that does not load is logged and the previous one stays), and the
+//! counters (the gRPC thread owns the last [`crate::stats`] slot: one current-thread runtime,
+//! so one writer).
+//!
+//! Errors, as gRPC statuses Envoy's `failure_mode_deny` acts on: a bad request (empty domain,
+//! no descriptors) is `INVALID_ARGUMENT`; a check this node cannot make (a read-only replica,
+//! a full store at `--maxmemory-policy reject`, a key another cluster node owns: forwarding it
+//! is not built, so the status names the owner) is `UNAVAILABLE`.
+
+use std::io;
+use std::net::TcpListener as StdListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::RwLock;
+use sluice_core::Params;
+use sluice_envoy::Config;
+use sluice_envoy::pb::{
+    RateLimitRequest, RateLimitResponse, RateLimitService, RateLimitServiceServer,
+};
+use sluice_envoy::service::{CallError, Headers, should_rate_limit};
+use tonic::{Request, Response, Status};
+
+use crate::cmd;
+use crate::shared::Shared;
+
+/// How often the config directory is looked at for changes.
+const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
+/// The loaded config of `--envoy-config DIR`, and what its files looked like when loaded.
+#[derive(Debug)]
+pub struct EnvoyConfig {
+    dir: PathBuf,
+    current: RwLock<Arc<Config>>,
+    seen: parking_lot::Mutex<Fingerprint>,
+}
+
+/// Each config file's name, length and modification time.
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+fn fingerprint(dir: &Path) -> io::Result<Fingerprint> {
+    Config::files_of(dir)?
+        .into_iter()
+        .map(|p| {
+            let meta = std::fs::metadata(&p)?;
+            Ok((p, meta.len(), meta.modified().ok()))
+        })
+        .collect()
+}
+
+impl EnvoyConfig {
+    /// Loads `dir`; a config that does not load stops the start with its reason.
+    pub fn open(dir: &Path) -> io::Result<EnvoyConfig> {
+        let seen = fingerprint(dir)?;
+        let config = Config::load_dir(dir).map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("--envoy-config: {e}"))
+        })?;
+        crate::log(&format!(
+            "Envoy config: {} domains from {}",
+            config.domains(),
+            dir.display()
+        ));
+        Ok(EnvoyConfig {
+            dir: dir.to_path_buf(),
+            current: RwLock::new(Arc::new(config)),
+            seen: parking_lot::Mutex::new(seen),
+        })
+    }
+
+    fn empty() -> EnvoyConfig {
+        EnvoyConfig {
+            dir: PathBuf::new(),
+            current: RwLock::new(Arc::new(Config::default())),
+            seen: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Reloads the directory if a file appeared, went or changed since the last load.
+    fn reload_if_changed(&self) {
+        if self.dir.as_os_str().is_empty() {
+            return;
+        }
+        let Ok(now) = fingerprint(&self.dir) else {
+            return;
+        };
+        let mut seen = self.seen.lock();
+        if *seen == now {
+            return;
+        }
+        *seen = now;
+        match Config::load_dir(&self.dir) {
+            Ok(config) => {
+                crate::log(&format!(
+                    "Envoy config reloaded: {} domains from {}",
+                    config.domains(),
+                    self.dir.display()
+                ));
+                *self.current.write() = Arc::new(config);
+            }
+            Err(e) => crate::log(&format!(
+                "Envoy config not reloaded, the previous one stays: {e}"
+            )),
+        }
+    }
+}
+
+/// The gRPC service: the shared state and the config.
+#[derive(Debug, Clone)]
+struct Service {
+    shared: Arc<Shared>,
+    config: Arc<EnvoyConfig>,
+    headers: Headers,
+}
+
+/// Starts the gRPC server on `listener` (already bound).
+pub fn start(
+    listener: StdListener,
+    config: Option<EnvoyConfig>,
+    shared: Arc<Shared>,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    if config.is_none() {
+        crate::log("WARNING: --grpc-port without --envoy-config: no descriptor has a limit");
+    }
+    let headers = match shared.config.envoy_headers.as_str() {
+        "ratelimit" => Headers::RateLimit,
+        "x-ratelimit" => Headers::XRateLimit,
+        _ => Headers::Off,
+    };
+    let service = Service {
+        config: Arc::new(config.unwrap_or_else(EnvoyConfig::empty)),
+        shared,
+        headers,
+    };
+    std::thread::Builder::new()
+        .name("sluice-grpc".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return crate::log(&format!("grpc: cannot start its runtime: {e}")),
+            };
+            runtime.block_on(serve(listener, service));
+        })
+}
+
+async fn serve(listener: StdListener, service: Service) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => return crate::log(&format!("grpc: cannot register its listener: {e}")),
+    };
+    let config = service.config.clone();
+    let reload = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(RELOAD_EVERY);
+        loop {
+            tick.tick().await;
+            config.reload_if_changed();
+        }
+    });
+    let mut shutdown = service.shared.shutdown_signal();
+    let stop = async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    };
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let served = tonic::transport::Server::builder()
+        .add_service(RateLimitServiceServer::new(service))
+        .serve_with_incoming_shutdown(incoming, stop)
+        .await;
+    reload.abort();
+    if let Err(e) = served {
+        crate::log(&format!("grpc: server stopped: {e}"));
+    }
+}
+
+impl Service {
+    fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        let shared = &*self.shared;
+        let config = self.config.current.read().clone();
+        let now = shared.clock.now();
+        let mut view = None;
+        let result = should_rate_limit(&config, request, now, self.headers, |c| {
+            if let Some(cluster) = &shared.cluster {
+                cluster
+                    .check(&mut view, std::iter::once(c.key), true, false)
+                    .map_err(|r| {
+                        format!(
+                            "{} (this node does not own the descriptor's key; ShouldRateLimit is not forwarded between cluster nodes)",
+                            r.into_error().text("rl.check")
+                        )
+                    })?;
+            }
+            if shared.repl.is_readonly() {
+                return Err("READONLY this node is a read-only replica".into());
+            }
+            let params = Params {
+                limit: c.limit,
+                period: c.period,
+                burst: c.limit,
+                cost: c.cost,
+            };
+            shared
+                .store
+                .check(c.key, c.algo, &params, now, false)
+                .map_err(|e| cmd::CmdError::from(e).text("rl.check"))
+        });
+        let slot = shared.stats.slot(shared.stats.grpc_slot());
+        if result.is_err() {
+            slot.fail(cmd::SHOULD_RATE_LIMIT_ROW);
+        }
+        match result {
+            Ok((response, verdicts)) => {
+                for v in verdicts {
+                    slot.check(shared.stats.rule_id(&v.rule), v.algo, &v.decision, v.shadow);
+                }
+                Ok(response)
+            }
+            Err(CallError::InvalidArgument(why)) => Err(Status::invalid_argument(why)),
+            Err(CallError::Unavailable(why)) => Err(Status::unavailable(why)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Service {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let answer = self.answer(request.get_ref());
+        let slot = self.shared.stats.slot(self.shared.stats.grpc_slot());
+        slot.time(cmd::SHOULD_RATE_LIMIT_ROW, 1, started.elapsed());
+        answer.map(Response::new)
+    }
+}
