@@ -166,6 +166,50 @@ fn metrics_scrape_counts_checks_by_algorithm_and_outcome() {
         "cumulative"
     );
 
+    // Named rules are labelled with their name: an enforcing GCRA rule (2 per minute, hit 3
+    // times) and a shadow rule (1 per minute, hit twice: its denial is a would-be one).
+    for rule in [
+        "SET login LIMIT 2 PERIOD 60 ALGO GCRA",
+        "SET probe LIMIT 1 PERIOD 60 SHADOW",
+    ] {
+        let mut cmd = redis::cmd("RL.RULE");
+        for w in rule.split(' ') {
+            cmd.arg(w);
+        }
+        let _: i64 = cmd.query(&mut c).expect("RL.RULE SET");
+    }
+    for (rule, n) in [("login", 3), ("probe", 2)] {
+        for _ in 0..n {
+            let _: Vec<i64> = redis::cmd("RL.HIT")
+                .arg(rule)
+                .arg("user:1")
+                .query(&mut c)
+                .expect("RL.HIT");
+        }
+    }
+    let s = scrape(metrics);
+    let ruled = |rule, algo, result| {
+        value(
+            &s,
+            "sluice_checks",
+            &[("rule", rule), ("algo", algo), ("result", result)],
+        )
+    };
+    assert_eq!(ruled("login", "gcra", "allowed"), Some(2.0));
+    assert_eq!(ruled("login", "gcra", "denied"), Some(1.0));
+    assert_eq!(ruled("probe", "token", "allowed"), Some(1.0));
+    assert_eq!(ruled("probe", "token", "shadow_denied"), Some(1.0));
+    assert_eq!(ruled("probe", "token", "denied"), None);
+    // The unnamed series did not move.
+    assert_eq!(
+        value(
+            &s,
+            "sluice_checks",
+            &[("algo", "token"), ("result", "allowed")]
+        ),
+        Some(10.0)
+    );
+
     // RESETSTAT resets INFO, not the Prometheus counters.
     let _: String = redis::cmd("CONFIG")
         .arg("RESETSTAT")

@@ -22,6 +22,7 @@ use super::args::parse_u64;
 use super::rl_check::{clamp, cost_error, parse_period, positive, validate};
 use super::{Args, CmdError, Command, Ctx};
 use crate::rules::{Live, RuleSpec};
+use crate::stats::RuleId;
 
 fn parse_cost(args: &mut Args<'_>) -> Result<u64, CmdError> {
     let v = args
@@ -93,6 +94,24 @@ fn no_rule(name: &[u8]) -> CmdError {
 }
 
 /// Counts a denial by `spec`, a version of `live`: would-be for a shadow version.
+/// Counts one decision under the rule in the metrics (`sluice_checks_total{rule=...}`): the
+/// rule's metrics id is interned once and kept with its counters.
+fn count_metric(ctx: &Ctx<'_>, live: &Live, spec: &RuleSpec, d: &Decision) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let stats = &ctx.shared.stats;
+    let id = match live.counters.metric.load(Relaxed) {
+        0 => {
+            let id = stats.rule_id(&live.name);
+            live.counters.metric.store(id.0, Relaxed);
+            id
+        }
+        n => RuleId(n),
+    };
+    stats
+        .slot(ctx.session.thread)
+        .check(id, spec.algo, d, spec.shadow);
+}
+
 fn count_denial(live: &Live, spec: &RuleSpec) {
     use std::sync::atomic::Ordering::Relaxed;
     if spec.shadow {
@@ -149,6 +168,7 @@ impl<'a> Command<'a> for RlHit<'a> {
                 if !d.allowed {
                     count_denial(live, spec);
                 }
+                count_metric(ctx, live, spec, &d);
                 reply_decision(ctx, &d, d.allowed || spec.shadow, 5);
                 Ok(())
             })
@@ -286,13 +306,20 @@ impl<'a> Command<'a> for RlHits<'a> {
             .check_all(&store_checks, ctx.now, &mut decisions)?;
         if let Form::Rules { subject, rules } = &self.form {
             for (name, d) in rules.iter().zip(&decisions) {
-                if !d.allowed {
-                    shared.rules.with(name, |live| {
-                        if let Some(live) = live {
-                            count_denial(live, live.spec_for(subject));
+                shared.rules.with(name, |live| {
+                    if let Some(live) = live {
+                        let spec = live.spec_for(subject);
+                        if !d.allowed {
+                            count_denial(live, spec);
                         }
-                    });
-                }
+                        count_metric(ctx, live, spec, d);
+                    }
+                });
+            }
+        } else {
+            let stats = shared.stats.slot(ctx.session.thread);
+            for d in &decisions {
+                stats.check(RuleId::UNNAMED, Algo::Token, d, false);
             }
         }
         // The most restrictive: the enforced denial with the longest wait; when all pass, the

@@ -276,6 +276,9 @@ pub struct Counters {
     pub denied: AtomicU64,
     /// Requests a shadow version would have denied (and allowed).
     pub shadow_denied: AtomicU64,
+    /// The rule's id in the metrics ([`crate::stats::RuleId`]), interned on its first check;
+    /// 0 until then.
+    pub metric: std::sync::atomic::AtomicU16,
 }
 
 /// A rule as the request path sees it.
