@@ -422,9 +422,14 @@ fn bad_requests_and_a_failing_store() {
 }
 
 #[test]
-fn a_cluster_node_checks_its_own_keys_and_names_the_owner_of_the_others() {
+fn a_cluster_node_checks_its_own_keys_and_forwards_the_others_to_their_owner() {
     let dir = TempDir::new("envoy-cluster-config");
-    std::fs::write(dir.path().join("example05.yaml"), fixture("example05")).expect("copy");
+    // Example 5's domain with a day-long window, so that no window ends during the test.
+    std::fs::write(
+        dir.path().join("internal.yaml"),
+        "domain: internal\ndescriptors:\n  - key: azure\n    rate_limit:\n      unit: day\n      requests_per_unit: 100\n",
+    )
+    .expect("write the config");
     let nodes = TempDir::new("envoy-cluster-nodes");
     let grpc = free_port();
     let a = cluster_node(
@@ -461,17 +466,36 @@ fn a_cluster_node_checks_its_own_keys_and_names_the_owner_of_the_others() {
     let mut rls = Rls::connect(grpc);
     let here = rls.one("internal", &[("azure", mine.as_str())], 1);
     assert_eq!((here.code, here.limit_remaining), (OK, 99));
-    let there = rls
+    // A key node b owns is forwarded to b and counted there, not on a.
+    let there = rls.one("internal", &[("azure", theirs.as_str())], 1);
+    assert_eq!((there.code, there.limit_remaining), (OK, 99));
+    let there = rls.one("internal", &[("azure", theirs.as_str())], 2);
+    assert_eq!((there.code, there.limit_remaining), (OK, 97));
+    let key = format!("internal|azure_{theirs}");
+    let mut on_b = b.client();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&key)
+        .query(&mut on_b)
+        .expect("EXISTS on b");
+    assert_eq!(
+        exists, 1,
+        "the forwarded check made its bucket on the owner"
+    );
+    let mut on_a = a.client();
+    let dbsize: i64 = redis::cmd("DBSIZE").query(&mut on_a).expect("DBSIZE on a");
+    assert_eq!(dbsize, 1, "node a holds only its own key");
+    // The owner gone: the forwarded check answers UNAVAILABLE (Envoy's failure_mode_deny
+    // decides), and a's own keys are still checked.
+    drop(b);
+    let gone = rls
         .call_with(request(
             "internal",
             &[(&[("azure", theirs.as_str())], None)],
             1,
         ))
         .unwrap_err();
-    assert_eq!(there.code(), tonic::Code::Unavailable, "{there}");
-    assert!(
-        there.message().contains("MOVED") && there.message().contains(&b.port.to_string()),
-        "{there}"
-    );
-    drop((a, b));
+    assert_eq!(gone.code(), tonic::Code::Unavailable, "{gone}");
+    let here = rls.one("internal", &[("azure", mine.as_str())], 1);
+    assert_eq!((here.code, here.limit_remaining), (OK, 98));
+    drop(a);
 }

@@ -490,7 +490,16 @@ impl Inner {
         frame: Bytes,
         deadline: Instant,
     ) -> Result<(Value, Arc<str>), CallError> {
-        let mut addr = self.owner(key).ok_or(CallError::Down)?;
+        let mut addr = match (self.owner(key), &self.config.topology) {
+            (Some(addr), _) => addr,
+            // No owner known for the slot yet (a table not fetched, or not there when it was):
+            // ask for the map again, and ask a seed meanwhile; its MOVED is followed below.
+            (None, Topology::Cluster(seeds)) if !seeds.is_empty() => {
+                self.refresh.notify_one();
+                seeds[0].as_str().into()
+            }
+            (None, _) => return Err(CallError::Down),
+        };
         for _ in 0..2 {
             let node = self.node(&addr);
             match node.call(frame.clone(), deadline).await {

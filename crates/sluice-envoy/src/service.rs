@@ -94,14 +94,19 @@ fn over(limit: u32) -> Decision {
 }
 
 /// Answers one `ShouldRateLimit` request against `config` at `now` (Unix time), running the
-/// checks through `check`. Returns the answer and a verdict per checked descriptor.
-pub fn should_rate_limit(
+/// checks through `check`, whose future may wait (a server forwards a key another node owns to
+/// it) but must not borrow the check it is given. Returns the
+/// answer and a verdict per checked descriptor.
+pub async fn should_rate_limit<F>(
     config: &Config,
     request: &RateLimitRequest,
     now: Nanos,
     headers: Headers,
-    mut check: impl FnMut(&Check<'_>) -> Result<Decision, String>,
-) -> Result<(RateLimitResponse, Vec<Verdict>), CallError> {
+    mut check: impl FnMut(&Check<'_>) -> F,
+) -> Result<(RateLimitResponse, Vec<Verdict>), CallError>
+where
+    F: std::future::Future<Output = Result<Decision, String>>,
+{
     if request.domain.is_empty() {
         return Err(CallError::InvalidArgument(
             "rate limit domain must not be empty".into(),
@@ -195,6 +200,7 @@ pub fn should_rate_limit(
                 cost,
                 algo: limit.algo,
             })
+            .await
             .map_err(CallError::Unavailable)?
         };
         let reset_secs =
@@ -307,6 +313,16 @@ mod tests {
     use crate::pb::RateLimitDescriptor;
     use crate::pb::rate_limit_descriptor::{Entry, RateLimitOverride};
 
+    /// Runs a future that never waits (the test checkers answer at once) to its end.
+    fn ready<F: std::future::Future>(f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => panic!("a test checker waited"),
+        }
+    }
+
     /// A fixed-window reference model of the store: counts per key, window by period.
     #[derive(Default)]
     struct Windows(HashMap<Vec<u8>, (u64, u64)>);
@@ -357,9 +373,13 @@ mod tests {
             descriptors,
             hits_addend: 0,
         };
-        should_rate_limit(config, &request, now, Headers::XRateLimit, |c| {
-            store.check(c, now)
-        })
+        ready(should_rate_limit(
+            config,
+            &request,
+            now,
+            Headers::XRateLimit,
+            |c| std::future::ready(store.check(c, now)),
+        ))
         .map(|(r, _)| r)
     }
 
@@ -432,8 +452,10 @@ mod tests {
                 descriptors: vec![d],
                 hits_addend: hits,
             };
-            let (r, _) =
-                should_rate_limit(&c, &req, now, Headers::Off, |c| s.check(c, now)).unwrap();
+            let (r, _) = ready(should_rate_limit(&c, &req, now, Headers::Off, |c| {
+                std::future::ready(s.check(c, now))
+            }))
+            .unwrap();
             (r.statuses[0].code, r.statuses[0].limit_remaining)
         };
         assert_eq!(run(7, None), (OK, 3));
@@ -454,7 +476,10 @@ mod tests {
             descriptors: vec![d],
             hits_addend: 0,
         };
-        let (r, _) = should_rate_limit(&c, &req, now, Headers::Off, |c| s.check(c, now)).unwrap();
+        let (r, _) = ready(should_rate_limit(&c, &req, now, Headers::Off, |c| {
+            std::future::ready(s.check(c, now))
+        }))
+        .unwrap();
         assert_eq!(codes(&r), (OVER, vec![OVER]));
     }
 
@@ -466,7 +491,9 @@ mod tests {
             descriptors: vec![desc(&[("k", "v")])],
             hits_addend: 1,
         };
-        let got = should_rate_limit(&c, &req, Nanos(0), Headers::Off, |_| Err("down".into()));
+        let got = ready(should_rate_limit(&c, &req, Nanos(0), Headers::Off, |_| {
+            std::future::ready(Err("down".into()))
+        }));
         assert_eq!(got.unwrap_err(), CallError::Unavailable("down".into()));
     }
 

@@ -7,10 +7,15 @@
 //! counters (the gRPC thread owns the last [`crate::stats`] slot: one current-thread runtime,
 //! so one writer).
 //!
+//! In a cluster, a descriptor key another node owns is forwarded to its owner as an `RL.CHECK`
+//! through [`sluice_client`] (the sidecar's engine: slot map from `CLUSTER SLOTS`, `MOVED`
+//! followed, one pipelined connection per node, a deadline of [`FORWARD_DEADLINE`]), so Envoy
+//! may call any node.
+//!
 //! Errors, as gRPC statuses Envoy's `failure_mode_deny` acts on: a bad request (empty domain,
-//! no descriptors) is `INVALID_ARGUMENT`; a check this node cannot make (a read-only replica,
-//! a full store at `--maxmemory-policy reject`, a key another cluster node owns: forwarding it
-//! is not built, so the status names the owner) is `UNAVAILABLE`.
+//! no descriptors) is `INVALID_ARGUMENT`; a check that cannot be made (a read-only replica, a
+//! full store at `--maxmemory-policy reject`, an owner that does not answer a forwarded check
+//! in time) is `UNAVAILABLE`.
 
 use std::io;
 use std::net::TcpListener as StdListener;
@@ -116,7 +121,12 @@ struct Service {
     shared: Arc<Shared>,
     config: Arc<EnvoyConfig>,
     headers: Headers,
+    /// In cluster mode: the client that forwards checks of keys other nodes own.
+    forward: Option<sluice_client::Client>,
 }
+
+/// How long a forwarded check may take before the call answers `UNAVAILABLE`.
+const FORWARD_DEADLINE: Duration = Duration::from_millis(200);
 
 /// Starts the gRPC server on `listener` (already bound).
 pub fn start(
@@ -137,6 +147,7 @@ pub fn start(
         config: Arc::new(config.unwrap_or_else(EnvoyConfig::empty)),
         shared,
         headers,
+        forward: None,
     };
     std::thread::Builder::new()
         .name("sluice-grpc".into())
@@ -152,11 +163,22 @@ pub fn start(
         })
 }
 
-async fn serve(listener: StdListener, service: Service) {
+async fn serve(listener: StdListener, mut service: Service) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return crate::log(&format!("grpc: cannot register its listener: {e}")),
     };
+    if service.shared.cluster.is_some() {
+        // This node is the seed: the client learns the slot map from it and follows MOVED.
+        let mut me = service.shared.local_addr;
+        if me.ip().is_unspecified() {
+            me.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        let mut config =
+            sluice_client::Config::new(sluice_client::Topology::Cluster(vec![me.to_string()]));
+        config.deadline = FORWARD_DEADLINE;
+        service.forward = Some(sluice_client::Client::connect(config).await);
+    }
     let config = service.config.clone();
     let reload = tokio::spawn(async move {
         let mut tick = tokio::time::interval(RELOAD_EVERY);
@@ -181,36 +203,48 @@ async fn serve(listener: StdListener, service: Service) {
 }
 
 impl Service {
-    fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         let shared = &*self.shared;
         let config = self.config.current.read().clone();
         let now = shared.clock.now();
         let mut view = None;
+        let forward = self.forward.as_ref();
         let result = should_rate_limit(&config, request, now, self.headers, |c| {
-            if let Some(cluster) = &shared.cluster {
-                cluster
+            // Decided here, synchronously, unless the key is another node's: then the future
+            // forwards a copy of the check to its owner.
+            let step = if let Some(cluster) = &shared.cluster
+                && cluster
                     .check(&mut view, std::iter::once(c.key), true, false)
-                    .map_err(|r| {
-                        format!(
-                            "{} (this node does not own the descriptor's key; ShouldRateLimit is not forwarded between cluster nodes)",
-                            r.into_error().text("rl.check")
-                        )
-                    })?;
-            }
-            if shared.repl.is_readonly() {
-                return Err("READONLY this node is a read-only replica".into());
-            }
-            let params = Params {
-                limit: c.limit,
-                period: c.period,
-                burst: c.limit,
-                cost: c.cost,
+                    .is_err()
+            {
+                Step::Forward(Forwarded::of(c))
+            } else if shared.repl.is_readonly() {
+                Step::Done(Err("READONLY this node is a read-only replica".into()))
+            } else {
+                let params = Params {
+                    limit: c.limit,
+                    period: c.period,
+                    burst: c.limit,
+                    cost: c.cost,
+                };
+                Step::Done(
+                    shared
+                        .store
+                        .check(c.key, c.algo, &params, now, false)
+                        .map_err(|e| cmd::CmdError::from(e).text("rl.check")),
+                )
             };
-            shared
-                .store
-                .check(c.key, c.algo, &params, now, false)
-                .map_err(|e| cmd::CmdError::from(e).text("rl.check"))
-        });
+            async move {
+                match step {
+                    Step::Done(result) => result,
+                    Step::Forward(f) => match forward {
+                        Some(client) => f.send(client).await,
+                        None => Err("this node does not own the descriptor's key".into()),
+                    },
+                }
+            }
+        })
+        .await;
         let slot = shared.stats.slot(shared.stats.grpc_slot());
         if result.is_err() {
             slot.fail(cmd::SHOULD_RATE_LIMIT_ROW);
@@ -228,6 +262,79 @@ impl Service {
     }
 }
 
+/// One descriptor's check, made here or by the key's owner.
+enum Step {
+    Done(Result<sluice_core::Decision, String>),
+    Forward(Forwarded),
+}
+
+/// A check for another node, owned so that it can wait for the owner's answer.
+struct Forwarded {
+    key: Vec<u8>,
+    limit: u64,
+    period: sluice_core::Nanos,
+    cost: u64,
+    algo: sluice_core::Algo,
+}
+
+impl Forwarded {
+    fn of(c: &sluice_envoy::service::Check<'_>) -> Forwarded {
+        Forwarded {
+            key: c.key.to_vec(),
+            limit: c.limit,
+            period: c.period,
+            cost: c.cost,
+            algo: c.algo,
+        }
+    }
+
+    /// `RL.CHECK key limit <period>ms COST n ALGO a` on the key's owner: the check the owner
+    /// would make for a gRPC caller of its own.
+    async fn send(self, client: &sluice_client::Client) -> Result<sluice_core::Decision, String> {
+        use sluice_client::resp::Value;
+        let limit = self.limit.to_string();
+        let period = format!("{}ms", self.period.0 / sluice_core::Nanos::PER_MS);
+        let cost = self.cost.to_string();
+        let args: [&[u8]; 8] = [
+            b"RL.CHECK",
+            &self.key,
+            limit.as_bytes(),
+            period.as_bytes(),
+            b"COST",
+            cost.as_bytes(),
+            b"ALGO",
+            self.algo.name().as_bytes(),
+        ];
+        let reply = client.command(&self.key, &args).await.map_err(|e| {
+            format!("the node that owns the descriptor's key did not answer: {e:?}")
+        })?;
+        let fields: Option<Vec<i64>> = match &reply {
+            Value::Array(items) => items
+                .iter()
+                .map(|v| match v {
+                    Value::Int(n) => Some(*n),
+                    _ => None,
+                })
+                .collect(),
+            Value::Error(e) => return Err(format!("the key's owner answered: {e}")),
+            _ => None,
+        };
+        let Some([allowed, limit, remaining, retry_after_ms, reset_after_ms]) =
+            fields.as_deref().and_then(|f| <[i64; 5]>::try_from(f).ok())
+        else {
+            return Err(format!("the key's owner answered {reply:?}"));
+        };
+        let ms = |n: i64| u64::try_from(n).ok().map(sluice_core::Nanos::from_millis);
+        Ok(sluice_core::Decision {
+            allowed: allowed == 1,
+            limit: u64::try_from(limit).unwrap_or(0),
+            remaining: u64::try_from(remaining).unwrap_or(0),
+            retry_after: ms(retry_after_ms),
+            reset_after: ms(reset_after_ms).unwrap_or_default(),
+        })
+    }
+}
+
 #[tonic::async_trait]
 impl RateLimitService for Service {
     async fn should_rate_limit(
@@ -235,7 +342,7 @@ impl RateLimitService for Service {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
-        let answer = self.answer(request.get_ref());
+        let answer = self.answer(request.get_ref()).await;
         let slot = self.shared.stats.slot(self.shared.stats.grpc_slot());
         slot.time(cmd::SHOULD_RATE_LIMIT_ROW, 1, started.elapsed());
         answer.map(Response::new)
