@@ -149,18 +149,7 @@ pub fn start(
         headers,
         forward: None,
     };
-    std::thread::Builder::new()
-        .name("sluice-grpc".into())
-        .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => return crate::log(&format!("grpc: cannot start its runtime: {e}")),
-            };
-            runtime.block_on(serve(listener, service));
-        })
+    crate::runtime_thread("sluice-grpc", move || serve(listener, service))
 }
 
 async fn serve(listener: StdListener, mut service: Service) {
@@ -308,17 +297,10 @@ impl Forwarded {
         let reply = client.command(&self.key, &args).await.map_err(|e| {
             format!("the node that owns the descriptor's key did not answer: {e:?}")
         })?;
-        let fields: Option<Vec<i64>> = match &reply {
-            Value::Array(items) => items
-                .iter()
-                .map(|v| match v {
-                    Value::Int(n) => Some(*n),
-                    _ => None,
-                })
-                .collect(),
-            Value::Error(e) => return Err(format!("the key's owner answered: {e}")),
-            _ => None,
-        };
+        if let Value::Error(e) = &reply {
+            return Err(format!("the key's owner answered: {e}"));
+        }
+        let fields = reply.ints();
         let Some([allowed, limit, remaining, retry_after_ms, reset_after_ms]) =
             fields.as_deref().and_then(|f| <[i64; 5]>::try_from(f).ok())
         else {

@@ -61,6 +61,22 @@ pub use shared::Shared;
 /// gate features on it, so it names the Redis command surface we follow.
 pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
 
+/// Starts a thread named `name` that runs the future `make` returns on a current-thread tokio
+/// runtime of its own, to its end. The runtime is built first, so a runtime that cannot start
+/// is the caller's error, not a thread that quietly does nothing.
+pub fn runtime_thread<F, Fut>(name: &str, make: F) -> io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || runtime.block_on(make()))
+}
+
 /// Runs a server until `shutdown` completes or a `SHUTDOWN` command arrives.
 ///
 /// `shutdown` is polled once before the server starts accepting, so whatever it sets up on its

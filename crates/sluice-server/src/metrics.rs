@@ -54,18 +54,7 @@ pub fn start(
     shared: Arc<Shared>,
 ) -> io::Result<std::thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
-    std::thread::Builder::new()
-        .name("sluice-metrics".into())
-        .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => return crate::log(&format!("metrics: cannot start its runtime: {e}")),
-            };
-            runtime.block_on(serve(listener, shared));
-        })
+    crate::runtime_thread("sluice-metrics", move || serve(listener, shared))
 }
 
 async fn serve(listener: StdListener, shared: Arc<Shared>) {

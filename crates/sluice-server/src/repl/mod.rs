@@ -495,22 +495,7 @@ impl Inner {
 
 /// Starts the replication thread: the flusher, the streams to replicas, the link to a primary.
 pub fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("sluice-repl".into())
-        .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    crate::log(&format!("replication thread cannot start its runtime: {e}"));
-                    shared.shutdown();
-                    return;
-                }
-            };
-            runtime.block_on(run(shared));
-        })
+    crate::runtime_thread("sluice-repl", move || run(shared))
 }
 
 async fn run(shared: Arc<Shared>) {

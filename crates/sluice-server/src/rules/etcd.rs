@@ -73,21 +73,9 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<Option<std::thread::JoinHan
     let (tx, rx) = mpsc::unbounded_channel();
     let _ = shared.rules_etcd.set(Handle { tx });
     let (loaded_tx, loaded_rx) = std_mpsc::channel();
-    let handle = std::thread::Builder::new()
-        .name("sluice-rules-etcd".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    crate::log(&format!("rules etcd: cannot start its runtime: {e}"));
-                    return;
-                }
-            };
-            rt.block_on(follow(shared, url, rx, loaded_tx));
-        })?;
+    let handle = crate::runtime_thread("sluice-rules-etcd", move || {
+        follow(shared, url, rx, loaded_tx)
+    })?;
     if loaded_rx.recv_timeout(Duration::from_secs(10)).is_err() {
         crate::log("rules etcd: no answer within 10 s; serving without rules until it answers");
     }
