@@ -26,13 +26,31 @@ pub struct RlCheck<'a> {
     dry: bool,
 }
 
-/// Parses `period`: integer seconds, or an integer with a unit `ms`, `s`, `m`, `h` or `d`.
+/// Parses `period`: integer seconds, or an integer with a unit `ms`, `s`, `m`, `h` or `d`. The
+/// number follows [`parse_u64`]'s rules (digits only, no leading zero).
+///
+/// One pass over the digits, then the unit: this runs on every check.
 pub fn parse_period(arg: &[u8]) -> Option<Nanos> {
-    let digits = arg.iter().take_while(|c| c.is_ascii_digit()).count();
-    let (number, unit) = arg.split_at(digits);
-    let n = parse_u64(number)?;
-    // Matched without allocating: this runs on every check.
-    let unit_ns: u64 = match unit {
+    let mut n: u64 = 0;
+    let mut digits = 0;
+    for &c in arg {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        // Up to 19 digits cannot overflow a u64: checked arithmetic only past them.
+        n = if digits < 19 {
+            n * 10 + u64::from(d)
+        } else {
+            n.checked_mul(10)?.checked_add(u64::from(d))?
+        };
+        digits += 1;
+    }
+    if digits == 0 || (digits > 1 && arg[0] == b'0') {
+        return None;
+    }
+    // Matched without allocating.
+    let unit_ns: u64 = match &arg[digits..] {
         b"" | b"s" | b"S" => Nanos::PER_SEC,
         [m, s] if m.eq_ignore_ascii_case(&b'm') && s.eq_ignore_ascii_case(&b's') => Nanos::PER_MS,
         b"m" | b"M" => 60 * Nanos::PER_SEC,
@@ -273,8 +291,77 @@ mod tests {
             b"10x",
             b"1 s",
             b"99999999999999999999d",
+            b"01",
+            b"00s",
+            b"18446744073709551616",
+            b"184467440737095516150",
+            b"18446744073709551615",
+            b"18446744073709551ms",
         ] {
             assert_eq!(parse_period(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        // The largest that fit: u64::MAX ns is 18446744073 s (and 18446744073709 ms).
+        assert_eq!(
+            parse_period(b"18446744073"),
+            Some(Nanos(18_446_744_073_000_000_000))
+        );
+        assert_eq!(parse_period(b"18446744074"), None);
+        assert_eq!(
+            parse_period(b"18446744073709ms"),
+            Some(Nanos(18_446_744_073_709_000_000))
+        );
+    }
+
+    /// The one-pass parser against its definition: `parse_u64` of the leading digits, then the
+    /// unit, then the product; over every prefix-and-unit shape a fuzzer would try.
+    #[test]
+    fn one_pass_period_parse_matches_its_definition() {
+        fn reference(arg: &[u8]) -> Option<Nanos> {
+            let digits = arg.iter().take_while(|c| c.is_ascii_digit()).count();
+            let (number, unit) = arg.split_at(digits);
+            let n = parse_u64(number)?;
+            let unit_ns: u64 = match unit {
+                b"" | b"s" | b"S" => Nanos::PER_SEC,
+                b"ms" | b"MS" | b"mS" | b"Ms" => Nanos::PER_MS,
+                b"m" | b"M" => 60 * Nanos::PER_SEC,
+                b"h" | b"H" => 3600 * Nanos::PER_SEC,
+                b"d" | b"D" => 86_400 * Nanos::PER_SEC,
+                _ => return None,
+            };
+            let ns = n.checked_mul(unit_ns)?;
+            (ns > 0).then_some(Nanos(ns))
+        }
+        let numbers = [
+            "",
+            "0",
+            "1",
+            "01",
+            "7",
+            "10",
+            "99",
+            "500",
+            "86400",
+            "4294967296",
+            "18446744073",
+            "18446744074",
+            "9999999999999999999",
+            "18446744073709551615",
+            "18446744073709551616",
+            "99999999999999999999",
+            "123456789012345678901",
+        ];
+        let units = [
+            "", "s", "S", "ms", "MS", "mS", "m", "M", "h", "H", "d", "D", "x", "sec", "1", " ",
+        ];
+        for n in numbers {
+            for u in units {
+                let arg = format!("{n}{u}");
+                assert_eq!(
+                    parse_period(arg.as_bytes()),
+                    reference(arg.as_bytes()),
+                    "{arg:?}"
+                );
+            }
         }
     }
 }
