@@ -17,11 +17,13 @@
 # It prints the table and each row's ratio to Redis PING.
 #
 # Usage: scripts/cpu-per-request.sh [--keys N] [--requests N] [--rounds N] [--sluice PATH]
-#                                   [--build]
+#                                   [--before PATH] [--build]
 #   --keys       preloaded buckets (default 1,000,000)
 #   --requests   requests per measured run at -P 16 (default 2,000,000; EVALSHA runs a tenth)
 #   --rounds     alternating rounds; the table shows the best (default 2)
 #   --sluice     the sluice binary (default target/release/sluice, or $SLUICE_BIN)
+#   --before     an older sluice binary, measured in the same rounds (rows "... before") so a
+#                change is compared before and after in one run
 #   --build      run `cargo build --release --bin sluice` first
 #
 # Needs redis-server, redis-cli, redis-benchmark, taskset and awk. Every process it starts is
@@ -32,7 +34,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 
-KEYS=1000000 REQUESTS=2000000 ROUNDS=2 BUILD=0 CLIENTS=50 PIPELINE=16
+KEYS=1000000 REQUESTS=2000000 ROUNDS=2 BUILD=0 CLIENTS=50 PIPELINE=16 BEFORE=
 SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
     --requests) REQUESTS="$2"; shift ;;
     --rounds) ROUNDS="$2"; shift ;;
     --sluice) SLUICE="$2"; shift ;;
+    --before) BEFORE="$2"; shift ;;
     --build) BUILD=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -58,6 +61,7 @@ if [ "$BUILD" = 1 ] || [ ! -x "$SLUICE" ]; then
   (cd "$ROOT" && cargo build --release --bin sluice >&2)
 fi
 [ -x "$SLUICE" ] || die "no sluice binary at $SLUICE"
+[ -z "$BEFORE" ] || [ -x "$BEFORE" ] || die "no sluice binary at $BEFORE"
 [ "$(nproc)" -ge 2 ] || die "needs 2 CPUs: the server on CPU 0, the client on CPU 1"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-cpu.XXXXXX")
@@ -103,11 +107,13 @@ STARTED=$SECONDS
 start 0 redis redis-server --bind 127.0.0.1 --save '' --appendonly no --protected-mode no \
   --dir "$WORK"
 start 0 sluice "$SLUICE" --bind 127.0.0.1 --threads 1
+[ -z "$BEFORE" ] || start 0 before "$BEFORE" --bind 127.0.0.1 --threads 1
 SHA=$(redis-cli -p "$PORT_redis" SCRIPT LOAD "$(cat "$ROOT/scripts/lua/token_bucket.lua")")
 [ ${#SHA} = 40 ] || die "SCRIPT LOAD failed: $SHA"
 log "preloading $KEYS buckets into each server"
 preload "$PORT_redis" "$KEYS" rlt: EVALSHA "$SHA" 1 KEY "$LIMIT" "$PERIOD_MS" "$LIMIT" 1000
 preload "$PORT_sluice" "$KEYS" rlt: RL.CHECK KEY "$LIMIT" "$PERIOD_S" COST 1000
+[ -z "$BEFORE" ] || preload "$PORT_before" "$KEYS" rlt: RL.CHECK KEY "$LIMIT" "$PERIOD_S" COST 1000
 expect_allowed "$PORT_redis" EVALSHA "$SHA" 1 rlt:000000000000 "$LIMIT" "$PERIOD_MS" "$LIMIT" 1
 expect_allowed "$PORT_sluice" RL.CHECK rlt:000000000000 "$LIMIT" "$PERIOD_S"
 
@@ -122,12 +128,17 @@ sluice_rows() {
   measure sluice-PING "$PID_sluice" "$PORT_sluice" 1 "$REQUESTS" PING
   measure sluice-RL.CHECK "$PID_sluice" "$PORT_sluice" 1 "$REQUESTS" \
     RL.CHECK rlt:__rand_int__ "$LIMIT" "$PERIOD_S"
+  [ -n "$BEFORE" ] || return 0
+  measure before-PING "$PID_before" "$PORT_before" 1 "$REQUESTS" PING
+  measure before-RL.CHECK "$PID_before" "$PORT_before" 1 "$REQUESTS" \
+    RL.CHECK rlt:__rand_int__ "$LIMIT" "$PERIOD_S"
 }
 for round in $(seq 1 "$ROUNDS"); do
   log "round $round of $ROUNDS"
   if [ $((round % 2)) = 1 ]; then redis_rows; sluice_rows; else sluice_rows; redis_rows; fi
 done
 stop "$PID_sluice"
+[ -z "$BEFORE" ] || stop "$PID_before"
 
 log "--threads 2: server and client on CPUs 0-1"
 start 0,1 sluice2 "$SLUICE" --bind 127.0.0.1 --threads 2
@@ -158,6 +169,10 @@ row "Redis INCR" redis-INCR
 row "Redis EVALSHA token bucket" redis-EVALSHA
 row "Sluice PING" sluice-PING
 row "Sluice RL.CHECK" sluice-RL.CHECK
+if [ -n "$BEFORE" ]; then
+  row "Sluice PING, before ($(basename "$BEFORE"))" before-PING
+  row "Sluice RL.CHECK, before ($(basename "$BEFORE"))" before-RL.CHECK
+fi
 row "Sluice PING, --threads 2 (all on CPUs 0-1)" sluice-t2-PING
 row "Sluice RL.CHECK, --threads 2 (all on CPUs 0-1)" sluice-t2-RL.CHECK
 echo
