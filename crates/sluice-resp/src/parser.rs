@@ -362,6 +362,47 @@ impl Parser {
         }
     }
 
+    /// Calls `f(name, first_arg)` for each of the first `max` complete multibulk requests at the
+    /// front of `buf` that have two arguments or more, without consuming anything.
+    ///
+    /// A hint for the connection loop, which prefetches the keys of a batch before it executes
+    /// any of it: it does nothing unless the parser is at a frame boundary, and it stops at the
+    /// first inline request, partial frame or malformed header (the real parse reports those).
+    pub fn peek_first_args(&self, buf: &[u8], max: usize, mut f: impl FnMut(&[u8], &[u8])) {
+        if !matches!(self.state, State::Start) {
+            return;
+        }
+        let arg = |at: usize| -> Option<(&[u8], usize)> {
+            let (len, start) = peek_header(buf, at, b'$')?;
+            let end = start.checked_add(len)?;
+            (end + 2 <= buf.len()).then(|| (&buf[start..end], end + 2))
+        };
+        let mut pos = 0;
+        for _ in 0..max {
+            let Some((count, mut at)) = peek_header(buf, pos, b'*') else {
+                return;
+            };
+            let mut first_two = None;
+            let mut rest = count;
+            if count >= 2 {
+                let Some((name, next)) = arg(at) else { return };
+                let Some((first, next)) = arg(next) else {
+                    return;
+                };
+                first_two = Some((name, first));
+                (at, rest) = (next, count - 2);
+            }
+            for _ in 0..rest {
+                let Some((_, next)) = arg(at) else { return };
+                at = next;
+            }
+            if let Some((name, first)) = first_two {
+                f(name, first);
+            }
+            pos = at;
+        }
+    }
+
     fn reset(&mut self) {
         self.state = State::Start;
         self.offsets.clear();
@@ -675,6 +716,33 @@ pub fn string2ll(s: &[u8]) -> Option<i64> {
     } else {
         i64::try_from(v).ok()
     }
+}
+
+/// A `<marker><digits>\r\n` header at `pos`: its number (at most 9 digits, so no overflow)
+/// and where the line after it starts. `None` for anything else, including a header that has
+/// not fully arrived.
+fn peek_header(buf: &[u8], pos: usize, marker: u8) -> Option<(usize, usize)> {
+    if *buf.get(pos)? != marker {
+        return None;
+    }
+    let mut n = 0usize;
+    let mut i = pos + 1;
+    loop {
+        let c = *buf.get(i)?;
+        if c == b'\r' {
+            break;
+        }
+        let d = c.wrapping_sub(b'0');
+        if d > 9 || i - pos > 9 {
+            return None;
+        }
+        n = n * 10 + usize::from(d);
+        i += 1;
+    }
+    if i == pos + 1 || *buf.get(i + 1)? != b'\n' {
+        return None;
+    }
+    Some((n, i + 2))
 }
 
 #[cfg(test)]
