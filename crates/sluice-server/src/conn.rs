@@ -278,13 +278,17 @@ const PREFETCH_AHEAD: usize = 64;
 
 /// Prefetches the buckets of the batch's limiter checks (`RL.CHECK`, `CL.THROTTLE`, `GCRA`:
 /// the key is the first argument) before any of them runs, so their cache misses overlap
-/// instead of stalling one check after another. A hint: what it reads is parsed again for real.
+/// instead of stalling one check after another; the look ahead ends at the first request that
+/// is something else. A hint: what it reads is parsed again for real.
 #[inline]
 fn prefetch_keys(parser: &Parser, rbuf: &[u8], shared: &Shared) {
     parser.peek_first_args(rbuf, PREFETCH_AHEAD, |name, key| {
-        if is_limiter_check(name) {
+        let limiter = is_limiter_check(name);
+        if limiter {
             shared.store.prefetch(key);
         }
+        // A batch of anything else (PING, INCR, ...) costs one frame's look, not a scan.
+        limiter
     });
 }
 
