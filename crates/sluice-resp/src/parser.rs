@@ -362,52 +362,6 @@ impl Parser {
         }
     }
 
-    /// Calls `f(name, first_arg)` for each of the first `max` complete multibulk requests at
-    /// the front of `buf` (`first_arg` is empty for a request of one argument), without
-    /// consuming anything, until `f` answers false.
-    ///
-    /// A hint for the connection loop, which prefetches the keys of a batch before it executes
-    /// any of it: it does nothing unless the parser is at a frame boundary, and it stops at the
-    /// first inline request, partial frame or malformed header (the real parse reports those).
-    pub fn peek_first_args(&self, buf: &[u8], max: usize, mut f: impl FnMut(&[u8], &[u8]) -> bool) {
-        if !matches!(self.state, State::Start) {
-            return;
-        }
-        let arg = |at: usize| -> Option<(&[u8], usize)> {
-            let (len, start) = peek_header(buf, at, b'$')?;
-            let end = start.checked_add(len)?;
-            (end + 2 <= buf.len()).then(|| (&buf[start..end], end + 2))
-        };
-        let mut pos = 0;
-        for _ in 0..max {
-            let Some((count, mut at)) = peek_header(buf, pos, b'*') else {
-                return;
-            };
-            if count == 0 {
-                pos = at;
-                continue;
-            }
-            let Some((name, next)) = arg(at) else { return };
-            let mut first: &[u8] = &[];
-            (at, first) = if count >= 2 {
-                let Some((arg1, next)) = arg(next) else {
-                    return;
-                };
-                (next, arg1)
-            } else {
-                (next, first)
-            };
-            for _ in 0..count.saturating_sub(2) {
-                let Some((_, next)) = arg(at) else { return };
-                at = next;
-            }
-            if !f(name, first) {
-                return;
-            }
-            pos = at;
-        }
-    }
-
     fn reset(&mut self) {
         self.state = State::Start;
         self.offsets.clear();
@@ -723,71 +677,12 @@ pub fn string2ll(s: &[u8]) -> Option<i64> {
     }
 }
 
-/// A `<marker><digits>\r\n` header at `pos`: its number (at most 9 digits, so no overflow)
-/// and where the line after it starts. `None` for anything else, including a header that has
-/// not fully arrived.
-fn peek_header(buf: &[u8], pos: usize, marker: u8) -> Option<(usize, usize)> {
-    if *buf.get(pos)? != marker {
-        return None;
-    }
-    let mut n = 0usize;
-    let mut i = pos + 1;
-    loop {
-        let c = *buf.get(i)?;
-        if c == b'\r' {
-            break;
-        }
-        let d = c.wrapping_sub(b'0');
-        if d > 9 || i - pos > 9 {
-            return None;
-        }
-        n = n * 10 + usize::from(d);
-        i += 1;
-    }
-    if i == pos + 1 || *buf.get(i + 1)? != b'\n' {
-        return None;
-    }
-    Some((n, i + 2))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parser() -> Parser {
         Parser::new(Limits::default())
-    }
-
-    #[test]
-    fn peeking_stops_where_told_at_max_and_at_a_partial_frame() {
-        let input = b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nb\r\n*2\r\n$3\r\nGET\r\n$1";
-        let peek = |max: usize, stop_at: &[u8]| {
-            let mut seen = Vec::new();
-            parser().peek_first_args(input, max, |name, first| {
-                seen.push((name.to_vec(), first.to_vec()));
-                name != stop_at
-            });
-            seen
-        };
-        let all = vec![
-            (b"GET".to_vec(), b"a".to_vec()),
-            (b"PING".to_vec(), Vec::new()),
-            (b"GET".to_vec(), b"b".to_vec()),
-        ];
-        // The fourth frame has not fully arrived.
-        assert_eq!(peek(64, b""), all);
-        assert_eq!(peek(2, b""), all[..2]);
-        assert_eq!(peek(64, b"PING"), all[..2]);
-        // Mid-frame, the parser's own progress is what counts: no look ahead at all.
-        let mut p = parser();
-        let mut buf = BytesMut::from(&input[..8]);
-        assert!(p.parse(&mut buf).unwrap().is_none());
-        let mut called = false;
-        p.peek_first_args(input, 64, |_, _| {
-            called = true;
-            true
-        });
-        assert!(!called);
     }
 
     /// Every request in `input` parsed from one buffer, then what is left of it.

@@ -87,27 +87,6 @@ fn run(input: &[u8], cuts: &[usize]) -> Outcome {
     }
 }
 
-/// The first two arguments of each request `peek_first_args` reports in `input`, up to `max`.
-fn peeked(input: &[u8], max: usize) -> Vec<Vec<Bytes>> {
-    let mut seen = Vec::new();
-    Parser::new(Limits::default()).peek_first_args(input, max, |name, key| {
-        seen.push(vec![
-            Bytes::copy_from_slice(name),
-            Bytes::copy_from_slice(key),
-        ]);
-        true
-    });
-    seen
-}
-
-/// The first two arguments of each parsed request (the second empty if it has one).
-fn first_two(requests: &[Vec<Bytes>]) -> Vec<Vec<Bytes>> {
-    requests
-        .iter()
-        .map(|r| vec![r[0].clone(), r.get(1).cloned().unwrap_or_default()])
-        .collect()
-}
-
 fn sorted_cuts(len: usize, cuts: Vec<usize>) -> Vec<usize> {
     let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (len + 1)).collect();
     cuts.sort_unstable();
@@ -220,47 +199,6 @@ proptest! {
         let whole = run(&input, &[]);
         let chunked = run(&input, &sorted_cuts(input.len(), cuts));
         prop_assert_eq!(whole, chunked);
-    }
-
-    #[test]
-    fn peeking_sees_the_first_args_of_every_whole_request(
-        frames in prop::collection::vec(args_strategy(), 1..6),
-        cut in any::<usize>(),
-        max in 1usize..8,
-    ) {
-        let input: Vec<u8> = frames.iter().flat_map(|f| encode_request(f)).collect();
-        // A read may end anywhere: only the requests wholly before the cut are seen.
-        let input = &input[..cut % (input.len() + 1)];
-        let mut want = Vec::new();
-        // `max` bounds the frames looked at (`*0` and one-argument ones included).
-        let mut bytes_seen = 0;
-        for f in frames.iter().take(max) {
-            let len = encode_request(f).len();
-            if bytes_seen + len > input.len() {
-                break;
-            }
-            bytes_seen += len;
-            if !f.is_empty() {
-                let second = f.get(1).cloned().unwrap_or_default();
-                want.push(vec![Bytes::from(f[0].clone()), Bytes::from(second)]);
-            }
-        }
-        prop_assert_eq!(peeked(input, max), want);
-    }
-
-    #[test]
-    fn peeking_mutated_frames_never_panics_and_agrees_with_the_parser(
-        frames in prop::collection::vec(args_strategy(), 1..4),
-        mutations in prop::collection::vec(mutation_strategy(), 1..4),
-    ) {
-        let mut input: Vec<u8> = frames.iter().flat_map(|f| encode_request(f)).collect();
-        mutate(&mut input, &mutations);
-        let parsed = first_two(&run(&input, &[]).requests);
-        let mut seen = peeked(&input, usize::MAX);
-        // A hint may read a little further than the parser accepts (it does not check limits),
-        // never differently.
-        seen.truncate(parsed.len());
-        prop_assert_eq!(&seen[..], &parsed[..seen.len()]);
     }
 
     #[test]

@@ -118,7 +118,6 @@ async fn serve_session(
             let now = shared.clock.at(read_at);
             let mut executed = 0u64;
             let batch = shared.cluster.as_ref().map(|c| c.batch(thread));
-            prefetch_keys(&parser, &rbuf, shared);
             loop {
                 match parser.parse_into(&mut rbuf, &mut request) {
                     Ok(true) => {
@@ -267,79 +266,6 @@ async fn serve_session(
             _ = tokio::time::sleep_until(idle_deadline), if timeout.is_some() && !closing => {
                 return Close::Idle;
             }
-        }
-    }
-}
-
-/// Most requests of one batch whose keys are prefetched before it runs: enough to overlap the
-/// misses of a `-P 16` batch several times over, few enough that the first keys' lines are still
-/// in L1/L2 when their turn comes.
-const PREFETCH_AHEAD: usize = 64;
-
-/// Prefetches the buckets of the batch's limiter checks (`RL.CHECK`, `CL.THROTTLE`, `GCRA`:
-/// the key is the first argument) before any of them runs, so their cache misses overlap
-/// instead of stalling one check after another; the look ahead ends at the first request that
-/// is something else. A hint: what it reads is parsed again for real.
-#[inline]
-fn prefetch_keys(parser: &Parser, rbuf: &[u8], shared: &Shared) {
-    parser.peek_first_args(rbuf, PREFETCH_AHEAD, |name, key| {
-        let limiter = is_limiter_check(name);
-        if limiter {
-            shared.store.prefetch(key);
-        }
-        // A batch of anything else (PING, INCR, ...) costs one frame's look, not a scan.
-        limiter
-    });
-}
-
-/// `RL.CHECK`, `CL.THROTTLE` or `GCRA`, in any case, compared a word at a time. Setting bit 5 of
-/// every byte lowercases letters and leaves `.` alone; a few non-letters alias (`\x0e` for `.`),
-/// which costs such a name a useless prefetch, nothing else.
-#[inline]
-fn is_limiter_check(name: &[u8]) -> bool {
-    const LOWER: u64 = 0x2020_2020_2020_2020;
-    let word = |b: &[u8]| {
-        let mut w = [0u8; 8];
-        w[..b.len()].copy_from_slice(b);
-        u64::from_le_bytes(w) | (LOWER >> (8 * (8 - b.len())))
-    };
-    match name.len() {
-        8 => word(name) == word(b"rl.check"),
-        11 => word(&name[..8]) == word(b"cl.throt") && word(&name[8..]) == word(b"tle"),
-        4 => word(name) == word(b"gcra"),
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_limiter_check;
-
-    #[test]
-    fn limiter_checks_are_recognised_in_any_case() {
-        for name in [
-            "RL.CHECK",
-            "rl.check",
-            "Rl.ChEcK",
-            "CL.THROTTLE",
-            "cl.throttle",
-            "GCRA",
-            "gcra",
-        ] {
-            assert!(is_limiter_check(name.as_bytes()), "{name}");
-        }
-        for name in [
-            "RL.CHECKS",
-            "RL.CHEC",
-            "RL,CHECK",
-            "RL.HIT",
-            "GET",
-            "GCRB",
-            "CL.THROTTLF",
-            "PING",
-            "",
-        ] {
-            assert!(!is_limiter_check(name.as_bytes()), "{name}");
         }
     }
 }

@@ -46,14 +46,13 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use crossbeam_utils::CachePadded;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use sluice_core::{Algo, CheckError, Decision, Nanos, Params, State};
 use sluice_repl::{Record, SnapshotWriter};
 
 use crate::entry::{Counter, Value};
 
 use crate::shard::{KeyHash, Limits, Shard};
-use crate::table::Hint;
 
 /// Store settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,62 +185,12 @@ impl KeyHash for StoreHasher {
     }
 }
 
-/// One shard behind its lock, and the [`Hint`] of where its table is, padded to a cache line.
-struct ShardCell {
-    shard: Mutex<Shard<StoreHasher>>,
-    hint: Hint,
-}
-
-impl ShardCell {
-    fn new(hasher: StoreHasher) -> CachePadded<ShardCell> {
-        CachePadded::new(ShardCell {
-            shard: Mutex::new(Shard::new(hasher)),
-            hint: Hint::default(),
-        })
-    }
-
-    /// Locks the shard; the guard publishes the table's place as it unlocks.
-    #[inline]
-    fn lock(&self) -> ShardGuard<'_> {
-        ShardGuard {
-            shard: self.shard.lock(),
-            hint: &self.hint,
-        }
-    }
-}
-
-/// A locked shard that keeps its [`Hint`] current: every path that can reallocate the table
-/// (inserts, shrinks, FLUSHALL, replication) goes through one of these.
-struct ShardGuard<'a> {
-    shard: MutexGuard<'a, Shard<StoreHasher>>,
-    hint: &'a Hint,
-}
-
-impl Drop for ShardGuard<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        self.shard.publish(self.hint);
-    }
-}
-
-impl std::ops::Deref for ShardGuard<'_> {
-    type Target = Shard<StoreHasher>;
-    #[inline]
-    fn deref(&self) -> &Self::Target {
-        &self.shard
-    }
-}
-
-impl std::ops::DerefMut for ShardGuard<'_> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.shard
-    }
-}
+/// One shard behind its lock, padded to a cache line.
+type ShardCell = CachePadded<Mutex<Shard<StoreHasher>>>;
 
 /// The sharded key space of one node. `Send + Sync`: share it behind an `Arc`.
 pub struct Store {
-    shards: Box<[CachePadded<ShardCell>]>,
+    shards: Box<[ShardCell]>,
     hasher: StoreHasher,
     maxmemory: AtomicUsize,
     policy: AtomicU8,
@@ -263,7 +212,9 @@ impl Store {
         let n = cfg.shards.clamp(1, MAX_SHARDS).next_power_of_two();
         let hasher = StoreHasher::default();
         Store {
-            shards: (0..n).map(|_| ShardCell::new(hasher.clone())).collect(),
+            shards: (0..n)
+                .map(|_| CachePadded::new(Mutex::new(Shard::new(hasher.clone()))))
+                .collect(),
             hasher,
             maxmemory: AtomicUsize::new(cfg.maxmemory),
             policy: AtomicU8::new(cfg.policy.to_u8()),
@@ -320,21 +271,10 @@ impl Store {
 
     /// The key's hash and its shard.
     #[inline]
-    fn route(&self, key: &[u8]) -> (u64, &ShardCell) {
+    fn route(&self, key: &[u8]) -> (u64, &Mutex<Shard<StoreHasher>>) {
         let h = self.hasher.hash_key(key);
         let i = (h >> SHARD_SHIFT) as usize & (self.shards.len() - 1);
         (h, &self.shards[i])
-    }
-
-    /// Starts loading the table lines a check of `key` will read, without taking the shard's
-    /// lock, so the check finds them in cache. The connection loop calls it for every key of a
-    /// batch before it executes the batch: their DRAM misses overlap instead of coming one by
-    /// one. A hint only: it changes nothing, and a key the table has moved since costs a
-    /// wasted prefetch.
-    #[inline]
-    pub fn prefetch(&self, key: &[u8]) {
-        let (h, cell) = self.route(key);
-        cell.hint.prefetch(h as u32);
     }
 
     /// The shard index `key` lives in (for callers that group work per shard).
@@ -686,7 +626,7 @@ impl Store {
     /// Structural bytes: the shard array, each table's arrays, boxes, heap keys and state, and
     /// the timing wheels.
     pub fn used_memory(&self) -> usize {
-        let shards = self.shards.len() * size_of::<CachePadded<ShardCell>>();
+        let shards = self.shards.len() * size_of::<ShardCell>();
         shards
             + self
                 .shards
@@ -729,47 +669,6 @@ mod tests {
     fn store_is_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Store>();
-    }
-
-    /// Every shard's hint names its table's current arrays after growth, shrinking and
-    /// FLUSHALL, so the lock-free prefetch reads the right lines; prefetching any key in any
-    /// of those states is harmless.
-    #[test]
-    fn prefetch_hints_follow_every_table_reallocation() {
-        let store = Store::new(StoreConfig {
-            shards: 4,
-            ..StoreConfig::default()
-        });
-        let published = |store: &Store| {
-            store
-                .shards
-                .iter()
-                .all(|c| c.shard.lock().published(&c.hint))
-        };
-        let params = Params {
-            limit: 10,
-            period: Nanos::from_secs(60),
-            burst: 10,
-            cost: 1,
-        };
-        let t0 = Nanos(1_700_000_000_000_000_000);
-        store.prefetch(b"nothing yet");
-        assert!(published(&store));
-        for i in 0..20_000u32 {
-            let key = format!("k{i}");
-            store.prefetch(key.as_bytes());
-            store
-                .check(key.as_bytes(), Algo::Token, &params, t0, false)
-                .unwrap();
-        }
-        assert!(published(&store), "after the tables grew");
-        // Every bucket is fresh again a minute later: the reap empties and shrinks the tables.
-        assert_eq!(store.len(t0.saturating_add(Nanos::from_secs(61))), 0);
-        assert!(published(&store), "after the tables shrank");
-        store.check(b"k1", Algo::Token, &params, t0, false).unwrap();
-        store.flush();
-        assert!(published(&store), "after FLUSHALL");
-        store.prefetch(b"k1");
     }
 
     #[test]

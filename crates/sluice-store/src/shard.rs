@@ -20,7 +20,7 @@ use sluice_core::{CheckError, Nanos, State};
 use crate::entry::{Counter, Value};
 use crate::journal::Journal;
 use crate::key::Probe;
-use crate::table::{Hint, Table};
+use crate::table::Table;
 use crate::wheel::{NOT_FILED, SlotId, Wheel, tick_floor};
 use crate::{EvictionPolicy, SetCond, SetTtl, StoreError, Ttl};
 
@@ -447,17 +447,6 @@ impl<H: KeyHash> Shard<H> {
     }
 
     /// Drops every key and frees the table and the wheel.
-    /// Publishes where this shard's table arrays are (see [`Hint`]).
-    #[inline]
-    pub fn publish(&self, hint: &Hint) {
-        hint.publish(&self.table);
-    }
-
-    #[cfg(test)]
-    pub fn published(&self, hint: &Hint) -> bool {
-        hint.matches(&self.table)
-    }
-
     pub fn flush(&mut self) {
         self.table = Table::default();
         self.wheel = Wheel::default();

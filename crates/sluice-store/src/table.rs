@@ -40,8 +40,6 @@
 //!   `filed < OVERFLOW`, which fits its 8 bits.
 
 use std::ptr;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicPtr, AtomicUsize};
 
 use sluice_core::{Nanos, State};
 
@@ -199,7 +197,13 @@ impl Table {
 
     #[inline]
     fn buckets(&self, h: u32) -> (usize, usize) {
-        bucket_pair(h, self.cap / BUCKET)
+        let nb = (self.cap / BUCKET) as u64;
+        let a = ((u64::from(h) * nb) >> 32) as usize;
+        let mut b = ((u64::from(fmix32(h)) * nb) >> 32) as usize;
+        if b == a {
+            b = if a + 1 == nb as usize { 0 } else { a + 1 };
+        }
+        (a, b)
     }
 
     pub fn is_occupied(&self, i: usize) -> bool {
@@ -644,106 +648,6 @@ impl Table {
     pub fn capacity(&self) -> usize {
         self.cap
     }
-}
-
-/// The two buckets of a key with hash `h` in a table of `nb` buckets (`nb > 0`).
-#[inline]
-fn bucket_pair(h: u32, nb: usize) -> (usize, usize) {
-    let n = nb as u64;
-    let a = ((u64::from(h) * n) >> 32) as usize;
-    let mut b = ((u64::from(fmix32(h)) * n) >> 32) as usize;
-    if b == a {
-        b = if a + 1 == nb { 0 } else { a + 1 };
-    }
-    (a, b)
-}
-
-/// Where a table's arrays are, readable without the shard's lock, so a connection can prefetch
-/// the buckets of a batch's keys before it executes any of them (their DRAM misses overlap).
-///
-/// The shard publishes its table here whenever it unlocks (see `lib.rs`), so a hint can be stale
-/// only while another thread holds the lock and reallocates. A stale hint costs a wasted
-/// prefetch, nothing else: the addresses are only ever given to the prefetch instruction,
-/// which never faults and never changes memory.
-#[derive(Debug)]
-pub struct Hint {
-    meta: AtomicPtr<u16>,
-    slots: AtomicPtr<Slot>,
-    buckets: AtomicUsize,
-}
-
-impl Default for Hint {
-    fn default() -> Self {
-        Hint {
-            meta: AtomicPtr::new(ptr::null_mut()),
-            slots: AtomicPtr::new(ptr::null_mut()),
-            buckets: AtomicUsize::new(0),
-        }
-    }
-}
-
-impl Hint {
-    /// True if the hint names `table`'s current arrays (or, for a table without buckets, says
-    /// there is nothing to prefetch).
-    #[cfg(test)]
-    pub fn matches(&self, table: &Table) -> bool {
-        if table.cap == 0 {
-            return self.buckets.load(Relaxed) == 0;
-        }
-        self.meta.load(Relaxed).cast_const() == table.meta.as_ptr()
-            && self.slots.load(Relaxed).cast_const() == table.slots.as_ptr()
-            && self.buckets.load(Relaxed) == table.cap / BUCKET
-    }
-
-    /// Records where `table`'s arrays are now, if they moved.
-    #[inline]
-    pub fn publish(&self, table: &Table) {
-        let meta = table.meta.as_ptr().cast_mut();
-        if self.meta.load(Relaxed) != meta || self.buckets.load(Relaxed) != table.cap / BUCKET {
-            self.meta.store(meta, Relaxed);
-            self.slots.store(table.slots.as_ptr().cast_mut(), Relaxed);
-            self.buckets.store(table.cap / BUCKET, Relaxed);
-        }
-    }
-
-    /// Starts loading the metadata and slot lines of both buckets a key with hash `h` may be
-    /// in: what [`Table::find`] reads.
-    #[inline]
-    pub fn prefetch(&self, h: u32) {
-        let nb = self.buckets.load(Relaxed);
-        if nb == 0 {
-            return;
-        }
-        let (meta, slots) = (self.meta.load(Relaxed), self.slots.load(Relaxed));
-        let (a, b) = bucket_pair(h, nb);
-        for bucket in [a, b] {
-            let first = bucket * BUCKET;
-            prefetch(meta.wrapping_add(first));
-            prefetch(slots.wrapping_add(first));
-            // A bucket's slots span two cache lines unless they happen to start one.
-            prefetch(
-                slots
-                    .wrapping_add(first + BUCKET)
-                    .cast::<u8>()
-                    .wrapping_sub(1),
-            );
-        }
-    }
-}
-
-/// Asks the CPU to bring the line holding `p` into its caches. Never dereferences `p` in
-/// Rust's sense: any address is fine, however stale.
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: the prefetch instruction does not access memory architecturally and cannot
-    // fault; SSE is part of the x86_64 baseline.
-    #[allow(unused_unsafe)]
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 #[cfg(test)]
