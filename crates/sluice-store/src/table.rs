@@ -7,24 +7,27 @@
 //! state and deadline live in the slot itself, in one of two shapes:
 //! - *narrow*, kind TOKEN, GCRA or LEAKY (26 bytes per slot): the word is the bucket's `tat` and
 //!   the 4 bits are `δ = tat − deadline`;
-//! - *wide*, SLIDING or FIXED (34 bytes per slot): the word is the deadline, the 4 bits name the
-//!   algorithm (under kind 0), and an 8-byte *extension word*, in an array beside the slots,
-//!   holds the rest of the state.
+//! - *wide*, SLIDING or FIXED (30 bytes per slot): the word is the window start and the period,
+//!   the 4 bits name the algorithm and how many periods the deadline is after the start (under
+//!   kind 0), and a 4-byte *extension word*, in an array beside the slots, holds the counts.
 //!
 //! A limiter's deadline is the instant its bucket is fresh again, which for the GCRA family is
 //! its `tat` up to rounding (`sluice_core::token` reports `reset_after` on the exact rational
 //! scale, a few ns before the integer `tat`), so `δ` is tiny and the deadline costs 4 bits.
 //!
-//! A window state (SLIDING `{start, prev, curr}`, FIXED `{start, count}`) is fresh again at the
-//! end of its window or the next one: `start + P` or `start + 2P`. The period `P` comes with each
-//! check and the table never sees it, so it keeps `span = deadline − start` itself: the extension
-//! word's low [`SPAN_BITS`] bits are `span` as `m · 10^e` (a 5-bit `e`, a 19-bit `m` with no
-//! trailing decimal zero), its high 40 bits the counts (SLIDING: `prev`, then `curr`, 20 bits
-//! each; FIXED: `count`). Periods are whole seconds or milliseconds, so every SLIDING period of up
-//! to 3 days in whole seconds (262 s in whole milliseconds) packs, and rounder ones (a day, a
-//! week, 10^8 s) at any length; FIXED's span is `P`, so twice as long. A window state whose span
-//! or counts do not fit (a count of 2^20 or more, a period of odd nanoseconds, a deadline before
-//! the window start) is BOXED: every state and deadline reads back exactly; only memory differs.
+//! A window state (SLIDING `{start, prev, curr}`, FIXED `{start, count}`) starts at a multiple
+//! of its period `P` and is fresh again at the end of its window or of the next one: its deadline
+//! is `start + k·P`, `k` 1 or 2. The period comes with each check and the table never sees it,
+//! but `(start, deadline)` gives it back: the table looks for `k ∈ {1, 2}` such that
+//! `P = (deadline − start) / k` divides `start` and packs `P` and `q = start / P` in the word
+//! (`q` in the high [`Q_BITS`] bits; `P` as `m · 10^e` in the low 22: a 5-bit `e`, a 17-bit `m`
+//! with no trailing decimal zero), `k` in the aux bits and the counts in the extension word
+//! (SLIDING: `prev`, then `curr`, 16 bits each; FIXED: `count`, 32 bits). So a state packs
+//! whenever its deadline is where a check puts it, its period is at most 131,071 s in whole
+//! seconds (131 s in whole milliseconds; rounder ones, a day, a week, 10^8 s, at any length) and
+//! at least 1 ms (`q < 2^42` until 2109), and its counts fit. Anything else (a SLIDING count of
+//! 2^16 or more, a FIXED count of 2^32 or more, a period of odd nanoseconds, an `EXPIRE` on the
+//! key) is BOXED: every state and deadline reads back exactly; only memory differs.
 //! The extension array is allocated by the insert of the table's first wide entry and dropped
 //! when the table is rebuilt (grown or shrunk) without one, so a table of TOKEN buckets never
 //! pays for it. Only an insert allocates it, because only an insert is checked against the
@@ -63,6 +66,8 @@
 //! - A narrow entry is always filed in the wheel at a slot, never in the overflow list:
 //!   `filed < OVERFLOW`. Wide and boxed entries may be filed anywhere (a weekly SLIDING window
 //!   ends beyond the wheel's 13 days). Every `filed`, `NOT_FILED` included, fits its 8 bits.
+//! - A wide entry's word and aux bits give back exactly the start and deadline it was packed
+//!   with: `start = q·P`, `deadline = (q + k)·P`, neither overflowing.
 
 use std::ptr;
 
@@ -101,20 +106,19 @@ const LEAKY: u16 = 3;
 /// The 4 bits after the kind: `δ` of a narrow entry, the algorithm of a kind-0 entry.
 const AUX_SHIFT: u32 = 4;
 const AUX: u16 = 0xF << AUX_SHIFT;
-/// Kind and aux bits of each kind-0 shape.
+/// Kind and aux bits of a BOXED entry. A wide entry's aux bits are `alg << 1 | (k − 1)`.
 const BOXED: u16 = OTHER << KIND_SHIFT;
-const SLIDING: u16 = (OTHER << KIND_SHIFT) | (1 << AUX_SHIFT);
-const FIXED: u16 = (OTHER << KIND_SHIFT) | (2 << AUX_SHIFT);
+const SLIDING: u16 = 1;
+const FIXED: u16 = 2;
 const FILED_SHIFT: u32 = 8;
 
-/// Bits of an extension word that hold a wide entry's span (`m · 10^e`).
-pub const SPAN_BITS: u32 = EXP_BITS + MANTISSA_BITS;
+/// Bits of a wide entry's word that hold `q = start / P`, above the period's code.
+pub const Q_BITS: u32 = 64 - PERIOD_BITS;
+const PERIOD_BITS: u32 = EXP_BITS + MANTISSA_BITS;
 const EXP_BITS: u32 = 5;
-const MANTISSA_BITS: u32 = 19;
+const MANTISSA_BITS: u32 = 17;
 /// Bits of each SLIDING count in an extension word.
-const SLIDING_COUNT_BITS: u32 = (64 - SPAN_BITS) / 2;
-/// Bits of the FIXED count in an extension word.
-const FIXED_COUNT_BITS: u32 = 64 - SPAN_BITS;
+const SLIDING_COUNT_BITS: u32 = 16;
 const POW10: [u64; 20] = {
     let mut p = [1u64; 20];
     let mut i = 1;
@@ -128,7 +132,7 @@ const POW10: [u64; 20] = {
 /// Bytes per slot: the slot and its metadata.
 pub const SLOT_BYTES: usize = size_of::<Slot>() + size_of::<u16>();
 /// Bytes per slot of the extension array, while a table has one.
-pub const EXT_BYTES: usize = size_of::<u64>();
+pub const EXT_BYTES: usize = size_of::<u32>();
 
 /// One slot: key bytes and a word, read through the metadata.
 #[derive(Clone, Copy, Default)]
@@ -149,7 +153,7 @@ pub struct Table {
     meta: Vec<u16>,
     slots: Vec<Slot>,
     /// One extension word per slot while the table holds wide entries, else empty.
-    ext: Vec<u64>,
+    ext: Vec<u32>,
     /// Slots in buckets (a multiple of [`BUCKET`]); slots after them are the stash.
     cap: usize,
     len: usize,
@@ -182,16 +186,16 @@ fn fmix32(mut h: u32) -> u32 {
     h ^ (h >> 16)
 }
 
-/// `span` as a span code (`m · 10^e`, `e` in the low [`EXP_BITS`]), if its mantissa fits.
+/// Period `p` as a code (`m · 10^e`, `e` in the low [`EXP_BITS`]), if its mantissa fits.
 #[inline]
-fn encode_span(span: u64) -> Option<u64> {
-    let (mut m, mut e) = (span, 0);
+fn encode_period(p: u64) -> Option<u64> {
+    let (mut m, mut e) = (p, 0);
     if m != 0 {
-        while m % 10_000 == 0 {
+        while m.is_multiple_of(10_000) {
             m /= 10_000;
             e += 4;
         }
-        while m % 10 == 0 {
+        while m.is_multiple_of(10) {
             m /= 10;
             e += 1;
         }
@@ -200,11 +204,28 @@ fn encode_span(span: u64) -> Option<u64> {
 }
 
 #[inline]
-fn decode_span(code: u64) -> u64 {
+fn decode_period(code: u64) -> u64 {
     let e = (code & ((1 << EXP_BITS) - 1)) as usize;
     let m = (code >> EXP_BITS) & ((1 << MANTISSA_BITS) - 1);
-    // A code comes from `encode_span` of a u64: `e ≤ 19` and `m · 10^e` does not overflow.
+    // A code comes from `encode_period` of a u64: `e ≤ 19` and `m · 10^e` does not overflow.
     m * POW10[e]
+}
+
+/// The kind and aux bits of a wide entry of algorithm `alg` whose deadline is `k` periods
+/// after its start.
+#[inline]
+fn wide_shape(alg: u16, k: u64) -> u16 {
+    (OTHER << KIND_SHIFT) | (((alg << 1) | (k as u16 - 1)) << AUX_SHIFT)
+}
+
+/// The window start and deadline of a wide entry of shape `shape` and word `word`.
+#[inline]
+fn wide_times(shape: u16, word: u64) -> (Nanos, Nanos) {
+    let p = decode_period(word & ((1 << PERIOD_BITS) - 1));
+    let start = (word >> PERIOD_BITS) * p;
+    let k = 1 + u64::from((shape >> AUX_SHIFT) & 1);
+    // Packed only if `(q + k)·P`, the deadline, is a u64 (module invariants).
+    (Nanos(start), Nanos(start + k * p))
 }
 
 /// How a value sits in a slot, when it does not need a box.
@@ -212,8 +233,9 @@ fn decode_span(code: u64) -> u64 {
 enum Packed {
     /// TOKEN/GCRA/LEAKY: the word is `tat`.
     Narrow { kind: u16, tat: u64, delta: u64 },
-    /// SLIDING/FIXED: the word is the deadline; `shape` is its kind and aux bits.
-    Wide { shape: u16, ext: u64 },
+    /// SLIDING/FIXED: `q` and the period in the word, the counts in the extension word;
+    /// `shape` is its kind and aux bits.
+    Wide { shape: u16, word: u64, ext: u32 },
 }
 
 /// How `value` with `deadline` and wheel slot `filed` packs into a slot of key form `form`
@@ -234,11 +256,21 @@ fn pack(value: &Value, form: u16, deadline: Nanos, filed: SlotId) -> Option<Pack
             delta,
         })
     };
-    let wide = |shape: u16, start: Nanos, counts: u64| {
-        let span = encode_span(deadline.0.checked_sub(start.0)?)?;
-        Some(Packed::Wide {
-            shape,
-            ext: span | (counts << SPAN_BITS),
+    let wide = |alg: u16, start: Nanos, ext: u32| {
+        let span = deadline.0.checked_sub(start.0)?;
+        // The first k that gives a period dividing the start, whose q and code fit. Any that
+        // does gives back (start, deadline) exactly, whatever period the check used.
+        [1, 2].into_iter().find_map(|k| {
+            let p = span / k;
+            let divides = p != 0 && span.is_multiple_of(k) && start.0.is_multiple_of(p);
+            if !divides || (start.0 / p) >> Q_BITS != 0 {
+                return None;
+            }
+            Some(Packed::Wide {
+                shape: wide_shape(alg, k),
+                word: ((start.0 / p) << PERIOD_BITS) | encode_period(p)?,
+                ext,
+            })
         })
     };
     match state {
@@ -246,34 +278,31 @@ fn pack(value: &Value, form: u16, deadline: Nanos, filed: SlotId) -> Option<Pack
         State::Gcra { tat } => narrow(GCRA, *tat),
         State::Leaky { tat } => narrow(LEAKY, *tat),
         State::Sliding(s) => {
-            let (prev, curr) = (u64::from(s.prev), u64::from(s.curr));
-            if (prev | curr) >> SLIDING_COUNT_BITS != 0 {
+            if (s.prev | s.curr) >> SLIDING_COUNT_BITS != 0 {
                 return None;
             }
-            wide(SLIDING, s.start, prev | (curr << SLIDING_COUNT_BITS))
+            wide(SLIDING, s.start, s.prev | (s.curr << SLIDING_COUNT_BITS))
         }
-        State::Fixed(f) if f.count >> FIXED_COUNT_BITS == 0 => wide(FIXED, f.start, f.count),
-        State::Fixed(_) | State::Log(_) => None,
+        State::Fixed(f) => wide(FIXED, f.start, u32::try_from(f.count).ok()?),
+        State::Log(_) => None,
     }
 }
 
-/// The state of a wide entry of shape `shape` with deadline `word` and extension word `ext`.
+/// The state of a wide entry of shape `shape`, word `word` and extension word `ext`.
 #[inline]
-fn unpack_wide(shape: u16, word: u64, ext: u64) -> State {
-    let start = Nanos(word - decode_span(ext & ((1 << SPAN_BITS) - 1)));
-    let counts = ext >> SPAN_BITS;
-    if shape == SLIDING {
-        let mask = (1 << SLIDING_COUNT_BITS) - 1;
+fn unpack_wide(shape: u16, word: u64, ext: u32) -> State {
+    let (start, _) = wide_times(shape, word);
+    if (shape >> AUX_SHIFT) >> 1 == SLIDING {
         State::Sliding(Sliding {
             start,
-            prev: (counts & mask) as u32,
-            curr: (counts >> SLIDING_COUNT_BITS) as u32,
+            prev: ext & ((1 << SLIDING_COUNT_BITS) - 1),
+            curr: ext >> SLIDING_COUNT_BITS,
         })
     } else {
-        debug_assert_eq!(shape, FIXED);
+        debug_assert_eq!((shape >> AUX_SHIFT) >> 1, FIXED);
         State::Fixed(Fixed {
             start,
-            count: counts,
+            count: u64::from(ext),
         })
     }
 }
@@ -432,7 +461,7 @@ impl Table {
         (self.meta[i] & KIND) >> KIND_SHIFT
     }
 
-    /// Kind and aux bits of a kind-0 entry: [`BOXED`], [`SLIDING`] or [`FIXED`].
+    /// Kind and aux bits: [`BOXED`], or a wide entry's shape (see `wide_shape`).
     #[inline]
     fn shape(&self, i: usize) -> u16 {
         self.meta[i] & (KIND | AUX)
@@ -477,7 +506,7 @@ impl Table {
         } else if m & AUX == 0 {
             self.boxed(i).deadline
         } else {
-            Nanos(self.slots[i].word)
+            wide_times(m & (KIND | AUX), self.slots[i].word).1
         }
     }
 
@@ -594,12 +623,12 @@ impl Table {
                     | ((delta as u16) << AUX_SHIFT)
                     | (filed << FILED_SHIFT);
             }
-            Some(Packed::Wide { shape, ext }) => {
+            Some(Packed::Wide { shape, word, ext }) => {
                 if self.is_boxed(i) {
                     self.drop_box(i);
                 }
                 self.ext[i] = ext;
-                self.slots[i].word = deadline.0;
+                self.slots[i].word = word;
                 self.meta[i] = form | shape | (filed << FILED_SHIFT);
             }
             None => {
@@ -899,9 +928,8 @@ mod tests {
         assert_eq!(size_of::<Slot>(), 24);
         assert_eq!(SLOT_BYTES, 26);
         assert_eq!(size_of::<Boxed>(), 32);
-        assert_eq!(EXT_BYTES, 8);
-        assert_eq!(SPAN_BITS + 2 * SLIDING_COUNT_BITS, 64);
-        assert_eq!((SLIDING_COUNT_BITS, FIXED_COUNT_BITS), (20, 40));
+        assert_eq!(EXT_BYTES, 4);
+        assert_eq!((Q_BITS, PERIOD_BITS, 2 * SLIDING_COUNT_BITS), (42, 22, 32));
     }
 
     #[test]
@@ -1029,20 +1057,24 @@ mod tests {
         }
     }
 
-    /// The packing rule, written out independently of `encode_span`.
+    /// The packing rule, written out independently of `encode_period`.
     fn packs_wide(v: &Value, deadline: u64) -> bool {
         let (start, counts_fit) = match state(v) {
-            State::Sliding(s) => (s.start.0, s.prev < 1 << 20 && s.curr < 1 << 20),
-            State::Fixed(f) => (f.start.0, f.count < 1 << 40),
+            State::Sliding(s) => (s.start.0, s.prev < 1 << 16 && s.curr < 1 << 16),
+            State::Fixed(f) => (f.start.0, f.count <= u64::from(u32::MAX)),
             _ => return false,
         };
-        let Some(mut span) = deadline.checked_sub(start) else {
+        let Some(span) = deadline.checked_sub(start) else {
             return false;
         };
-        while span != 0 && span % 10 == 0 {
-            span /= 10;
-        }
-        counts_fit && span < 1 << 19
+        let fits = |p: u64| {
+            let mut m = p;
+            while m != 0 && m.is_multiple_of(10) {
+                m /= 10;
+            }
+            p > 0 && start % p == 0 && start / p < 1 << 42 && m < 1 << 17
+        };
+        counts_fit && (fits(span) || (span.is_multiple_of(2) && fits(span / 2)))
     }
 
     /// Inserts `k`, checking [`Table::insert_cost`] against what [`Table::bytes`] grew by:
@@ -1069,50 +1101,46 @@ mod tests {
     }
 
     #[test]
-    fn span_codes_round_trip_exactly_or_refuse() {
+    fn period_codes_round_trip_exactly_or_refuse() {
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-        let mut spans = vec![
+        let mut periods = vec![
             0,
             1,
             9,
             10,
-            (1 << 19) - 1,
-            1 << 19,
-            ((1 << 19) - 1) * 10_000_000_000_000,
-            (1 << 19) * 10,
+            (1 << 17) - 1,
+            1 << 17,
+            ((1 << 17) - 1) * 10_000_000_000_000,
+            (1 << 17) * 10,
             10_000_000_000_000_000_000,
             u64::MAX,
             123_456_789,
             60_000_000_000,
-            172_800_000_000_000,
-            200_000_000_000_000_000,
+            86_400_000_000_000,
+            100_000_000_000_000_000,
         ];
         for _ in 0..100_000 {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            let m = rng % (1 << 21);
+            let m = rng % (1 << 19);
             let e = (rng >> 40) as usize % 20;
-            spans.push(m.saturating_mul(POW10[e]));
-            spans.push(rng);
+            periods.push(m.saturating_mul(POW10[e]));
+            periods.push(rng);
         }
-        for span in spans {
-            let mut m = span;
-            while m != 0 && m % 10 == 0 {
+        for p in periods {
+            let mut m = p;
+            while m != 0 && m.is_multiple_of(10) {
                 m /= 10;
             }
-            match encode_span(span) {
+            match encode_period(p) {
                 Some(code) => {
-                    assert!(code < 1 << SPAN_BITS, "{span}");
-                    assert_eq!(decode_span(code), span);
+                    assert!(code < 1 << PERIOD_BITS, "{p}");
+                    assert_eq!(decode_period(code), p);
                 }
-                None => assert!(m >= 1 << MANTISSA_BITS, "{span} refused"),
+                None => assert!(m >= 1 << MANTISSA_BITS, "{p} refused"),
             }
-            assert_eq!(
-                encode_span(span).is_some(),
-                m < 1 << MANTISSA_BITS,
-                "{span}"
-            );
+            assert_eq!(encode_period(p).is_some(), m < 1 << MANTISSA_BITS, "{p}");
         }
     }
 
@@ -1128,10 +1156,11 @@ mod tests {
             7 * day,
             100_000_000_000_000_000,
             123_456_789,
-            ((1 << 19) - 1) * 1_000_000_000,
-            (1 << 19) * 1_000_000_000,
+            ((1 << 17) - 1) * 1_000_000_000,
+            (1 << 17) * 1_000_000_000,
+            ((1 << 18) - 1) * 1_000_000_000,
         ];
-        let max = (1u32 << 20) - 1;
+        let max = (1u32 << 16) - 1;
         let mut cases = Vec::new();
         for p in periods {
             let start = t0 - t0 % p;
@@ -1147,11 +1176,20 @@ mod tests {
                     cases.push((sliding(start, prev, curr), start + span));
                 }
             }
-            for count in [0, 1, (1 << 40) - 1, 1 << 40, u64::MAX] {
+            for count in [0, 1, u64::from(u32::MAX), 1 << 32, u64::MAX] {
                 cases.push((fixed(start, count), start + p));
             }
         }
-        for (start, deadline) in [(t0, t0 - 1), (t0, t0), (0, t0), (0, 9 * POW10[18])] {
+        let odd = [
+            (t0, t0 - 1),
+            (t0, t0),
+            (0, t0),
+            (0, 9 * POW10[18]),
+            (1000, 3000),
+            (1000, 4000),
+            (3000, 4000),
+        ];
+        for (start, deadline) in odd {
             cases.push((sliding(start, 3, 4), deadline));
             cases.push((fixed(start, 5), deadline));
         }
@@ -1257,7 +1295,7 @@ mod tests {
         t.put(i, v, Nanos(2000 + 1_234_567), 6);
         assert!(t.is_boxed(i));
         assert_eq!(t.take_value(i).heap_bytes(), 0);
-        t.put(i, fixed(2000, 8), Nanos(5000), 6);
+        t.put(i, fixed(2000, 8), Nanos(4000), 6);
         assert!(t.is_wide(i));
         assert_eq!((t.wide, t.bytes()), (2, slots + ext));
         // The array stays until a rebuild finds no wide entry.
@@ -1269,7 +1307,7 @@ mod tests {
         assert_eq!(t.bytes(), slots);
         assert_eq!(t.with_value(i, state), state(&token(5000)));
         // Without the array, a window state that would pack stays boxed.
-        t.put(i, fixed(2000, 8), Nanos(5000), 6);
+        t.put(i, fixed(2000, 8), Nanos(4000), 6);
         assert!(t.is_boxed(i) && !t.has_ext());
     }
 
@@ -1281,7 +1319,7 @@ mod tests {
             let v = match n % 5 {
                 0 => Value::Counter(Counter::Int(1)),
                 // Window states that do not pack: a box, not the array.
-                1 => sliding(0, 1 << 20, 1),
+                1 => sliding(0, 1 << 16, 1),
                 2 => fixed(100, 1),
                 _ => token(1000),
             };
@@ -1381,8 +1419,8 @@ mod tests {
             t.insert(
                 42,
                 &Probe::new(&k),
-                fixed(n, n + 1),
-                Nanos(n + 1000),
+                fixed(n * 1000, n + 1),
+                Nanos(n * 1000 + 1000),
                 1,
                 &same,
             );
@@ -1393,8 +1431,8 @@ mod tests {
             let k = n.to_le_bytes();
             let i = t.find(42, &Probe::new(&k)).unwrap();
             assert!(t.is_wide(i));
-            assert_eq!(t.with_value(i, state), state(&fixed(n, n + 1)));
-            assert_eq!(t.deadline(i), Nanos(n + 1000));
+            assert_eq!(t.with_value(i, state), state(&fixed(n * 1000, n + 1)));
+            assert_eq!(t.deadline(i), Nanos(n * 1000 + 1000));
         }
         for n in 0..40u64 {
             let k = n.to_le_bytes();

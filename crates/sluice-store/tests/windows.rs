@@ -1,7 +1,7 @@
 //! SLIDING and FIXED through the public API. The table keeps a window state in its slot and an
-//! extension word when its span (deadline − window start) and counts fit, and in a box when they
-//! do not; whichever it is, every check, TTL, expiry, eviction, snapshot and replica must read
-//! back exactly the state and deadline the algorithm wrote.
+//! extension word when its window start, period and counts fit, and in a box when they do not;
+//! whichever it is, every check, TTL, expiry, eviction, snapshot and replica must read back
+//! exactly the state and deadline the algorithm wrote.
 
 use std::collections::BTreeMap;
 
@@ -85,19 +85,20 @@ fn boundary_states() -> Vec<(State, Nanos)> {
         7 * DAY,
         100_000_000_000_000_000,
         123_456_789,
-        (1 << 19) * 1_000_000_000,
-        ((1 << 19) - 1) * 1_000_000_000,
+        ((1 << 17) - 1) * 1_000_000_000,
+        (1 << 17) * 1_000_000_000,
+        ((1 << 18) - 1) * 1_000_000_000,
     ];
     let sliding_counts = [
         (0, 1),
         (1, 0),
         (1, 1),
-        ((1 << 20) - 1, (1 << 20) - 1),
-        (1 << 20, 1),
-        (1, 1 << 20),
+        ((1 << 16) - 1, (1 << 16) - 1),
+        (1 << 16, 1),
+        (1, 1 << 16),
         (u32::MAX, u32::MAX),
     ];
-    let fixed_counts = [1, 2, (1 << 40) - 1, 1 << 40, u64::MAX];
+    let fixed_counts = [1, 2, u64::from(u32::MAX), 1 << 32, u64::MAX];
     let mut out = Vec::new();
     for p in periods {
         let start = aligned(T0, p);
@@ -209,7 +210,7 @@ fn window_checks_with_changing_periods_match_the_algorithm() {
         123_456_789,
         999_999_937,
     ];
-    let limits = [1, 10, 1000, (1 << 20) - 1, (1 << 20) + 5, SLIDING_LIMIT_MAX];
+    let limits = [1, 10, 1000, (1 << 16) - 1, (1 << 16) + 5, SLIDING_LIMIT_MAX];
     for step in 0..40_000u32 {
         now = now.saturating_add(Nanos(next(20_000_000)));
         let k = next(400);
@@ -238,7 +239,7 @@ fn window_checks_with_changing_periods_match_the_algorithm() {
             _ => {
                 let mut limit = limits[next(limits.len() as u64) as usize];
                 if algo == Algo::Fixed && next(4) == 0 {
-                    limit = 1 << (40 + next(20));
+                    limit = (1 << (31 + next(20))) + next(3);
                 }
                 let period = Nanos(periods[next(periods.len() as u64) as usize]);
                 let cost = match next(4) {
