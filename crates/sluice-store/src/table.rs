@@ -67,7 +67,8 @@
 //!   `filed < OVERFLOW`. Wide and boxed entries may be filed anywhere (a weekly SLIDING window
 //!   ends beyond the wheel's 13 days). Every `filed`, `NOT_FILED` included, fits its 8 bits.
 //! - A wide entry's word and aux bits give back exactly the start and deadline it was packed
-//!   with: `start = q·P`, `deadline = (q + k)·P`, neither overflowing.
+//!   with: `start = q·P`, `deadline = (q + k)·P`, neither overflowing, `P > 0`. Its deadline is
+//!   never `Nanos::MAX` (such a state is boxed), so it always counts in `expires`.
 
 use std::ptr;
 
@@ -191,13 +192,18 @@ fn fmix32(mut h: u32) -> u32 {
 fn encode_period(p: u64) -> Option<u64> {
     let (mut m, mut e) = (p, 0);
     if m != 0 {
-        while m.is_multiple_of(10_000) {
-            m /= 10_000;
-            e += 4;
-        }
-        while m.is_multiple_of(10) {
-            m /= 10;
-            e += 1;
+        // Strips the trailing decimal zeros (at most 19) in five steps, 16 + 2 + 1 at most.
+        for (zeros, pow) in [
+            (16, POW10[16]),
+            (8, POW10[8]),
+            (4, 10_000),
+            (2, 100),
+            (1, 10),
+        ] {
+            if m.is_multiple_of(pow) {
+                m /= pow;
+                e += zeros;
+            }
         }
     }
     (m < 1 << MANTISSA_BITS).then_some((m << EXP_BITS) | e)
@@ -238,6 +244,23 @@ enum Packed {
     Wide { shape: u16, word: u64, ext: u32 },
 }
 
+/// [`pack`] for TOKEN, GCRA and LEAKY (`None` for anything else).
+#[inline]
+fn pack_narrow(value: &Value, form: u16, deadline: Nanos, filed: SlotId) -> Option<Packed> {
+    let (kind, tat) = match value {
+        Value::Limiter(State::Token { tat }) => (TOKEN, tat.0),
+        Value::Limiter(State::Gcra { tat }) => (GCRA, tat.0),
+        Value::Limiter(State::Leaky { tat }) => (LEAKY, tat.0),
+        _ => return None,
+    };
+    let delta = tat.checked_sub(deadline.0)?;
+    (form != HEAP && filed < OVERFLOW && delta <= MAX_DELTA).then_some(Packed::Narrow {
+        kind,
+        tat,
+        delta,
+    })
+}
+
 /// How `value` with `deadline` and wheel slot `filed` packs into a slot of key form `form`
 /// (`None`: it needs a box). See the module docs.
 #[inline]
@@ -248,15 +271,10 @@ fn pack(value: &Value, form: u16, deadline: Nanos, filed: SlotId) -> Option<Pack
     if form == HEAP {
         return None;
     }
-    let narrow = |kind: u16, tat: Nanos| {
-        let delta = tat.0.checked_sub(deadline.0)?;
-        (filed < OVERFLOW && delta <= MAX_DELTA).then_some(Packed::Narrow {
-            kind,
-            tat: tat.0,
-            delta,
-        })
-    };
     let wide = |alg: u16, start: Nanos, ext: u32| {
+        if deadline == Nanos::MAX {
+            return None;
+        }
         let span = deadline.0.checked_sub(start.0)?;
         // The first k that gives a period dividing the start, whose q and code fit. Any that
         // does gives back (start, deadline) exactly, whatever period the check used.
@@ -274,9 +292,9 @@ fn pack(value: &Value, form: u16, deadline: Nanos, filed: SlotId) -> Option<Pack
         })
     };
     match state {
-        State::Token { tat } => narrow(TOKEN, *tat),
-        State::Gcra { tat } => narrow(GCRA, *tat),
-        State::Leaky { tat } => narrow(LEAKY, *tat),
+        State::Token { .. } | State::Gcra { .. } | State::Leaky { .. } => {
+            pack_narrow(value, form, deadline, filed)
+        }
         State::Sliding(s) => {
             if (s.prev | s.curr) >> SLIDING_COUNT_BITS != 0 {
                 return None;
@@ -503,10 +521,18 @@ impl Table {
         let m = self.meta[i];
         if m & KIND != 0 {
             Nanos(self.slots[i].word - u64::from((m & AUX) >> AUX_SHIFT))
-        } else if m & AUX == 0 {
+        } else {
+            self.kind0_deadline(i)
+        }
+    }
+
+    /// [`Table::deadline`] of a BOXED or wide entry (out of line: the narrow path stays small).
+    #[inline(never)]
+    fn kind0_deadline(&self, i: usize) -> Nanos {
+        if self.is_boxed(i) {
             self.boxed(i).deadline
         } else {
-            wide_times(m & (KIND | AUX), self.slots[i].word).1
+            wide_times(self.shape(i), self.slots[i].word).1
         }
     }
 
@@ -575,15 +601,21 @@ impl Table {
             TOKEN => Some(State::Token { tat }),
             GCRA => Some(State::Gcra { tat }),
             LEAKY => Some(State::Leaky { tat }),
-            _ if self.is_wide(i) => Some(self.wide_state(i)),
-            _ => {
-                let state = self.boxed_mut(i).value.take_limiter();
-                if let Some(s) = &state {
-                    self.heap -= s.heap_bytes();
-                }
-                state
-            }
+            _ => self.take_kind0_limiter(i),
         }
+    }
+
+    /// [`Table::take_limiter`] of a BOXED or wide entry.
+    #[inline(never)]
+    fn take_kind0_limiter(&mut self, i: usize) -> Option<State> {
+        if self.is_wide(i) {
+            return Some(self.wide_state(i));
+        }
+        let state = self.boxed_mut(i).value.take_limiter();
+        if let Some(s) = &state {
+            self.heap -= s.heap_bytes();
+        }
+        state
     }
 
     /// Moves entry `i`'s value out. The caller must [`put`](Table::put) one back or
@@ -605,6 +637,41 @@ impl Table {
     /// allocating only when a packed entry stops fitting).
     #[inline]
     pub fn put(&mut self, i: usize, value: Value, deadline: Nanos, filed: SlotId) {
+        // The common case inline: a narrow entry that stays narrow.
+        let m = self.meta[i];
+        if m & KIND != 0
+            && let Some(Packed::Narrow { kind, tat, delta }) =
+                pack_narrow(&value, m & FORM, deadline, filed)
+        {
+            let had_deadline = self.deadline(i) != Nanos::MAX;
+            self.slots[i].word = tat;
+            self.meta[i] = (m & FORM)
+                | (kind << KIND_SHIFT)
+                | ((delta as u16) << AUX_SHIFT)
+                | (filed << FILED_SHIFT);
+            match (had_deadline, deadline != Nanos::MAX) {
+                (false, true) => self.expires += 1,
+                (true, false) => self.expires -= 1,
+                _ => {}
+            }
+            return;
+        }
+        self.put_any(i, value, deadline, filed);
+    }
+
+    /// [`Table::put`] in general: any value into any entry.
+    #[inline(never)]
+    fn put_any(&mut self, i: usize, value: Value, deadline: Nanos, filed: SlotId) {
+        // A wide entry that stays wide under the same period (a check's usual write) keeps its
+        // period code, and its deadline (wide entries always have one).
+        if self.is_wide(i)
+            && let Some((shape, word, ext)) = self.repack_wide(i, &value, deadline)
+        {
+            self.slots[i].word = word;
+            self.ext[i] = ext;
+            self.meta[i] = (self.meta[i] & FORM) | shape | (filed << FILED_SHIFT);
+            return;
+        }
         let had_deadline = self.deadline(i) != Nanos::MAX;
         let was_wide = self.is_wide(i);
         let form = self.meta[i] & FORM;
@@ -656,6 +723,35 @@ impl Table {
             (true, false) => self.expires -= 1,
             _ => {}
         }
+    }
+
+    /// Wide entry `i` packed again with `value` and `deadline` under its own period, if they
+    /// fit it: the shape, word and extension word. The same as [`pack`] would give, or another
+    /// packing of the same start and deadline.
+    #[inline]
+    fn repack_wide(&self, i: usize, value: &Value, deadline: Nanos) -> Option<(u16, u64, u32)> {
+        let (alg, start, ext) = match value {
+            Value::Limiter(State::Sliding(s)) if (s.prev | s.curr) >> SLIDING_COUNT_BITS == 0 => {
+                (SLIDING, s.start.0, s.prev | (s.curr << SLIDING_COUNT_BITS))
+            }
+            Value::Limiter(State::Fixed(f)) => (FIXED, f.start.0, u32::try_from(f.count).ok()?),
+            _ => return None,
+        };
+        if deadline == Nanos::MAX {
+            return None;
+        }
+        let code = self.slots[i].word & ((1 << PERIOD_BITS) - 1);
+        // Not 0: a wide entry's period divides its start (`pack`).
+        let p = decode_period(code);
+        let span = deadline.0.checked_sub(start)?;
+        let k = match span / p {
+            1 | 2 if span.is_multiple_of(p) => span / p,
+            _ => return None,
+        };
+        if !start.is_multiple_of(p) || (start / p) >> Q_BITS != 0 {
+            return None;
+        }
+        Some((wide_shape(alg, k), ((start / p) << PERIOD_BITS) | code, ext))
     }
 
     fn drop_box(&mut self, i: usize) {
@@ -1074,7 +1170,8 @@ mod tests {
             }
             p > 0 && start % p == 0 && start / p < 1 << 42 && m < 1 << 17
         };
-        counts_fit && (fits(span) || (span.is_multiple_of(2) && fits(span / 2)))
+        let finite = deadline != u64::MAX;
+        counts_fit && finite && (fits(span) || (span.is_multiple_of(2) && fits(span / 2)))
     }
 
     /// Inserts `k`, checking [`Table::insert_cost`] against what [`Table::bytes`] grew by:
