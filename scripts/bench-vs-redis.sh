@@ -13,16 +13,18 @@
 #   - runs the same redis-benchmark, pinned to CPU 1, -c 50, at -P 1 and -P 16, over
 #     `-r <keys>`, for several rounds alternating which server goes first; reports medians;
 #   - measures bytes per limiter (RSS delta ÷ keys, and INFO used_memory delta ÷ keys) on fresh
-#     servers, for TOKEN, GCRA and SLIDING on both and LOG on Sluice;
+#     servers, for TOKEN, GCRA and SLIDING on both and FIXED and LOG on Sluice;
 #   - a churn test: an empty keyspace, `-r 1000000000` so nearly every request makes a new
 #     bucket, with 10 per second buckets that expire 100 ms after their last request;
 #   - a --threads 2 row: Sluice with two threads, Redis (re-pinned), and the client all on
 #     CPUs 0-1.
 # Then it prints one table with the ratios Sluice ÷ Redis.
 #
-# Usage: scripts/bench-vs-redis.sh [--quick] [--keys N] [--clients N] [--rounds N]
-#                                  [--duration SECONDS] [--sluice PATH] [--build]
+# Usage: scripts/bench-vs-redis.sh [--quick] [--memory-only] [--keys N] [--clients N]
+#                                  [--rounds N] [--duration SECONDS] [--sluice PATH] [--build]
 #   --quick      100,000 keys, 1 round, 1 s runs: finishes in under a minute
+#   --memory-only  only Sluice's bytes/limiter rows (TOKEN, GCRA, SLIDING, FIXED, LOG, each on a
+#                fresh server): no Redis and no redis-benchmark runs; needs only redis-cli
 #   --keys       preloaded buckets per test (default 1,000,000)
 #   --clients    redis-benchmark -c (default 50)
 #   --rounds     alternating rounds; the table shows medians (default 3)
@@ -39,11 +41,12 @@ LUA_DIR="$ROOT/scripts/lua"
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 
-KEYS="" CLIENTS=50 ROUNDS="" DURATION="" QUICK=0 BUILD=0
+KEYS="" CLIENTS=50 ROUNDS="" DURATION="" QUICK=0 BUILD=0 MEMORY_ONLY=0
 SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
+    --memory-only) MEMORY_ONLY=1 ;;
     --keys) KEYS="$2"; shift ;;
     --clients) CLIENTS="$2"; shift ;;
     --rounds) ROUNDS="$2"; shift ;;
@@ -69,7 +72,12 @@ die() { echo "[bench] error: $*" >&2; exit 1; }
 # ---------------------------------------------------------------------------------------------
 # Tools and the binary.
 
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null \
+if [ "$MEMORY_ONLY" = 1 ]; then
+  command -v redis-cli >/dev/null || {
+    log "installing redis-tools"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools >&2
+  }
+elif ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null \
   || ! command -v redis-benchmark >/dev/null; then
   log "installing redis-server and redis-tools"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >&2
@@ -162,7 +170,7 @@ lua_of() {
   case "$1" in TOKEN) echo token_bucket.lua ;; GCRA) echo gcra.lua ;; SLIDING) echo sliding.lua ;; esac
 }
 prefix_of() {
-  case "$1" in TOKEN) echo rlt: ;; GCRA) echo rlg: ;; SLIDING) echo rls: ;; LOG) echo rll: ;; esac
+  case "$1" in TOKEN) echo rlt: ;; GCRA) echo rlg: ;; SLIDING) echo rls: ;; FIXED) echo rlf: ;; LOG) echo rll: ;; esac
 }
 # Churn: 10 per second, so a bucket is fresh again (and dropped) 100 ms after its request.
 CHURN_SLUICE="RL.CHECK rlc:__rand_int__ 10 1"
@@ -197,6 +205,35 @@ measure_memory() {
     'BEGIN { printf "%.1f %.1f\n", (b - a) / n, (d - c) / n }' >"$RES/mem_${name}_$side"
   log "$(printf '%-8s %-6s %9d keys: %6.1f B RSS, %6.1f B used_memory per limiter (loaded in %d s)' \
     "$name" "$side" "$count" $(cat "$RES/mem_${name}_$side") $((SECONDS - t0)))"
+}
+
+mem_row() { # LABEL ALGO COLUMN(1=RSS,2=used)
+  local r s
+  r=$( [ -f "$RES/mem_$2_redis" ] && awk -v c="$3" '{ print $c }' "$RES/mem_$2_redis" || echo -)
+  s=$(awk -v c="$3" '{ print $c }' "$RES/mem_$2_sluice")
+  awk -v l="$1" -v r="$r" -v s="$s" 'BEGIN {
+      rr = (r == "-") ? "-" : sprintf("%.1f", r)
+      q = (r == "-" || r <= 0) ? "" : sprintf("%6.2f", s / r)
+      printf "| %-43s | %2s | %10s | %7s | %7s | %10.1f | %7s | %7s | %6s | %-28s |\n",
+        l, "", rr, "", "", s, "", "", q, "(Sluice/Redis: lower wins)" }'
+}
+memory_rows() {
+  local algo
+  for algo in TOKEN GCRA SLIDING FIXED; do
+    mem_row "bytes/limiter $algo, RSS delta/keys" "$algo" 1
+    mem_row "bytes/limiter $algo, used_memory delta" "$algo" 2
+  done
+  mem_row "bytes/limiter LOG(10/h, 1 entry), RSS" LOG 1
+  mem_row "bytes/limiter LOG(10/h, 1 entry), used" LOG 2
+}
+
+# sluice_memory NAME WORDS...: a fresh Sluice, preloaded with WORDS per key, its bytes per bucket.
+sluice_memory() {
+  local name=$1
+  shift
+  start_sluice "$SERVER_CPU" 1
+  measure_memory "$name" sluice "$S_PORT" "$S_PID" "$KEYS" "$(prefix_of "$name")" "$@"
+  stop "$S_PID"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -258,6 +295,25 @@ pair() {
 # The phases. Each starts fresh servers so that each memory figure starts from an empty server.
 
 STARTED=$SECONDS
+if [ "$MEMORY_ONLY" = 1 ]; then
+  log "sluice: $SLUICE; memory only, $KEYS keys per algorithm; server on CPU $SERVER_CPU"
+  for algo in TOKEN GCRA SLIDING FIXED; do
+    # shellcheck disable=SC2046
+    sluice_memory "$algo" $(sluice_cmd "$algo" KEY 1000)
+  done
+  sluice_memory LOG RL.CHECK KEY 10 3600 ALGO LOG
+  echo
+  echo "Sluice memory per limiter, $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "--threads 1 on CPU $SERVER_CPU, $KEYS preloaded 16-byte keys per algorithm, each on a fresh server."
+  echo
+  printf '| %-43s | %2s | %10s | %7s | %7s | %10s | %7s | %7s | %6s | %-28s |\n' \
+    test -P "Redis rps" p50 p99 "Sluice rps" p50 p99 "S/R" note
+  echo "|---------------------------------------------|----|------------|---------|---------|------------|---------|---------|--------|------------------------------|"
+  memory_rows
+  echo
+  echo "Total time: $((SECONDS - STARTED)) s."
+  exit 0
+fi
 log "sluice: $SLUICE; $KEYS keys, -c $CLIENTS, $ROUNDS round(s) of ${DURATION}s runs; servers on CPU $SERVER_CPU, client on CPU $CLIENT_CPU"
 
 # steady ALGO EXTRA_TESTS: one server pair, ALGO preloaded, ALGO (and PING, INCR) benchmarked.
@@ -315,10 +371,11 @@ steady TOKEN 1
 steady GCRA 0
 steady SLIDING 0
 
-# LOG: memory only (Redis has no script for it): limit 10 per hour, one request per bucket.
-start_sluice "$SERVER_CPU" 1
-measure_memory LOG sluice "$S_PORT" "$S_PID" "$KEYS" rll: RL.CHECK KEY 10 3600 ALGO LOG
-stop "$S_PID"
+# FIXED and LOG: memory only (Redis has no script for them). FIXED as the others; LOG limit 10
+# per hour, one request per bucket.
+# shellcheck disable=SC2046
+sluice_memory FIXED $(sluice_cmd FIXED KEY 1000)
+sluice_memory LOG RL.CHECK KEY 10 3600 ALGO LOG
 
 # Churn: empty servers, nearly every request makes a bucket, buckets expire 100 ms later.
 start_redis "$SERVER_CPU"
@@ -358,16 +415,6 @@ row() { # LABEL TEST P NOTE
         l, p, r1, r2, r3, s1, s2, s3, (r1 > 0 ? s1 / r1 : 0), note }'
 }
 ratio() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { if (a > 0 && b > 0) printf "%s %.2f", t, a / b }'; }
-mem_row() { # LABEL ALGO COLUMN(1=RSS,2=used)
-  local r s
-  r=$( [ -f "$RES/mem_$2_redis" ] && awk -v c="$3" '{ print $c }' "$RES/mem_$2_redis" || echo -)
-  s=$(awk -v c="$3" '{ print $c }' "$RES/mem_$2_sluice")
-  awk -v l="$1" -v r="$r" -v s="$s" 'BEGIN {
-      rr = (r == "-") ? "-" : sprintf("%.1f", r)
-      q = (r == "-" || r <= 0) ? "" : sprintf("%6.2f", s / r)
-      printf "| %-43s | %2s | %10s | %7s | %7s | %10.1f | %7s | %7s | %6s | %-28s |\n",
-        l, "", rr, "", "", s, "", "", q, "(Sluice/Redis: lower wins)" }'
-}
 
 echo
 echo "Sluice vs Redis $(redis-server --version | awk '{ print $3 }' | tr -d 'v='), $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -390,14 +437,7 @@ done
 row "PING --threads 2 (all on CPUs 0-1)" PING-t2 16 ""
 row "TOKEN --threads 2 (all on CPUs 0-1)" TOKEN-t2 16 \
   "$(ratio "$(rps_of TOKEN-t2 sluice 16)" "$(rps_of PING-t2 sluice 16)" "S/S-PING")$(ratio "$(rps_of TOKEN-t2 sluice 16)" "$(rps_of TOKEN sluice 16)" " t2/t1")"
-mem_row "bytes/limiter TOKEN, RSS delta/keys" TOKEN 1
-mem_row "bytes/limiter TOKEN, used_memory delta" TOKEN 2
-mem_row "bytes/limiter GCRA, RSS delta/keys" GCRA 1
-mem_row "bytes/limiter GCRA, used_memory delta" GCRA 2
-mem_row "bytes/limiter SLIDING, RSS delta/keys" SLIDING 1
-mem_row "bytes/limiter SLIDING, used_memory delta" SLIDING 2
-mem_row "bytes/limiter LOG(10/h, 1 entry), RSS" LOG 1
-mem_row "bytes/limiter LOG(10/h, 1 entry), used" LOG 2
+memory_rows
 
 echo
 echo "Server CPU per request: (utime + stime) of the server process from /proc/PID/stat over each run ÷ its requests, median of rounds."

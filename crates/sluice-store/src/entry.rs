@@ -1,8 +1,9 @@
 //! What a key holds: a limiter's [`State`] or a plain-string [`Counter`].
 //!
-//! The table (see `table`) keeps the common limiter states (TOKEN, GCRA, LEAKY: one `tat`)
-//! packed in the slot itself; everything else is a [`Value`] in a boxed record. This module is
-//! the value side: the types and their heap accounting.
+//! The table (see `table`) keeps the limiter states packed in the slot itself when they fit
+//! (TOKEN, GCRA, LEAKY: one `tat`; SLIDING, FIXED: with an extension word); everything else is
+//! a [`Value`] in a boxed record. This module is the value side: the types and their heap
+//! accounting.
 
 use bytes::Bytes;
 use sluice_core::State;

@@ -7,14 +7,16 @@
 //! - `key`: how a key sits in a slot: up to 16 bytes inline, longer ones on the heap.
 //! - `entry`: `Value` (limiter state or counter) and `Counter`, the values that need a box.
 //! - `table`: a shard's keys: a bucketized cuckoo table of 24-byte slots (+2 metadata bytes)
-//!   that hold a TOKEN/GCRA/LEAKY bucket entirely: key, `tat`, deadline and wheel slot.
+//!   that hold a TOKEN/GCRA/LEAKY bucket entirely (key, `tat`, deadline and wheel slot), and a
+//!   SLIDING/FIXED one with a 4-byte extension word beside the slot.
 //! - `wheel`: the per-shard hierarchical timing wheel of 32-bit key hashes.
 //! - `shard`: one lock's worth: a table, its wheel, its accounting and memory budget.
 //! - this file: `Store`, which hashes a key once and routes it to a shard.
 //!
 //! # Memory
 //! A TOKEN bucket with a 16-byte key costs 26 bytes of slot at 77–93 % table load plus a 4-byte
-//! wheel item: 30–39 bytes (the figures and their test are in `tests/memory.rs`). With
+//! wheel item: 30–39 bytes; a SLIDING or FIXED one 30 bytes of slot and extension word: 36–44
+//! bytes (the figures and their tests are in `tests/memory.rs`). With
 //! [`StoreConfig::maxmemory`], each shard gets `maxmemory / shards` bytes and a new key that
 //! does not fit either evicts the entries with the soonest deadlines
 //! ([`EvictionPolicy::EvictSoonest`]) or is refused ([`EvictionPolicy::Reject`]); see
@@ -29,8 +31,9 @@
 //!   A key past its deadline is treated as missing by every operation, even before the wheel
 //!   drops it; `len` and `expires_count` reap first, so they are exact.
 //! - A check holds one shard lock for a hash probe and an algorithm step: it allocates only when
-//!   it inserts a new key (the table, a heap key, a box, the key's wheel item), or when a
-//!   packed bucket stops fitting its slot (its deadline more than 15 ns before its `tat`).
+//!   it inserts a new key (the table and its extension array, a heap key, a box, the key's
+//!   wheel item), or when a packed bucket stops fitting its slot (its deadline more than 15 ns
+//!   before its `tat`, or a window count reaching 2^16).
 //! - Memory accounting is structural and exact: table arrays, boxes, heap keys and values,
 //!   wheel buffers and the shards themselves ([`Store::used_memory`]).
 
@@ -237,8 +240,9 @@ impl Store {
     ///
     /// Slack: `used_memory` can exceed the limit only by what existing keys grow by without an
     /// insert: a counter `SET` to a longer value, a packed bucket that moves to a 32-byte box
-    /// (an `EXPIRE` on it, or more than 15 ns between its deadline and `tat`), and wheel
-    /// buffers re-filled as time passes (at most a quarter of a shard's items, 1 byte per key).
+    /// (an `EXPIRE` on it, more than 15 ns between its deadline and `tat`, a window count that
+    /// reaches 2^16), and wheel buffers re-filled as time passes (at most a quarter of a
+    /// shard's items, 1 byte per key).
     pub fn set_maxmemory(&self, bytes: usize) {
         self.maxmemory.store(bytes, Ordering::Relaxed);
     }

@@ -144,7 +144,8 @@ impl<H: KeyHash> Shard<H> {
         if limits.budget == usize::MAX {
             return Ok(());
         }
-        let cost = |s: &Self| s.table.insert_cost(probe, value) + s.wheel.file_cost(deadline);
+        let cost =
+            |s: &Self| s.table.insert_cost(probe, value, deadline) + s.wheel.file_cost(deadline);
         while self.bytes() + cost(self) > limits.budget {
             if limits.policy == EvictionPolicy::Reject || !self.evict_one() {
                 self.stats.rejected += 1;

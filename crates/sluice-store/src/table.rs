@@ -1,21 +1,45 @@
 //! `Table`: one shard's keys, in a bucketized cuckoo hash table of 24-byte slots.
 //!
 //! # Layout
-//! A slot is 16 key bytes and one 8-byte word; beside it, 2 bytes of metadata. That is all a
-//! TOKEN, GCRA or LEAKY bucket with a key of up to 16 bytes needs (26 bytes per slot):
-//! - the key, inline (see `key`);
-//! - the word: the bucket's `tat`;
-//! - the metadata: the key form (2 bits, 0 = empty slot), the value kind (2 bits: TOKEN, GCRA,
-//!   LEAKY, or BOXED), `δ = tat − deadline` (4 bits) and the wheel slot `filed` (8 bits).
+//! A slot is 16 key bytes and one 8-byte word; beside it, 2 bytes of metadata: the key form
+//! (2 bits, 0 = empty slot), the kind (2 bits), 4 bits whose meaning depends on the kind, and the
+//! wheel slot `filed` (8 bits). With a key of up to 16 bytes (inline, see `key`), a limiter's
+//! state and deadline live in the slot itself, in one of two shapes:
+//! - *narrow*, kind TOKEN, GCRA or LEAKY (26 bytes per slot): the word is the bucket's `tat` and
+//!   the 4 bits are `δ = tat − deadline`;
+//! - *wide*, SLIDING or FIXED (30 bytes per slot): the word is the window start and the period,
+//!   the 4 bits name the algorithm and how many periods the deadline is after the start (under
+//!   kind 0), and a 4-byte *extension word*, in an array beside the slots, holds the counts.
 //!
 //! A limiter's deadline is the instant its bucket is fresh again, which for the GCRA family is
 //! its `tat` up to rounding (`sluice_core::token` reports `reset_after` on the exact rational
 //! scale, a few ns before the integer `tat`), so `δ` is tiny and the deadline costs 4 bits.
-//! Everything else is BOXED: the word points to a heap [`Boxed`] `{deadline, value}` (32 bytes)
-//! and the metadata holds a 12-bit `filed`. That covers counters, SLIDING/FIXED/LOG, a GCRA
-//! state whose deadline is not within 15 ns below its `tat` (an `EXPIRE` on a bucket, a generic
-//! [`crate::Store::limiter`] caller) and one whose wheel item waits in the overflow list. A key
-//! longer than 16 bytes is a leaked `Box<[u8]>` (pointer and length in the key bytes).
+//!
+//! A window state (SLIDING `{start, prev, curr}`, FIXED `{start, count}`) starts at a multiple
+//! of its period `P` and is fresh again at the end of its window or of the next one: its deadline
+//! is `start + k·P`, `k` 1 or 2. The period comes with each check and the table never sees it,
+//! but `(start, deadline)` gives it back: the table looks for `k ∈ {1, 2}` such that
+//! `P = (deadline − start) / k` divides `start` and packs `P` and `q = start / P` in the word
+//! (`q` in the high [`Q_BITS`] bits; `P` as `m · 10^e` in the low 22: a 5-bit `e`, a 17-bit `m`
+//! with no trailing decimal zero), `k` in the aux bits and the counts in the extension word
+//! (SLIDING: `prev`, then `curr`, 16 bits each; FIXED: `count`, 32 bits). So a state packs
+//! whenever its deadline is where a check puts it, its period is at most 131,071 s in whole
+//! seconds (131 s in whole milliseconds; rounder ones, a day, a week, 10^8 s, at any length) and
+//! at least 1 ms (`q < 2^42` until 2109), and its counts fit. Anything else (a SLIDING count of
+//! 2^16 or more, a FIXED count of 2^32 or more, a period of odd nanoseconds, an `EXPIRE` on the
+//! key) is BOXED: every state and deadline reads back exactly; only memory differs.
+//! The extension array is allocated by the insert of the table's first wide entry and dropped
+//! when the table is rebuilt (grown or shrunk) without one, so a table of TOKEN buckets never
+//! pays for it. Only an insert allocates it, because only an insert is checked against the
+//! memory budget ([`Table::insert_cost`] counts it): a write to an existing entry while there is
+//! no array boxes a window state that would pack.
+//!
+//! Everything else is BOXED (kind 0, the 4 bits 0): the word points to a heap [`Boxed`]
+//! `{deadline, value}` (32 bytes). That covers counters, LOG, every entry whose key is longer
+//! than 16 bytes, window states that do not fit, and a narrow state whose deadline is not within
+//! 15 ns below its `tat` (an `EXPIRE` on a bucket, a generic [`crate::Store::limiter`] caller) or
+//! whose wheel item waits in the overflow list. A key longer than 16 bytes is a leaked
+//! `Box<[u8]>` (pointer and length in the key bytes).
 //!
 //! # Hashing
 //! Only the low 32 bits of the key's hash are used (the shard took bits 40.., the wheel files
@@ -29,18 +53,27 @@
 //! after the buckets that every lookup also scans while it is not empty.
 //!
 //! # Invariants
-//! - A slot owns its box and its heap key; a slot is moved by copying its bytes and metadata
-//!   and clearing the source's metadata, so ownership moves with it. `Drop` frees what the
-//!   occupied slots own.
+//! - A slot owns its box and its heap key; a slot is moved by copying its bytes, its metadata
+//!   and (while the extension array exists) its extension word, and clearing the source's
+//!   metadata, so ownership moves with it. `Drop` frees what the occupied slots own.
+//! - `ext` is empty or exactly as long as `slots` (stash included); `wide` counts the wide
+//!   entries, and `ext` is non-empty whenever `wide > 0`. An extension word means something only
+//!   for a wide entry; it owns nothing.
 //! - `heap` is the sum over entries of their heap key's length and, for BOXED entries,
 //!   `size_of::<Boxed>()` plus the value's heap bytes, except the value of an entry between
-//!   [`Table::take_value`] and [`Table::put`]. `expires` counts entries whose deadline is
-//!   not `Nanos::MAX`.
-//! - A packed entry is always filed in the wheel at a slot, never in the overflow list:
-//!   `filed < OVERFLOW`, which fits its 8 bits.
+//!   [`Table::take_value`] and [`Table::put`]. The arrays (extension included) are counted by
+//!   capacity in [`Table::bytes`]. `expires` counts entries whose deadline is not `Nanos::MAX`.
+//! - A narrow entry is always filed in the wheel at a slot, never in the overflow list:
+//!   `filed < OVERFLOW`. Wide and boxed entries may be filed anywhere (a weekly SLIDING window
+//!   ends beyond the wheel's 13 days). Every `filed`, `NOT_FILED` included, fits its 8 bits.
+//! - A wide entry's word and aux bits give back exactly the start and deadline it was packed
+//!   with: `start = q·P`, `deadline = (q + k)·P`, neither overflowing, `P > 0`. Its deadline is
+//!   never `Nanos::MAX` (such a state is boxed), so it always counts in `expires`.
 
 use std::ptr;
 
+use sluice_core::fixed::Fixed;
+use sluice_core::sliding::Sliding;
 use sluice_core::{Nanos, State};
 
 use crate::entry::{Counter, Value};
@@ -66,16 +99,41 @@ const FORM: u16 = 0b11;
 const EMPTY: u16 = 0;
 const KIND_SHIFT: u32 = 2;
 const KIND: u16 = 0b11 << KIND_SHIFT;
-const BOXED: u16 = 0;
+/// Kind 0: BOXED or wide, told apart by the 4 aux bits.
+const OTHER: u16 = 0;
 const TOKEN: u16 = 1;
 const GCRA: u16 = 2;
 const LEAKY: u16 = 3;
-const DELTA_SHIFT: u32 = 4;
-const PACKED_FILED_SHIFT: u32 = 8;
-const BOXED_FILED_SHIFT: u32 = 4;
+/// The 4 bits after the kind: `δ` of a narrow entry, the algorithm of a kind-0 entry.
+const AUX_SHIFT: u32 = 4;
+const AUX: u16 = 0xF << AUX_SHIFT;
+/// Kind and aux bits of a BOXED entry. A wide entry's aux bits are `alg << 1 | (k − 1)`.
+const BOXED: u16 = OTHER << KIND_SHIFT;
+const SLIDING: u16 = 1;
+const FIXED: u16 = 2;
+const FILED_SHIFT: u32 = 8;
+
+/// Bits of a wide entry's word that hold `q = start / P`, above the period's code.
+pub const Q_BITS: u32 = 64 - PERIOD_BITS;
+const PERIOD_BITS: u32 = EXP_BITS + MANTISSA_BITS;
+const EXP_BITS: u32 = 5;
+const MANTISSA_BITS: u32 = 17;
+/// Bits of each SLIDING count in an extension word.
+const SLIDING_COUNT_BITS: u32 = 16;
+const POW10: [u64; 20] = {
+    let mut p = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        p[i] = p[i - 1] * 10;
+        i += 1;
+    }
+    p
+};
 
 /// Bytes per slot: the slot and its metadata.
 pub const SLOT_BYTES: usize = size_of::<Slot>() + size_of::<u16>();
+/// Bytes per slot of the extension array, while a table has one.
+pub const EXT_BYTES: usize = size_of::<u32>();
 
 /// One slot: key bytes and a word, read through the metadata.
 #[derive(Clone, Copy, Default)]
@@ -95,9 +153,13 @@ pub struct Boxed {
 pub struct Table {
     meta: Vec<u16>,
     slots: Vec<Slot>,
+    /// One extension word per slot while the table holds wide entries, else empty.
+    ext: Vec<u32>,
     /// Slots in buckets (a multiple of [`BUCKET`]); slots after them are the stash.
     cap: usize,
     len: usize,
+    /// Wide entries (SLIDING/FIXED packed with an extension word).
+    wide: usize,
     heap: usize,
     expires: usize,
     rng: u32,
@@ -109,6 +171,8 @@ impl std::fmt::Debug for Table {
             .field("len", &self.len)
             .field("cap", &self.cap)
             .field("stash", &(self.meta.len() - self.cap))
+            .field("wide", &self.wide)
+            .field("ext", &!self.ext.is_empty())
             .finish_non_exhaustive()
     }
 }
@@ -123,14 +187,141 @@ fn fmix32(mut h: u32) -> u32 {
     h ^ (h >> 16)
 }
 
-/// The packed kind of a state, and its `tat`.
+/// Period `p` as a code (`m · 10^e`, `e` in the low [`EXP_BITS`]), if its mantissa fits.
 #[inline]
-fn packable(value: &Value) -> Option<(u16, Nanos)> {
-    match value {
-        Value::Limiter(State::Token { tat }) => Some((TOKEN, *tat)),
-        Value::Limiter(State::Gcra { tat }) => Some((GCRA, *tat)),
-        Value::Limiter(State::Leaky { tat }) => Some((LEAKY, *tat)),
-        _ => None,
+fn encode_period(p: u64) -> Option<u64> {
+    let (mut m, mut e) = (p, 0);
+    if m != 0 {
+        // Strips the trailing decimal zeros (at most 19) in five steps, 16 + 2 + 1 at most.
+        for (zeros, pow) in [
+            (16, POW10[16]),
+            (8, POW10[8]),
+            (4, 10_000),
+            (2, 100),
+            (1, 10),
+        ] {
+            if m.is_multiple_of(pow) {
+                m /= pow;
+                e += zeros;
+            }
+        }
+    }
+    (m < 1 << MANTISSA_BITS).then_some((m << EXP_BITS) | e)
+}
+
+#[inline]
+fn decode_period(code: u64) -> u64 {
+    let e = (code & ((1 << EXP_BITS) - 1)) as usize;
+    let m = (code >> EXP_BITS) & ((1 << MANTISSA_BITS) - 1);
+    // A code comes from `encode_period` of a u64: `e ≤ 19` and `m · 10^e` does not overflow.
+    m * POW10[e]
+}
+
+/// The kind and aux bits of a wide entry of algorithm `alg` whose deadline is `k` periods
+/// after its start.
+#[inline]
+fn wide_shape(alg: u16, k: u64) -> u16 {
+    (OTHER << KIND_SHIFT) | (((alg << 1) | (k as u16 - 1)) << AUX_SHIFT)
+}
+
+/// The window start and deadline of a wide entry of shape `shape` and word `word`.
+#[inline]
+fn wide_times(shape: u16, word: u64) -> (Nanos, Nanos) {
+    let p = decode_period(word & ((1 << PERIOD_BITS) - 1));
+    let start = (word >> PERIOD_BITS) * p;
+    let k = 1 + u64::from((shape >> AUX_SHIFT) & 1);
+    // Packed only if `(q + k)·P`, the deadline, is a u64 (module invariants).
+    (Nanos(start), Nanos(start + k * p))
+}
+
+/// How a value sits in a slot, when it does not need a box.
+#[derive(Clone, Copy)]
+enum Packed {
+    /// TOKEN/GCRA/LEAKY: the word is `tat`.
+    Narrow { kind: u16, tat: u64, delta: u64 },
+    /// SLIDING/FIXED: `q` and the period in the word, the counts in the extension word;
+    /// `shape` is its kind and aux bits.
+    Wide { shape: u16, word: u64, ext: u32 },
+}
+
+/// [`pack`] for TOKEN, GCRA and LEAKY (`None` for anything else).
+#[inline]
+fn pack_narrow(value: &Value, form: u16, deadline: Nanos, filed: SlotId) -> Option<Packed> {
+    let (kind, tat) = match value {
+        Value::Limiter(State::Token { tat }) => (TOKEN, tat.0),
+        Value::Limiter(State::Gcra { tat }) => (GCRA, tat.0),
+        Value::Limiter(State::Leaky { tat }) => (LEAKY, tat.0),
+        _ => return None,
+    };
+    let delta = tat.checked_sub(deadline.0)?;
+    (form != HEAP && filed < OVERFLOW && delta <= MAX_DELTA).then_some(Packed::Narrow {
+        kind,
+        tat,
+        delta,
+    })
+}
+
+/// How `value` with `deadline` and wheel slot `filed` packs into a slot of key form `form`
+/// (`None`: it needs a box). See the module docs.
+#[inline]
+fn pack(value: &Value, form: u16, deadline: Nanos, filed: SlotId) -> Option<Packed> {
+    let Value::Limiter(state) = value else {
+        return None;
+    };
+    if form == HEAP {
+        return None;
+    }
+    let wide = |alg: u16, start: Nanos, ext: u32| {
+        if deadline == Nanos::MAX {
+            return None;
+        }
+        let span = deadline.0.checked_sub(start.0)?;
+        // The first k that gives a period dividing the start, whose q and code fit. Any that
+        // does gives back (start, deadline) exactly, whatever period the check used.
+        [1, 2].into_iter().find_map(|k| {
+            let p = span / k;
+            let divides = p != 0 && span.is_multiple_of(k) && start.0.is_multiple_of(p);
+            if !divides || (start.0 / p) >> Q_BITS != 0 {
+                return None;
+            }
+            Some(Packed::Wide {
+                shape: wide_shape(alg, k),
+                word: ((start.0 / p) << PERIOD_BITS) | encode_period(p)?,
+                ext,
+            })
+        })
+    };
+    match state {
+        State::Token { .. } | State::Gcra { .. } | State::Leaky { .. } => {
+            pack_narrow(value, form, deadline, filed)
+        }
+        State::Sliding(s) => {
+            if (s.prev | s.curr) >> SLIDING_COUNT_BITS != 0 {
+                return None;
+            }
+            wide(SLIDING, s.start, s.prev | (s.curr << SLIDING_COUNT_BITS))
+        }
+        State::Fixed(f) => wide(FIXED, f.start, u32::try_from(f.count).ok()?),
+        State::Log(_) => None,
+    }
+}
+
+/// The state of a wide entry of shape `shape`, word `word` and extension word `ext`.
+#[inline]
+fn unpack_wide(shape: u16, word: u64, ext: u32) -> State {
+    let (start, _) = wide_times(shape, word);
+    if (shape >> AUX_SHIFT) >> 1 == SLIDING {
+        State::Sliding(Sliding {
+            start,
+            prev: ext & ((1 << SLIDING_COUNT_BITS) - 1),
+            curr: ext >> SLIDING_COUNT_BITS,
+        })
+    } else {
+        debug_assert_eq!((shape >> AUX_SHIFT) >> 1, FIXED);
+        State::Fixed(Fixed {
+            start,
+            count: u64::from(ext),
+        })
     }
 }
 
@@ -139,8 +330,10 @@ impl Default for Table {
         Table {
             meta: Vec::new(),
             slots: Vec::new(),
+            ext: Vec::new(),
             cap: 0,
             len: 0,
+            wide: 0,
             heap: 0,
             expires: 0,
             rng: 0x9E37_79B9,
@@ -167,32 +360,46 @@ impl Table {
         self.expires
     }
 
-    /// Structural bytes: the slot and metadata arrays and everything entries own on the heap.
+    /// Structural bytes: the slot, metadata and extension arrays and everything entries own on
+    /// the heap.
     pub fn bytes(&self) -> usize {
         self.meta.capacity() * size_of::<u16>()
             + self.slots.capacity() * size_of::<Slot>()
+            + self.ext.capacity() * EXT_BYTES
             + self.heap
     }
 
-    /// What inserting `probe` with `value` would add to [`Table::bytes`]: the growth of the
-    /// arrays if the insert grows them, the heap key, and the box unless the value packs.
-    pub fn insert_cost(&self, probe: &Probe<'_>, value: &Value) -> usize {
-        let grow = if self.needs_growth() {
-            (self.grown_buckets() * BUCKET - self.cap) * SLOT_BYTES
+    /// What inserting `probe` with `value` and `deadline` would add to [`Table::bytes`]: the
+    /// growth of the arrays if the insert grows them (and the extension array if it is the
+    /// table's first wide entry), the heap key, and the box unless the value packs (assuming a
+    /// narrow value's wheel item lands in a wheel slot).
+    pub fn insert_cost(&self, probe: &Probe<'_>, value: &Value, deadline: Nanos) -> usize {
+        let grows = self.needs_growth();
+        let (grow, slots_after) = if grows {
+            let slots = self.grown_buckets() * BUCKET;
+            ((slots - self.cap) * SLOT_BYTES, slots)
         } else {
-            0
+            (0, self.slots.len())
         };
         let key = if probe.form == HEAP {
             probe.key.len()
         } else {
             0
         };
-        let boxed = if packable(value).is_some() && probe.form != HEAP {
+        let packed = pack(value, probe.form, deadline, 0);
+        let boxed = if packed.is_some() {
             0
         } else {
             size_of::<Boxed>() + value.heap_bytes()
         };
-        grow + key + boxed
+        let wide = matches!(packed, Some(Packed::Wide { .. }));
+        let ext_after = if wide || self.wide > 0 || (!grows && !self.ext.is_empty()) {
+            slots_after * EXT_BYTES
+        } else {
+            0
+        };
+        let ext = ext_after.saturating_sub(self.ext.capacity() * EXT_BYTES);
+        grow + key + boxed + ext
     }
 
     #[inline]
@@ -272,9 +479,20 @@ impl Table {
         (self.meta[i] & KIND) >> KIND_SHIFT
     }
 
+    /// Kind and aux bits: [`BOXED`], or a wide entry's shape (see `wide_shape`).
+    #[inline]
+    fn shape(&self, i: usize) -> u16 {
+        self.meta[i] & (KIND | AUX)
+    }
+
     #[inline]
     fn is_boxed(&self, i: usize) -> bool {
-        self.kind(i) == BOXED
+        self.shape(i) == BOXED
+    }
+
+    #[inline]
+    fn is_wide(&self, i: usize) -> bool {
+        self.kind(i) == OTHER && !self.is_boxed(i)
     }
 
     fn boxed(&self, i: usize) -> &Boxed {
@@ -290,35 +508,45 @@ impl Table {
         unsafe { &mut *ptr::with_exposed_provenance_mut::<Boxed>(self.slots[i].word as usize) }
     }
 
+    /// The state of wide entry `i`.
+    #[inline]
+    fn wide_state(&self, i: usize) -> State {
+        debug_assert!(self.is_wide(i));
+        unpack_wide(self.shape(i), self.slots[i].word, self.ext[i])
+    }
+
     /// When entry `i` disappears; `Nanos::MAX` = never.
     #[inline]
     pub fn deadline(&self, i: usize) -> Nanos {
         let m = self.meta[i];
+        if m & KIND != 0 {
+            Nanos(self.slots[i].word - u64::from((m & AUX) >> AUX_SHIFT))
+        } else {
+            self.kind0_deadline(i)
+        }
+    }
+
+    /// [`Table::deadline`] of a BOXED or wide entry (out of line: the narrow path stays small).
+    #[inline(never)]
+    fn kind0_deadline(&self, i: usize) -> Nanos {
         if self.is_boxed(i) {
             self.boxed(i).deadline
         } else {
-            Nanos(self.slots[i].word - u64::from((m >> DELTA_SHIFT) & 0xF))
+            wide_times(self.shape(i), self.slots[i].word).1
         }
     }
 
     /// The wheel slot of entry `i`'s live item, or `NOT_FILED`.
     #[inline]
     pub fn filed(&self, i: usize) -> SlotId {
-        let m = self.meta[i];
-        if self.is_boxed(i) {
-            m >> BOXED_FILED_SHIFT
-        } else {
-            m >> PACKED_FILED_SHIFT
-        }
+        self.meta[i] >> FILED_SHIFT
     }
 
-    /// Records where the wheel filed entry `i` (boxing it if a packed entry went to the
+    /// Records where the wheel filed entry `i` (boxing it if a narrow entry went to the
     /// overflow list).
     pub fn set_filed(&mut self, i: usize, filed: SlotId) {
-        if self.is_boxed(i) {
-            self.meta[i] = (self.meta[i] & (FORM | KIND)) | (filed << BOXED_FILED_SHIFT);
-        } else if filed < OVERFLOW {
-            self.meta[i] = (self.meta[i] & 0xFF) | (filed << PACKED_FILED_SHIFT);
+        if self.kind(i) == OTHER || filed < OVERFLOW {
+            self.meta[i] = (self.meta[i] & (FORM | KIND | AUX)) | (filed << FILED_SHIFT);
         } else {
             let deadline = self.deadline(i);
             let value = self.take_value(i);
@@ -334,6 +562,7 @@ impl Table {
             TOKEN => f(&Value::Limiter(State::Token { tat })),
             GCRA => f(&Value::Limiter(State::Gcra { tat })),
             LEAKY => f(&Value::Limiter(State::Leaky { tat })),
+            _ if self.is_wide(i) => f(&Value::Limiter(self.wide_state(i))),
             _ => f(&self.boxed(i).value),
         }
     }
@@ -372,14 +601,21 @@ impl Table {
             TOKEN => Some(State::Token { tat }),
             GCRA => Some(State::Gcra { tat }),
             LEAKY => Some(State::Leaky { tat }),
-            _ => {
-                let state = self.boxed_mut(i).value.take_limiter();
-                if let Some(s) = &state {
-                    self.heap -= s.heap_bytes();
-                }
-                state
-            }
+            _ => self.take_kind0_limiter(i),
         }
+    }
+
+    /// [`Table::take_limiter`] of a BOXED or wide entry.
+    #[inline(never)]
+    fn take_kind0_limiter(&mut self, i: usize) -> Option<State> {
+        if self.is_wide(i) {
+            return Some(self.wide_state(i));
+        }
+        let state = self.boxed_mut(i).value.take_limiter();
+        if let Some(s) = &state {
+            self.heap -= s.heap_bytes();
+        }
+        state
     }
 
     /// Moves entry `i`'s value out. The caller must [`put`](Table::put) one back or
@@ -396,44 +632,126 @@ impl Table {
         value
     }
 
-    /// Stores `value` in entry `i` with `deadline`, filed at `filed`: packed if it fits,
-    /// else boxed (reusing the entry's box if it has one; allocating only when a packed entry
-    /// stops fitting).
+    /// Stores `value` in entry `i` with `deadline`, filed at `filed`: packed if it fits (wide
+    /// only if the extension array exists), else boxed (reusing the entry's box if it has one;
+    /// allocating only when a packed entry stops fitting).
     #[inline]
     pub fn put(&mut self, i: usize, value: Value, deadline: Nanos, filed: SlotId) {
-        let had_deadline = self.deadline(i) != Nanos::MAX;
-        let form = self.meta[i] & FORM;
-        let packed = packable(&value).filter(|&(_, tat)| {
-            form != HEAP && filed < OVERFLOW && deadline <= tat && tat.0 - deadline.0 <= MAX_DELTA
-        });
-        if let Some((kind, tat)) = packed {
-            if self.is_boxed(i) {
-                self.drop_box(i);
-            }
-            self.slots[i].word = tat.0;
-            self.meta[i] = form
+        // The common case inline: a narrow entry that stays narrow.
+        let m = self.meta[i];
+        if m & KIND != 0
+            && let Some(Packed::Narrow { kind, tat, delta }) =
+                pack_narrow(&value, m & FORM, deadline, filed)
+        {
+            let had_deadline = self.deadline(i) != Nanos::MAX;
+            self.slots[i].word = tat;
+            self.meta[i] = (m & FORM)
                 | (kind << KIND_SHIFT)
-                | (((tat.0 - deadline.0) as u16) << DELTA_SHIFT)
-                | (filed << PACKED_FILED_SHIFT);
-        } else {
-            self.heap += value.heap_bytes();
-            if self.is_boxed(i) {
-                let b = self.boxed_mut(i);
-                b.deadline = deadline;
-                let old = std::mem::replace(&mut b.value, value);
-                self.heap -= old.heap_bytes();
-            } else {
-                self.heap += size_of::<Boxed>();
-                let b = Box::into_raw(Box::new(Boxed { deadline, value }));
-                self.slots[i].word = b.expose_provenance() as u64;
+                | ((delta as u16) << AUX_SHIFT)
+                | (filed << FILED_SHIFT);
+            match (had_deadline, deadline != Nanos::MAX) {
+                (false, true) => self.expires += 1,
+                (true, false) => self.expires -= 1,
+                _ => {}
             }
-            self.meta[i] = form | (BOXED << KIND_SHIFT) | (filed << BOXED_FILED_SHIFT);
+            return;
+        }
+        self.put_any(i, value, deadline, filed);
+    }
+
+    /// [`Table::put`] in general: any value into any entry.
+    #[inline(never)]
+    fn put_any(&mut self, i: usize, value: Value, deadline: Nanos, filed: SlotId) {
+        // A wide entry that stays wide under the same period (a check's usual write) keeps its
+        // period code, and its deadline (wide entries always have one).
+        if self.is_wide(i)
+            && let Some((shape, word, ext)) = self.repack_wide(i, &value, deadline)
+        {
+            self.slots[i].word = word;
+            self.ext[i] = ext;
+            self.meta[i] = (self.meta[i] & FORM) | shape | (filed << FILED_SHIFT);
+            return;
+        }
+        let had_deadline = self.deadline(i) != Nanos::MAX;
+        let was_wide = self.is_wide(i);
+        let form = self.meta[i] & FORM;
+        // Only an insert allocates the extension array (its cost is in `insert_cost`): an
+        // existing entry that packs wide while there is none stays boxed.
+        let packed = pack(&value, form, deadline, filed)
+            .filter(|p| !matches!(p, Packed::Wide { .. }) || !self.ext.is_empty());
+        match packed {
+            Some(Packed::Narrow { kind, tat, delta }) => {
+                if self.is_boxed(i) {
+                    self.drop_box(i);
+                }
+                self.slots[i].word = tat;
+                self.meta[i] = form
+                    | (kind << KIND_SHIFT)
+                    | ((delta as u16) << AUX_SHIFT)
+                    | (filed << FILED_SHIFT);
+            }
+            Some(Packed::Wide { shape, word, ext }) => {
+                if self.is_boxed(i) {
+                    self.drop_box(i);
+                }
+                self.ext[i] = ext;
+                self.slots[i].word = word;
+                self.meta[i] = form | shape | (filed << FILED_SHIFT);
+            }
+            None => {
+                self.heap += value.heap_bytes();
+                if self.is_boxed(i) {
+                    let b = self.boxed_mut(i);
+                    b.deadline = deadline;
+                    let old = std::mem::replace(&mut b.value, value);
+                    self.heap -= old.heap_bytes();
+                } else {
+                    self.heap += size_of::<Boxed>();
+                    let b = Box::into_raw(Box::new(Boxed { deadline, value }));
+                    self.slots[i].word = b.expose_provenance() as u64;
+                }
+                self.meta[i] = form | BOXED | (filed << FILED_SHIFT);
+            }
+        }
+        match (was_wide, self.is_wide(i)) {
+            (false, true) => self.wide += 1,
+            (true, false) => self.wide -= 1,
+            _ => {}
         }
         match (had_deadline, deadline != Nanos::MAX) {
             (false, true) => self.expires += 1,
             (true, false) => self.expires -= 1,
             _ => {}
         }
+    }
+
+    /// Wide entry `i` packed again with `value` and `deadline` under its own period, if they
+    /// fit it: the shape, word and extension word. The same as [`pack`] would give, or another
+    /// packing of the same start and deadline.
+    #[inline]
+    fn repack_wide(&self, i: usize, value: &Value, deadline: Nanos) -> Option<(u16, u64, u32)> {
+        let (alg, start, ext) = match value {
+            Value::Limiter(State::Sliding(s)) if (s.prev | s.curr) >> SLIDING_COUNT_BITS == 0 => {
+                (SLIDING, s.start.0, s.prev | (s.curr << SLIDING_COUNT_BITS))
+            }
+            Value::Limiter(State::Fixed(f)) => (FIXED, f.start.0, u32::try_from(f.count).ok()?),
+            _ => return None,
+        };
+        if deadline == Nanos::MAX {
+            return None;
+        }
+        let code = self.slots[i].word & ((1 << PERIOD_BITS) - 1);
+        // Not 0: a wide entry's period divides its start (`pack`).
+        let p = decode_period(code);
+        let span = deadline.0.checked_sub(start)?;
+        let k = match span / p {
+            1 | 2 if span.is_multiple_of(p) => span / p,
+            _ => return None,
+        };
+        if !start.is_multiple_of(p) || (start / p) >> Q_BITS != 0 {
+            return None;
+        }
+        Some((wide_shape(alg, k), ((start / p) << PERIOD_BITS) | code, ext))
     }
 
     fn drop_box(&mut self, i: usize) {
@@ -470,6 +788,9 @@ impl Table {
         if self.deadline(i) != Nanos::MAX {
             self.expires -= 1;
         }
+        if self.is_wide(i) {
+            self.wide -= 1;
+        }
         self.free(i);
         self.meta[i] = EMPTY;
         self.len -= 1;
@@ -477,6 +798,7 @@ impl Table {
             while self.meta.len() > self.cap && self.meta.last() == Some(&EMPTY) {
                 self.meta.pop();
                 self.slots.pop();
+                self.ext.pop();
             }
         }
     }
@@ -539,6 +861,16 @@ impl Table {
         };
         self.meta[i] = probe.form | (TOKEN << KIND_SHIFT);
         self.len += 1;
+        // The table's first wide entry brings the extension array (see `put`).
+        if self.ext.is_empty()
+            && matches!(value, Value::Limiter(State::Sliding(_) | State::Fixed(_)))
+            && matches!(
+                pack(&value, probe.form, deadline, filed),
+                Some(Packed::Wide { .. })
+            )
+        {
+            self.ext = vec![0; self.slots.len()];
+        }
         self.put(i, value, deadline, filed);
         i
     }
@@ -559,6 +891,9 @@ impl Table {
     fn move_slot(&mut self, from: usize, to: usize) {
         debug_assert_eq!(self.meta[to], EMPTY);
         self.slots[to] = self.slots[from];
+        if !self.ext.is_empty() {
+            self.ext[to] = self.ext[from];
+        }
         self.meta[to] = self.meta[from];
         self.meta[from] = EMPTY;
     }
@@ -605,15 +940,25 @@ impl Table {
         self.slots.reserve_exact(1);
         self.meta.push(EMPTY);
         self.slots.push(Slot::default());
+        if !self.ext.is_empty() {
+            self.ext.reserve_exact(1);
+            self.ext.push(0);
+        }
         self.meta.len() - 1
     }
 
-    /// Moves every entry into fresh arrays of `buckets` buckets.
+    /// Moves every entry into fresh arrays of `buckets` buckets (with an extension array only
+    /// if a wide entry needs one).
     fn rebuild(&mut self, buckets: usize, hash: &impl Fn(&[u8]) -> u32) {
         let cap = buckets * BUCKET;
         let mut fresh = Table {
             meta: vec![EMPTY; cap],
             slots: vec![Slot::default(); cap],
+            ext: if self.wide > 0 {
+                vec![0; cap]
+            } else {
+                Vec::new()
+            },
             cap,
             rng: self.rng,
             ..Table::default()
@@ -627,8 +972,12 @@ impl Table {
                 .unwrap_or_else(|| fresh.stash_slot());
             fresh.slots[j] = self.slots[i];
             fresh.meta[j] = self.meta[i];
+            if !fresh.ext.is_empty() {
+                fresh.ext[j] = self.ext[i];
+            }
         }
-        (fresh.len, fresh.heap, fresh.expires) = (self.len, self.heap, self.expires);
+        (fresh.len, fresh.wide, fresh.heap, fresh.expires) =
+            (self.len, self.wide, self.heap, self.expires);
         let mut old = std::mem::replace(self, fresh);
         // Ownership moved with the bytes: the old arrays must free nothing.
         old.meta.clear();
@@ -647,6 +996,12 @@ impl Table {
     #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.cap
+    }
+
+    /// Whether the table has its extension array now.
+    #[cfg(test)]
+    pub fn has_ext(&self) -> bool {
+        !self.ext.is_empty()
     }
 }
 
@@ -669,6 +1024,8 @@ mod tests {
         assert_eq!(size_of::<Slot>(), 24);
         assert_eq!(SLOT_BYTES, 26);
         assert_eq!(size_of::<Boxed>(), 32);
+        assert_eq!(EXT_BYTES, 4);
+        assert_eq!((Q_BITS, PERIOD_BITS, 2 * SLIDING_COUNT_BITS), (42, 22, 32));
     }
 
     #[test]
@@ -772,5 +1129,415 @@ mod tests {
         t.put(i, token(300), Nanos::MAX, NOT_FILED);
         assert_eq!(t.expires(), 0);
         assert_eq!(t.filed(i), NOT_FILED);
+    }
+
+    fn sliding(start: u64, prev: u32, curr: u32) -> Value {
+        Value::Limiter(State::Sliding(Sliding {
+            start: Nanos(start),
+            prev,
+            curr,
+        }))
+    }
+
+    fn fixed(start: u64, count: u64) -> Value {
+        Value::Limiter(State::Fixed(Fixed {
+            start: Nanos(start),
+            count,
+        }))
+    }
+
+    fn state(v: &Value) -> State {
+        match v {
+            Value::Limiter(s) => s.clone(),
+            Value::Counter(_) => panic!("a counter"),
+        }
+    }
+
+    /// The packing rule, written out independently of `encode_period`.
+    fn packs_wide(v: &Value, deadline: u64) -> bool {
+        let (start, counts_fit) = match state(v) {
+            State::Sliding(s) => (s.start.0, s.prev < 1 << 16 && s.curr < 1 << 16),
+            State::Fixed(f) => (f.start.0, f.count <= u64::from(u32::MAX)),
+            _ => return false,
+        };
+        let Some(span) = deadline.checked_sub(start) else {
+            return false;
+        };
+        let fits = |p: u64| {
+            let mut m = p;
+            while m != 0 && m.is_multiple_of(10) {
+                m /= 10;
+            }
+            p > 0 && start % p == 0 && start / p < 1 << 42 && m < 1 << 17
+        };
+        let finite = deadline != u64::MAX;
+        counts_fit && finite && (fits(span) || (span.is_multiple_of(2) && fits(span / 2)))
+    }
+
+    /// Inserts `k`, checking [`Table::insert_cost`] against what [`Table::bytes`] grew by:
+    /// exact, unless a failed walk grew the table when no growth was due (the cost cannot
+    /// foresee that; it still counts everything else).
+    fn insert_costed(t: &mut Table, k: &[u8], v: Value, deadline: Nanos, filed: SlotId) -> bool {
+        let p = Probe::new(k);
+        let cost = t.insert_cost(&p, &v, deadline);
+        let before = t.bytes();
+        let foreseen = if t.needs_growth() {
+            t.grown_buckets() * BUCKET
+        } else {
+            t.capacity()
+        };
+        t.insert(hash(k), &p, v, deadline, filed, &hash);
+        let grew = t.bytes() - before;
+        if t.capacity() == foreseen {
+            assert_eq!(grew, cost, "{}", String::from_utf8_lossy(k));
+            true
+        } else {
+            assert!(grew > cost, "{}", String::from_utf8_lossy(k));
+            false
+        }
+    }
+
+    #[test]
+    fn period_codes_round_trip_exactly_or_refuse() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut periods = vec![
+            0,
+            1,
+            9,
+            10,
+            (1 << 17) - 1,
+            1 << 17,
+            ((1 << 17) - 1) * 10_000_000_000_000,
+            (1 << 17) * 10,
+            10_000_000_000_000_000_000,
+            u64::MAX,
+            123_456_789,
+            60_000_000_000,
+            86_400_000_000_000,
+            100_000_000_000_000_000,
+        ];
+        for _ in 0..100_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let m = rng % (1 << 19);
+            let e = (rng >> 40) as usize % 20;
+            periods.push(m.saturating_mul(POW10[e]));
+            periods.push(rng);
+        }
+        for p in periods {
+            let mut m = p;
+            while m != 0 && m.is_multiple_of(10) {
+                m /= 10;
+            }
+            match encode_period(p) {
+                Some(code) => {
+                    assert!(code < 1 << PERIOD_BITS, "{p}");
+                    assert_eq!(decode_period(code), p);
+                }
+                None => assert!(m >= 1 << MANTISSA_BITS, "{p} refused"),
+            }
+            assert_eq!(encode_period(p).is_some(), m < 1 << MANTISSA_BITS, "{p}");
+        }
+    }
+
+    #[test]
+    fn window_states_round_trip_at_the_boundaries() {
+        let t0 = 1_700_000_000_123_456_789u64;
+        let day = 86_400_000_000_000u64;
+        let periods = [
+            1,
+            1_000_000,
+            1_000_000_000,
+            day,
+            7 * day,
+            100_000_000_000_000_000,
+            123_456_789,
+            ((1 << 17) - 1) * 1_000_000_000,
+            (1 << 17) * 1_000_000_000,
+            ((1 << 18) - 1) * 1_000_000_000,
+        ];
+        let max = (1u32 << 16) - 1;
+        let mut cases = Vec::new();
+        for p in periods {
+            let start = t0 - t0 % p;
+            for (prev, curr) in [
+                (0, 0),
+                (0, 1),
+                (1, 0),
+                (max, max),
+                (max + 1, 0),
+                (0, max + 1),
+            ] {
+                for span in [p, 2 * p] {
+                    cases.push((sliding(start, prev, curr), start + span));
+                }
+            }
+            for count in [0, 1, u64::from(u32::MAX), 1 << 32, u64::MAX] {
+                cases.push((fixed(start, count), start + p));
+            }
+        }
+        let odd = [
+            (t0, t0 - 1),
+            (t0, t0),
+            (0, t0),
+            (0, 9 * POW10[18]),
+            (1000, 3000),
+            (1000, 4000),
+            (3000, 4000),
+        ];
+        for (start, deadline) in odd {
+            cases.push((sliding(start, 3, 4), deadline));
+            cases.push((fixed(start, 5), deadline));
+        }
+        cases.push((sliding(t0, 1, 1), u64::MAX));
+        cases.push((fixed(0, 1), u64::MAX));
+
+        let mut t = Table::default();
+        let mut want = Vec::new();
+        for (n, (value, deadline)) in cases.into_iter().enumerate() {
+            let k = format!("window:{n:09}");
+            assert_eq!(k.len(), 16);
+            let p = Probe::new(k.as_bytes());
+            let filed = [3, OVERFLOW, NOT_FILED][n % 3];
+            let expect_wide = packs_wide(&value, deadline);
+            let s = state(&value);
+            let i = t.insert(hash(k.as_bytes()), &p, value, Nanos(deadline), filed, &hash);
+            assert_eq!(t.is_wide(i), expect_wide, "{k}: {s:?} until {deadline}");
+            assert_eq!(t.is_boxed(i), !expect_wide);
+            want.push((k, s, deadline, filed, expect_wide));
+        }
+        let wide = want.iter().filter(|w| w.4).count();
+        assert!(
+            wide > 40 && wide < want.len() - 40,
+            "{wide} of {}",
+            want.len()
+        );
+        assert_eq!(t.wide, wide);
+        let boxes = (want.len() - wide) * size_of::<Boxed>();
+        assert_eq!(
+            t.bytes(),
+            t.capacity() * SLOT_BYTES + t.slots.len() * EXT_BYTES + boxes
+        );
+        for (k, s, deadline, filed, _) in &want {
+            let i = t
+                .find(hash(k.as_bytes()), &Probe::new(k.as_bytes()))
+                .unwrap();
+            assert_eq!(t.deadline(i), Nanos(*deadline), "{k}");
+            assert_eq!(t.filed(i), *filed, "{k}");
+            assert_eq!(t.with_value(i, state), *s, "{k}");
+            // Taken out and put back unchanged (a check that changed nothing).
+            let taken = t.take_limiter(i).unwrap();
+            assert_eq!(taken, *s, "{k}");
+            t.put(i, Value::Limiter(taken), Nanos(*deadline), *filed);
+            assert_eq!(t.with_value(i, state), *s, "{k}");
+            assert!(t.counter(i).is_none());
+        }
+        let expiring = want.iter().filter(|w| w.2 != u64::MAX).count();
+        assert_eq!((t.expires(), t.wide), (expiring, wide));
+        for (k, ..) in &want {
+            let i = t
+                .find(hash(k.as_bytes()), &Probe::new(k.as_bytes()))
+                .unwrap();
+            t.remove(i);
+        }
+        assert_eq!((t.len(), t.wide, t.heap, t.expires()), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_slot_changes_shape_with_its_value() {
+        let mut t = Table::default();
+        let k = b"0123456789abcdef";
+        let i = t.insert(hash(k), &Probe::new(k), token(100), Nanos(95), 3, &hash);
+        assert!(!t.has_ext());
+        let slots = t.capacity() * SLOT_BYTES;
+        let ext = t.slots.len() * EXT_BYTES;
+        // TOKEN -> SLIDING (a replica's write may change the algorithm): no insert, so no
+        // array, so a box.
+        t.put(i, sliding(1000, 1, 2), Nanos(3000), 3);
+        assert!(t.is_boxed(i) && !t.has_ext());
+        assert_eq!((t.wide, t.bytes()), (0, slots + 32));
+        // Another key's insert brings the array; from then on the first one packs too.
+        let k2 = b"another key";
+        let j = t.insert(hash(k2), &Probe::new(k2), fixed(0, 1), Nanos(10), 3, &hash);
+        assert!(t.is_wide(j) && t.has_ext());
+        assert_eq!((t.wide, t.bytes()), (1, slots + ext + 32));
+        t.put(i, sliding(1000, 1, 2), Nanos(3000), 3);
+        assert!(t.is_wide(i));
+        assert_eq!((t.wide, t.bytes()), (2, slots + ext));
+        // A new period whose span does not pack: boxed, then packed again.
+        t.put(i, sliding(1000, 1, 2), Nanos(1000 + 1_234_567), 4);
+        assert!(t.is_boxed(i));
+        assert_eq!((t.wide, t.bytes()), (1, slots + ext + 32));
+        assert_eq!(t.filed(i), 4);
+        t.put(i, sliding(2000, 2, 0), Nanos(3000), OVERFLOW);
+        assert!(t.is_wide(i));
+        assert_eq!((t.wide, t.bytes()), (2, slots + ext));
+        assert_eq!(t.filed(i), OVERFLOW);
+        // Wide entries stay packed in the overflow list and keep any `filed`.
+        t.set_filed(i, 5);
+        t.set_filed(i, OVERFLOW);
+        assert!(t.is_wide(i));
+        assert_eq!(t.filed(i), OVERFLOW);
+        // SLIDING -> FIXED -> TOKEN.
+        t.put(i, fixed(2000, 7), Nanos(4000), 6);
+        assert_eq!(t.take_limiter(i), Some(state(&fixed(2000, 7))));
+        assert_eq!(t.deadline(i), Nanos(4000));
+        t.put(i, token(5000), Nanos(5000), 6);
+        assert!(!t.is_wide(i) && !t.is_boxed(i));
+        assert_eq!((t.wide, t.bytes()), (1, slots + ext));
+        // An EXPIRE far from the window boxes it; a check back in shape packs it.
+        t.put(i, fixed(2000, 7), Nanos(4000), 6);
+        let v = t.take_value(i);
+        t.put(i, v, Nanos(2000 + 1_234_567), 6);
+        assert!(t.is_boxed(i));
+        assert_eq!(t.take_value(i).heap_bytes(), 0);
+        t.put(i, fixed(2000, 8), Nanos(4000), 6);
+        assert!(t.is_wide(i));
+        assert_eq!((t.wide, t.bytes()), (2, slots + ext));
+        // The array stays until a rebuild finds no wide entry.
+        t.put(i, token(5000), Nanos(5000), 6);
+        t.remove(j);
+        assert!(t.has_ext());
+        t.rebuild(t.capacity() / BUCKET, &hash);
+        assert!(!t.has_ext());
+        assert_eq!(t.bytes(), slots);
+        assert_eq!(t.with_value(i, state), state(&token(5000)));
+        // Without the array, a window state that would pack stays boxed.
+        t.put(i, fixed(2000, 8), Nanos(4000), 6);
+        assert!(t.is_boxed(i) && !t.has_ext());
+    }
+
+    #[test]
+    fn token_only_tables_allocate_no_extension() {
+        let mut t = Table::default();
+        for n in 0..5000u32 {
+            let k = format!("user:{n}");
+            let v = match n % 5 {
+                0 => Value::Counter(Counter::Int(1)),
+                // Window states that do not pack: a box, not the array.
+                1 => sliding(0, 1 << 16, 1),
+                2 => fixed(100, 1),
+                _ => token(1000),
+            };
+            let deadline = if n % 5 == 2 {
+                Nanos(123_456_789)
+            } else {
+                Nanos(1000)
+            };
+            insert_costed(&mut t, k.as_bytes(), v, deadline, 1);
+        }
+        assert!(!t.has_ext());
+        assert_eq!(t.wide, 0);
+        assert_eq!(t.bytes(), t.capacity() * SLOT_BYTES + 3000 * 32);
+        // The first wide entry brings the array, and its cost says so.
+        assert!(insert_costed(
+            &mut t,
+            b"sliding",
+            sliding(0, 1, 1),
+            Nanos(2000),
+            1
+        ));
+        assert!(t.has_ext());
+        let arrays = t.capacity() * SLOT_BYTES + t.slots.len() * EXT_BYTES;
+        assert_eq!(t.bytes(), arrays + 3000 * 32);
+    }
+
+    #[test]
+    fn wide_entries_move_with_cuckoo_walks_growth_and_shrink() {
+        let mut t = Table::default();
+        let key = |n: u64| format!("wide:{n:011}");
+        let value = |n: u64| match n % 4 {
+            0 => sliding(n * 1000, (n % 7) as u32, (n % 5) as u32),
+            1 => fixed(n * 1000, n),
+            2 => token(n * 1000 + 100),
+            _ => sliding(n * 1000, 1, 1),
+        };
+        // The last kind's span does not pack: boxed.
+        let deadline = |n: u64| Nanos(n * 1000 + if n % 4 == 3 { 1_234_567 } else { 100 });
+        let n_keys = 20_000u64;
+        let exact = (0..n_keys)
+            .filter(|&n| insert_costed(&mut t, key(n).as_bytes(), value(n), deadline(n), 9))
+            .count();
+        assert!(exact as u64 > n_keys * 99 / 100, "{exact}");
+        let check = |t: &Table, n: u64| {
+            let k = key(n);
+            let i = t
+                .find(hash(k.as_bytes()), &Probe::new(k.as_bytes()))
+                .unwrap();
+            assert_eq!(t.deadline(i), deadline(n), "{k}");
+            assert_eq!(t.with_value(i, state), state(&value(n)), "{k}");
+            assert_eq!(t.is_wide(i), n % 4 < 2, "{k}");
+            assert_eq!(t.filed(i), 9);
+        };
+        // 20,000 inserts grew the table many times and walked keys between buckets.
+        for n in 0..n_keys {
+            check(&t, n);
+        }
+        assert_eq!(t.wide, n_keys as usize / 2);
+        // Remove nine in ten: the table shrinks, carrying the survivors' extension words.
+        for n in (0..n_keys).filter(|n| n % 10 != 0) {
+            let k = key(n);
+            let i = t
+                .find(hash(k.as_bytes()), &Probe::new(k.as_bytes()))
+                .unwrap();
+            t.remove(i);
+        }
+        let big = t.capacity();
+        t.maybe_shrink(&hash);
+        assert!(t.capacity() < big / 2, "{} vs {big}", t.capacity());
+        assert!(t.has_ext());
+        for n in (0..n_keys).step_by(10) {
+            check(&t, n);
+        }
+        // Without wide entries, the next rebuild drops the array.
+        for n in (0..n_keys).step_by(10).filter(|n| n % 4 < 2) {
+            let k = key(n);
+            let i = t
+                .find(hash(k.as_bytes()), &Probe::new(k.as_bytes()))
+                .unwrap();
+            t.remove(i);
+        }
+        assert_eq!(t.wide, 0);
+        assert!(t.has_ext());
+        t.rebuild(t.grown_buckets(), &hash);
+        assert!(!t.has_ext());
+        for n in (0..n_keys).step_by(10).filter(|n| n % 4 >= 2) {
+            check(&t, n);
+        }
+    }
+
+    #[test]
+    fn wide_entries_in_the_stash() {
+        let same = |_: &[u8]| 42u32;
+        let mut t = Table::default();
+        for n in 0..40u64 {
+            let k = n.to_le_bytes();
+            t.insert(
+                42,
+                &Probe::new(&k),
+                fixed(n * 1000, n + 1),
+                Nanos(n * 1000 + 1000),
+                1,
+                &same,
+            );
+        }
+        assert!(t.meta.len() > t.capacity(), "the stash is used");
+        assert_eq!(t.ext.len(), t.slots.len());
+        for n in 0..40u64 {
+            let k = n.to_le_bytes();
+            let i = t.find(42, &Probe::new(&k)).unwrap();
+            assert!(t.is_wide(i));
+            assert_eq!(t.with_value(i, state), state(&fixed(n * 1000, n + 1)));
+            assert_eq!(t.deadline(i), Nanos(n * 1000 + 1000));
+        }
+        for n in 0..40u64 {
+            let k = n.to_le_bytes();
+            let i = t.find(42, &Probe::new(&k)).unwrap();
+            t.remove(i);
+            assert_eq!(t.ext.len(), t.slots.len());
+        }
+        assert_eq!((t.len(), t.wide), (0, 0));
+        assert_eq!(t.meta.len(), t.capacity(), "the stash is trimmed");
     }
 }

@@ -3,12 +3,12 @@
 //! Time is cut into ticks of 2^20 ns (≈1.05 ms; a power of two so a tick is a shift). Six levels
 //! of 32 slots cover 2^30 ticks (≈13 days, so daily limits stay on the wheel and packed, see
 //! `table`); later targets wait in an overflow list that is re-examined each time the wheel
-//! enters a new 2^30-tick block. Slot ids (`level * 32 + index`, 192 of them, and the overflow)
-//! fit the 8 bits a packed entry keeps.
+//! enters a new 2^30-tick block. Slot ids (`level * 32 + index`, 192 of them, the overflow and
+//! `NOT_FILED`) fit the 8 bits every table entry keeps.
 //!
 //! The wheel stores only the low 32 bits of the key's hash (4 bytes per key: the table finds a
 //! key's candidate slots from those bits, see `table`). The entry in the table keeps `filed`, the
-//! [`SlotId`] of its one live wheel item (or [`NOT_FILED`]): one byte for a packed entry. This
+//! [`SlotId`] of its one live wheel item (or [`NOT_FILED`]): one byte of its metadata. This
 //! gives lazy re-scheduling:
 //! - A deadline that moves later changes nothing here: when the item fires, the entry is not due
 //!   and is filed again at its current deadline ([`Wheel::refile`]).
@@ -37,12 +37,14 @@ const SLOTS: usize = 1 << SLOT_BITS;
 /// Number of wheel levels.
 pub const LEVELS: usize = 6;
 const HORIZON_BITS: u32 = SLOT_BITS * LEVELS as u32;
-/// Names a slot: `level * SLOTS + index`, or [`OVERFLOW`]. 12 bits are enough for every id.
+/// Names a slot: `level * SLOTS + index`, or [`OVERFLOW`]. Every id, [`NOT_FILED`] included,
+/// fits in 8 bits (the table keeps `filed` in one byte of an entry's metadata).
 pub type SlotId = u16;
 /// The overflow list's id.
 pub const OVERFLOW: SlotId = (LEVELS * SLOTS) as SlotId;
 /// `filed` of an entry that has no wheel item (no deadline).
-pub const NOT_FILED: SlotId = 0xFFF;
+pub const NOT_FILED: SlotId = 0xFF;
+const _: () = assert!(OVERFLOW < NOT_FILED && NOT_FILED <= 0xFF);
 /// A buffer of a fired slot is given back to its slot if at most this many items long, so steady
 /// traffic does not allocate per tick; bigger ones are freed so a burst does not pin memory.
 const REUSE_CAP: usize = 64;

@@ -1,7 +1,7 @@
 //! Memory per bucket and the `maxmemory` limit, through the public API.
 //!
 //! `used_memory` is structural (table arrays, boxes, heap keys, wheel buffers), so bytes per
-//! bucket here are what the allocator is asked for. The million-bucket figure is
+//! bucket here are what the allocator is asked for. The million-bucket figures are
 //! `cargo test -p sluice-store --release -- --ignored million`.
 
 use sluice_core::{Algo, Nanos, Params};
@@ -114,6 +114,27 @@ fn sliding_and_log_bytes_per_bucket() {
     // A slot, a wheel item and a 32-byte box; LOG adds its ring (6 words).
     assert!(sliding <= 26.0 / 0.75 + 5.0 + 32.0, "{sliding:.1}");
     assert!(log <= 26.0 / 0.75 + 5.0 + 32.0 + 48.0, "{log:.1}");
+}
+
+fn windows_fit(n: u64) {
+    // 100 per minute: a SLIDING bucket lives until the end of the next window, a FIXED one
+    // until the end of its window; both pack into a slot and an extension word.
+    for algo in [Algo::Sliding, Algo::Fixed] {
+        let per = bytes_per_bucket(n, algo, &params(100, 60));
+        println!("{algo:?}, {n} buckets, 16-byte keys: {per:.1} bytes per bucket");
+        assert!(per <= 48.0, "{algo:?}: {per:.1} bytes per bucket");
+    }
+}
+
+#[test]
+fn sliding_and_fixed_buckets_take_at_most_48_bytes() {
+    windows_fit(100_000);
+}
+
+#[test]
+#[ignore = "a million buckets: run in release"]
+fn sliding_and_fixed_buckets_take_at_most_48_bytes_at_a_million() {
+    windows_fit(1_000_000);
 }
 
 /// A small xorshift: random keys without a dependency.
