@@ -90,8 +90,10 @@ const MAX_PATH: usize = 48;
 const MAX_DELTA: u64 = 15;
 /// Tables at most this many slots are never shrunk: not worth a reallocation.
 const MIN_SHRINK_SLOTS: usize = 64;
-/// A table's first allocation, in slots.
-const MIN_SLOTS: usize = 64;
+/// A table's first allocation, in slots: a shard's first key allocates room for a few
+/// hundred, so a burst of new keys does not grow every shard's table from 64 slots through two
+/// doublings first (6.5 KB per shard that holds anything).
+const MIN_SLOTS: usize = 256;
 /// Below this many slots the table doubles when it grows; from it on, it grows by a fifth.
 const DOUBLING_SLOTS: usize = 256;
 
