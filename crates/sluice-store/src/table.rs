@@ -438,10 +438,26 @@ impl Table {
     }
 
     /// The slot holding `probe`'s key (live or not: deadlines are the caller's business).
+    ///
+    /// The same slots as [`Table::candidates`], in the same order, as plain loops: every check
+    /// runs this, and a key that is not there (every new key) looks at all of them.
     #[inline]
     pub fn find(&self, h: u32, probe: &Probe<'_>) -> Option<usize> {
-        self.candidates(h)
-            .find(|&i| self.meta[i] & FORM == probe.form && self.key_eq(i, probe))
+        let hit = |i: usize| self.meta[i] & FORM == probe.form && self.key_eq(i, probe);
+        if self.cap > 0 {
+            let (a, b) = self.buckets(h);
+            let second = if a == b { None } else { Some(b) };
+            for bucket in std::iter::once(a).chain(second) {
+                let first = bucket * BUCKET;
+                let metas = &self.meta[first..first + BUCKET];
+                for (j, &m) in metas.iter().enumerate() {
+                    if m & FORM == probe.form && self.key_eq(first + j, probe) {
+                        return Some(first + j);
+                    }
+                }
+            }
+        }
+        (self.cap..self.meta.len()).find(|&i| hit(i))
     }
 
     #[inline]
