@@ -90,10 +90,9 @@ const MAX_PATH: usize = 48;
 const MAX_DELTA: u64 = 15;
 /// Tables at most this many slots are never shrunk: not worth a reallocation.
 const MIN_SHRINK_SLOTS: usize = 64;
-/// A table's first allocation, in slots: a shard's first key allocates room for a few
-/// hundred, so a burst of new keys does not grow every shard's table from 64 slots through two
-/// doublings first (6.5 KB per shard that holds anything).
-const MIN_SLOTS: usize = 256;
+/// A table's first allocation, in slots (1.7 KB: a shard under a small `maxmemory` budget
+/// can still hold its first keys).
+const MIN_SLOTS: usize = 64;
 /// Below this many slots the table doubles when it grows; from it on, it grows by a fifth.
 const DOUBLING_SLOTS: usize = 256;
 
@@ -825,14 +824,19 @@ impl Table {
         (self.len + 1) * 100 > self.cap * MAX_LOAD_PCT
     }
 
-    /// A small table doubles, a large one grows by a fifth. Growth moves every entry, so
-    /// growing by a fifth from empty would move each key about six times before its shard held
-    /// a few hundred (a burst of new keys, as in a flood of random client IPs, pays that);
-    /// doubling moves it about twice. Past [`DOUBLING_SLOTS`] the fifth keeps the table dense.
+    /// A small table jumps to [`DOUBLING_SLOTS`] (or doubles), a large one grows by a fifth.
+    /// Growth moves every entry, so growing by a fifth from empty would move each key about six
+    /// times before its shard held a few hundred (a burst of new keys, as in a flood of random
+    /// client IPs, pays that); the jump moves it about once. Past [`DOUBLING_SLOTS`] the fifth
+    /// keeps the table dense.
     fn grown_buckets(&self) -> usize {
         let nb = self.cap / BUCKET;
-        if self.cap < DOUBLING_SLOTS {
-            (nb * 2).max(MIN_SLOTS / BUCKET)
+        if self.cap == 0 {
+            MIN_SLOTS / BUCKET
+        } else if self.cap < DOUBLING_SLOTS {
+            // A shard that outgrew its first slots is taking a burst of new keys: straight to
+            // DOUBLING_SLOTS, so each of them moves once on the way, not twice.
+            (nb * 2).max(DOUBLING_SLOTS / BUCKET)
         } else {
             nb + nb / 5
         }
