@@ -47,7 +47,6 @@ WORK=$(mktemp -d /tmp/gateway-bench.XXXXXX)
 HZ=$(getconf CLK_TCK)
 
 now() { date +%s%N; }
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 info() { redis-cli -p "$1" INFO | tr -d '\r' | awk -F: -v k="$2" '$1 == k { print $2 }'; }
 
 # start_node NAME -> sets NODE_PORT, NODE_PID

@@ -86,8 +86,6 @@ start_server() {
   wait_ready "$PORT" "$PID" || { cat "$WORK/$name.log" >&2; die "$name did not start"; }
 }
 
-# cpu_ticks PID: utime + stime of the process, in clock ticks.
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 TICK_US=$(awk -v hz="$(getconf CLK_TCK)" 'BEGIN { print 1000000 / hz }')
 
 # run NAME PORT PID: one redis-benchmark run; appends "NAME rps cpu_us_per_request" to results.

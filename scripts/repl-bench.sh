@@ -207,9 +207,6 @@ info_field() { # PORT SECTION FIELD
 }
 used_memory() { info_field "$1" memory used_memory; }
 dbsize() { redis-cli -p "$1" DBSIZE; }
-cpu_ticks() { # PID -> utime + stime of every thread, in clock ticks (fields 14 and 15)
-  awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
-}
 sys_ticks() { # PID -> stime of every thread (field 15): the kernel's share
   awk '{ sub(/^.*\) /, ""); print $13 }' "/proc/$1/stat"
 }

@@ -86,7 +86,6 @@ start_sluice() {
   wait_ready "$S_PORT" "$S_PID" || { cat "$S_LOG" >&2; die "sluice on $S_PORT did not start"; }
 }
 
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 
 # bench PORT PID N CMD... -> "rps cpu_us_per_request"
 bench() {
