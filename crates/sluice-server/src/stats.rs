@@ -408,14 +408,12 @@ pub struct Batch {
     repeats: u32,
     /// Earlier `(row, calls)` runs of a batch that mixes commands.
     ran: Vec<(u16, u32)>,
-    calls: u32,
 }
 
 impl Batch {
     #[inline]
     pub fn note(&mut self, cmd: usize) {
         let cmd = cmd as u16;
-        self.calls += 1;
         if self.row == cmd || self.repeats == 0 {
             self.row = cmd;
             self.repeats += 1;
@@ -426,21 +424,22 @@ impl Batch {
         }
     }
 
+    /// True if no command ran since the last charge: the current run is empty only then.
     pub fn is_empty(&self) -> bool {
-        self.calls == 0
+        self.repeats == 0
     }
 
     /// Splits `elapsed` evenly over the batch's calls and charges them to `slot`; empties the batch.
     pub fn charge(&mut self, slot: &ThreadStats, elapsed: Duration) {
-        if self.calls > 0 {
-            let each = elapsed / self.calls;
+        let calls = self.repeats + self.ran.iter().map(|&(_, n)| n).sum::<u32>();
+        if calls > 0 {
+            let each = elapsed / calls;
             for &(cmd, n) in &self.ran {
                 slot.time(usize::from(cmd), u64::from(n), each);
             }
             slot.time(usize::from(self.row), u64::from(self.repeats), each);
         }
         self.ran.clear();
-        self.calls = 0;
         self.repeats = 0;
     }
 }

@@ -918,23 +918,18 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     let shared = ctx.shared;
     // Redis checks arity before authentication.
     if !spec.arity_ok(req.len()) {
-        shared.stats.slot(ctx.session.thread).reject(row);
-        fail_transaction(ctx);
-        return reply::error(ctx.out, &CmdError::Arity.text(spec.name));
+        return refuse(ctx, row, &CmdError::Arity.text(spec.name));
     }
     if !ctx.session.authenticated && !spec.has_flag(NOAUTH) {
-        shared.stats.slot(ctx.session.thread).reject(row);
-        fail_transaction(ctx);
-        return reply::error(ctx.out, "NOAUTH Authentication required.");
+        return refuse(ctx, row, "NOAUTH Authentication required.");
     }
     if ctx.session.proto == Proto::Resp2
         && ctx.session.subscribed()
         && !allowed_when_subscribed(spec.name)
     {
-        shared.stats.slot(ctx.session.thread).reject(row);
-        fail_transaction(ctx);
-        return reply::error(
-            ctx.out,
+        return refuse(
+            ctx,
+            row,
             &format!(
                 "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
                 spec.name
@@ -950,16 +945,12 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         let write = spec.write && !(readonly && spec.name == "rl.check");
         let keys = key_args(spec, req);
         if let Err(redirect) = cluster.check(&mut ctx.session.cluster_view, keys, write, readonly) {
-            shared.stats.slot(ctx.session.thread).reject(row);
-            fail_transaction(ctx);
-            return reply::error(ctx.out, &redirect.into_error().text(spec.name));
+            return refuse(ctx, row, &redirect.into_error().text(spec.name));
         }
     }
     // A write on a read-only replica (RL.CHECK decides for itself: DRY and COST 0 only read).
     if ctx.shared.repl.is_readonly() && spec.write && spec.name != "rl.check" {
-        shared.stats.slot(ctx.session.thread).reject(row);
-        fail_transaction(ctx);
-        return reply::error(ctx.out, &CmdError::ReadOnly.text(spec.name));
+        return refuse(ctx, row, &CmdError::ReadOnly.text(spec.name));
     }
     if let Some(tx) = ctx.session.transaction.as_mut()
         && !multi::controls_transaction(spec.name)
@@ -1002,6 +993,15 @@ fn allowed_when_subscribed(name: &str) -> bool {
 }
 
 /// A command refused inside MULTI makes the EXEC that follows abort, as in Redis.
+/// A command refused before it ran (arity, authentication, subscribed mode, a cluster
+/// redirect, a replica's read-only state): counted as rejected, and a transaction it was meant
+/// for fails at EXEC, as in Redis.
+fn refuse(ctx: &mut Ctx<'_>, row: usize, error: &str) {
+    ctx.shared.stats.slot(ctx.session.thread).reject(row);
+    fail_transaction(ctx);
+    reply::error(ctx.out, error);
+}
+
 fn fail_transaction(ctx: &mut Ctx<'_>) {
     if let Some(tx) = ctx.session.transaction.as_mut() {
         tx.failed = true;
