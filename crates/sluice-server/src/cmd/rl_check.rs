@@ -110,11 +110,7 @@ impl<'a> Command<'a> for RlCheck<'a> {
                 _ if is("DRY") => dry = true,
                 // Gateway options: validated, then ignored (see the module docs).
                 _ if is("FAILMODE") => {
-                    let mode = value(args, "FAILMODE")?;
-                    if !["open", "closed", "local"]
-                        .iter()
-                        .any(|m| mode.eq_ignore_ascii_case(m.as_bytes()))
-                    {
+                    if sluice_client::FailMode::parse(value(args, "FAILMODE")?).is_none() {
                         return Err(CmdError::msg("ERR FAILMODE must be OPEN, CLOSED or LOCAL"));
                     }
                 }

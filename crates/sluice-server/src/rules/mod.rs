@@ -44,23 +44,8 @@ use crate::cmd::rl_check::{parse_period, positive, validate};
 pub const MAX_RULE_PERIOD: Nanos = Nanos(365 * 86_400 * Nanos::PER_SEC);
 
 /// What a gateway does when it cannot reach Sluice for this rule (carried for the gateway;
-/// the server itself always decides).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailMode {
-    Open,
-    Closed,
-    Local,
-}
-
-impl FailMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            FailMode::Open => "open",
-            FailMode::Closed => "closed",
-            FailMode::Local => "local",
-        }
-    }
-}
+/// the server itself always decides): the gateway library's own type.
+pub use sluice_client::FailMode;
 
 /// One version of a rule, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -217,17 +202,12 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
             }
             _ if is("FAILMODE") => {
                 let m = value("FAILMODE")?;
-                failmode = match m.to_ascii_lowercase().as_slice() {
-                    b"open" => FailMode::Open,
-                    b"closed" => FailMode::Closed,
-                    b"local" => FailMode::Local,
-                    _ => {
-                        return Err(CmdError::msg(format!(
-                            "ERR unknown FAILMODE '{}'; expected open, closed or local",
-                            String::from_utf8_lossy(m)
-                        )));
-                    }
-                };
+                failmode = FailMode::parse(m).ok_or_else(|| {
+                    CmdError::msg(format!(
+                        "ERR unknown FAILMODE '{}'; expected open, closed or local",
+                        String::from_utf8_lossy(m)
+                    ))
+                })?;
             }
             _ if is("SHADOW") => shadow = true,
             _ if is("FLOOR") => floor = Some(positive(value("FLOOR")?, "FLOOR")?),
