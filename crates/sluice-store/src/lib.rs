@@ -277,14 +277,18 @@ impl Store {
     #[inline]
     fn route(&self, key: &[u8]) -> (u64, &Mutex<Shard<StoreHasher>>) {
         let h = self.hasher.hash_key(key);
-        let i = (h >> SHARD_SHIFT) as usize & (self.shards.len() - 1);
-        (h, &self.shards[i])
+        (h, &self.shards[self.shard_index(h)])
+    }
+
+    /// The shard of a key whose hash is `h`.
+    #[inline]
+    fn shard_index(&self, h: u64) -> usize {
+        (h >> SHARD_SHIFT) as usize & (self.shards.len() - 1)
     }
 
     /// The shard index `key` lives in (for callers that group work per shard).
     pub fn shard_of(&self, key: &[u8]) -> usize {
-        let h = self.hasher.hash_key(key);
-        (h >> SHARD_SHIFT) as usize & (self.shards.len() - 1)
+        self.shard_index(self.hasher.hash_key(key))
     }
 
     /// `RL.CHECK`: one check of `key` by `algo`. `WrongType` if the key holds a counter; a
@@ -323,9 +327,8 @@ impl Store {
     ) -> Result<bool, StoreError> {
         out.clear();
         let limits = self.limits();
-        let mask = self.shards.len() - 1;
         let hashes: Vec<u64> = checks.iter().map(|c| self.hasher.hash_key(c.key)).collect();
-        let shard_of = |h: u64| (h >> SHARD_SHIFT) as usize & mask;
+        let shard_of = |h: u64| self.shard_index(h);
         let mut order: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
         order.sort_unstable();
         order.dedup();
