@@ -177,6 +177,9 @@ pub struct Repl {
     acks: watch::Sender<u64>,
     /// REPLICAOF's target, watched by the link task.
     target: watch::Sender<Option<MasterAddr>>,
+    /// True while a backlog exists (from the first replica or migration feed): the flusher
+    /// sleeps until then instead of waking worker 0 every millisecond for nothing.
+    streaming: watch::Sender<bool>,
     jobs_tx: mpsc::UnboundedSender<Job>,
     jobs_rx: Mutex<Option<mpsc::UnboundedReceiver<Job>>>,
     pub stats: ReplStats,
@@ -232,6 +235,7 @@ impl Repl {
             replica_read_only: config.replica_read_only,
             acks: watch::channel(0).0,
             target: watch::channel(master.clone()).0,
+            streaming: watch::channel(false).0,
             jobs_tx,
             jobs_rx: Mutex::new(Some(jobs_rx)),
             stats: ReplStats::default(),
@@ -258,6 +262,11 @@ impl Repl {
     /// Gives the replication thread work that must not run on a worker thread.
     pub fn submit(&self, job: Job) {
         let _ = self.jobs_tx.send(job);
+    }
+
+    /// Watches whether there is a stream to flush (see `streaming`).
+    pub fn streaming(&self) -> watch::Receiver<bool> {
+        self.streaming.subscribe()
     }
 
     pub fn acks(&self) -> watch::Receiver<u64> {
@@ -303,6 +312,7 @@ impl Repl {
                 inner.replicas.clear();
                 inner.backlog = None;
                 store.set_journaling(false);
+                self.streaming.send_replace(false);
                 inner.link = LinkState::Connect;
                 inner.link_up_since = None;
                 inner.link_down_since.get_or_insert_with(Instant::now);
@@ -384,6 +394,7 @@ impl Repl {
         if inner.backlog.is_none() {
             store.set_journaling(true);
             inner.backlog = Some(Backlog::new(inner.offset, self.backlog_size));
+            self.streaming.send_replace(true);
             crate::log(&format!(
                 "Replication backlog created ({} bytes): journaling every change from offset {}",
                 self.backlog_size, inner.offset

@@ -14,12 +14,17 @@ use tokio::net::TcpStream;
 use super::{Handoff, Sync};
 use crate::shared::Shared;
 
-/// Every `--repl-flush-ms`, drains the journals into the stream (a PING when idle).
+/// Every `--repl-flush-ms`, drains the journals into the stream (a PING when idle). With no
+/// stream (no replica or migration feed has attached yet) it sleeps instead.
 pub async fn flusher(shared: Arc<Shared>) {
     let every = Duration::from_millis(shared.config.repl_flush_ms.max(1));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut streaming = shared.repl.streaming();
     loop {
+        if !*streaming.borrow_and_update() && streaming.wait_for(|on| *on).await.is_err() {
+            return;
+        }
         tick.tick().await;
         shared.repl.flush(&shared.store, false);
     }
