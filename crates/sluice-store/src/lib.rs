@@ -328,15 +328,18 @@ impl Store {
         out.clear();
         let limits = self.limits();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hasher.hash_key(c.key)).collect();
-        let shard_of = |h: u64| self.shard_index(h);
-        let mut order: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
+        let mut order: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         order.sort_unstable();
         order.dedup();
         let mut guards: Vec<_> = order.iter().map(|&i| self.shards[i].lock()).collect();
         // Each check's lock, as an index into `guards`.
         let at: Vec<usize> = hashes
             .iter()
-            .map(|&h| order.binary_search(&shard_of(h)).unwrap_or_default())
+            .map(|&h| {
+                order
+                    .binary_search(&self.shard_index(h))
+                    .unwrap_or_default()
+            })
             .collect();
         let mut priors = Vec::with_capacity(checks.len());
         let mut pass = true;

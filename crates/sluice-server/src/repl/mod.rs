@@ -29,7 +29,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use sluice_repl::{Backlog, Record};
 use sluice_store::Store;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use crate::clients::ClientHandle;
 use crate::config::Config;
@@ -177,9 +177,9 @@ pub struct Repl {
     acks: watch::Sender<u64>,
     /// REPLICAOF's target, watched by the link task.
     target: watch::Sender<Option<MasterAddr>>,
-    /// True while a backlog exists (from the first replica or migration feed): the flusher
-    /// sleeps until then instead of waking worker 0 every millisecond for nothing.
-    streaming: watch::Sender<bool>,
+    /// Told when the first replica or migration feed creates the backlog: until then the
+    /// flusher sleeps instead of waking worker 0 every millisecond for nothing.
+    backlog_created: Notify,
     jobs_tx: mpsc::UnboundedSender<Job>,
     jobs_rx: Mutex<Option<mpsc::UnboundedReceiver<Job>>>,
     pub stats: ReplStats,
@@ -235,7 +235,7 @@ impl Repl {
             replica_read_only: config.replica_read_only,
             acks: watch::channel(0).0,
             target: watch::channel(master.clone()).0,
-            streaming: watch::channel(false).0,
+            backlog_created: Notify::new(),
             jobs_tx,
             jobs_rx: Mutex::new(Some(jobs_rx)),
             stats: ReplStats::default(),
@@ -264,9 +264,16 @@ impl Repl {
         let _ = self.jobs_tx.send(job);
     }
 
-    /// Watches whether there is a stream to flush (see `streaming`).
-    pub fn streaming(&self) -> watch::Receiver<bool> {
-        self.streaming.subscribe()
+    /// Returns once there is a stream to flush: a backlog exists.
+    pub async fn streaming(&self) {
+        loop {
+            // Armed before the check, so a backlog created in between still wakes it.
+            let created = self.backlog_created.notified();
+            if self.inner.lock().backlog.is_some() {
+                return;
+            }
+            created.await;
+        }
     }
 
     pub fn acks(&self) -> watch::Receiver<u64> {
@@ -312,7 +319,6 @@ impl Repl {
                 inner.replicas.clear();
                 inner.backlog = None;
                 store.set_journaling(false);
-                self.streaming.send_replace(false);
                 inner.link = LinkState::Connect;
                 inner.link_up_since = None;
                 inner.link_down_since.get_or_insert_with(Instant::now);
@@ -394,7 +400,7 @@ impl Repl {
         if inner.backlog.is_none() {
             store.set_journaling(true);
             inner.backlog = Some(Backlog::new(inner.offset, self.backlog_size));
-            self.streaming.send_replace(true);
+            self.backlog_created.notify_one();
             crate::log(&format!(
                 "Replication backlog created ({} bytes): journaling every change from offset {}",
                 self.backlog_size, inner.offset

@@ -20,11 +20,8 @@ pub async fn flusher(shared: Arc<Shared>) {
     let every = Duration::from_millis(shared.config.repl_flush_ms.max(1));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut streaming = shared.repl.streaming();
     loop {
-        if !*streaming.borrow_and_update() && streaming.wait_for(|on| *on).await.is_err() {
-            return;
-        }
+        shared.repl.streaming().await;
         tick.tick().await;
         shared.repl.flush(&shared.store, false);
     }
