@@ -32,6 +32,10 @@
 //! - Every error reply, nested ones included, starts with a known code (or redis-cell's
 //!   `Cell`, from `CL.THROTTLE`) and holds no CR or LF.
 //!
+//! - After every command, the settings a connection derives its timers from still give a
+//!   deadline without overflow (`CONFIG SET timeout <huge>` once crashed the connection loop;
+//!   the executor has no loop, so the check calls what the loop calls).
+//!
 //! `SLUICE_FUZZ_TRACE=1` prints each request and reply to stderr, to read a crashing script;
 //! `SLUICE_FUZZ_EXCLUDE=replconf,...` skips the steps sending those commands (see `excluded`).
 
@@ -62,6 +66,7 @@ const TOKENS: &[&str] = &[
     "[::1]:6379", "2", "3",
     // CONFIG, COMMAND, INFO, FLUSHALL, SHUTDOWN
     "SET", "RESETSTAT", "requirepass", "maxmemory", "maxmemory-policy", "port", "*", "p*",
+    "timeout", "maxclients", "tcp-keepalive", "save", "repl-timeout", "reject", "evict-soonest",
     "[a-", "\\", "COUNT", "DOCS", "server", "clients", "stats", "keyspace", "all", "everything",
     "ASYNC", "SYNC", "NOSAVE", "SAVE", "NOW", "FORCE", "ABORT",
     // numbers that parsers must refuse, or accept exactly
@@ -695,5 +700,6 @@ fuzz_target!(|script: Script| {
             );
         }
         check_reply(&mut conn, &request, &reply);
+        let _ = executor.shared.idle_deadline(std::time::Instant::now());
     }
 });

@@ -270,7 +270,7 @@ fn approximate_mode_overshoot_stays_under_the_computed_bound() {
     let bound = limit.overshoot_bound(GATEWAYS);
     assert_eq!(bound, 80);
     let before = info_field(node.port, "total_commands_processed").unwrap();
-    let (allowed, checks, elapsed, calls) = rt.block_on(async {
+    let (allowed, checks, elapsed, calls, reached) = rt.block_on(async {
         let mut clients = Vec::new();
         for _ in 0..GATEWAYS {
             let mut c = single(node.port);
@@ -299,10 +299,25 @@ fn approximate_mode_overshoot_stays_under_the_computed_bound() {
             checks += c;
         }
         let elapsed = started.elapsed();
-        // Let the last syncs land before counting the node's calls.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let calls: u64 = clients.iter().map(Client::node_calls).sum();
-        (allowed, checks, elapsed, calls)
+        // The last syncs land: wait, with a deadline, until the node has counted as many
+        // commands as the clients sent (each INFO counts itself too).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let port = node.port;
+        let mut infos = 0;
+        loop {
+            let calls: u64 = clients.iter().map(Client::node_calls).sum();
+            infos += 1;
+            let seen = tokio::task::spawn_blocking(move || {
+                info_field(port, "total_commands_processed").unwrap()
+            })
+            .await
+            .unwrap();
+            let reached = seen - before - infos;
+            if reached >= calls || Instant::now() > deadline {
+                break (allowed, checks, elapsed, calls, reached);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     });
     // The exact limiter over the same span: a full bucket plus the refill.
     let exact = 400 + (400.0 * elapsed.as_secs_f64()).ceil() as u64;
@@ -318,7 +333,6 @@ fn approximate_mode_overshoot_stays_under_the_computed_bound() {
         allowed * 10 >= exact * 7,
         "approximate mode starved the key: {allowed} of {exact}"
     );
-    let reached = info_field(node.port, "total_commands_processed").unwrap() - before - 1;
     assert!(
         reached <= calls + 5,
         "node saw {reached}, the clients sent {calls}"

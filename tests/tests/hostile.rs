@@ -92,12 +92,25 @@ fn hostile_frames_get_protocol_errors_without_allocating_or_hanging() {
             .unwrap();
         held.push(s);
     }
-    std::thread::sleep(Duration::from_millis(200));
-    let after = server.rss();
-    assert!(
-        after < before + 64 * 1024 * 1024,
-        "RSS grew from {before} to {after}"
-    );
+    // Every held connection is the server's (a deadline, not a guess), then RSS is watched
+    // over a span in which it would have grown by gigabytes had it reserved the bulks.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sluice_tests::info_field(server.port, "connected_clients") < Some(21) {
+        assert!(
+            Instant::now() < deadline,
+            "the held connections never all arrived"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(300) {
+        let after = server.rss();
+        assert!(
+            after < before + 64 * 1024 * 1024,
+            "RSS grew from {before} to {after}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // Truncated frames: closing mid-frame is just a disconnect.
     for cut in [
         b"*3\r\n$8\r\nRL.CH".as_slice(),

@@ -131,8 +131,12 @@ impl Load {
 
     fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
+        if let Some(h) = self.handle.take()
+            && let Err(panic) = h.join()
+            && !std::thread::panicking()
+        {
+            // The load thread's own assertion failed: fail the test with it.
+            std::panic::resume_unwind(panic);
         }
     }
 }

@@ -188,19 +188,15 @@ impl Client {
         let inner = &self.inner;
         // Only a split key is built; otherwise the caller's bytes are used until a map keeps them.
         let sub;
-        let (key, limit): (&[u8], Limit) = if limit.split > 1 {
-            let k = u64::from(limit.split);
+        let (key, limit): (&[u8], Limit) = if limit.split > 1 && limit.sub_keys() > 1 {
+            let k = limit.sub_keys();
             let i = inner.random() % k;
             let mut b = Vec::with_capacity(key.len() + 4);
             b.extend_from_slice(key);
             b.push(b'#');
             b.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
             sub = b;
-            let mut l = *limit;
-            l.limit = (limit.limit / k).max(1);
-            l.burst = limit.burst.map(|b| (b / k).max(1));
-            l.split = 1;
-            (&sub, l)
+            (&sub, limit.sub_limit(i))
         } else {
             (key, *limit)
         };

@@ -62,12 +62,16 @@ pub struct Limit {
     pub fail_mode: FailMode,
     /// After a denial, answer the same key locally until its `retry_after` passes.
     pub blocked_cache: bool,
-    /// Spread the key over `split` sub-keys `key#0..key#{split-1}`, each with limit ÷ split,
-    /// one picked at random per request. 1: no split.
+    /// Spread the key over `split` sub-keys `key#0..key#{split-1}`, one picked at random per
+    /// request. Their limits (and bursts) sum exactly to `limit` (and `burst`): sub-key `i`
+    /// gets `limit ÷ split`, plus one for the first `limit mod split`. 1: no split.
     ///
-    /// The cost: `remaining` is one sub-key's, so approximate (and a caller can be denied by one
-    /// sub-key while another has room, so the total admitted is a little under `limit` when
-    /// traffic is uneven, never over `limit` rounded down to a multiple of `split`).
+    /// A sub-key needs a limit of at least 1, so no more sub-keys are used than `limit` (and
+    /// `burst`); the sidecar and RL.CHECK refuse a larger `SPLIT`.
+    ///
+    /// The cost: `remaining` is one sub-key's, so approximate, and a caller can be denied by one
+    /// sub-key while another has room: the total admitted is under `limit` when traffic is
+    /// uneven, and never over it.
     pub split: u32,
     pub approximate: Option<Approximate>,
 }
@@ -109,6 +113,26 @@ impl Limit {
     pub fn split(mut self, k: u32) -> Limit {
         self.split = k.max(1);
         self
+    }
+
+    /// How many sub-keys a split uses: `split`, but no more than the limit or the burst.
+    pub fn sub_keys(&self) -> u64 {
+        u64::from(self.split)
+            .min(self.limit)
+            .min(self.burst.unwrap_or(u64::MAX))
+            .max(1)
+    }
+
+    /// Sub-key `i`'s limit (of [`Limit::sub_keys`]): the shares sum exactly to the whole.
+    pub fn sub_limit(&self, i: u64) -> Limit {
+        let k = self.sub_keys();
+        let share = |whole: u64| whole / k + u64::from(i < whole % k);
+        Limit {
+            limit: share(self.limit),
+            burst: self.burst.map(share),
+            split: 1,
+            ..*self
+        }
     }
 
     pub fn approximate(mut self, sync_every: Duration, sync_every_n: u64) -> Limit {
@@ -228,6 +252,23 @@ impl Decision {
     }
 }
 
+/// `SPLIT k` needs a limit (and burst) of at least 1 per sub-key: each sub-key gets a share,
+/// and the shares sum exactly to the limit (see [`Limit::split`]).
+pub fn split_fits(k: u64, limit: u64, burst: Option<u64>) -> Result<(), String> {
+    let capacity = burst.map_or(limit, |b| b.min(limit));
+    if k > capacity {
+        return Err(format!(
+            "ERR SPLIT {k} is more than the {} {capacity}: every sub-key needs at least 1",
+            if burst.is_some_and(|b| b < limit) {
+                "BURST"
+            } else {
+                "limit"
+            }
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +286,26 @@ mod tests {
         let l = Limit::new(10, Duration::from_secs(60)).approximate(Duration::from_millis(100), 0);
         assert_eq!(l.approx_quota(), Some(1));
         assert_eq!(Limit::new(10, Duration::from_secs(1)).overshoot_bound(8), 0);
+    }
+
+    #[test]
+    fn split_shares_sum_to_the_whole() {
+        let l = Limit::new(10, Duration::from_secs(1)).split(3);
+        assert_eq!(l.sub_keys(), 3);
+        let shares: Vec<u64> = (0..3).map(|i| l.sub_limit(i).limit).collect();
+        assert_eq!(shares, [4, 3, 3]);
+        // More sub-keys than the limit: one per unit, never a share of 0 rounded up to 1.
+        let l = Limit::new(10, Duration::from_secs(1)).split(1000);
+        assert_eq!(l.sub_keys(), 10);
+        assert_eq!((0..10).map(|i| l.sub_limit(i).limit).sum::<u64>(), 10);
+        // The burst splits the same way, and bounds the sub-keys too.
+        let l = Limit::new(100, Duration::from_secs(1)).burst(5).split(8);
+        assert_eq!(l.sub_keys(), 5);
+        assert_eq!(
+            (0..5).map(|i| l.sub_limit(i).burst.unwrap()).sum::<u64>(),
+            5
+        );
+        assert_eq!((0..5).map(|i| l.sub_limit(i).limit).sum::<u64>(), 100);
     }
 
     #[test]

@@ -42,3 +42,8 @@ pub use text::FORMAT_VERSION;
 
 /// The number of hash slots, as in Redis Cluster.
 pub const SLOTS: usize = 16384;
+
+/// The longest a slot handover may hold writes (`CLUSTER PAUSE ms`), in milliseconds: the
+/// admin tool's own pause. A node refuses a longer one, so no client can freeze a slot's
+/// writes for longer than a handover takes.
+pub const MAX_PAUSE_MS: u64 = 10_000;

@@ -69,7 +69,7 @@ enum AdminCommand {
 type Fallible<T> = Result<T, String>;
 
 /// How long an old owner holds the moving slots' writes at most (`CLUSTER PAUSE`).
-const PAUSE: Duration = Duration::from_secs(10);
+const PAUSE: Duration = Duration::from_millis(sluice_cluster::MAX_PAUSE_MS);
 /// How long the handover may take before the table flips; well inside [`PAUSE`], so that no
 /// old owner resumes writes to a slot whose new owner already serves it.
 const CATCH_UP: Duration = Duration::from_secs(5);

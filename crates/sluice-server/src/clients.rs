@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -31,6 +31,9 @@ pub struct ClientHandle {
     pub kill: Notify,
     /// What the connection is now ([`ClientKind`]), for CLIENT LIST and CLIENT KILL TYPE.
     kind: AtomicU8,
+    /// Waiting in a blocking command (WAIT), for INFO's `blocked_clients`. The connection
+    /// loop mirrors its session's state here whenever that changes.
+    pub blocked: AtomicBool,
 }
 
 /// The client classes of CLIENT LIST/KILL TYPE.
@@ -89,6 +92,7 @@ impl Clients {
             resp: AtomicU8::new(2),
             kill: Notify::new(),
             kind: AtomicU8::new(ClientKind::Normal as u8),
+            blocked: AtomicBool::new(false),
         });
         self.by_id.lock().insert(id, handle.clone());
         handle
@@ -104,6 +108,15 @@ impl Clients {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How many clients wait in a blocking command.
+    pub fn blocked(&self) -> usize {
+        self.by_id
+            .lock()
+            .values()
+            .filter(|c| c.blocked.load(Relaxed))
+            .count()
     }
 
     /// A snapshot of every client, in id order.

@@ -36,12 +36,12 @@ pub struct Config {
     #[arg(long, default_value_t = 10_000)]
     pub maxclients: usize,
 
-    /// Close a client idle for this many seconds (0: never).
-    #[arg(long, default_value_t = 0)]
+    /// Close a client idle for this many seconds (0: never; at most 2147483647, as Redis).
+    #[arg(long, default_value_t = 0, value_parser = seconds())]
     pub timeout: u64,
 
     /// TCP keepalive interval in seconds for client sockets (0: off).
-    #[arg(long = "tcp-keepalive", default_value_t = 300)]
+    #[arg(long = "tcp-keepalive", default_value_t = 300, value_parser = seconds())]
     pub tcp_keepalive: u64,
 
     /// Memory limit for keys (`100mb`, `2gb`, bytes; 0: none). See `--maxmemory-policy`.
@@ -95,11 +95,11 @@ pub struct Config {
 
     /// How often a primary sends its replicas what changed, in milliseconds. Changes of one
     /// key inside one interval travel together; the interval bounds the replicas' lag.
-    #[arg(long = "repl-flush-ms", default_value_t = 1)]
+    #[arg(long = "repl-flush-ms", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_FLUSH_MS))]
     pub repl_flush_ms: u64,
 
     /// Seconds of silence after which a replica gives up on its primary's link and reconnects.
-    #[arg(long = "repl-timeout", default_value_t = 60)]
+    #[arg(long = "repl-timeout", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_SECONDS))]
     pub repl_timeout: u64,
 
     /// Sentinel promotes the replica with the lowest priority first; 0 = never promote.
@@ -137,7 +137,7 @@ pub struct Config {
 
     /// Seconds between snapshots with `--dir` (0: only SAVE, BGSAVE and shutdown write one).
     /// A kill -9 loses at most this much consumption.
-    #[arg(long = "save-interval", default_value_t = 60)]
+    #[arg(long = "save-interval", default_value_t = 60, value_parser = seconds())]
     pub save_interval: u64,
 
     /// Named rules from this file (TOML, or YAML for `.yaml`/`.yml`): read at start, reloaded
@@ -173,6 +173,18 @@ pub struct Config {
     /// `-Remaining`, `-Reset`) or `x-ratelimit` (`X-RateLimit-...`).
     #[arg(long = "envoy-headers", default_value = "off", value_parser = ["off", "ratelimit", "x-ratelimit"])]
     pub envoy_headers: String,
+}
+
+/// The most seconds any setting takes: Redis's bound for its own (`INT_MAX`). Far past any
+/// useful value, and small enough that a deadline computed from it never overflows.
+pub const MAX_SECONDS: u64 = i32::MAX as u64;
+
+/// The longest `--repl-flush-ms`: a minute. Longer would let replicas fall that far behind.
+pub const MAX_FLUSH_MS: u64 = 60_000;
+
+/// A number of seconds, from 0 to [`MAX_SECONDS`].
+fn seconds() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(0..=MAX_SECONDS)
 }
 
 /// Parses `HOST:PORT` (or `HOST PORT`, Redis's config-file form) for `--replicaof`.
@@ -328,5 +340,31 @@ mod tests {
         assert!(parse_master("host").is_err());
         assert!(parse_master("host:0").is_err());
         assert_eq!(parse_master("h 6379").unwrap().port, 6379);
+    }
+
+    #[test]
+    fn durations_are_bounded() {
+        for flag in [
+            "--timeout",
+            "--tcp-keepalive",
+            "--save-interval",
+            "--repl-timeout",
+        ] {
+            let max = MAX_SECONDS.to_string();
+            assert!(
+                Config::try_parse_from(["sluice", flag, &max]).is_ok(),
+                "{flag}"
+            );
+            for bad in ["2147483648", "9223372036854775807", "-1"] {
+                assert!(
+                    Config::try_parse_from(["sluice", flag, bad]).is_err(),
+                    "{flag} {bad}"
+                );
+            }
+        }
+        assert!(Config::try_parse_from(["sluice", "--repl-timeout", "0"]).is_err());
+        assert!(Config::try_parse_from(["sluice", "--repl-flush-ms", "0"]).is_err());
+        assert!(Config::try_parse_from(["sluice", "--repl-flush-ms", "60001"]).is_err());
+        assert!(Config::try_parse_from(["sluice", "--repl-flush-ms", "60000"]).is_ok());
     }
 }

@@ -208,9 +208,14 @@ async fn serve_session(
         if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
             rbuf.reserve(READ_CHUNK);
         }
-        let timeout = shared.idle_timeout().filter(|_| session.blocked.is_none());
-        let idle_deadline = last_active + timeout.unwrap_or(Duration::ZERO);
+        let idle_deadline = shared
+            .idle_deadline(last_active.into_std())
+            .filter(|_| session.blocked.is_none())
+            .map(Instant::from_std);
         let blocked = session.blocked;
+        if blocked.is_some() != client.blocked.load(Relaxed) {
+            client.blocked.store(blocked.is_some(), Relaxed);
+        }
         let wait_deadline = blocked
             .and_then(|b| b.deadline)
             .map(Instant::from_std)
@@ -263,7 +268,7 @@ async fn serve_session(
                     Err(_) => return Close::Quietly,
                 }
             }
-            _ = tokio::time::sleep_until(idle_deadline), if timeout.is_some() && !closing => {
+            _ = tokio::time::sleep_until(idle_deadline.unwrap_or(last_active)), if idle_deadline.is_some() && !closing => {
                 return Close::Idle;
             }
         }

@@ -176,4 +176,96 @@ mod tests {
         assert!(!info.contains("cmdstat_rl.check"), "{info}");
         assert!(info.contains("cmdstat_config:calls=1,"), "{info}");
     }
+
+    /// Issue 24's holes that a command alone opens, each refused without a change.
+    #[test]
+    fn hostile_arguments_are_refused_and_change_nothing() {
+        let mut e = Executor::new(Config::default_for_tests());
+        let t0 = 1_000_000_000;
+        // CONFIG SET validates every pair before it applies any, and refuses a name twice.
+        let get = |e: &mut Executor, name: &str| exec(e, t0, &["CONFIG", "GET", name]);
+        let before = (get(&mut e, "maxclients"), get(&mut e, "timeout"));
+        let r = exec(
+            &mut e,
+            t0,
+            &["CONFIG", "SET", "maxclients", "5", "timeout", "soon"],
+        );
+        assert!(r.contains("argument 'timeout'"), "{r}");
+        let r = exec(
+            &mut e,
+            t0,
+            &["CONFIG", "SET", "timeout", "1", "TIMEOUT", "2"],
+        );
+        assert!(r.contains("duplicate parameter"), "{r}");
+        assert_eq!((get(&mut e, "maxclients"), get(&mut e, "timeout")), before);
+        // A timeout past Redis's INT_MAX would overflow the connection's idle deadline.
+        for huge in ["2147483648", "9223372036854775807", "18446744073709551615"] {
+            let r = exec(&mut e, t0, &["CONFIG", "SET", "timeout", huge]);
+            assert!(r.starts_with("-ERR CONFIG SET failed"), "{huge}: {r}");
+        }
+        assert_eq!(get(&mut e, "timeout"), before.1);
+        let r = exec(
+            &mut e,
+            t0,
+            &["CONFIG", "SET", "timeout", "2147483647", "maxclients", "5"],
+        );
+        assert_eq!(r, "+OK\r\n");
+        assert!(get(&mut e, "maxclients").ends_with("$1\r\n5\r\n"));
+        // CLUSTER PAUSE is bounded by the admin tool's own pause.
+        let r = exec(&mut e, t0, &["CLUSTER", "PAUSE", "10001", "0-16383"]);
+        assert!(r.contains("at most 10000 ms"), "{r}");
+        // SPLIT needs a unit of the limit (and BURST) per sub-key.
+        let r = exec(&mut e, t0, &["RL.CHECK", "k", "10", "1m", "SPLIT", "1000"]);
+        assert!(
+            r.starts_with("-ERR SPLIT 1000 is more than the limit 10"),
+            "{r}"
+        );
+        let r = exec(
+            &mut e,
+            t0,
+            &["RL.CHECK", "k", "10", "1m", "BURST", "4", "SPLIT", "5"],
+        );
+        assert!(
+            r.starts_with("-ERR SPLIT 5 is more than the BURST 4"),
+            "{r}"
+        );
+        assert!(exec(&mut e, t0, &["RL.CHECK", "k", "10", "1m", "SPLIT", "10"]).starts_with("*5"));
+        // A window's state spans two periods: its error names the window's own bound.
+        let r = exec(
+            &mut e,
+            t0,
+            &["RL.CHECK", "w", "5", "27000d", "ALGO", "SLIDING"],
+        );
+        assert_eq!(
+            r,
+            "-ERR period too long: a window may span at most 73 years\r\n"
+        );
+        assert!(
+            exec(
+                &mut e,
+                t0,
+                &["RL.CHECK", "w", "5", "26000d", "ALGO", "FIXED"]
+            )
+            .starts_with("*5")
+        );
+        assert_eq!(exec(&mut e, t0, &["DBSIZE"]), ":2\r\n");
+    }
+
+    #[test]
+    fn hello_says_the_role_it_has() {
+        let mut e = Executor::new(Config::default_for_tests());
+        let t0 = 1_000_000_000;
+        let hello = exec(&mut e, t0, &["HELLO", "3"]);
+        assert!(
+            hello.contains("$4\r\nmode\r\n$10\r\nstandalone\r\n"),
+            "{hello}"
+        );
+        assert!(hello.contains("$4\r\nrole\r\n$6\r\nmaster\r\n"), "{hello}");
+        assert_eq!(
+            exec(&mut e, t0, &["REPLICAOF", "127.0.0.1", "1"]),
+            "+OK\r\n"
+        );
+        let hello = exec(&mut e, t0, &["HELLO", "3"]);
+        assert!(hello.contains("$4\r\nrole\r\n$7\r\nreplica\r\n"), "{hello}");
+    }
 }

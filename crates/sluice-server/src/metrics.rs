@@ -11,8 +11,9 @@
 //!   `shadow_denied`); `rule` only on named rules (Envoy descriptors, rules), so plain RL.CHECKs
 //!   are labelled by algorithm only.
 //! - `sluice_checks_near_limit_total{rule,algo}`: allowed checks that left under 20% of the limit.
-//! - `sluice_check_duration_seconds{api}`: check latency (`resp`: RL.CHECK, `grpc`: Envoy's
-//!   ShouldRateLimit), buckets at powers of two of nanoseconds.
+//! - `sluice_check_duration_seconds{api}`: check latency (`resp`: every checking command of
+//!   [`CHECK_COMMANDS`], `grpc`: Envoy's ShouldRateLimit), buckets at powers of two of
+//!   nanoseconds.
 //! - `sluice_commands_total{command}`, `sluice_commands_failed_total{command}`,
 //!   `sluice_commands_rejected_total{command}`.
 //! - `sluice_connected_clients`, `sluice_connections_received_total`,
@@ -43,6 +44,9 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::cmd;
 use crate::shared::Shared;
 use crate::stats::{CmdTotals, Outcome, latency_bucket};
+
+/// The RESP commands that check a limit: `sluice_check_duration_seconds{api="resp"}` sums them.
+pub const CHECK_COMMANDS: &[&str] = &["rl.check", "rl.hit", "rl.hits", "cl.throttle", "gcra"];
 
 /// The histogram's upper bounds: 2^k ns for k in this range (256 ns to about 1.07 s), each
 /// the start of a latency bucket, so the counts are exact.
@@ -181,17 +185,23 @@ impl Collector for Scrape {
                 ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
             }
         }
-        // Check latency: RL.CHECK's and ShouldRateLimit's rows of the command counters.
+        // Check latency: the rows of every checking command, and ShouldRateLimit's.
         {
             let mut family = enc.encode_descriptor(
                 "sluice_check_duration",
-                "Time to answer one check (resp: RL.CHECK, grpc: Envoy's ShouldRateLimit)",
+                "Time to answer one check (resp: RL.CHECK, RL.HIT, RL.HITS, CL.THROTTLE and GCRA; grpc: Envoy's ShouldRateLimit)",
                 Some(&Unit::Seconds),
                 MetricType::Histogram,
             )?;
-            let rl_check = cmd::lookup(b"rl.check").map_or(0, cmd::row);
-            for (api, row) in [("resp", rl_check), ("grpc", cmd::SHOULD_RATE_LIMIT_ROW)] {
-                let t = shared.stats.command_raw(row);
+            let resp = CHECK_COMMANDS
+                .iter()
+                .filter_map(|name| cmd::lookup(name.as_bytes()))
+                .fold(CmdTotals::default(), |mut sum, spec| {
+                    sum.plus(&shared.stats.command_raw(cmd::row(spec)));
+                    sum
+                });
+            let grpc = shared.stats.command_raw(cmd::SHOULD_RATE_LIMIT_ROW);
+            for (api, t) in [("resp", resp), ("grpc", grpc)] {
                 let count: u64 = t.latency.iter().sum();
                 family
                     .encode_family(&[("api", api)])?

@@ -1,5 +1,6 @@
 //! A small async RESP2 client for node-to-node calls: a replica's handshake with its primary,
-//! a node asking its peers for the newest slot table, a promoted replica pushing its table.
+//! a node asking its peers for the newest slot table, a promoted replica pushing its table, a
+//! node importing slots. Peers that require a password are sent `AUTH` first.
 //! Replies are decoded with `redis-protocol`; every call has a deadline.
 
 use std::time::Duration;
@@ -32,6 +33,23 @@ impl Peer {
             stream,
             buf: BytesMut::with_capacity(64 * 1024),
         })
+    }
+
+    /// Connects, then sends `AUTH password` if there is one: a peer with `--requirepass`
+    /// answers nothing else.
+    pub async fn connect_auth(
+        host: &str,
+        port: u16,
+        password: Option<&str>,
+    ) -> Result<Peer, String> {
+        let mut peer = Peer::connect(host, port).await?;
+        if let Some(pass) = password {
+            let reply = peer.call(&[b"AUTH", pass.as_bytes()]).await?;
+            if !is_ok(&reply) {
+                return Err(format!("AUTH refused: {}", text(&reply)));
+            }
+        }
+        Ok(peer)
     }
 
     /// Sends one command.

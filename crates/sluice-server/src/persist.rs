@@ -199,7 +199,10 @@ pub fn start_saver(shared: Arc<Shared>) -> io::Result<Option<std::thread::JoinHa
         .name("sluice-save".into())
         .spawn(move || {
             let stop = shared.shutdown_signal();
-            let mut next = every.map(|e| Instant::now() + e);
+            // `--save-interval` is bounded (config::MAX_SECONDS); a deadline past what an Instant holds
+            // would simply never come.
+            let next_save = || every.and_then(|e| Instant::now().checked_add(e));
+            let mut next = next_save();
             while !*stop.borrow() {
                 std::thread::sleep(Duration::from_millis(20));
                 let persist = &shared.persist;
@@ -216,7 +219,7 @@ pub fn start_saver(shared: Arc<Shared>) -> io::Result<Option<std::thread::JoinHa
                 } else {
                     continue;
                 }
-                next = every.map(|e| Instant::now() + e);
+                next = next_save();
             }
         })
         .map(Some)

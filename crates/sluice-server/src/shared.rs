@@ -103,6 +103,13 @@ impl Shared {
         }
     }
 
+    /// When a connection last active at `last_active` is closed as idle: never without a
+    /// timeout, nor when the deadline is past what an `Instant` can hold (the timeout is
+    /// bounded, `config::MAX_SECONDS`, but a deadline must never be able to panic).
+    pub fn idle_deadline(&self, last_active: std::time::Instant) -> Option<std::time::Instant> {
+        last_active.checked_add(self.idle_timeout()?)
+    }
+
     /// Asks every thread to stop accepting, finish the replies in flight and exit.
     pub fn shutdown(&self) {
         self.shutdown.send_replace(true);

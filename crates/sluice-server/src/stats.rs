@@ -215,6 +215,19 @@ impl CmdTotals {
         latency_bucket_upper(LATENCY_BUCKETS - 1)
     }
 
+    /// Adds `other`'s counts to these (several commands' totals as one).
+    pub fn plus(&mut self, other: &CmdTotals) {
+        self.calls += other.calls;
+        self.failed += other.failed;
+        self.rejected += other.rejected;
+        self.nanos += other.nanos;
+        self.latency
+            .resize(self.latency.len().max(other.latency.len()), 0);
+        for (a, b) in self.latency.iter_mut().zip(&other.latency) {
+            *a += b;
+        }
+    }
+
     fn minus(&mut self, base: &CmdTotals) {
         self.calls = self.calls.saturating_sub(base.calls);
         self.failed = self.failed.saturating_sub(base.failed);

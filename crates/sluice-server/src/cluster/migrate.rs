@@ -114,13 +114,7 @@ async fn import(
     // yet, so nothing else wrote them.
     shared.store.delete_where(shared.clock.now(), in_ranges);
 
-    let mut peer = Peer::connect(host, port).await?;
-    if let Some(pass) = &shared.config.masterauth {
-        let reply = peer.call(&[b"AUTH", pass.as_bytes()]).await?;
-        if !peer::is_ok(&reply) {
-            return Err(format!("AUTH refused: {}", peer::text(&reply)));
-        }
-    }
+    let mut peer = Peer::connect_auth(host, port, super::peer_password(shared).as_deref()).await?;
     let capa = sluice_repl::CAPA.as_bytes();
     let reply = peer.call(&[b"REPLCONF", b"capa", capa]).await?;
     if !peer::is_ok(&reply) {

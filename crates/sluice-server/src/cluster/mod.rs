@@ -235,8 +235,10 @@ impl Cluster {
             if i == caller % self.in_batch.len() {
                 continue;
             }
+            // Batches last microseconds; yield rather than spin so the waited-for worker runs
+            // even where it shares this core.
             while flag.load(Ordering::SeqCst) && Instant::now() < deadline {
-                std::hint::spin_loop();
+                std::thread::yield_now();
             }
         }
     }
@@ -395,6 +397,17 @@ fn peers(shared: &Shared) -> Vec<(String, u16)> {
         .collect()
 }
 
+/// The password a node sends its cluster peers (table fetch and push, slot import):
+/// `--masterauth`, as Redis Cluster nodes use it to reach each other, or else this node's own
+/// `requirepass`, which the nodes of one cluster share.
+pub fn peer_password(shared: &Shared) -> Option<String> {
+    shared
+        .config
+        .masterauth
+        .clone()
+        .or_else(|| shared.requirepass.read().clone())
+}
+
 /// How often a node without etcd asks its peers whether the table moved on (a push it missed
 /// while it was up, or a promotion elsewhere).
 const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
@@ -423,11 +436,12 @@ async fn refresh_once(shared: &Arc<Shared>, verbose: bool) {
         return;
     };
     let peers = peers(shared);
+    let password = peer_password(shared);
     let mut answered = 0;
     let mut newest: Option<SlotTable> = None;
     for (host, port) in &peers {
         let got = async {
-            let mut p = Peer::connect(host, *port).await?;
+            let mut p = Peer::connect_auth(host, *port, password.as_deref()).await?;
             match p.call(&[b"CLUSTER", b"GETTABLE"]).await? {
                 Reply::BulkString(text) => SlotTable::decode(&String::from_utf8_lossy(&text))
                     .map(Some)
@@ -479,9 +493,10 @@ pub async fn push_table(shared: Arc<Shared>) {
         };
         let text = view.table.encode();
         let mut theirs: Option<SlotTable> = None;
+        let password = peer_password(&shared);
         for (host, port) in peers(&shared) {
             let sent = async {
-                let mut p = Peer::connect(&host, port).await?;
+                let mut p = Peer::connect_auth(&host, port, password.as_deref()).await?;
                 let reply = p.call(&[b"CLUSTER", b"SETTABLE", text.as_bytes()]).await?;
                 let reply = crate::peer::text(&reply);
                 let table = if reply.contains("not newer") {

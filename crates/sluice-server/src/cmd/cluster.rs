@@ -97,6 +97,12 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                 let ms = parse_i64(args.required()?)
                     .and_then(|n| u64::try_from(n).ok())
                     .ok_or(CmdError::NotInteger)?;
+                if ms > sluice_cluster::MAX_PAUSE_MS {
+                    return Err(CmdError::msg(format!(
+                        "ERR CLUSTER PAUSE lasts at most {} ms",
+                        sluice_cluster::MAX_PAUSE_MS
+                    )));
+                }
                 ClusterCmd::Pause(ms, ranges(args)?)
             }
             b"UNPAUSE" => ClusterCmd::Unpause,
@@ -141,7 +147,10 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
             },
             ClusterCmd::Shards => match &view {
                 None => reply::array(out, 0),
-                Some(v) => shards(out, proto, &v.table),
+                Some(v) => {
+                    let links = Links::of(ctx.shared, &cluster.myid);
+                    shards(out, proto, &v.table, &links)
+                }
             },
             ClusterCmd::Nodes => {
                 let text = nodes(cluster);
@@ -311,8 +320,64 @@ fn slots(out: &mut bytes::BytesMut, table: &SlotTable) {
     }
 }
 
-/// Redis 7's CLUSTER SHARDS: per shard, its slots and its nodes.
-fn shards(out: &mut bytes::BytesMut, proto: reply::Proto, table: &SlotTable) {
+/// What this node knows first-hand of other nodes' replication: itself, the replicas linked to
+/// it, and its own primary's link. There is no gossip bus, so of any other node it knows
+/// nothing, and CLUSTER SHARDS says nothing of its offset or health.
+struct Links {
+    myid: String,
+    /// This node's replication offset.
+    offset: u64,
+    /// As a replica: whether the link to the primary is up.
+    primary_link: Option<bool>,
+    /// Replicas linked to this node: ip, listening port, acked offset, past the full sync.
+    replicas: Vec<(String, u16, u64, bool)>,
+}
+
+impl Links {
+    fn of(shared: &crate::shared::Shared, myid: &str) -> Links {
+        let inner = shared.repl.inner.lock();
+        Links {
+            myid: myid.to_string(),
+            offset: inner.offset,
+            primary_link: inner.master.as_ref().map(|_| inner.link_up_since.is_some()),
+            replicas: inner
+                .replicas()
+                .map(|r| (r.ip.to_string(), r.port, r.ack, r.online))
+                .collect(),
+        }
+    }
+
+    /// `(replication-offset, health)` of `node`, a member of a shard whose primary is
+    /// `primary`, if this node knows them first-hand.
+    fn of_node(&self, node: &sluice_cluster::Node, primary: &str) -> Option<(u64, &'static str)> {
+        if node.id == self.myid {
+            return Some((self.offset, "online"));
+        }
+        if primary == self.myid {
+            // One of my replicas: linked (loading while its full sync runs), or not at all.
+            let linked = self
+                .replicas
+                .iter()
+                .find(|r| r.0 == node.host && r.1 == node.port);
+            return Some(match linked {
+                Some(&(_, _, ack, true)) => (ack, "online"),
+                Some(&(_, _, ack, false)) => (ack, "loading"),
+                None => (0, "failed"),
+            });
+        }
+        // My primary: what I have applied of its stream is what I know of its offset.
+        match self.primary_link {
+            Some(up) if node.id == primary => {
+                Some((self.offset, if up { "online" } else { "failed" }))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Redis 7's CLUSTER SHARDS: per shard, its slots and its nodes. `replication-offset` and
+/// `health` are given for the nodes this one has a replication link with (see [`Links`]).
+fn shards(out: &mut bytes::BytesMut, proto: reply::Proto, table: &SlotTable, links: &Links) {
     reply::array(out, table.shards.len());
     for (i, shard) in table.shards.iter().enumerate() {
         reply::map(out, proto, 2);
@@ -328,7 +393,8 @@ fn shards(out: &mut bytes::BytesMut, proto: reply::Proto, table: &SlotTable) {
         for (n, role) in std::iter::once((&shard.primary, "master"))
             .chain(shard.replicas.iter().map(|r| (r, "replica")))
         {
-            reply::map(out, proto, 7);
+            let known = links.of_node(n, &shard.primary.id);
+            reply::map(out, proto, if known.is_some() { 7 } else { 5 });
             reply::bulk(out, b"id");
             reply::bulk(out, n.id.as_bytes());
             reply::bulk(out, b"port");
@@ -339,10 +405,12 @@ fn shards(out: &mut bytes::BytesMut, proto: reply::Proto, table: &SlotTable) {
             reply::bulk(out, n.host.as_bytes());
             reply::bulk(out, b"role");
             reply::bulk(out, role.as_bytes());
-            reply::bulk(out, b"replication-offset");
-            reply::integer(out, 0);
-            reply::bulk(out, b"health");
-            reply::bulk(out, b"online");
+            if let Some((offset, health)) = known {
+                reply::bulk(out, b"replication-offset");
+                reply::integer(out, offset as i64);
+                reply::bulk(out, b"health");
+                reply::bulk(out, health.as_bytes());
+            }
         }
     }
 }

@@ -11,19 +11,42 @@ use super::{Args, CmdError, Command, Ctx};
 use crate::glob::glob_match;
 use crate::shared::Shared;
 
-/// Validates and applies a new value of a setting.
-type Setter = fn(&Shared, &str) -> Result<(), String>;
+/// Validates a new value of a setting, changing nothing: what to apply once every value of the
+/// CONFIG SET has been validated.
+type Parse = fn(&str) -> Result<Change, String>;
 
-/// One setting CONFIG knows: how to read it and, if it can change at run time, how to set it.
+/// One setting CONFIG knows: how to read it and, if it can change at run time, how to parse a
+/// new value.
 struct Setting {
     name: &'static str,
     get: fn(&Shared) -> String,
-    /// Validates and applies a new value; `None` for settings fixed at start.
-    set: Option<Setter>,
+    /// `None` for settings fixed at start.
+    set: Option<Parse>,
 }
 
-fn set_size(v: &str) -> Result<u64, String> {
-    crate::config::parse_bytes(v)
+/// A validated new value. CONFIG SET applies its changes only after all of them parsed, so a
+/// bad value anywhere in the call changes nothing, as in Redis.
+#[derive(Debug)]
+enum Change {
+    MaxClients(usize),
+    MaxMemory(u64),
+    Policy(sluice_store::EvictionPolicy),
+    RequirePass(Option<String>),
+    Timeout(u64),
+}
+
+impl Change {
+    fn apply(self, s: &Shared) {
+        match self {
+            Change::MaxClients(n) => s.maxclients.store(n, Relaxed),
+            Change::MaxMemory(n) => s
+                .store
+                .set_maxmemory(usize::try_from(n).unwrap_or(usize::MAX)),
+            Change::Policy(p) => s.store.set_policy(p),
+            Change::RequirePass(p) => *s.requirepass.write() = p,
+            Change::Timeout(secs) => s.timeout_secs.store(secs, Relaxed),
+        }
+    }
 }
 
 // Replication settings answer under their old `slave-` names too, as Redis's do.
@@ -77,33 +100,23 @@ const SETTINGS: &[Setting] = &[
     Setting {
         name: "maxclients",
         get: |s| s.maxclients.load(Relaxed).to_string(),
-        set: Some(|s, v| {
-            let n: usize = v
-                .parse()
+        set: Some(|v| {
+            v.parse()
                 .ok()
                 .filter(|&n| n >= 1)
-                .ok_or("argument must be a positive integer")?;
-            s.maxclients.store(n, Relaxed);
-            Ok(())
+                .map(Change::MaxClients)
+                .ok_or_else(|| "argument must be a positive integer".into())
         }),
     },
     Setting {
         name: "maxmemory",
         get: |s| s.store.maxmemory().to_string(),
-        set: Some(|s, v| {
-            let n = set_size(v)?;
-            s.store
-                .set_maxmemory(usize::try_from(n).unwrap_or(usize::MAX));
-            Ok(())
-        }),
+        set: Some(|v| crate::config::parse_bytes(v).map(Change::MaxMemory)),
     },
     Setting {
         name: "maxmemory-policy",
         get: |s| crate::config::policy_name(s.store.policy()).into(),
-        set: Some(|s, v| {
-            s.store.set_policy(crate::config::parse_policy(v)?);
-            Ok(())
-        }),
+        set: Some(|v| crate::config::parse_policy(v).map(Change::Policy)),
     },
     Setting {
         name: "port",
@@ -151,10 +164,7 @@ const SETTINGS: &[Setting] = &[
     Setting {
         name: "requirepass",
         get: |s| s.requirepass.read().clone().unwrap_or_default(),
-        set: Some(|s, v| {
-            *s.requirepass.write() = (!v.is_empty()).then(|| v.to_string());
-            Ok(())
-        }),
+        set: Some(|v| Ok(Change::RequirePass((!v.is_empty()).then(|| v.to_string())))),
     },
     Setting {
         name: "save",
@@ -192,12 +202,17 @@ const SETTINGS: &[Setting] = &[
     Setting {
         name: "timeout",
         get: |s| s.timeout_secs.load(Relaxed).to_string(),
-        set: Some(|s, v| {
+        set: Some(|v| {
             let n: u64 = v
                 .parse()
                 .map_err(|_| "argument couldn't be parsed into an integer")?;
-            s.timeout_secs.store(n, Relaxed);
-            Ok(())
+            if n > crate::config::MAX_SECONDS {
+                return Err(format!(
+                    "argument must be between 0 and {} inclusive",
+                    crate::config::MAX_SECONDS
+                ));
+            }
+            Ok(Change::Timeout(n))
         }),
     },
 ];
@@ -261,13 +276,26 @@ impl<'a> Command<'a> for ConfigCmd<'a> {
                 }
             }
             ConfigCmd::Set(pairs) => {
-                // Validate every name before applying any value, so a bad name changes nothing.
+                // Parse every name and value before applying any, so a bad one changes
+                // nothing; a name given twice is refused, as Redis does.
+                let mut names = Vec::with_capacity(pairs.len() / 2);
                 let mut changes = Vec::with_capacity(pairs.len() / 2);
                 for pair in pairs.chunks(2) {
                     let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
-                    let value = String::from_utf8_lossy(pair[1]).into_owned();
+                    let value = String::from_utf8_lossy(pair[1]);
+                    let failed = |why: &str| {
+                        CmdError::msg(format!(
+                            "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                        ))
+                    };
+                    if names.contains(&name) {
+                        return Err(failed("duplicate parameter"));
+                    }
                     match setting(&name) {
-                        Some(Setting { set: Some(set), .. }) => changes.push((name, *set, value)),
+                        Some(Setting { set: Some(set), .. }) => {
+                            changes.push(set(&value).map_err(|why| failed(&why))?);
+                            names.push(name);
+                        }
                         Some(_) => {
                             return Err(CmdError::msg(format!(
                                 "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
@@ -280,12 +308,8 @@ impl<'a> Command<'a> for ConfigCmd<'a> {
                         }
                     }
                 }
-                for (name, set, value) in changes {
-                    set(ctx.shared, &value).map_err(|why| {
-                        CmdError::msg(format!(
-                            "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
-                        ))
-                    })?;
+                for change in changes {
+                    change.apply(ctx.shared);
                 }
                 reply::simple(ctx.out, "OK");
             }

@@ -91,9 +91,11 @@ impl<'a> Command<'a> for Hello<'a> {
         reply::bulk(out, b"id");
         reply::integer(out, ctx.session.client.id as i64);
         reply::bulk(out, b"mode");
-        reply::bulk(out, b"standalone");
+        let cluster = ctx.shared.cluster.is_some();
+        reply::bulk(out, if cluster { b"cluster" } else { b"standalone" });
         reply::bulk(out, b"role");
-        reply::bulk(out, b"master");
+        let replica = ctx.shared.repl.is_replica();
+        reply::bulk(out, if replica { b"replica" } else { b"master" });
         reply::bulk(out, b"modules");
         reply::array(out, 0);
         Ok(())

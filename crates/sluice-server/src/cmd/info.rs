@@ -217,9 +217,10 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
         }
         "clients" => write!(
             t,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n",
             shared.clients.len(),
             shared.maxclients.load(Relaxed),
+            shared.clients.blocked(),
         ),
         "memory" => {
             let used = shared.store.used_memory();

@@ -782,7 +782,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec!(
         "shutdown",
         -1,
-        [ADMIN, NOSCRIPT, LOADING, STALE, NOAUTH, NOMULTI],
+        [ADMIN, NOSCRIPT, LOADING, STALE, NOMULTI],
         (0, 0, 0),
         "server",
         "1.0.0",
@@ -908,6 +908,9 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     };
     let cached = ctx.session.last_command.and_then(|last| last.matches(name));
     let Some(spec) = cached.or_else(|| lookup(name)) else {
+        if is_http_request(name) {
+            return drop_cross_protocol(ctx);
+        }
         fail_transaction(ctx);
         return write_raw_error(ctx.out, &unknown_command(name, req.args_from(1)));
     };
@@ -982,6 +985,24 @@ fn key_args<'r>(spec: &CommandSpec, req: &'r Request) -> impl Iterator<Item = &'
     };
     let step = spec.step.max(1) as usize;
     (first..=last).step_by(step).filter_map(|i| req.arg(i))
+}
+
+/// Whether a request's first word is what an HTTP request starts with: `POST` (its request
+/// line, read as an inline command) or a `Host:` header. A web page can make a browser send
+/// such a request to a loopback port; its body would then run as commands (cross-protocol
+/// scripting). Redis closes these connections, and so do we.
+pub fn is_http_request(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"post") || name.eq_ignore_ascii_case(b"host:")
+}
+
+/// Closes the connection without a reply and without running anything after this request,
+/// with Redis's log line.
+fn drop_cross_protocol(ctx: &mut Ctx<'_>) {
+    crate::log(&format!(
+        "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to Sluice. This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise your Sluice instance. Connection from {} aborted.",
+        ctx.session.client.addr
+    ));
+    ctx.session.close = true;
 }
 
 /// What a RESP2 connection may send while subscribed.

@@ -90,6 +90,7 @@ impl<'a> Command<'a> for RlCheck<'a> {
         let mut cost = 1;
         let mut algo = Algo::Token;
         let mut dry = false;
+        let mut split = None;
         while let Some(opt) = args.next() {
             let is = |name: &str| opt.eq_ignore_ascii_case(name.as_bytes());
             match () {
@@ -114,9 +115,7 @@ impl<'a> Command<'a> for RlCheck<'a> {
                         return Err(CmdError::msg("ERR FAILMODE must be OPEN, CLOSED or LOCAL"));
                     }
                 }
-                _ if is("SPLIT") => {
-                    positive(value(args, "SPLIT")?, "SPLIT")?;
-                }
+                _ if is("SPLIT") => split = Some(positive(value(args, "SPLIT")?, "SPLIT")?),
                 _ if is("APPROX") => {
                     positive(value(args, "APPROX")?, "APPROX")?;
                 }
@@ -127,6 +126,9 @@ impl<'a> Command<'a> for RlCheck<'a> {
                     )));
                 }
             }
+        }
+        if let Some(k) = split {
+            sluice_client::split_fits(k, limit, burst).map_err(CmdError::msg)?;
         }
         Ok(RlCheck {
             key,
@@ -202,14 +204,12 @@ pub(crate) fn validate(
     }
     let capacity = burst.unwrap_or(limit);
     if horizon(algo, limit, period, capacity) > u128::from(MAX_SPAN.0) {
-        return Err(CmdError::msg(format!(
-            "ERR period too long: {} would span more than 146 years",
-            if bucket {
-                "BURST × period ÷ limit"
-            } else {
-                "the period"
-            }
-        )));
+        return Err(CmdError::msg(if bucket {
+            "ERR period too long: BURST × period ÷ limit would span more than 146 years"
+        } else {
+            // A window's state spans the current window and the one before it.
+            "ERR period too long: a window may span at most 73 years"
+        }));
     }
     if cost > capacity {
         return Err(cost_error(cost, capacity));

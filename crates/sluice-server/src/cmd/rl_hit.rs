@@ -187,6 +187,10 @@ struct Pending<'a> {
     label: &'a [u8],
 }
 
+/// The most rules (or keys) one RL.HITS checks. The call holds the lock of every shard its
+/// keys fall in while it runs, so its size is bounded; real multi-rule checks name a handful.
+pub const MAX_CHECKS: usize = 64;
+
 #[derive(Debug)]
 pub struct RlHits<'a> {
     /// `subject rule...` or `KEYS key limit period ...`.
@@ -216,7 +220,14 @@ impl<'a> Command<'a> for RlHits<'a> {
             }
             words.push(w);
         }
-        let form = if first.eq_ignore_ascii_case(b"KEYS") {
+        let keys = first.eq_ignore_ascii_case(b"KEYS");
+        let checks = if keys { words.len() / 3 } else { words.len() };
+        if checks > MAX_CHECKS {
+            return Err(CmdError::msg(format!(
+                "ERR RL.HITS checks at most {MAX_CHECKS} rules or keys in one call"
+            )));
+        }
+        let form = if keys {
             if words.is_empty() || !words.len().is_multiple_of(3) {
                 return Err(CmdError::msg(
                     "ERR RL.HITS KEYS takes key limit period triples",
@@ -281,13 +292,12 @@ impl<'a> Command<'a> for RlHits<'a> {
                 }
             }
         }
-        for (i, c) in checks.iter().enumerate() {
-            if checks[..i].iter().any(|o| o.key == c.key) {
-                return Err(CmdError::msg(format!(
-                    "ERR '{}' is listed twice",
-                    String::from_utf8_lossy(c.label)
-                )));
-            }
+        let mut seen = ahash::AHashSet::with_capacity(checks.len());
+        if let Some(c) = checks.iter().find(|c| !seen.insert(c.key.as_slice())) {
+            return Err(CmdError::msg(format!(
+                "ERR '{}' is listed twice",
+                String::from_utf8_lossy(c.label)
+            )));
         }
         let keys: Vec<&[u8]> = checks.iter().map(|c| c.key.as_slice()).collect();
         route(ctx, &keys)?;
@@ -344,6 +354,8 @@ impl<'a> Command<'a> for RlHits<'a> {
 #[cfg(test)]
 mod tests {
     use sluice_core::Nanos;
+
+    use super::MAX_CHECKS;
 
     use crate::{Config, Executor};
 
@@ -540,6 +552,10 @@ mod tests {
         assert!(run(&mut e, "RL.HITS alice user nope").contains("no such rule 'nope'"));
         assert!(run(&mut e, "RL.HITS alice user user").contains("listed twice"));
         // The key form.
+        let many: String = (0..=MAX_CHECKS).map(|i| format!(" k{i} 5 1m")).collect();
+        assert!(run(&mut e, &format!("RL.HITS KEYS{many}")).contains("at most 64"));
+        let many: String = (0..MAX_CHECKS).map(|i| format!(" k{i} 5 1m")).collect();
+        assert!(run(&mut e, &format!("RL.HITS KEYS{many}")).starts_with('*'));
         let r = run(&mut e, "RL.HITS KEYS a 3 1m b 1 1m");
         assert!(
             r.starts_with("*6\r\n:1\r\n:1\r\n:0\r\n") && r.ends_with("$1\r\nb\r\n"),

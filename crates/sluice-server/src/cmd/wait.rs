@@ -56,8 +56,10 @@ impl Command<'_> for Wait {
         ctx.session.blocked = Some(Blocked {
             offset,
             numreplicas: self.numreplicas,
+            // A timeout too far away to be a point in time waits forever, as 0 does.
             deadline: (self.timeout_ms > 0)
-                .then(|| Instant::now() + Duration::from_millis(self.timeout_ms)),
+                .then(|| Instant::now().checked_add(Duration::from_millis(self.timeout_ms)))
+                .flatten(),
         });
         Ok(())
     }

@@ -156,9 +156,9 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
+                if let Ok((stream, peer)) = accepted {
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve(stream, state.clone()));
+                    tokio::spawn(serve(stream, peer, state.clone()));
                 }
             }
             _ = term.recv() => break,
@@ -186,7 +186,7 @@ enum Pending {
 
 /// Serves one client: the reader parses and starts each request; the writer sends the replies
 /// in request order, as many as are ready in one write.
-async fn serve(stream: TcpStream, proxy: Arc<Proxy>) {
+async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Proxy>) {
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
     let writer = tokio::spawn(async move {
@@ -219,7 +219,14 @@ async fn serve(stream: TcpStream, proxy: Arc<Proxy>) {
         loop {
             match parser.parse(&mut buf) {
                 Ok(Some(req)) => {
-                    let quit = req.arg(0).is_some_and(|c| c.eq_ignore_ascii_case(b"QUIT"));
+                    let name = req.arg(0).unwrap_or_default();
+                    if crate::cmd::is_http_request(name) {
+                        crate::log(&format!(
+                            "Possible SECURITY ATTACK detected: POST or Host: sent to the sidecar (Cross Protocol Scripting). Connection from {peer} aborted."
+                        ));
+                        break 'conn;
+                    }
+                    let quit = name.eq_ignore_ascii_case(b"QUIT");
                     if tx.send(proxy.clone().handle(req)).is_err() || quit {
                         break 'conn;
                     }
@@ -515,6 +522,7 @@ fn parse_rl_check(req: &Request, default_mode: FailMode) -> Result<Parsed, Strin
             limit.capacity()
         ));
     }
+    sluice_client::split_fits(u64::from(limit.split), limit.limit, limit.burst)?;
     Ok((key, limit, cost, dry))
 }
 
@@ -543,6 +551,8 @@ mod tests {
         for bad in [
             &["RL.CHECK", "k", "10", "1s", "FAILMODE", "maybe"][..],
             &["RL.CHECK", "k", "10", "1s", "SPLIT", "0"],
+            &["RL.CHECK", "k", "10", "1s", "SPLIT", "11"],
+            &["RL.CHECK", "k", "10", "1s", "BURST", "5", "SPLIT", "6"],
             &["RL.CHECK", "k", "10", "1s", "APPROX"],
             &["RL.CHECK", "k", "0", "1s"],
             &["RL.CHECK", "k", "10", "1x"],
