@@ -312,3 +312,84 @@ fn cluster_nodes_authenticate_to_each_other() {
     );
     assert!(!nodes[3].log().contains("NOAUTH"), "{}", nodes[3].log());
 }
+
+/// Found by reading the code for more of the same kind: a pattern deep enough to overflow a
+/// worker's stack in the recursive matcher, one that backtracked exponentially while holding
+/// the pub/sub registry, and a pipeline or transaction whose replies grew past the output limit
+/// before the limit was looked at.
+#[test]
+fn hostile_patterns_and_huge_replies_neither_crash_nor_stall() {
+    let server = Sluice::start_with(&["--client-output-buffer-limit", "1mb"]);
+    let sentinel = Sentinel::write(&server);
+    let bulk = |s: &[u8]| {
+        [
+            format!("${}\r\n", s.len()).into_bytes(),
+            s.to_vec(),
+            b"\r\n".to_vec(),
+        ]
+        .concat()
+    };
+    let request = |args: &[&[u8]]| {
+        let mut r = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            r.extend(bulk(a));
+        }
+        r
+    };
+    let deep = b"*a".repeat(100_000);
+    let steep = b"*a*a*a*a*a*a*a*b".to_vec();
+    let mut subscriber = server.raw();
+    subscriber
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    subscriber
+        .write_all(&request(&[b"PSUBSCRIBE", &deep, &steep]))
+        .unwrap();
+    // Both confirmations arrive: the patterns are registered.
+    let confirmations = [
+        request(&[b"psubscribe", &deep]),
+        request(&[b"psubscribe", &steep]),
+    ];
+    let want: usize = confirmations.iter().map(|c| c.len() + 4).sum();
+    let mut got = vec![0; want];
+    subscriber.read_exact(&mut got).unwrap();
+    assert!(
+        got.ends_with(b":2\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&got[got.len() - 20..])
+    );
+    let mut c = server.client();
+    let channel = vec![b'a'; 100_000];
+    let received: i64 = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg("x")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        received, 1,
+        "the deep pattern matches, the steep one does not"
+    );
+    drop(subscriber);
+
+    // 100,000 COMMANDs (each reply ~4 KB): a pipeline, then the same inside MULTI. Either
+    // would have built ~400 MB of replies before the output limit was checked.
+    let before = server.rss();
+    for body in [
+        b"COMMAND\r\n".repeat(100_000),
+        [
+            b"MULTI\r\n".to_vec(),
+            b"COMMAND\r\n".repeat(100_000),
+            b"EXEC\r\n".to_vec(),
+        ]
+        .concat(),
+    ] {
+        let mut s = server.raw();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(&body).unwrap();
+        let (_, closed) = read_to_close(&mut s);
+        assert!(closed, "a client past the output limit is closed");
+        let grown = server.rss().saturating_sub(before);
+        assert!(grown < 100 << 20, "RSS grew by {grown} bytes");
+    }
+    sentinel.assert_intact(&server);
+}

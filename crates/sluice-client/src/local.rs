@@ -2,8 +2,10 @@
 //!
 //! An entry lives until its own expiry (a bucket until it is full again, as on a node; a blocked
 //! key until its `retry_after`), and the map never holds more than its cap: at the cap it first
-//! drops every expired entry, then, if still full, one arbitrary live entry (a gateway that sees
-//! more hot keys than its cap forgets some, which only costs a call to the node).
+//! drops every expired entry, then, if that freed less than an eighth of the cap, arbitrary live
+//! entries until an eighth is free (a gateway that sees more hot keys than its cap forgets some,
+//! which only costs a call to the node). Making room in eighths keeps the sweep, which visits
+//! every entry, to one per cap/8 inserts: a stream of new keys costs O(1) per insert.
 
 use std::collections::HashMap;
 
@@ -40,9 +42,10 @@ impl<V> Expiring<V> {
     pub fn insert(&mut self, key: Bytes, value: V, expires: Instant, now: Instant) {
         if !self.map.contains_key(&key) && self.map.len() >= self.cap {
             self.map.retain(|_, (_, exp)| *exp > now);
-            if self.map.len() >= self.cap
-                && let Some(victim) = self.map.keys().next().cloned()
-            {
+            let room = self.cap.div_ceil(8);
+            let excess = (self.map.len() + room).saturating_sub(self.cap);
+            let victims: Vec<Bytes> = self.map.keys().take(excess).cloned().collect();
+            for victim in victims {
                 self.map.remove(&victim);
             }
         }
@@ -100,5 +103,21 @@ mod tests {
         assert!(m.get_mut(b"live", later).is_some());
         assert!(m.get_mut(b"new", later).is_some());
         assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn a_full_map_of_live_entries_frees_an_eighth_at_once() {
+        let now = Instant::now();
+        let mut m = Expiring::new(16);
+        let live = now + Duration::from_secs(60);
+        for i in 0..16u8 {
+            m.insert(Bytes::from(vec![i]), i, live, now);
+        }
+        assert_eq!(m.len(), 16);
+        // The 17th key sweeps once and frees two places: the next key needs no sweep.
+        m.insert(Bytes::from_static(b"x"), 0, live, now);
+        assert_eq!(m.len(), 15);
+        m.insert(Bytes::from_static(b"y"), 0, live, now);
+        assert_eq!(m.len(), 16);
     }
 }

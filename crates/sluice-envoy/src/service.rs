@@ -152,7 +152,7 @@ where
         };
         limits.push(found);
     }
-    let replaced: Vec<&str> = limits
+    let replaced: std::collections::HashSet<&str> = limits
         .iter()
         .flatten()
         .flat_map(|(l, _)| l.replaces.iter().map(String::as_str))
@@ -177,7 +177,7 @@ where
             });
             continue;
         }
-        if !limit.name.is_empty() && replaced.contains(&limit.name.as_str()) {
+        if !limit.name.is_empty() && replaced.contains(limit.name.as_str()) {
             statuses.push(DescriptorStatus {
                 code: Code::Ok.into(),
                 ..DescriptorStatus::default()

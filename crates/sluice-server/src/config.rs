@@ -20,12 +20,13 @@ pub struct Config {
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
 
-    /// Worker threads, each with its own listener and runtime (default: number of cores).
-    #[arg(long)]
+    /// Worker threads, each with its own listener and runtime (default: number of cores;
+    /// at most 1024).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub threads: Option<usize>,
 
-    /// Store shards (a power of two; default: 64 per thread, at least 64).
-    #[arg(long)]
+    /// Store shards (a power of two; default: 64 per thread, at least 64; at most 65536).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65536))]
     pub shards: Option<usize>,
 
     /// Require clients to AUTH with this password (also `CONFIG SET requirepass`).
@@ -366,5 +367,17 @@ mod tests {
         assert!(Config::try_parse_from(["sluice", "--repl-flush-ms", "0"]).is_err());
         assert!(Config::try_parse_from(["sluice", "--repl-flush-ms", "60001"]).is_err());
         assert!(Config::try_parse_from(["sluice", "--repl-flush-ms", "60000"]).is_ok());
+        for (flag, max) in [("--threads", "1024"), ("--shards", "65536")] {
+            assert!(
+                Config::try_parse_from(["sluice", flag, max]).is_ok(),
+                "{flag}"
+            );
+            for bad in ["0", "18446744073709551615"] {
+                assert!(
+                    Config::try_parse_from(["sluice", flag, bad]).is_err(),
+                    "{flag} {bad}"
+                );
+            }
+        }
     }
 }

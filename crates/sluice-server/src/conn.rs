@@ -129,6 +129,11 @@ async fn serve_session(
                             now,
                         };
                         cmd::execute(&request, &mut ctx);
+                        // As Redis, the hard output limit is checked reply by reply: a
+                        // pipeline of large replies is cut where it crosses it.
+                        if out.len() > output_limit {
+                            return Close::OutputBufferLimit;
+                        }
                         if session.close {
                             closing = true;
                             break;

@@ -252,6 +252,25 @@ mod tests {
     }
 
     #[test]
+    fn replies_that_grow_with_the_request_are_bounded() {
+        let mut e = Executor::new(Config::default_for_tests());
+        let t0 = 1_000_000_000;
+        // COMMAND DOCS is a map: a name given many times is one entry.
+        let mut args = vec!["COMMAND", "DOCS"];
+        args.extend(std::iter::repeat_n("get", 1000));
+        assert!(exec(&mut e, t0, &args).starts_with("*2\r\n$3\r\nget\r\n"));
+        // CLIENT KILL keeps the last filter of each kind, as Redis does.
+        let me = exec(&mut e, t0, &["CLIENT", "ID"]);
+        let me = me.trim_start_matches(':').trim_end();
+        let r = exec(
+            &mut e,
+            t0,
+            &["CLIENT", "KILL", "ID", me, "ID", "999999", "SKIPME", "no"],
+        );
+        assert_eq!(r, ":0\r\n");
+    }
+
+    #[test]
     fn hello_says_the_role_it_has() {
         let mut e = Executor::new(Config::default_for_tests());
         let t0 = 1_000_000_000;

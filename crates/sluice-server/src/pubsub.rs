@@ -64,7 +64,32 @@ struct Subscriber {
 #[derive(Debug, Default)]
 struct Registry {
     channels: HashMap<Bytes, Vec<Subscriber>>,
-    patterns: Vec<(Bytes, Subscriber)>,
+    /// Keyed like channels, so that dropping one client's patterns touches only those
+    /// patterns' subscribers, never every pattern on the node.
+    patterns: HashMap<Bytes, Vec<Subscriber>>,
+}
+
+/// Channels and patterns are kept alike, each in its own map.
+#[derive(Clone, Copy)]
+enum Kind {
+    Channel,
+    Pattern,
+}
+
+impl Kind {
+    fn of_client(self, subs: &mut Subscriptions) -> &mut BTreeSet<Bytes> {
+        match self {
+            Kind::Channel => &mut subs.channels,
+            Kind::Pattern => &mut subs.patterns,
+        }
+    }
+
+    fn of_node(self, registry: &mut Registry) -> &mut HashMap<Bytes, Vec<Subscriber>> {
+        match self {
+            Kind::Channel => &mut registry.channels,
+            Kind::Pattern => &mut registry.patterns,
+        }
+    }
 }
 
 /// Every subscription on this node.
@@ -118,14 +143,16 @@ impl PubSub {
                 receivers += usize::from(s.tx.send(msg).is_ok());
             }
         }
-        for (pattern, s) in &registry.patterns {
+        for (pattern, subs) in &registry.patterns {
             if glob_match(pattern, &channel) {
-                let msg = Message::PMessage {
-                    pattern: pattern.clone(),
-                    channel: channel.clone(),
-                    payload: payload.clone(),
-                };
-                receivers += usize::from(s.tx.send(msg).is_ok());
+                for s in subs {
+                    let msg = Message::PMessage {
+                        pattern: pattern.clone(),
+                        channel: channel.clone(),
+                        payload: payload.clone(),
+                    };
+                    receivers += usize::from(s.tx.send(msg).is_ok());
+                }
             }
         }
         receivers
@@ -133,56 +160,47 @@ impl PubSub {
 
     /// Subscribes `client` to `channel`; false if it already was.
     pub fn subscribe(&self, client: u64, subs: &mut Subscriptions, channel: &[u8]) -> bool {
-        let channel = Bytes::copy_from_slice(channel);
-        if !subs.channels.insert(channel.clone()) {
+        self.add(Kind::Channel, client, subs, channel)
+    }
+
+    /// Unsubscribes `client` from `channel`; false if it was not subscribed.
+    pub fn unsubscribe(&self, client: u64, subs: &mut Subscriptions, channel: &[u8]) -> bool {
+        self.remove(Kind::Channel, client, subs, channel)
+    }
+
+    pub fn psubscribe(&self, client: u64, subs: &mut Subscriptions, pattern: &[u8]) -> bool {
+        self.add(Kind::Pattern, client, subs, pattern)
+    }
+
+    pub fn punsubscribe(&self, client: u64, subs: &mut Subscriptions, pattern: &[u8]) -> bool {
+        self.remove(Kind::Pattern, client, subs, pattern)
+    }
+
+    fn add(&self, kind: Kind, client: u64, subs: &mut Subscriptions, name: &[u8]) -> bool {
+        let name = Bytes::copy_from_slice(name);
+        if !kind.of_client(subs).insert(name.clone()) {
             return false;
         }
         let tx = subs.tx.clone();
-        self.registry
-            .lock()
-            .channels
-            .entry(channel)
+        kind.of_node(&mut self.registry.lock())
+            .entry(name)
             .or_default()
             .push(Subscriber { client, tx });
         true
     }
 
-    /// Unsubscribes `client` from `channel`; false if it was not subscribed.
-    pub fn unsubscribe(&self, client: u64, subs: &mut Subscriptions, channel: &[u8]) -> bool {
-        if !subs.channels.remove(channel) {
+    fn remove(&self, kind: Kind, client: u64, subs: &mut Subscriptions, name: &[u8]) -> bool {
+        if !kind.of_client(subs).remove(name) {
             return false;
         }
         let mut registry = self.registry.lock();
-        if let Some(list) = registry.channels.get_mut(channel) {
+        let map = kind.of_node(&mut registry);
+        if let Some(list) = map.get_mut(name) {
             list.retain(|s| s.client != client);
             if list.is_empty() {
-                registry.channels.remove(channel);
+                map.remove(name);
             }
         }
-        true
-    }
-
-    pub fn psubscribe(&self, client: u64, subs: &mut Subscriptions, pattern: &[u8]) -> bool {
-        let pattern = Bytes::copy_from_slice(pattern);
-        if !subs.patterns.insert(pattern.clone()) {
-            return false;
-        }
-        let tx = subs.tx.clone();
-        self.registry
-            .lock()
-            .patterns
-            .push((pattern, Subscriber { client, tx }));
-        true
-    }
-
-    pub fn punsubscribe(&self, client: u64, subs: &mut Subscriptions, pattern: &[u8]) -> bool {
-        if !subs.patterns.remove(pattern) {
-            return false;
-        }
-        self.registry
-            .lock()
-            .patterns
-            .retain(|(p, s)| !(s.client == client && p == pattern));
         true
     }
 

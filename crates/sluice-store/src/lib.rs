@@ -581,6 +581,16 @@ impl Store {
         out
     }
 
+    /// How many live keys `select` picks (CLUSTER COUNTKEYSINSLOT), copying none.
+    pub fn count_where(&self, now: Nanos, select: impl Fn(&[u8]) -> bool) -> usize {
+        let mut n = 0;
+        for s in self.shards.iter() {
+            s.lock()
+                .for_each_live(now, |key, _, _| n += usize::from(select(key)));
+        }
+        n
+    }
+
     /// Deletes every key `select` picks (a node dropping the slots it handed over); each
     /// delete is journaled, so replicas follow. Returns how many.
     pub fn delete_where(&self, now: Nanos, select: impl Fn(&[u8]) -> bool) -> usize {

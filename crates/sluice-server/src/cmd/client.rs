@@ -25,7 +25,7 @@ pub enum Client<'a> {
     /// `LIST [TYPE t] [ID id ...]`.
     List {
         kind: Option<ClientKind>,
-        ids: Option<Vec<u64>>,
+        ids: Option<ahash::AHashSet<u64>>,
     },
     Info,
     KillAddr(SocketAddr),
@@ -110,9 +110,9 @@ impl<'a> Command<'a> for Client<'a> {
                             })?);
                         }
                         b"ID" => {
-                            let mut list = Vec::new();
+                            let mut list = ahash::AHashSet::new();
                             while let Some(id) = args.next() {
-                                list.push(
+                                list.insert(
                                     parse_u64(id)
                                         .filter(|&i| i > 0)
                                         .ok_or_else(|| CmdError::msg("ERR Invalid client ID"))?,
@@ -158,6 +158,16 @@ impl<'a> Command<'a> for Client<'a> {
                         _ => return Err(CmdError::Syntax),
                     });
                 }
+                // The last filter of each kind wins, as in Redis: however many a client
+                // sends, each connection is matched against at most five.
+                let mut kinds = Vec::new();
+                filters.reverse();
+                filters.retain(|f| {
+                    let kind = std::mem::discriminant(f);
+                    let first = !kinds.contains(&kind);
+                    kinds.push(kind);
+                    first
+                });
                 Client::KillFilter(filters)
             }
             b"KILL" => return Err(CmdError::Syntax),

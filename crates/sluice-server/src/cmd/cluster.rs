@@ -61,7 +61,17 @@ fn ranges(args: &mut Args<'_>) -> Result<Vec<(u16, u16)>, CmdError> {
     if out.is_empty() {
         return Err(CmdError::Syntax);
     }
-    Ok(out)
+    // Overlapping and adjacent ranges merged: whatever a client lists, marking the slots
+    // touches each of the 16384 at most once.
+    out.sort_unstable();
+    let mut merged: Vec<(u16, u16)> = Vec::with_capacity(out.len().min(sluice_cluster::SLOTS));
+    for (a, b) in out {
+        match merged.last_mut() {
+            Some(last) if u32::from(a) <= u32::from(last.1) + 1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    Ok(merged)
 }
 
 impl<'a> Command<'a> for ClusterCmd<'a> {
@@ -157,11 +167,11 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                 reply::verbatim(out, proto, "txt", text.as_bytes());
             }
             ClusterCmd::CountKeysInSlot(slot) => {
-                let keys = ctx
+                let n = ctx
                     .shared
                     .store
-                    .keys_where(ctx.now, usize::MAX, |k| key_slot(k) == slot);
-                reply::integer(out, keys.len() as i64);
+                    .count_where(ctx.now, |k| key_slot(k) == slot);
+                reply::integer(out, n as i64);
             }
             ClusterCmd::GetKeysInSlot(slot, count) => {
                 let keys = ctx
@@ -207,6 +217,12 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                     );
                     reply::bulk(out, line.as_bytes());
                 }
+            }
+            // It hands the socket over: inside EXEC that would break the array of replies.
+            ClusterCmd::MigrateFeed(_) if ctx.session.in_exec => {
+                return Err(CmdError::msg(
+                    "ERR Command not allowed inside a transaction",
+                ));
             }
             ClusterCmd::MigrateFeed(ranges) => {
                 if !ctx.session.replica_capa {
@@ -500,4 +516,23 @@ fn set_readonly(ctx: &mut Ctx<'_>, on: bool) -> Result<(), CmdError> {
     ctx.session.readonly = on;
     reply::simple(ctx.out, "OK");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_merge_so_each_slot_is_marked_once() {
+        let req = sluice_resp::Request::from_args(&[
+            "PAUSE", "5-9", "0-3", "4-4", "20-30", "25-26", "31",
+        ]);
+        let mut args = Args::new(&req);
+        assert_eq!(ranges(&mut args).unwrap(), [(0, 9), (20, 31)]);
+        // However many copies of the whole range, one range.
+        let mut many = vec!["0-16383"; 100_000];
+        many[0] = "PAUSE";
+        let req = sluice_resp::Request::from_args(&many);
+        assert_eq!(ranges(&mut Args::new(&req)).unwrap(), [(0, 16383)]);
+    }
 }

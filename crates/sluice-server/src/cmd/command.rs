@@ -41,6 +41,7 @@ impl<'a> Command<'a> for CommandCmd<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let p = ctx.session.proto;
+        let limit = ctx.shared.config.client_output_buffer_limit;
         let out = &mut *ctx.out;
         match self {
             CommandCmd::Info(names) if names.len() == 0 => {
@@ -65,6 +66,11 @@ impl<'a> Command<'a> for CommandCmd<'a> {
             CommandCmd::Info(names) => {
                 reply::array(out, names.len());
                 for name in names {
+                    // A name per argument: past the output limit the connection is closed.
+                    if out.len() as u64 > limit {
+                        ctx.session.close = true;
+                        break;
+                    }
                     match lookup(name) {
                         Some(spec) => info(out, p, spec),
                         None => reply::null(out, p),
@@ -72,10 +78,15 @@ impl<'a> Command<'a> for CommandCmd<'a> {
                 }
             }
             CommandCmd::Docs(names) => {
+                // A map: each command once, however often it is named.
                 let specs: Vec<&CommandSpec> = if names.len() == 0 {
                     COMMANDS.iter().collect()
                 } else {
-                    names.filter_map(lookup).collect()
+                    let mut seen = vec![false; COMMANDS.len()];
+                    names
+                        .filter_map(lookup)
+                        .filter(|&spec| !std::mem::replace(&mut seen[super::row(spec)], true))
+                        .collect()
                 };
                 reply::map(out, p, specs.len());
                 for spec in specs {

@@ -160,6 +160,15 @@ pub struct Ctx<'a> {
     pub now: Nanos,
 }
 
+impl Ctx<'_> {
+    /// Whether the replies owed to this client are past `client-output-buffer-limit`: the
+    /// connection closes there, so a command that writes many replies (EXEC, COMMAND INFO)
+    /// stops at once instead of building gigabytes no client will read.
+    pub fn output_full(&self) -> bool {
+        self.out.len() as u64 > self.shared.config.client_output_buffer_limit
+    }
+}
+
 /// A command type: parse first (no side effects), then apply. A command may borrow its
 /// arguments (`'a` is the request's lifetime), so nothing is copied between the two steps.
 pub trait Command<'a>: Sized {
@@ -727,7 +736,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec!(
         "rl.rule",
         -2,
-        [ADMIN, LOADING, STALE],
+        [ADMIN, NOSCRIPT, LOADING, STALE],
         (0, 0, 0),
         "ratelimit",
         "0.1.0",

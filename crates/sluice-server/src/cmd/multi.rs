@@ -69,6 +69,10 @@ impl Command<'_> for Exec {
         reply::array(ctx.out, tx.queued.len());
         ctx.session.in_exec = true;
         for request in &tx.queued {
+            if ctx.output_full() {
+                ctx.session.close = true;
+                break;
+            }
             execute(request, ctx);
         }
         ctx.session.in_exec = false;

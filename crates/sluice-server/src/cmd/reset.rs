@@ -1,4 +1,5 @@
-//! `RESET` — back to a fresh connection: RESP2, no name, unauthenticated if a password is set.
+//! `RESET` — back to a fresh connection: RESP2, no name, no transaction, no subscriptions, not
+//! READONLY, unauthenticated if a password is set.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -17,6 +18,8 @@ impl Command<'_> for Reset {
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         ctx.session.proto = Proto::Resp2;
         ctx.session.transaction = None;
+        // Redis's RESET also leaves READONLY mode.
+        ctx.session.readonly = false;
         super::pubsub::clear(ctx.shared, &mut ctx.session.subs, ctx.session.client.id);
         ctx.session
             .client
