@@ -81,7 +81,7 @@ impl fmt::Display for TableError {
             TableError::UnsupportedVersion { version } => write!(
                 f,
                 "unsupported slot table version {version:?}: this build reads version {}",
-                crate::text::FORMAT_VERSION
+                crate::FORMAT_VERSION
             ),
         }
     }

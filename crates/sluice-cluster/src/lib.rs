@@ -26,6 +26,7 @@
 //! - Adding a shard moves only slots onto it (about 1/N of them); removing one moves only its
 //!   slots. Existing tokens never move.
 
+mod circle;
 pub mod error;
 pub mod placement;
 pub mod slot;
@@ -38,7 +39,9 @@ pub use placement::{
 };
 pub use slot::{crc16, hash_tag, key_slot};
 pub use table::{Node, Shard, SlotRange, SlotTable, is_node_id};
-pub use text::FORMAT_VERSION;
+
+/// The version [`SlotTable::encode`] writes and [`SlotTable::decode`] reads.
+pub const FORMAT_VERSION: u32 = 1;
 
 /// The number of hash slots, as in Redis Cluster.
 pub const SLOTS: usize = 16384;

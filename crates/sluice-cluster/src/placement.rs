@@ -32,110 +32,16 @@
 //! the table they were given.
 
 use std::cmp::Reverse;
-use std::hash::{BuildHasher, Hash, Hasher};
-
-use hashring::HashRing;
 
 use crate::SLOTS;
 use crate::error::TableError;
-use crate::table::{Node, Shard, SlotTable, runs};
+use crate::circle::Circle;
+use crate::table::{Node, Shard, SlotTable, runs, tokens_of};
 
 /// Tokens a new shard gets (fewer only when the circle is too crowded to split that many arcs).
 /// Each is one arc, so a shard owns at most this many ranges plus one (where the circle wraps),
 /// and `CLUSTER SLOTS` lists at most `shards × 8 + 1` ranges.
 pub const TOKENS_PER_NODE: usize = 8;
-
-/// A token on the ring: its position and the index of the shard it belongs to.
-#[derive(Clone, Copy, Debug)]
-struct VirtualNode {
-    token: u16,
-    shard: usize,
-}
-
-/// Hashes to the token's position, so the ring is sorted by position.
-impl Hash for VirtualNode {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(u64::from(self.token));
-    }
-}
-
-/// A slot, looked up on the ring at its own position.
-#[derive(Clone, Copy, Debug)]
-struct SlotPoint(u16);
-
-impl Hash for SlotPoint {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(u64::from(self.0));
-    }
-}
-
-/// A "hasher" whose result is the position it was given: `VirtualNode` and `SlotPoint` write one
-/// `u64`, and `finish` returns it unchanged.
-#[derive(Clone, Copy, Debug, Default)]
-struct PositionHasher(u64);
-
-impl Hasher for PositionHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write_u64(&mut self, position: u64) {
-        self.0 = position;
-    }
-
-    /// Not used by our two types; kept order-preserving (big-endian) so the hasher stays total.
-    fn write(&mut self, bytes: &[u8]) {
-        self.0 = bytes
-            .iter()
-            .fold(self.0, |acc, &b| (acc << 8) | u64::from(b));
-    }
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct PositionBuildHasher;
-
-impl BuildHasher for PositionBuildHasher {
-    type Hasher = PositionHasher;
-
-    fn build_hasher(&self) -> PositionHasher {
-        PositionHasher(0)
-    }
-}
-
-/// The tokens of a set of shards, as a `hashring` ring.
-#[derive(Debug)]
-pub(crate) struct Circle(HashRing<VirtualNode, PositionBuildHasher>);
-
-impl Circle {
-    fn new(tokens: impl IntoIterator<Item = (u16, usize)>) -> Circle {
-        let mut ring = HashRing::with_hasher(PositionBuildHasher);
-        ring.batch_add(
-            tokens
-                .into_iter()
-                .map(|(token, shard)| VirtualNode { token, shard })
-                .collect(),
-        );
-        Circle(ring)
-    }
-
-    pub(crate) fn of_shards(shards: &[Shard]) -> Circle {
-        Circle::new(tokens_of(shards))
-    }
-
-    /// The shard of the first token at or after `slot`, wrapping; `None` on an empty circle.
-    pub(crate) fn owner(&self, slot: u16) -> Option<usize> {
-        self.0.get(&SlotPoint(slot)).map(|node| node.shard)
-    }
-}
-
-/// Every shard's tokens, as `(token, shard index)`.
-fn tokens_of(shards: &[Shard]) -> Vec<(u16, usize)> {
-    shards
-        .iter()
-        .enumerate()
-        .flat_map(|(index, shard)| shard.tokens.iter().map(move |&token| (token, index)))
-        .collect()
-}
 
 /// The table the tokens of `shards` place: every slot to its token's shard.
 fn table_of(epoch: u64, shards: Vec<Shard>) -> Result<SlotTable, TableError> {
@@ -144,7 +50,7 @@ fn table_of(epoch: u64, shards: Vec<Shard>) -> Result<SlotTable, TableError> {
             count: shards.len(),
         });
     }
-    let circle = Circle::of_shards(&shards);
+    let circle = Circle::new(tokens_of(&shards));
     let mut owner = Vec::with_capacity(SLOTS);
     for slot in 0..SLOTS as u16 {
         // An empty circle owns nothing; report it as the gap SlotTable::new would find.

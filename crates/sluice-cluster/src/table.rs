@@ -21,7 +21,7 @@ use std::fmt;
 
 use crate::SLOTS;
 use crate::error::TableError;
-use crate::placement::Circle;
+use crate::circle::Circle;
 
 /// One server: its `CLUSTER MYID` and the address clients connect to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -120,7 +120,7 @@ impl SlotTable {
         }
 
         if shards.iter().any(|shard| !shard.tokens.is_empty()) {
-            let circle = Circle::of_shards(&shards);
+            let circle = Circle::new(tokens_of(&shards));
             for (slot, &index) in owner.iter().enumerate() {
                 if circle.owner(slot as u16) != Some(usize::from(index)) {
                     return Err(TableError::TokensDisagree { slot: slot as u16 });
@@ -289,6 +289,15 @@ pub fn is_node_id(id: &str) -> bool {
 /// A host that survives the text form and `CLUSTER NODES`: not empty, one word.
 fn is_host(host: &str) -> bool {
     !host.is_empty() && !host.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// Every shard's tokens, as `(token, shard index)`.
+pub(crate) fn tokens_of(shards: &[Shard]) -> Vec<(u16, usize)> {
+    shards
+        .iter()
+        .enumerate()
+        .flat_map(|(index, shard)| shard.tokens.iter().map(move |&token| (token, index)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -27,11 +27,10 @@
 use std::fmt::Write as _;
 use std::str::FromStr;
 
+use crate::FORMAT_VERSION;
 use crate::error::TableError;
 use crate::table::{Node, Shard, SlotRange, SlotTable};
 
-/// The version [`SlotTable::encode`] writes and [`SlotTable::decode`] reads.
-pub const FORMAT_VERSION: u32 = 1;
 
 /// The first word of the header line.
 const MAGIC: &str = "sluice-slots";
