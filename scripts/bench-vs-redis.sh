@@ -29,7 +29,8 @@
 #   --clients    redis-benchmark -c (default 50)
 #   --rounds     alternating rounds; the table shows medians (default 3)
 #   --duration   seconds per run (default 4); -n is sized from a short probe run
-#   --sluice     the sluice binary (default target/release/sluice, or $SLUICE_BIN)
+#   --sluice     the sluice binary (default $SLUICE_BIN, else release/sluice in $CARGO_TARGET_DIR
+#                or target/)
 #   --build      run `cargo build --release --bin sluice` even if the binary exists
 #
 # Needs redis-server, redis-cli, redis-benchmark (installed with apt-get when missing), taskset
@@ -41,8 +42,7 @@ LUA_DIR="$ROOT/scripts/lua"
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 
-KEYS="" CLIENTS=50 ROUNDS="" DURATION="" QUICK=0 BUILD=0 MEMORY_ONLY=0
-SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
+KEYS="" CLIENTS=50 ROUNDS="" DURATION="" QUICK=0 BUILD=0 MEMORY_ONLY=0 SLUICE=
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
@@ -51,10 +51,7 @@ while [ $# -gt 0 ]; do
     --clients) CLIENTS="$2"; shift ;;
     --rounds) ROUNDS="$2"; shift ;;
     --duration) DURATION="$2"; shift ;;
-    --sluice) SLUICE="$2"; shift ;;
-    --build) BUILD=1 ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+    *) common_arg "$@"; shift $((ARG_WORDS - 1)) ;;
   esac
   shift
 done
@@ -85,12 +82,7 @@ fi
 for tool in taskset awk sort; do
   command -v "$tool" >/dev/null || die "$tool is missing (apt-get install -y util-linux mawk coreutils)"
 done
-if [ "$BUILD" = 1 ] || [ ! -x "$SLUICE" ]; then
-  log "building the release binary"
-  (cd "$ROOT" && cargo build --release --bin sluice >&2)
-  SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
-fi
-[ -x "$SLUICE" ] || die "no sluice binary at $SLUICE"
+need_sluice
 
 if [ "$(nproc)" -ge 2 ]; then
   SERVER_CPU=0 CLIENT_CPU=1 BOTH_CPUS=0,1
@@ -106,20 +98,8 @@ mkdir -p "$RES"
 # ---------------------------------------------------------------------------------------------
 # Processes: every one we start is recorded and stopped by its PID.
 
-# PIDS, cleanup and stop come from scripts/lib.sh.
-
-# free_port comes from scripts/lib.sh.
-
-wait_ready() {
-  local port=$1 pid=$2 logfile=$3 i
-  for i in $(seq 1 200); do
-    if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then return 0; fi
-    kill -0 "$pid" 2>/dev/null || { cat "$logfile" >&2; die "server on port $port exited"; }
-    sleep 0.05
-  done
-  cat "$logfile" >&2
-  die "server on port $port did not answer PING"
-}
+# PIDS, cleanup, stop, free_port and wait_serving (PORT PID LOG: PONG, or die showing LOG) come
+# from scripts/lib.sh.
 
 # start_redis CPUS: sets R_PORT, R_PID and the script SHAs.
 start_redis() {
@@ -129,7 +109,7 @@ start_redis() {
     --protected-mode no --dir "$WORK" --logfile "$WORK/redis-$R_PORT.log" &
   R_PID=$!
   PIDS+=("$R_PID")
-  wait_ready "$R_PORT" "$R_PID" "$WORK/redis-$R_PORT.log"
+  wait_serving "$R_PORT" "$R_PID" "$WORK/redis-$R_PORT.log"
   SHA_TOKEN=$(redis-cli -p "$R_PORT" SCRIPT LOAD "$(cat "$LUA_DIR/token_bucket.lua")")
   SHA_GCRA=$(redis-cli -p "$R_PORT" SCRIPT LOAD "$(cat "$LUA_DIR/gcra.lua")")
   SHA_SLIDING=$(redis-cli -p "$R_PORT" SCRIPT LOAD "$(cat "$LUA_DIR/sliding.lua")")
@@ -145,7 +125,7 @@ start_sluice() {
     >"$WORK/sluice-$S_PORT.log" 2>&1 &
   S_PID=$!
   PIDS+=("$S_PID")
-  wait_ready "$S_PORT" "$S_PID" "$WORK/sluice-$S_PORT.log"
+  wait_serving "$S_PORT" "$S_PID" "$WORK/sluice-$S_PORT.log"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -240,17 +220,9 @@ sluice_memory() {
 # redis-benchmark. Each (test, side, -P) gets a probe run once to size -n for --duration.
 
 bench_once() { # PORT CLIENT_CPUS P N KEYSPACE CMD... -> "rps p50 p99"
-  local port=$1 cpus=$2 p=$3 n=$4 r=$5 out line
+  local port=$1 cpus=$2 p=$3 n=$4 r=$5
   shift 5
-  out=$(taskset -c "$cpus" redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -P "$p" \
-    -n "$n" -r "$r" --csv "$@" 2>"$WORK/bench.err") || {
-    cat "$WORK/bench.err" >&2
-    die "redis-benchmark failed on port $port: $*"
-  }
-  line=$(printf '%s\n' "$out" | grep -v '^"test"' | tail -1)
-  [ -n "$line" ] || { cat "$WORK/bench.err" >&2; die "no CSV from redis-benchmark: $*"; }
-  # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-  printf '%s\n' "$line" | tr -d '"' | awk -F, '{ print $2, $5, $7 }'
+  bench_csv "$cpus" "$port" -c "$CLIENTS" -P "$p" -n "$n" -r "$r" "$@" | awk -F, '{ print $2, $5, $7 }'
 }
 
 # run TEST SIDE PORT CLIENT_CPUS P KEYSPACE CMD...: one measured run, appended to the results.

@@ -25,8 +25,9 @@
 #     cluster mode costs, not how it scales.
 #
 # Usage: scripts/cluster-demo.sh [--sluice PATH] [--build] [--keys N] [--requests N] [--rounds N]
-#   --sluice     the sluice binary (default target/release/sluice, or $SLUICE_BIN)
-#   --build      run `cargo build --release -p sluice-server` even if the binary exists
+#   --sluice     the sluice binary (default $SLUICE_BIN, else release/sluice in $CARGO_TARGET_DIR
+#                or target/)
+#   --build      run `cargo build --release --bin sluice` even if the binary exists
 #   --keys       buckets to preload (default 1000000)
 #   --requests   requests per benchmark run (default 2000000)
 #   --rounds     benchmark rounds, cluster and single node alternating (default 3; medians shown)
@@ -36,18 +37,16 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
-BUILD=0 KEYS=1000000 REQUESTS=2000000 ROUNDS=3
-SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
+BUILD=0 KEYS=1000000 REQUESTS=2000000 ROUNDS=3 SLUICE=
 while [ $# -gt 0 ]; do
   case "$1" in
-    --sluice) SLUICE="$2"; shift ;;
-    --build) BUILD=1 ;;
     --keys) KEYS="$2"; shift ;;
     --requests) REQUESTS="$2"; shift ;;
     --rounds) ROUNDS="$2"; shift ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+    *) common_arg "$@"; shift $((ARG_WORDS - 1)) ;;
   esac
   shift
 done
@@ -56,8 +55,6 @@ case "$KEYS$REQUESTS$ROUNDS" in *[!0-9]*) echo "--keys, --requests and --rounds 
 
 log() { echo "[cluster] $*" >&2; }
 die() { echo "[cluster] error: $*" >&2; exit 1; }
-# shellcheck source=scripts/lib.sh
-. "$ROOT/scripts/lib.sh"
 
 # ---------------------------------------------------------------------------------------------
 # Tools and the binary.
@@ -67,44 +64,19 @@ if ! command -v redis-cli >/dev/null || ! command -v redis-benchmark >/dev/null;
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools >&2
 fi
 command -v python3 >/dev/null || die "python3 is missing (apt-get install -y python3)"
-if [ "$BUILD" = 1 ] || [ ! -x "$SLUICE" ]; then
-  log "building the release binary"
-  (cd "$ROOT" && cargo build --release -p sluice-server >&2)
-  SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
-fi
-[ -x "$SLUICE" ] || die "no sluice binary at $SLUICE"
+need_sluice
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-cluster-demo.XXXXXX")
 
 # ---------------------------------------------------------------------------------------------
 # Processes: every one we start is recorded and stopped by its PID.
 
-# PIDS, cleanup, forget and stop come from scripts/lib.sh.
+# PIDS, cleanup, forget, stop, free_port, wait_ready, wait_for and launch_sluice (a node on a
+# free port, its log in $WORK/NAME.log) come from scripts/lib.sh.
 
-
-
-# free_port, wait_ready and wait_for come from scripts/lib.sh.
-
-# start_sluice NAME ARGS...: sets S_PORT, S_PID. NAME names its log (and config file).
-start_sluice() {
-  local name=$1 attempt logfile
-  shift
-  for attempt in 1 2 3; do
-    free_port
-    S_PORT=$PORT
-    logfile="$WORK/$name.log"
-    "$SLUICE" --port "$S_PORT" --bind 127.0.0.1 --threads 1 "$@" >"$logfile" 2>&1 &
-    S_PID=$!
-    PIDS+=("$S_PID")
-    wait_ready "$S_PORT" "$S_PID" && return 0
-    kill "$S_PID" 2>/dev/null || true
-    log "sluice $name on :$S_PORT did not start (attempt $attempt): $(tail -1 "$logfile")"
-  done
-  die "sluice $name did not start"
-}
-
+# start_node NAME: a cluster node, its log node-NAME.log and its config file nodes-NAME.conf.
 start_node() {
-  start_sluice "node-$1" --cluster yes --cluster-config-file "$WORK/nodes-$1.conf"
+  launch_sluice "node-$1" --cluster yes --cluster-config-file "$WORK/nodes-$1.conf"
 }
 
 # admin ARGS...: runs `sluice cluster ARGS` (bounded), its output indented into $WORK/admin.out
@@ -347,7 +319,7 @@ check_buckets "after remove-node"
 
 echo
 echo "== Throughput: redis-benchmark RL.CHECK, -n $REQUESTS -r 100000 -P 16 -c 50, $ROUNDS rounds alternating"
-start_sluice single; SINGLE=$S_PORT
+launch_sluice single; SINGLE=$S_PORT
 # A one-node cluster too (redis-benchmark --cluster refuses one node, so it gets the plain
 # benchmark): what the slot check costs on the node, apart from running three processes.
 start_node solo; SOLO=$S_PORT

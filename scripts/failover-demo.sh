@@ -29,8 +29,9 @@
 #   - shows which replica Sentinel promoted and that it repointed the other one.
 #
 # Usage: scripts/failover-demo.sh [--sluice PATH] [--build] [--flush-ms N] [--pipeline N]
-#   --sluice     the sluice binary (default target/release/sluice, or $SLUICE_BIN)
-#   --build      run `cargo build --release -p sluice-server` even if the binary exists
+#   --sluice     the sluice binary (default $SLUICE_BIN, else release/sluice in $CARGO_TARGET_DIR
+#                or target/)
+#   --build      run `cargo build --release --bin sluice` even if the binary exists
 #   --flush-ms   the primary's --repl-flush-ms (default 1)
 #   --pipeline   checks per round trip (default 16)
 #
@@ -40,17 +41,15 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
-BUILD=0 FLUSH_MS=1 PIPELINE=16
-SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
+BUILD=0 FLUSH_MS=1 PIPELINE=16 SLUICE=
 while [ $# -gt 0 ]; do
   case "$1" in
-    --sluice) SLUICE="$2"; shift ;;
-    --build) BUILD=1 ;;
     --flush-ms) FLUSH_MS="$2"; shift ;;
     --pipeline) PIPELINE="$2"; shift ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+    *) common_arg "$@"; shift $((ARG_WORDS - 1)) ;;
   esac
   shift
 done
@@ -59,8 +58,6 @@ LIMIT=20000 PERIOD=1d PERIOD_S=86400 MASTER=mymaster
 
 log() { echo "[failover] $*" >&2; }
 die() { echo "[failover] error: $*" >&2; exit 1; }
-# shellcheck source=scripts/lib.sh
-. "$ROOT/scripts/lib.sh"
 
 # ---------------------------------------------------------------------------------------------
 # Tools and the binary.
@@ -70,40 +67,15 @@ if ! command -v redis-sentinel >/dev/null || ! command -v redis-cli >/dev/null; 
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-sentinel redis-tools >&2
 fi
 command -v python3 >/dev/null || die "python3 is missing (apt-get install -y python3)"
-if [ "$BUILD" = 1 ] || [ ! -x "$SLUICE" ]; then
-  log "building the release binary"
-  (cd "$ROOT" && cargo build --release -p sluice-server >&2)
-  SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
-fi
-[ -x "$SLUICE" ] || die "no sluice binary at $SLUICE"
+need_sluice
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-failover.XXXXXX")
 
 # ---------------------------------------------------------------------------------------------
 # Processes: every one we start is recorded and stopped by its PID.
 
-# PIDS, cleanup, forget and stop come from scripts/lib.sh.
-
-
-
-# free_port, wait_ready and wait_for come from scripts/lib.sh.
-
-# start_sluice ARGS...: sets S_PORT, S_PID.
-start_sluice() {
-  local attempt logfile
-  for attempt in 1 2 3; do
-    free_port
-    S_PORT=$PORT
-    logfile="$WORK/sluice-$S_PORT.log"
-    "$SLUICE" --port "$S_PORT" --bind 127.0.0.1 --threads 1 "$@" >"$logfile" 2>&1 &
-    S_PID=$!
-    PIDS+=("$S_PID")
-    wait_ready "$S_PORT" "$S_PID" && return 0
-    kill "$S_PID" 2>/dev/null || true
-    log "sluice on :$S_PORT did not start (attempt $attempt): $(tail -1 "$logfile")"
-  done
-  die "sluice did not start"
-}
+# PIDS, cleanup, forget, stop, free_port, wait_ready, wait_for and launch_sluice (a node on a
+# free port; with NAME "", its log in $WORK/sluice-PORT.log) come from scripts/lib.sh.
 
 # start_sentinel MASTER_PORT: sets T_PORT, T_PID.
 start_sentinel() {
@@ -145,11 +117,11 @@ knows_topology() {
 # ---------------------------------------------------------------------------------------------
 # The topology.
 
-start_sluice --repl-flush-ms "$FLUSH_MS"
+launch_sluice "" --repl-flush-ms "$FLUSH_MS"
 P_PORT=$S_PORT P_PID=$S_PID
-start_sluice --replicaof "127.0.0.1:$P_PORT"
+launch_sluice "" --replicaof "127.0.0.1:$P_PORT"
 R1_PORT=$S_PORT
-start_sluice --replicaof "127.0.0.1:$P_PORT"
+launch_sluice "" --replicaof "127.0.0.1:$P_PORT"
 R2_PORT=$S_PORT
 wait_for 20 "replica :$R1_PORT to link" link_up "$R1_PORT"
 wait_for 20 "replica :$R2_PORT to link" link_up "$R2_PORT"

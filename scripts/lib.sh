@@ -1,5 +1,34 @@
-# Shared by the scripts in scripts/; sourced, not run. The caller defines `log` and `die`, and
-# sets WORK (a scratch directory) before it starts a process.
+# Shared by the scripts in scripts/; sourced, not run. The caller sets ROOT (the repository),
+# defines `log` and `die`, and sets WORK (a scratch directory) before it starts a process.
+
+# common_arg ARGS...: the options of a script that runs sluice, at the head of ARGS: --sluice
+# PATH, --build, -h/--help (prints the script's opening comment); anything else is an error.
+# Sets ARG_WORDS to how many words it took.
+common_arg() {
+  ARG_WORDS=1
+  case "$1" in
+    --sluice) SLUICE="$2"; ARG_WORDS=2 ;;
+    --build) BUILD=1 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+}
+
+# need_sluice: makes SLUICE the binary to run: as the caller set it (--sluice), else $SLUICE_BIN,
+# else the release build's (in $CARGO_TARGET_DIR, or target/). With BUILD=1, or when that is not
+# an executable, builds it first (`cargo build --release --bin sluice`) and runs the build's.
+need_sluice() {
+  local built=${SLUICE_BIN:-} dir=${CARGO_TARGET_DIR:-target}
+  case "$dir" in /*) ;; *) dir="$ROOT/$dir" ;; esac
+  built=${built:-$dir/release/sluice}
+  SLUICE=${SLUICE:-$built}
+  if [ "${BUILD:-0}" = 1 ] || [ ! -x "$SLUICE" ]; then
+    log "building the release binary"
+    (cd "$ROOT" && cargo build --release --bin sluice >&2)
+    SLUICE=$built
+  fi
+  [ -x "$SLUICE" ] || die "no sluice binary at $SLUICE"
+}
 
 # preload PORT COUNT PREFIX WORDS...: sends WORDS with KEY replaced by PREFIX + 12 digits, for
 # 0..COUNT-1, as one RESP stream through redis-cli --pipe.
@@ -96,6 +125,49 @@ wait_ready() {
     sleep 0.05
   done
   return 1
+}
+
+# wait_serving PORT PID LOG: wait_ready, or dies with the server's LOG on the terminal.
+wait_serving() {
+  wait_ready "$1" "$2" && return 0
+  cat "$3" >&2
+  kill -0 "$2" 2>/dev/null || die "server on port $1 exited"
+  die "server on port $1 did not answer PING"
+}
+
+# launch_sluice NAME ARGS...: starts $SLUICE --threads 1 ARGS on a free port of 127.0.0.1, its
+# output in $WORK/NAME.log (NAME empty: sluice-PORT.log), trying three ports before it dies; sets
+# S_PORT and S_PID.
+launch_sluice() {
+  local name=$1 attempt logfile
+  shift
+  for attempt in 1 2 3; do
+    free_port
+    S_PORT=$PORT
+    logfile="$WORK/${name:-sluice-$S_PORT}.log"
+    "$SLUICE" --port "$S_PORT" --bind 127.0.0.1 --threads 1 "$@" >"$logfile" 2>&1 &
+    S_PID=$!
+    PIDS+=("$S_PID")
+    wait_ready "$S_PORT" "$S_PID" && return 0
+    kill "$S_PID" 2>/dev/null || true
+    log "sluice${name:+ $name} on :$S_PORT did not start (attempt $attempt): $(tail -1 "$logfile")"
+  done
+  die "sluice${name:+ $name} did not start"
+}
+
+# bench_csv CPUS PORT ARGS...: runs `redis-benchmark --csv ARGS` (options, then the command)
+# against 127.0.0.1:PORT on CPUS and prints its last CSV line unquoted: test, rps, avg, min,
+# p50, p95, p99 and max latency (ms). Dies with redis-benchmark's errors if it fails.
+bench_csv() {
+  local cpus=$1 port=$2 out line
+  shift 2
+  out=$(taskset -c "$cpus" redis-benchmark --csv -h 127.0.0.1 -p "$port" "$@" 2>"$WORK/bench.err") || {
+    cat "$WORK/bench.err" >&2
+    die "redis-benchmark failed on port $port: $*"
+  }
+  line=$(printf '%s\n' "$out" | grep -v '^"test"' | tail -1)
+  [ -n "$line" ] || { cat "$WORK/bench.err" >&2; die "no CSV from redis-benchmark on port $port: $*"; }
+  printf '%s\n' "$line" | tr -d '"'
 }
 
 # wait_for SECONDS WHAT COMMAND...: runs COMMAND every 0.1 s until it succeeds, or dies.

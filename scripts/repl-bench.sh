@@ -65,9 +65,9 @@
 #   --quota      each primary's CPU cap, % of one CPU (default 50; 0 = uncapped)
 #   --flush-ms   --repl-flush-ms of both primaries (default: the server's default, 1)
 #   --primary-args  more flags for both primaries, for experiments (e.g. "--repl-backlog-size 16kb")
-#   --sluice     the sluice binary (default $CARGO_TARGET_DIR/release/sluice, else
-#                target/release/sluice, or $SLUICE_BIN)
-#   --build      run `cargo build --release -p sluice-server` even if the binary exists
+#   --sluice     the sluice binary (default $SLUICE_BIN, else release/sluice in $CARGO_TARGET_DIR
+#                or target/)
+#   --build      run `cargo build --release --bin sluice` even if the binary exists
 #
 # Needs redis-cli and redis-benchmark (installed with apt-get when missing), taskset, getconf
 # and awk. Uses free ports on 127.0.0.1 only. Every process it starts is stopped by PID on exit.
@@ -78,9 +78,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$ROOT/scripts/lib.sh"
 
 KEYS=1000000 DURATION=4 ROUNDS=5 CLIENTS=50 BUILD=0 WORKLOAD=new QUOTA=50 FLUSH_MS= EXTRA_PRIMARY_ARGS=
-TARGET_DIR=${CARGO_TARGET_DIR:-target}
-case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
-SLUICE="${SLUICE_BIN:-$TARGET_DIR/release/sluice}"
+SLUICE=
 while [ $# -gt 0 ]; do
   case "$1" in
     --keys) KEYS="$2"; shift ;;
@@ -91,10 +89,7 @@ while [ $# -gt 0 ]; do
     --quota) QUOTA="$2"; shift ;;
     --flush-ms) FLUSH_MS="$2"; shift ;;
     --primary-args) EXTRA_PRIMARY_ARGS="$2"; shift ;;
-    --sluice) SLUICE="$2"; shift ;;
-    --build) BUILD=1 ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+    *) common_arg "$@"; shift $((ARG_WORDS - 1)) ;;
   esac
   shift
 done
@@ -112,12 +107,7 @@ fi
 for tool in taskset awk getconf; do
   command -v "$tool" >/dev/null || die "$tool is missing (apt-get install -y util-linux mawk libc-bin)"
 done
-if [ "$BUILD" = 1 ] || [ ! -x "$SLUICE" ]; then
-  log "building the release binary"
-  (cd "$ROOT" && cargo build --release -p sluice-server >&2)
-  SLUICE="${SLUICE_BIN:-$TARGET_DIR/release/sluice}"
-fi
-[ -x "$SLUICE" ] || die "no sluice binary at $SLUICE"
+need_sluice
 
 if [ "$(nproc)" -ge 2 ]; then
   SERVER_CPU=0 CLIENT_CPU=1 REPLICA_CPU=1
@@ -170,20 +160,8 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-repl-bench.XXXXXX")
 # Processes: every one we start is recorded and stopped by its PID. A process paused with
 # SIGSTOP is continued after the SIGTERM, or it would never act on it.
 
-# PIDS, cleanup and stop come from scripts/lib.sh.
-
-# free_port comes from scripts/lib.sh.
-
-wait_ready() { # PORT PID LOG
-  local port=$1 pid=$2 logfile=$3 i
-  for i in $(seq 1 200); do
-    if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then return 0; fi
-    kill -0 "$pid" 2>/dev/null || { cat "$logfile" >&2; die "server on port $port exited"; }
-    sleep 0.05
-  done
-  cat "$logfile" >&2
-  die "server on port $port did not answer PING"
-}
+# PIDS, cleanup, stop, free_port and wait_serving (PORT PID LOG: PONG, or die showing LOG) come
+# from scripts/lib.sh.
 
 # start_sluice CPUS EXTRA_ARGS...: sets S_PORT, S_PID, S_LOG.
 start_sluice() {
@@ -195,7 +173,7 @@ start_sluice() {
   taskset -c "$cpus" "$SLUICE" --port "$S_PORT" --bind 127.0.0.1 --threads 1 "$@" >"$S_LOG" 2>&1 &
   S_PID=$!
   PIDS+=("$S_PID")
-  wait_ready "$S_PORT" "$S_PID" "$S_LOG"
+  wait_serving "$S_PORT" "$S_PID" "$S_LOG"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -340,16 +318,9 @@ case "$WORKLOAD" in
   *) echo "--workload is new, steady or hot" >&2; exit 2 ;;
 esac
 RANGE=1000000
-bench() { # PORT N -> rps (redis-benchmark --csv)
-  local out line
-  out=$(taskset -c "$CLIENT_CPU" redis-benchmark -h 127.0.0.1 -p "$1" -c "$CLIENTS" -P 16 \
-    -r "$RANGE" -n "$2" --csv "${BENCH_CMD[@]}" 2>"$WORK/bench.err") || {
-    cat "$WORK/bench.err" >&2
-    die "redis-benchmark failed on port $1"
-  }
-  line=$(printf '%s\n' "$out" | grep -v '^"test"' | tail -1)
-  [ -n "$line" ] || { cat "$WORK/bench.err" >&2; die "no CSV from redis-benchmark on port $1"; }
-  printf '%s\n' "$line" | tr -d '"' | awk -F, '{ printf "%d\n", $2 }'
+bench() { # PORT N -> rps
+  bench_csv "$CLIENT_CPU" "$1" -c "$CLIENTS" -P 16 -r "$RANGE" -n "$2" "${BENCH_CMD[@]}" |
+    awk -F, '{ printf "%d\n", $2 }'
 }
 
 # measure SIDE ROUND: one run; appends "rps primary_ns/check primary_util% replica_ns/check
