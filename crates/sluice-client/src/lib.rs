@@ -44,6 +44,6 @@ pub mod node;
 pub mod resp;
 
 pub use client::{Client, Config, ReplyError, Topology, Upstream};
-pub use limit::{Approximate, Decision, FailMode, Limit, Source, split_fits};
+pub use limit::{Approximate, Decision, FailMode, Limit, Source};
 pub use node::{BreakerState, CallError, NodeOptions};
 pub use sluice_core::Algo;

@@ -5,40 +5,7 @@ use std::time::Duration;
 
 use sluice_core::Algo;
 
-/// What to answer when the node cannot answer within the deadline (down, breaker open, garbage,
-/// or just too slow).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum FailMode {
-    /// Allow: for low-risk reads, where an outage of the limiter must not become an outage.
-    #[default]
-    Open,
-    /// Deny: for expensive or write routes.
-    Closed,
-    /// An in-process bucket of limit ÷ gateways (and burst ÷ gateways), with the same algorithm:
-    /// the fleet as a whole stays near the limit while the node is away.
-    Local,
-}
-
-impl FailMode {
-    pub fn parse(s: &[u8]) -> Option<FailMode> {
-        [
-            ("open", FailMode::Open),
-            ("closed", FailMode::Closed),
-            ("local", FailMode::Local),
-        ]
-        .into_iter()
-        .find(|(name, _)| s.eq_ignore_ascii_case(name.as_bytes()))
-        .map(|(_, m)| m)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            FailMode::Open => "open",
-            FailMode::Closed => "closed",
-            FailMode::Local => "local",
-        }
-    }
-}
+pub use sluice_core::spec::FailMode;
 
 /// Local pre-aggregation: count locally, sync the sum in one `RL.CHECK ... COST n`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +34,7 @@ pub struct Limit {
     /// gets `limit ÷ split`, plus one for the first `limit mod split`. 1: no split.
     ///
     /// A sub-key needs a limit of at least 1, so no more sub-keys are used than `limit` (and
-    /// `burst`); the sidecar and RL.CHECK refuse a larger `SPLIT`.
+    /// `burst`); the sidecar and RL.CHECK refuse a larger `SPLIT` (`sluice_core::spec::check_split`).
     ///
     /// The cost: `remaining` is one sub-key's, so approximate, and a caller can be denied by one
     /// sub-key while another has room: the total admitted is under `limit` when traffic is
@@ -252,23 +219,6 @@ impl Decision {
     }
 }
 
-/// `SPLIT k` needs a limit (and burst) of at least 1 per sub-key: each sub-key gets a share,
-/// and the shares sum exactly to the limit (see [`Limit::split`]).
-pub fn split_fits(k: u64, limit: u64, burst: Option<u64>) -> Result<(), String> {
-    let capacity = burst.map_or(limit, |b| b.min(limit));
-    if k > capacity {
-        return Err(format!(
-            "ERR SPLIT {k} is more than the {} {capacity}: every sub-key needs at least 1",
-            if burst.is_some_and(|b| b < limit) {
-                "BURST"
-            } else {
-                "limit"
-            }
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,12 +256,5 @@ mod tests {
             5
         );
         assert_eq!((0..5).map(|i| l.sub_limit(i).limit).sum::<u64>(), 100);
-    }
-
-    #[test]
-    fn fail_modes_parse() {
-        assert_eq!(FailMode::parse(b"LOCAL"), Some(FailMode::Local));
-        assert_eq!(FailMode::parse(b"closed"), Some(FailMode::Closed));
-        assert_eq!(FailMode::parse(b"half"), None);
     }
 }

@@ -21,6 +21,7 @@ pub mod leaky;
 pub mod log;
 pub mod params;
 pub mod sliding;
+pub mod spec;
 pub mod state;
 pub mod time;
 pub mod token;

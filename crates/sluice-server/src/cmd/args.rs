@@ -75,34 +75,7 @@ pub fn parse_i64(b: &[u8]) -> Option<i64> {
     sluice_resp::string2ll(b)
 }
 
-/// Parses an unsigned decimal with no sign, no spaces and no leading zeros.
-pub fn parse_u64(b: &[u8]) -> Option<u64> {
-    if b.is_empty() || b.len() > 20 || (b.len() > 1 && b[0] == b'0') {
-        return None;
-    }
-    // Up to 19 digits cannot overflow a u64: no checked arithmetic on the common path.
-    let (fast, last) = if b.len() == 20 {
-        b.split_at(19)
-    } else {
-        (b, &b[..0])
-    };
-    let mut n: u64 = 0;
-    for &c in fast {
-        let d = c.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        n = n * 10 + u64::from(d);
-    }
-    for &c in last {
-        let d = c.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_add(u64::from(d))?;
-    }
-    Some(n)
-}
+pub use sluice_core::spec::parse_u64;
 
 #[cfg(test)]
 mod tests {

@@ -43,6 +43,18 @@ impl CmdError {
     }
 }
 
+impl From<sluice_core::spec::SpecError> for CmdError {
+    fn from(e: sluice_core::spec::SpecError) -> CmdError {
+        CmdError::msg(format!("ERR {e}"))
+    }
+}
+
+impl From<crate::rules::RuleError> for CmdError {
+    fn from(e: crate::rules::RuleError) -> CmdError {
+        CmdError::msg(e.0)
+    }
+}
+
 impl From<StoreError> for CmdError {
     fn from(e: StoreError) -> CmdError {
         match e {

@@ -19,7 +19,9 @@ use sluice_resp::reply;
 use sluice_store::Check;
 
 use super::args::parse_u64;
-use super::rl_check::{clamp, cost_error, parse_period, positive, validate};
+use sluice_core::spec::{SpecError, parse_period, positive, validate};
+
+use super::rl_check::clamp;
 use super::{Args, CmdError, Command, Ctx};
 use crate::rules::{Live, RuleSpec};
 use crate::stats::RuleId;
@@ -158,7 +160,11 @@ impl<'a> Command<'a> for RlHit<'a> {
             let spec = live.spec_for(self.subject);
             let params = spec.params(self.cost);
             if params.cost > params.burst {
-                return Err(cost_error(params.cost, params.burst));
+                return Err(SpecError::CostExceedsCapacity {
+                    cost: params.cost,
+                    capacity: params.burst,
+                }
+                .into());
             }
             with_bucket_key(&live.name, self.subject, |key| {
                 route(ctx, &[key])?;
@@ -236,9 +242,7 @@ impl<'a> Command<'a> for RlHits<'a> {
             let mut keys = Vec::new();
             for t in words.chunks(3) {
                 let limit = positive(t[1], "limit")?;
-                let period = parse_period(t[2]).ok_or_else(|| {
-                    CmdError::msg("ERR period must be a positive number of seconds or a duration such as 500ms, 10s, 1m, 1h or 1d")
-                })?;
+                let period = parse_period(t[2])?;
                 validate(Algo::Token, limit, period, None, cost)?;
                 keys.push((t[0], limit, period));
             }
@@ -274,7 +278,11 @@ impl<'a> Command<'a> for RlHits<'a> {
                     });
                     let one = one.ok_or_else(|| no_rule(name))?;
                     if one.params.cost > one.params.burst {
-                        return Err(cost_error(one.params.cost, one.params.burst));
+                        return Err(SpecError::CostExceedsCapacity {
+                            cost: one.params.cost,
+                            capacity: one.params.burst,
+                        }
+                        .into());
                     }
                     checks.push(one);
                 }

@@ -33,7 +33,7 @@ pub enum RlRule<'a> {
 impl<'a> Command<'a> for RlRule<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let sub = args.key()?.to_ascii_uppercase();
-        let mut name = || -> Result<&'a str, CmdError> { rules::check_name(args.key()?) };
+        let mut name = || -> Result<&'a str, CmdError> { Ok(rules::check_name(args.key()?)?) };
         let cmd = match sub.as_slice() {
             b"SET" => {
                 let n = name()?;

@@ -32,14 +32,14 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use clap::Parser as _;
-use sluice_client::{Algo, Client, Config, FailMode, Limit, Source, Topology};
+use sluice_client::{Client, Config, FailMode, Limit, Source, Topology};
 use sluice_resp::{Limits, Parser, Request, reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::cmd::rl_check::parse_period;
+use sluice_core::spec::{CheckArgs, SpecError};
 
 /// `sluice proxy` flags.
 #[derive(clap::Parser, Debug, Clone)]
@@ -456,74 +456,24 @@ impl Proxy {
 type Parsed = (bytes::Bytes, Limit, u64, bool);
 
 fn parse_rl_check(req: &Request, default_mode: FailMode) -> Result<Parsed, String> {
-    if req.len() < 4 {
-        return Err("ERR wrong number of arguments for 'rl.check' command".into());
-    }
-    let int =
-        |a: Option<&[u8]>| -> Option<u64> { std::str::from_utf8(a?).ok()?.parse::<u64>().ok() };
-    let positive = |a: Option<&[u8]>, name: &str| match int(a) {
-        Some(n) if (1..=i64::MAX as u64).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "ERR {name} must be a positive integer (at most 9223372036854775807)"
-        )),
-    };
-    let key = req.arg_bytes(1).unwrap_or_default();
-    let limit_n = positive(req.arg(2), "limit")?;
-    let period = parse_period(req.arg(3).unwrap_or_default()).ok_or(
-        "ERR period must be a positive number of seconds or a duration such as 500ms, 10s, 1m, 1h or 1d",
-    )?;
-    let mut limit = Limit::new(limit_n, Duration::from_nanos(period.0)).fail_mode(default_mode);
-    let (mut cost, mut dry, mut i) = (1, false, 4);
-    while let Some(opt) = req.arg(i) {
-        let opt = opt.to_ascii_uppercase();
-        let val = req.arg(i + 1);
-        let needs =
-            || val.ok_or_else(|| format!("ERR {} needs a value", String::from_utf8_lossy(&opt)));
-        i += 2;
-        match opt.as_slice() {
-            b"BURST" => limit.burst = Some(positive(Some(needs()?), "BURST")?),
-            b"COST" => {
-                cost = int(Some(needs()?)).ok_or("ERR COST must be a non-negative integer")?
-            }
-            b"ALGO" => {
-                limit.algo = Algo::parse(needs()?)
-                    .ok_or("ERR unknown ALGO; expected TOKEN, GCRA, SLIDING, FIXED, LOG or LEAKY")?
-            }
-            b"FAILMODE" => {
-                limit.fail_mode =
-                    FailMode::parse(needs()?).ok_or("ERR FAILMODE must be OPEN, CLOSED or LOCAL")?
-            }
-            b"SPLIT" => {
-                let k = positive(Some(needs()?), "SPLIT")?;
-                limit = limit.split(u32::try_from(k).map_err(|_| "ERR SPLIT is too large")?);
-            }
-            b"APPROX" => {
-                let ms = positive(Some(needs()?), "APPROX")?;
-                limit = limit.approximate(Duration::from_millis(ms), 0);
-            }
-            b"DRY" => {
-                dry = true;
-                i -= 1;
-            }
-            _ => {
-                return Err(format!(
-                    "ERR unknown option '{}' for 'rl.check'",
-                    String::from_utf8_lossy(&opt)
-                ));
-            }
-        }
-    }
-    if period.0 % 1_000_000 != 0 {
+    let err = |e: SpecError| format!("ERR {e}");
+    let key = req.arg_bytes(1).ok_or_else(|| err(SpecError::Arity))?;
+    let spec = CheckArgs::parse(req.args_from(2)).map_err(err)?;
+    spec.params().map_err(err)?;
+    if spec.period.0 % 1_000_000 != 0 {
         return Err("ERR period must be whole milliseconds".into());
     }
-    if cost > limit.capacity() {
-        return Err(format!(
-            "ERR COST {cost} exceeds the capacity {}: it could never be allowed",
-            limit.capacity()
-        ));
+    let mut limit = Limit::new(spec.limit, Duration::from_nanos(spec.period.0))
+        .algo(spec.algo)
+        .fail_mode(spec.fail_mode.unwrap_or(default_mode));
+    limit.burst = spec.burst;
+    if let Some(k) = spec.split {
+        limit = limit.split(u32::try_from(k).map_err(|_| "ERR SPLIT is too large")?);
     }
-    sluice_client::split_fits(u64::from(limit.split), limit.limit, limit.burst)?;
-    Ok((key, limit, cost, dry))
+    if let Some(ms) = spec.approx_ms {
+        limit = limit.approximate(Duration::from_millis(ms), 0);
+    }
+    Ok((key, limit, spec.cost, spec.dry))
 }
 
 #[cfg(test)]

@@ -230,7 +230,7 @@ fn apply_put(shared: &Shared, name: &str, rev: i64, value: &[u8]) {
         }
         Err(e) => crate::log(&format!(
             "rules etcd: rule '{name}' revision {rev} ignored, keeping its last good version: {}",
-            e.text("rl.rule").trim_start_matches("ERR ")
+            e.text()
         )),
     }
 }

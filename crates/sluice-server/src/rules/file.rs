@@ -52,8 +52,7 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, RuleSpec>, String> {
     };
     let mut rules = BTreeMap::new();
     for (name, fields) in raw {
-        check_name(name.as_bytes())
-            .map_err(|e| e.text("rules").trim_start_matches("ERR ").to_string())?;
+        check_name(name.as_bytes()).map_err(|e| e.text().to_string())?;
         let mut words: Vec<String> = Vec::new();
         for (field, value) in fields {
             match value {
@@ -73,12 +72,8 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, RuleSpec>, String> {
                 }
             }
         }
-        let spec = parse_spec(words.iter().map(|w| w.as_bytes())).map_err(|e| {
-            format!(
-                "rule '{name}': {}",
-                e.text("rules").trim_start_matches("ERR ")
-            )
-        })?;
+        let spec = parse_spec(words.iter().map(|w| w.as_bytes()))
+            .map_err(|e| format!("rule '{name}': {}", e.text()))?;
         rules.insert(name, spec);
     }
     Ok(rules)
@@ -156,13 +151,10 @@ fn from_yaml(text: &str) -> Result<Raw, String> {
 pub fn load(shared: &Shared, path: &Path) -> Result<usize, String> {
     let rules = read(path).map_err(|e| format!("rules file {}: {e}", path.display()))?;
     let n = rules.len();
-    shared.rules.replace_all(rules).map_err(|e| {
-        format!(
-            "rules file {}: {}",
-            path.display(),
-            e.text("rules").trim_start_matches("ERR ")
-        )
-    })?;
+    shared
+        .rules
+        .replace_all(rules)
+        .map_err(|e| format!("rules file {}: {}", path.display(), e.text()))?;
     Ok(n)
 }
 
@@ -200,7 +192,7 @@ pub fn start_watcher(
                     shared
                         .rules
                         .replace_all(rules)
-                        .map_err(|e| e.text("rules").trim_start_matches("ERR ").to_string())
+                        .map_err(|e| e.text().to_string())
                 });
                 match result {
                     Ok(changed) => crate::log(&format!(

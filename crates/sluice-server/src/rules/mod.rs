@@ -36,8 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use sluice_core::{Algo, Nanos, Params};
 
-use crate::cmd::CmdError;
-use crate::cmd::rl_check::{parse_period, positive, validate};
+use sluice_core::spec::{SpecError, parse_algo, parse_period, parse_u64, positive, validate};
 
 /// The longest period a rule may have: a year. RL.CHECK allows more; a rule longer than this
 /// is far more likely a unit mistake than a limit anyone means.
@@ -45,7 +44,28 @@ pub const MAX_RULE_PERIOD: Nanos = Nanos(365 * 86_400 * Nanos::PER_SEC);
 
 /// What a gateway does when it cannot reach Sluice for this rule (carried for the gateway;
 /// the server itself always decides): the gateway library's own type.
-pub use sluice_client::FailMode;
+pub use sluice_core::spec::FailMode;
+
+/// A refused rule or rule command: the whole error line (`ERR ...`), as RL.RULE answers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleError(pub String);
+
+impl RuleError {
+    pub fn msg(line: impl Into<String>) -> RuleError {
+        RuleError(line.into())
+    }
+
+    /// The line without Redis's `ERR ` prefix, for logs.
+    pub fn text(&self) -> &str {
+        self.0.trim_start_matches("ERR ")
+    }
+}
+
+impl From<SpecError> for RuleError {
+    fn from(e: SpecError) -> RuleError {
+        RuleError(format!("ERR {e}"))
+    }
+}
 
 /// One version of a rule, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,9 +125,9 @@ impl RuleSpec {
         }
     }
 
-    fn check_floor(&self, name: &str) -> Result<(), CmdError> {
+    fn check_floor(&self, name: &str) -> Result<(), RuleError> {
         match self.floor {
-            Some(f) if self.limit < f => Err(CmdError::msg(format!(
+            Some(f) if self.limit < f => Err(RuleError::msg(format!(
                 "ERR rule '{name}': LIMIT {} per {} is below its FLOOR {f} per {}; lower the FLOOR explicitly if this is meant",
                 self.limit,
                 period_text(self.period),
@@ -137,7 +157,7 @@ pub fn period_text(p: Nanos) -> String {
 
 /// Whether `name` may name a rule: 1–64 of `A-Z a-z 0-9 _ . -` (no `:`, so `name:subject`
 /// is unambiguous), and not an option word of RL.HITS.
-pub fn check_name(name: &[u8]) -> Result<&str, CmdError> {
+pub fn check_name(name: &[u8]) -> Result<&str, RuleError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -147,7 +167,7 @@ pub fn check_name(name: &[u8]) -> Result<&str, CmdError> {
         && !name.eq_ignore_ascii_case(b"KEYS");
     match std::str::from_utf8(name) {
         Ok(s) if ok => Ok(s),
-        _ => Err(CmdError::msg(format!(
+        _ => Err(RuleError::msg(format!(
             "ERR invalid rule name '{}': use 1-64 of A-Z a-z 0-9 _ . - (not COST or KEYS)",
             String::from_utf8_lossy(name)
         ))),
@@ -156,7 +176,7 @@ pub fn check_name(name: &[u8]) -> Result<&str, CmdError> {
 
 /// Parses and validates a spec from its words (`LIMIT n PERIOD p [BURST b] [ALGO a]
 /// [FAILMODE open|closed|local] [SHADOW] [FLOOR n] [ROLLOUT pct]`).
-pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleSpec, CmdError> {
+pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleSpec, RuleError> {
     let mut limit = None;
     let mut period = None;
     let mut burst = None;
@@ -170,20 +190,21 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
         let mut value = |name: &str| {
             words
                 .next()
-                .ok_or_else(|| CmdError::msg(format!("ERR {name} needs a value")))
+                .ok_or_else(|| RuleError::msg(format!("ERR {name} needs a value")))
         };
         match () {
             _ if is("LIMIT") => limit = Some(positive(value("LIMIT")?, "LIMIT")?),
             _ if is("PERIOD") => {
                 let p = value("PERIOD")?;
-                let parsed = parse_period(p).ok_or_else(|| {
-                    CmdError::msg(format!(
+                let parsed = parse_period(p).map_err(|e| match e {
+                    SpecError::Period => RuleError::msg(format!(
                         "ERR PERIOD '{}' must be a positive duration such as 500ms, 10s, 1m, 1h or 1d",
                         String::from_utf8_lossy(p)
-                    ))
+                    )),
+                    other => other.into(),
                 })?;
                 if parsed > MAX_RULE_PERIOD {
-                    return Err(CmdError::msg(format!(
+                    return Err(RuleError::msg(format!(
                         "ERR PERIOD '{}' is absurd for a rule: at most 365d",
                         String::from_utf8_lossy(p)
                     )));
@@ -192,18 +213,12 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
             }
             _ if is("BURST") => burst = Some(positive(value("BURST")?, "BURST")?),
             _ if is("ALGO") => {
-                let a = value("ALGO")?;
-                algo = Algo::parse(a).ok_or_else(|| {
-                    CmdError::msg(format!(
-                        "ERR unknown ALGO '{}'; expected TOKEN, GCRA, SLIDING, FIXED, LOG or LEAKY",
-                        String::from_utf8_lossy(a)
-                    ))
-                })?;
+                algo = parse_algo(value("ALGO")?)?;
             }
             _ if is("FAILMODE") => {
                 let m = value("FAILMODE")?;
-                failmode = FailMode::parse(m).ok_or_else(|| {
-                    CmdError::msg(format!(
+                failmode = FailMode::parse(m).map_err(|_| {
+                    RuleError::msg(format!(
                         "ERR unknown FAILMODE '{}'; expected open, closed or local",
                         String::from_utf8_lossy(m)
                     ))
@@ -213,22 +228,22 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
             _ if is("FLOOR") => floor = Some(positive(value("FLOOR")?, "FLOOR")?),
             _ if is("ROLLOUT") => {
                 let r = value("ROLLOUT")?;
-                rollout = crate::cmd::parse_u64(r)
+                rollout = parse_u64(r)
                     .filter(|r| (1..=100).contains(r))
                     .ok_or_else(|| {
-                        CmdError::msg("ERR ROLLOUT must be a percentage from 1 to 100")
+                        RuleError::msg("ERR ROLLOUT must be a percentage from 1 to 100")
                     })? as u8;
             }
             _ => {
-                return Err(CmdError::msg(format!(
+                return Err(RuleError::msg(format!(
                     "ERR unknown rule option '{}'",
                     String::from_utf8_lossy(word)
                 )));
             }
         }
     }
-    let limit = limit.ok_or_else(|| CmdError::msg("ERR a rule needs LIMIT n"))?;
-    let period = period.ok_or_else(|| CmdError::msg("ERR a rule needs PERIOD p"))?;
+    let limit = limit.ok_or_else(|| RuleError::msg("ERR a rule needs LIMIT n"))?;
+    let period = period.ok_or_else(|| RuleError::msg("ERR a rule needs PERIOD p"))?;
     validate(algo, limit, period, burst, 1)?;
     Ok(RuleSpec {
         limit,
@@ -384,7 +399,7 @@ impl Rules {
 
     /// The spec `spec` becomes once checked against the rule's current version: its floor
     /// inherited, and refused if below it.
-    pub fn prepare(&self, name: &str, mut spec: RuleSpec) -> Result<RuleSpec, CmdError> {
+    pub fn prepare(&self, name: &str, mut spec: RuleSpec) -> Result<RuleSpec, RuleError> {
         let histories = self.histories.lock();
         if let Some(prev) = histories
             .get(name)
@@ -432,7 +447,7 @@ impl Rules {
     /// Replaces every rule with `rules` (a file reload): a rule whose spec changed gets a new
     /// version, a rule no longer listed is deleted. Every spec is checked against its floor
     /// first; on any refusal nothing changes.
-    pub fn replace_all(&self, rules: BTreeMap<String, RuleSpec>) -> Result<usize, CmdError> {
+    pub fn replace_all(&self, rules: BTreeMap<String, RuleSpec>) -> Result<usize, RuleError> {
         let mut histories = self.histories.lock();
         let mut prepared = Vec::new();
         for (name, mut spec) in rules {
@@ -493,11 +508,11 @@ impl Rules {
     }
 
     /// The spec ROLLBACK restores: version `to`, or the one before the current version.
-    pub fn rollback_target(&self, name: &str, to: Option<u64>) -> Result<RuleSpec, CmdError> {
+    pub fn rollback_target(&self, name: &str, to: Option<u64>) -> Result<RuleSpec, RuleError> {
         let histories = self.histories.lock();
         let h = histories
             .get(name)
-            .ok_or_else(|| CmdError::msg(format!("ERR no such rule '{name}'")))?;
+            .ok_or_else(|| RuleError::msg(format!("ERR no such rule '{name}'")))?;
         let found = match to {
             Some(v) => h.versions.iter().find(|x| x.version == v),
             None if h.deleted => h.versions.last(),
@@ -505,7 +520,7 @@ impl Rules {
         };
         let mut spec = found
             .ok_or_else(|| {
-                CmdError::msg(match to {
+                RuleError::msg(match to {
                     Some(v) => format!("ERR rule '{name}' has no version {v}"),
                     None => format!("ERR rule '{name}' has no earlier version to roll back to"),
                 })
@@ -523,7 +538,7 @@ mod tests {
     use super::*;
 
     fn spec(text: &str) -> Result<RuleSpec, String> {
-        parse_spec(text.split_whitespace().map(str::as_bytes)).map_err(|e| e.text("rl.rule"))
+        parse_spec(text.split_whitespace().map(str::as_bytes)).map_err(|e| e.0)
     }
 
     #[test]
@@ -569,13 +584,13 @@ mod tests {
         let e = rules
             .prepare("r", spec("LIMIT 10 PERIOD 1m").unwrap())
             .unwrap_err()
-            .text("rl.rule");
+            .0;
         assert!(e.contains("below its FLOOR 50"), "{e}");
         // 60 per hour is 1 per minute: below the floor stated per hour (3000).
         let e = rules
             .prepare("r", spec("LIMIT 60 PERIOD 1h").unwrap())
             .unwrap_err()
-            .text("rl.rule");
+            .0;
         assert!(e.contains("FLOOR 3000 per 1h"), "{e}");
         let ok = rules
             .prepare("r", spec("LIMIT 6000 PERIOD 1h").unwrap())
