@@ -34,8 +34,8 @@
 use std::cmp::Reverse;
 
 use crate::SLOTS;
-use crate::error::TableError;
 use crate::circle::Circle;
+use crate::error::TableError;
 use crate::table::{Node, Shard, SlotTable, runs, tokens_of};
 
 /// Tokens a new shard gets (fewer only when the circle is too crowded to split that many arcs).

@@ -20,8 +20,8 @@ use std::collections::HashSet;
 use std::fmt;
 
 use crate::SLOTS;
-use crate::error::TableError;
 use crate::circle::Circle;
+use crate::error::TableError;
 
 /// One server: its `CLUSTER MYID` and the address clients connect to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -31,7 +31,6 @@ use crate::FORMAT_VERSION;
 use crate::error::TableError;
 use crate::table::{Node, Shard, SlotRange, SlotTable};
 
-
 /// The first word of the header line.
 const MAGIC: &str = "sluice-slots";
 
