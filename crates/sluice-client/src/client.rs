@@ -34,6 +34,20 @@ pub enum Topology {
     },
 }
 
+impl std::fmt::Display for Topology {
+    /// `host:port`, `cluster a,b,c`, or `sentinel NAME via a,b,c`: for log lines.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Topology::Single(addr) => f.write_str(addr),
+            Topology::Cluster(seeds) => write!(f, "cluster {}", seeds.join(",")),
+            Topology::Sentinel {
+                sentinels,
+                master_name,
+            } => write!(f, "sentinel {master_name} via {}", sentinels.join(",")),
+        }
+    }
+}
+
 /// A client's settings; `Config::new(topology)` has the defaults.
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -61,7 +61,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
         match stream.into_std() {
             Ok(stream) => shared.repl.submit(Job::Feed(Handoff { stream, request })),
             Err(e) => {
-                crate::log(&format!("cannot hand replica {peer} over: {e}"));
+                sluice_log::log(&format!("cannot hand replica {peer} over: {e}"));
                 shared.clients.unregister(client.id);
             }
         }
@@ -71,11 +71,11 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
     let _ = socket2::SockRef::from(&stream).shutdown(std::net::Shutdown::Write);
     match why {
         Close::Quietly => {}
-        Close::QueryBufferLimit => crate::log(&format!(
+        Close::QueryBufferLimit => sluice_log::log(&format!(
             "closing client {peer} (id={}) that reached the query buffer limit",
             client.id
         )),
-        Close::OutputBufferLimit => crate::log(&format!(
+        Close::OutputBufferLimit => sluice_log::log(&format!(
             "closing client {peer} (id={}) that reached the output buffer limit (it does not read its replies)",
             client.id
         )),

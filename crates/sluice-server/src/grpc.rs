@@ -66,7 +66,7 @@ impl EnvoyConfig {
         let config = Config::load_dir(dir).map_err(|e| {
             io::Error::new(io::ErrorKind::InvalidData, format!("--envoy-config: {e}"))
         })?;
-        crate::log(&format!(
+        sluice_log::log(&format!(
             "Envoy config: {} domains from {}",
             config.domains(),
             dir.display()
@@ -101,14 +101,14 @@ impl EnvoyConfig {
         *seen = now;
         match Config::load_dir(&self.dir) {
             Ok(config) => {
-                crate::log(&format!(
+                sluice_log::log(&format!(
                     "Envoy config reloaded: {} domains from {}",
                     config.domains(),
                     self.dir.display()
                 ));
                 *self.current.write() = Arc::new(config);
             }
-            Err(e) => crate::log(&format!(
+            Err(e) => sluice_log::log(&format!(
                 "Envoy config not reloaded, the previous one stays: {e}"
             )),
         }
@@ -136,7 +136,7 @@ pub fn start(
 ) -> io::Result<std::thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
     if config.is_none() {
-        crate::log("WARNING: --grpc-port without --envoy-config: no descriptor has a limit");
+        sluice_log::log("WARNING: --grpc-port without --envoy-config: no descriptor has a limit");
     }
     let headers = match shared.config.envoy_headers.as_str() {
         "ratelimit" => Headers::RateLimit,
@@ -155,7 +155,7 @@ pub fn start(
 async fn serve(listener: StdListener, mut service: Service) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
-        Err(e) => return crate::log(&format!("grpc: cannot register its listener: {e}")),
+        Err(e) => return sluice_log::log(&format!("grpc: cannot register its listener: {e}")),
     };
     if service.shared.cluster.is_some() {
         // This node is the seed: the client learns the slot map from it and follows MOVED.
@@ -187,7 +187,7 @@ async fn serve(listener: StdListener, mut service: Service) {
         .await;
     reload.abort();
     if let Err(e) = served {
-        crate::log(&format!("grpc: server stopped: {e}"));
+        sluice_log::log(&format!("grpc: server stopped: {e}"));
     }
 }
 

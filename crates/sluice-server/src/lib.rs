@@ -113,7 +113,7 @@ pub fn run(
     let _ = armed_rx.recv();
     let server = Server::start(config)?;
     let _ = server_tx.send(server.shared.clone());
-    log(&format!(
+    sluice_log::log(&format!(
         "Sluice {} ready to accept connections on {} (threads={}, shards={})",
         env!("CARGO_PKG_VERSION"),
         server.local_addr(),
@@ -121,14 +121,6 @@ pub fn run(
         server.shared.store.shard_count()
     ));
     server.join();
-    log("Sluice stopped");
+    sluice_log::log("Sluice stopped");
     Ok(())
-}
-
-/// One log line on stderr, with a timestamp. Used for lifecycle events, never per command.
-pub fn log(msg: &str) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    eprintln!("{}.{:03} {msg}", now.as_secs(), now.subsec_millis());
 }

@@ -39,16 +39,16 @@ fn main() {
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
         ) else {
-            sluice_server::log("cannot install signal handlers; stop with SHUTDOWN");
+            sluice_log::log("cannot install signal handlers; stop with SHUTDOWN");
             return std::future::pending::<()>().await;
         };
         tokio::select! {
-            _ = term.recv() => sluice_server::log("SIGTERM received, shutting down"),
-            _ = int.recv() => sluice_server::log("SIGINT received, shutting down"),
+            _ = term.recv() => sluice_log::log("SIGTERM received, shutting down"),
+            _ = int.recv() => sluice_log::log("SIGINT received, shutting down"),
         }
     };
     if let Err(e) = sluice_server::run(config, signals) {
-        sluice_server::log(&format!("fatal: {e}"));
+        sluice_log::log(&format!("fatal: {e}"));
         std::process::exit(1);
     }
 }

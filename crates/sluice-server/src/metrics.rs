@@ -64,7 +64,7 @@ pub fn start(
 async fn serve(listener: StdListener, shared: Arc<Shared>) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
-        Err(e) => return crate::log(&format!("metrics: cannot register its listener: {e}")),
+        Err(e) => return sluice_log::log(&format!("metrics: cannot register its listener: {e}")),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape(shared.clone())));
@@ -84,7 +84,7 @@ async fn serve(listener: StdListener, shared: Arc<Shared>) {
         .with_graceful_shutdown(stop)
         .await
     {
-        crate::log(&format!("metrics: server stopped: {e}"));
+        sluice_log::log(&format!("metrics: server stopped: {e}"));
     }
 }
 

@@ -128,13 +128,13 @@ impl Persist {
 /// Logs how a save went.
 pub fn log_save(what: &str, result: io::Result<Saved>) {
     match result {
-        Ok(s) => crate::log(&format!(
+        Ok(s) => sluice_log::log(&format!(
             "{what}: {} entries, {} bytes in {} ms",
             s.entries,
             s.bytes,
             s.took.as_millis()
         )),
-        Err(e) => crate::log(&format!("{what} failed: {e}")),
+        Err(e) => sluice_log::log(&format!("{what} failed: {e}")),
     }
 }
 
@@ -214,7 +214,7 @@ pub fn start_saver(shared: Arc<Shared>) -> io::Result<Option<std::thread::JoinHa
                     persist.bg.store(false, Ordering::Release);
                 } else if next.is_some_and(|n| Instant::now() >= n) {
                     if let Err(e) = persist.save(&shared.store, shared.clock.now()) {
-                        crate::log(&format!("periodic save failed: {e}"));
+                        sluice_log::log(&format!("periodic save failed: {e}"));
                     }
                 } else {
                     continue;

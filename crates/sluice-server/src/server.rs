@@ -41,7 +41,7 @@ impl Server {
         let threads = config.threads();
         raise_open_files_limit(config.maxclients);
         if !config.bind.is_loopback() && config.requirepass.is_none() {
-            crate::log(&format!(
+            sluice_log::log(&format!(
                 "WARNING: listening on {} without --requirepass: anyone who can reach this address can use and flush this server. Set --requirepass or bind 127.0.0.1.",
                 config.bind
             ));
@@ -51,7 +51,7 @@ impl Server {
         let shared = Arc::new(Shared::new(config, local_addr)?);
         let started = std::time::Instant::now();
         match crate::persist::load(&shared.persist, &shared.store, shared.clock.now()) {
-            Ok(Some(n)) => crate::log(&format!(
+            Ok(Some(n)) => sluice_log::log(&format!(
                 "snapshot loaded: {n} entries in {} ms",
                 started.elapsed().as_millis()
             )),
@@ -60,7 +60,7 @@ impl Server {
         }
         if let Some(path) = shared.config.rules.clone() {
             let n = crate::rules::file::load(&shared, &path).map_err(io::Error::other)?;
-            crate::log(&format!("rules file {} loaded: {n} rules", path.display()));
+            sluice_log::log(&format!("rules file {} loaded: {n} rules", path.display()));
         }
         // Bound here, so a taken port fails the start rather than a thread later.
         let side_port = |port: Option<u16>| {
@@ -90,14 +90,14 @@ impl Server {
         }
         handles.extend(crate::rules::etcd::start(shared.clone())?);
         if let Some(listener) = metrics {
-            crate::log(&format!(
+            sluice_log::log(&format!(
                 "metrics on http://{}/metrics",
                 listener.local_addr()?
             ));
             handles.push(crate::metrics::start(listener, shared.clone())?);
         }
         if let Some(listener) = grpc {
-            crate::log(&format!(
+            sluice_log::log(&format!(
                 "Envoy rate limit service (gRPC) on {}",
                 listener.local_addr()?
             ));
@@ -146,7 +146,7 @@ fn raise_open_files_limit(maxclients: usize) {
         let target = wanted.min(lim.rlim_max);
         lim.rlim_cur = target;
         if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 || target < wanted {
-            crate::log(&format!(
+            sluice_log::log(&format!(
                 "WARNING: open files limit is {target}, below maxclients {maxclients} + 64: some clients will be refused by the system"
             ));
         }
@@ -179,7 +179,7 @@ fn thread_main(index: usize, threads: usize, listener: StdListener, shared: Arc<
     {
         Ok(rt) => rt,
         Err(e) => {
-            crate::log(&format!("thread {index}: cannot start its runtime: {e}"));
+            sluice_log::log(&format!("thread {index}: cannot start its runtime: {e}"));
             shared.shutdown();
             return;
         }
@@ -191,7 +191,7 @@ fn thread_main(index: usize, threads: usize, listener: StdListener, shared: Arc<
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
             Err(e) => {
-                crate::log(&format!(
+                sluice_log::log(&format!(
                     "thread {index}: cannot register its listener: {e}"
                 ));
                 shared.shutdown();
@@ -222,7 +222,7 @@ async fn accept_loop(index: usize, listener: TcpListener, shared: &Arc<Shared>) 
                 }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning, keep serving the others.
-                    crate::log(&format!("accept failed: {e}"));
+                    sluice_log::log(&format!("accept failed: {e}"));
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             },
@@ -259,7 +259,7 @@ async fn housekeeping(index: usize, threads: usize, shared: Arc<Shared>) {
         if index == 0 && rounds.is_multiple_of(100) {
             let evicted = shared.store.evicted_total();
             if evicted > evicted_logged {
-                crate::log(&format!(
+                sluice_log::log(&format!(
                     "maxmemory reached: evicted {} live buckets (closest to full first); their clients may pass early",
                     evicted - evicted_logged
                 ));

@@ -85,10 +85,10 @@ pub async fn follow(shared: Arc<Shared>, url: String, key: String) {
     loop {
         match follow_once(&shared, &url, &key).await {
             Ok(()) => {}
-            Err(e) => crate::log(&format!("etcd: {e}; retrying")),
+            Err(e) => sluice_log::log(&format!("etcd: {e}; retrying")),
         }
         if cluster.loading.load(Ordering::Acquire) {
-            crate::log(
+            sluice_log::log(
                 "etcd not reachable yet: this node serves no key until it has read the table",
             );
         }
@@ -107,7 +107,7 @@ async fn follow_once(shared: &Arc<Shared>, url: &str, key: &str) -> Result<(), S
         None => 0,
     };
     if cluster.loading.swap(false, Ordering::AcqRel) {
-        crate::log(&format!(
+        sluice_log::log(&format!(
             "Read the cluster table from etcd ({key}); serving"
         ));
     }
@@ -128,7 +128,7 @@ async fn follow_once(shared: &Arc<Shared>, url: &str, key: &str) -> Result<(), S
                 .and_then(|t| SlotTable::decode(t).map_err(|e| e.to_string()))
             {
                 Ok(table) => adopt_if_newer(shared, table),
-                Err(e) => crate::log(&format!("etcd holds an invalid table, ignored: {e}")),
+                Err(e) => sluice_log::log(&format!("etcd holds an invalid table, ignored: {e}")),
             }
         }
     }
@@ -142,7 +142,7 @@ fn adopt_if_newer(shared: &Shared, table: SlotTable) {
     if table.epoch > cluster.epoch()
         && let Err(e) = super::adopt(shared, table)
     {
-        crate::log(&format!("etcd table refused: {e}"));
+        sluice_log::log(&format!("etcd table refused: {e}"));
     }
 }
 
@@ -168,7 +168,7 @@ pub async fn store(shared: Arc<Shared>, table: SlotTable) {
         .await;
         match result {
             Ok(None) => {
-                crate::log(&format!("Stored table epoch {} in etcd", table.epoch));
+                sluice_log::log(&format!("Stored table epoch {} in etcd", table.epoch));
                 return;
             }
             Ok(Some(stored)) => {
@@ -176,13 +176,13 @@ pub async fn store(shared: Arc<Shared>, table: SlotTable) {
                     return;
                 };
                 if let Err(e) = super::adopt(&shared, merged.clone()) {
-                    crate::log(&format!("Merged table refused: {e}"));
+                    sluice_log::log(&format!("Merged table refused: {e}"));
                     return;
                 }
                 table = merged;
                 continue;
             }
-            Err(e) => crate::log(&format!("Storing table epoch {} in etcd: {e}", table.epoch)),
+            Err(e) => sluice_log::log(&format!("Storing table epoch {} in etcd: {e}", table.epoch)),
         }
         tokio::time::sleep(RETRY_EVERY).await;
     }

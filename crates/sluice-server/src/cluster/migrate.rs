@@ -88,7 +88,7 @@ pub async fn run(shared: Arc<Shared>, host: String, port: u16, ranges: Vec<(u16,
     let state = match import(&shared, index, &host, port, &ranges).await {
         Ok(()) => "closed".to_string(),
         Err(e) => {
-            crate::log(&format!(
+            sluice_log::log(&format!(
                 "Import of slots {} from {host}:{port} ended: {e}",
                 format_ranges(&ranges).join(" ")
             ));
@@ -143,7 +143,7 @@ async fn import(
         shared.store.apply(rec, now);
         entries += 1;
     }
-    crate::log(&format!(
+    sluice_log::log(&format!(
         "Importing slots {} from {host}:{port}: loaded {entries} entries ({} bytes) in {} ms; streaming",
         listed.join(" "),
         snapshot.len(),

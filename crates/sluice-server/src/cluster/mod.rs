@@ -203,7 +203,7 @@ impl Cluster {
                 .and_then(|v| v.my_shard.map(|s| v.table.slots_of(s)))
                 .unwrap_or(0)
         };
-        crate::log(&format!(
+        sluice_log::log(&format!(
             "Cluster table epoch {epoch} installed: this node serves {} slots (was {})",
             slots(&now),
             slots(&before)
@@ -374,7 +374,7 @@ pub fn drop_unowned(shared: &Shared) {
         Some(view.table.owner(key_slot(k))) != me
     });
     if dropped > 0 {
-        crate::log(&format!(
+        sluice_log::log(&format!(
             "Dropped {dropped} keys of slots handed over to other nodes"
         ));
     }
@@ -459,8 +459,12 @@ async fn refresh_once(shared: &Arc<Shared>, verbose: bool) {
                     newest = Some(t);
                 }
             }
-            Ok(Err(e)) if verbose => crate::log(&format!("peer {host}:{port} gave no table: {e}")),
-            Err(_) if verbose => crate::log(&format!("peer {host}:{port} did not answer in time")),
+            Ok(Err(e)) if verbose => {
+                sluice_log::log(&format!("peer {host}:{port} gave no table: {e}"))
+            }
+            Err(_) if verbose => {
+                sluice_log::log(&format!("peer {host}:{port} did not answer in time"))
+            }
             _ => {}
         }
     }
@@ -469,13 +473,13 @@ async fn refresh_once(shared: &Arc<Shared>, verbose: bool) {
     {
         let epoch = t.epoch;
         match adopt(shared, t) {
-            Ok(()) => crate::log(&format!(
+            Ok(()) => sluice_log::log(&format!(
                 "Adopted a newer table (epoch {epoch}) from a peer"
             )),
-            Err(e) => crate::log(&format!("A peer's newer table was refused: {e}")),
+            Err(e) => sluice_log::log(&format!("A peer's newer table was refused: {e}")),
         }
     } else if verbose && !peers.is_empty() && answered == 0 {
-        crate::log("No peer answered: serving with the stored table");
+        sluice_log::log("No peer answered: serving with the stored table");
     }
 }
 
@@ -513,7 +517,7 @@ pub async fn push_table(shared: Arc<Shared>) {
             };
             match tokio::time::timeout(std::time::Duration::from_secs(2), sent).await {
                 Ok(Ok((reply, table))) => {
-                    crate::log(&format!(
+                    sluice_log::log(&format!(
                         "Table epoch {} sent to {host}:{port}: {reply}",
                         view.table.epoch
                     ));
@@ -524,8 +528,8 @@ pub async fn push_table(shared: Arc<Shared>) {
                         theirs = Some(t);
                     }
                 }
-                Ok(Err(e)) => crate::log(&format!("Table not sent to {host}:{port}: {e}")),
-                Err(_) => crate::log(&format!("Table not sent to {host}:{port}: timed out")),
+                Ok(Err(e)) => sluice_log::log(&format!("Table not sent to {host}:{port}: {e}")),
+                Err(_) => sluice_log::log(&format!("Table not sent to {host}:{port}: timed out")),
             }
         }
         let Some(theirs) = theirs else {
@@ -535,10 +539,10 @@ pub async fn push_table(shared: Arc<Shared>) {
             Some(merged) => {
                 let epoch = merged.epoch;
                 if let Err(e) = adopt(&shared, merged) {
-                    crate::log(&format!("Merged table epoch {epoch} refused: {e}"));
+                    sluice_log::log(&format!("Merged table epoch {epoch} refused: {e}"));
                     return;
                 }
-                crate::log(&format!(
+                sluice_log::log(&format!(
                     "A peer held a concurrent table: this node's promotion re-applied on it as epoch {epoch}"
                 ));
             }
@@ -573,7 +577,7 @@ pub fn promoted(shared: &Shared) {
     };
     match adopt(shared, table) {
         Ok(()) => shared.repl.submit(Job::PushTable),
-        Err(e) => crate::log(&format!("Promoted, but the new table was refused: {e}")),
+        Err(e) => sluice_log::log(&format!("Promoted, but the new table was refused: {e}")),
     }
 }
 

@@ -196,7 +196,7 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                 reply::simple(ctx.out, "OK");
             }
             ClusterCmd::Import(host, port, ranges) => {
-                crate::log(&format!(
+                sluice_log::log(&format!(
                     "CLUSTER IMPORT of slots {} from {host}:{port}",
                     format_ranges(&ranges).join(" ")
                 ));

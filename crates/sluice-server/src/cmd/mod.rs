@@ -1007,7 +1007,7 @@ pub fn is_http_request(name: &[u8]) -> bool {
 /// Closes the connection without a reply and without running anything after this request,
 /// with Redis's log line.
 fn drop_cross_protocol(ctx: &mut Ctx<'_>) {
-    crate::log(&format!(
+    sluice_log::log(&format!(
         "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to Sluice. This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise your Sluice instance. Connection from {} aborted.",
         ctx.session.client.addr
     ));

@@ -25,7 +25,7 @@ impl Command<'_> for Shutdown {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        crate::log("SHUTDOWN requested by a client");
+        sluice_log::log("SHUTDOWN requested by a client");
         if self.nosave {
             ctx.shared
                 .persist

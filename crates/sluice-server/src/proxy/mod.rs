@@ -115,14 +115,14 @@ pub fn main(args: impl IntoIterator<Item = String>) -> i32 {
     {
         Ok(r) => r,
         Err(e) => {
-            crate::log(&format!("fatal: {e}"));
+            sluice_log::log(&format!("fatal: {e}"));
             return 1;
         }
     };
     match runtime.block_on(run(config)) {
         Ok(()) => 0,
         Err(e) => {
-            crate::log(&format!("fatal: {e}"));
+            sluice_log::log(&format!("fatal: {e}"));
             1
         }
     }
@@ -131,6 +131,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> i32 {
 /// Runs the sidecar until SIGTERM or SIGINT.
 pub async fn run(config: ProxyConfig) -> Result<(), String> {
     use tokio::signal::unix::{SignalKind, signal};
+    sluice_log::set_role(b'P');
     let client_config = config.client_config()?;
     let default_mode = FailMode::parse(config.fail_mode.as_bytes()).unwrap_or_default();
     let listener = TcpListener::bind((config.bind.as_str(), config.port))
@@ -146,8 +147,8 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
-    crate::log(&format!(
-        "Sluice proxy ready to accept connections on {local} (upstream {:?}, timeout {} ms, gateways {}, fail mode {})",
+    sluice_log::log(&format!(
+        "Sluice proxy ready to accept connections on {local} (upstream {}, timeout {} ms, gateways {}, fail mode {})",
         state.client.config().topology,
         config.timeout_ms,
         config.gateways,
@@ -165,7 +166,7 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
             _ = int.recv() => break,
         }
     }
-    crate::log("proxy shutting down");
+    sluice_log::log("proxy shutting down");
     Ok(())
 }
 
@@ -221,7 +222,7 @@ async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Proxy>)
                 Ok(Some(req)) => {
                     let name = req.arg(0).unwrap_or_default();
                     if crate::cmd::is_http_request(name) {
-                        crate::log(&format!(
+                        sluice_log::log(&format!(
                             "Possible SECURITY ATTACK detected: POST or Host: sent to the sidecar (Cross Protocol Scripting). Connection from {peer} aborted."
                         ));
                         break 'conn;

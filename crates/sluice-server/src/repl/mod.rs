@@ -246,6 +246,9 @@ impl Repl {
         };
         repl.readonly
             .store(master.is_some() && repl.replica_read_only, Relaxed);
+        if master.is_some() {
+            sluice_log::set_role(b'S');
+        }
         repl
     }
 
@@ -311,7 +314,7 @@ impl Repl {
         }
         match &to {
             Some(addr) => {
-                crate::log(&format!(
+                sluice_log::log(&format!(
                     "Connecting to MASTER {}:{} (REPLICAOF)",
                     addr.host, addr.port
                 ));
@@ -324,7 +327,7 @@ impl Repl {
                 inner.link_down_since.get_or_insert_with(Instant::now);
             }
             None if inner.master.is_some() => {
-                crate::log(
+                sluice_log::log(
                     "MASTER MODE enabled (REPLICAOF NO ONE): keeping every bucket, new replication id",
                 );
                 inner.replid2 = std::mem::replace(&mut inner.replid, random_id());
@@ -335,6 +338,7 @@ impl Repl {
             None => {}
         }
         inner.master = to.clone();
+        sluice_log::set_role(if to.is_some() { b'S' } else { b'M' });
         self.readonly
             .store(to.is_some() && self.replica_read_only, Relaxed);
         drop(inner);
@@ -377,7 +381,7 @@ impl Repl {
         inner.replicas.retain(|r| {
             let queued = r.queued.fetch_add(chunk.len(), Relaxed) + chunk.len();
             if limit > 0 && queued > limit {
-                crate::log(&format!(
+                sluice_log::log(&format!(
                     "Replica {}:{} (id={}) reached the replica output buffer limit ({} bytes queued): cutting it; it will resync",
                     r.ip, r.port, r.client, queued
                 ));
@@ -401,7 +405,7 @@ impl Repl {
             store.set_journaling(true);
             inner.backlog = Some(Backlog::new(inner.offset, self.backlog_size));
             self.backlog_created.notify_one();
-            crate::log(&format!(
+            sluice_log::log(&format!(
                 "Replication backlog created ({} bytes): journaling every change from offset {}",
                 self.backlog_size, inner.offset
             ));

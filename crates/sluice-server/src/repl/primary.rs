@@ -38,8 +38,8 @@ pub async fn feed(shared: Arc<Shared>, h: Handoff) {
         Some(_) => format!("slot migration feed to {}", h.request.peer),
     };
     match feed_inner(&shared, h).await {
-        Ok(()) => crate::log(&format!("Connection with {what} closed")),
-        Err(e) => crate::log(&format!("Connection with {what} ended: {e}")),
+        Ok(()) => sluice_log::log(&format!("Connection with {what} closed")),
+        Err(e) => sluice_log::log(&format!("Connection with {what} ended: {e}")),
     }
     shared.repl.detach(client.id);
     shared.clients.unregister(client.id);
@@ -68,12 +68,12 @@ async fn feed_inner(shared: &Arc<Shared>, h: Handoff) -> std::io::Result<()> {
         match attach.how {
             Sync::Full(offset) => {
                 if filter.is_some() {
-                    crate::log(&format!(
+                    sluice_log::log(&format!(
                         "Slot migration feed to {}: snapshot of its slots, then their changes from offset {offset}",
                         h.peer
                     ));
                 } else {
-                    crate::log(&format!(
+                    sluice_log::log(&format!(
                         "Replica {} (listening port {}) asks for a sync: full resync from offset {offset}",
                         h.peer, h.listening_port
                     ));
@@ -102,7 +102,7 @@ async fn feed_inner(shared: &Arc<Shared>, h: Handoff) -> std::io::Result<()> {
                     .write_all(format!("${}\r\n", bytes.len()).as_bytes())
                     .await?;
                 writer.write_all(&bytes).await?;
-                crate::log(&format!(
+                sluice_log::log(&format!(
                     "Synchronization with replica {} succeeded: {count} entries, {} bytes (snapshot {} ms, sent {} ms)",
                     h.peer,
                     bytes.len(),
@@ -111,7 +111,7 @@ async fn feed_inner(shared: &Arc<Shared>, h: Handoff) -> std::io::Result<()> {
                 ));
             }
             Sync::Partial(chunks) => {
-                crate::log(&format!(
+                sluice_log::log(&format!(
                     "Partial resynchronization request from {} accepted: sending {} bytes of backlog",
                     h.peer,
                     chunks.iter().map(|c| c.len()).sum::<usize>()

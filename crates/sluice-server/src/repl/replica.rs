@@ -38,7 +38,7 @@ pub async fn link(shared: Arc<Shared>) {
         if let Err(why) = outcome {
             let mut inner = shared.repl.inner.lock();
             if inner.link_up_since.take().is_some() || inner.link != LinkState::Connect {
-                crate::log(&format!(
+                sluice_log::log(&format!(
                     "Link with MASTER {}:{} down: {why}",
                     addr.host, addr.port
                 ));
@@ -84,7 +84,7 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
         let reply = peer.call(&[b"AUTH", pass.as_bytes()]).await?;
         if !peer::is_ok(&reply) {
             let reply = peer::text(&reply);
-            crate::log(&format!(
+            sluice_log::log(&format!(
                 "MASTER {}:{} refused AUTH (check --masterauth): {reply}",
                 addr.host, addr.port
             ));
@@ -160,7 +160,7 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
             inner.replid = id.to_string();
             inner.offset = off;
             inner.synced = true;
-            crate::log(&format!(
+            sluice_log::log(&format!(
                 "MASTER <-> REPLICA sync: loaded {loaded} entries ({len} bytes) in {} ms",
                 started.elapsed().as_millis()
             ));
@@ -169,7 +169,7 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
             if let Some(id) = words.next().filter(|id| id.len() == 40) {
                 shared.repl.inner.lock().replid = id.to_string();
             }
-            crate::log(&format!(
+            sluice_log::log(&format!(
                 "MASTER <-> REPLICA sync: partial resynchronization accepted from offset {offset}"
             ));
         }
@@ -182,7 +182,7 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
         inner.link_down_since = None;
         inner.last_io = Instant::now();
     }
-    crate::log(&format!(
+    sluice_log::log(&format!(
         "Link with MASTER {}:{} up: streaming",
         addr.host, addr.port
     ));

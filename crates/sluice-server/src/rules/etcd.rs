@@ -77,7 +77,9 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<Option<std::thread::JoinHan
         follow(shared, url, rx, loaded_tx)
     })?;
     if loaded_rx.recv_timeout(Duration::from_secs(10)).is_err() {
-        crate::log("rules etcd: no answer within 10 s; serving without rules until it answers");
+        sluice_log::log(
+            "rules etcd: no answer within 10 s; serving without rules until it answers",
+        );
     }
     Ok(Some(handle))
 }
@@ -94,7 +96,7 @@ async fn follow(
             _ = stop.wait_for(|s| *s) => return,
             r = follow_once(&shared, &url, &mut writes, &loaded) => {
                 if let Err(e) = r {
-                    crate::log(&format!("rules etcd: {e}; retrying"));
+                    sluice_log::log(&format!("rules etcd: {e}; retrying"));
                 }
             }
         }
@@ -228,7 +230,7 @@ fn apply_put(shared: &Shared, name: &str, rev: i64, value: &[u8]) {
         Ok(spec) => {
             shared.rules.install(name, spec, Some(rev));
         }
-        Err(e) => crate::log(&format!(
+        Err(e) => sluice_log::log(&format!(
             "rules etcd: rule '{name}' revision {rev} ignored, keeping its last good version: {}",
             e.text()
         )),

@@ -195,11 +195,11 @@ pub fn start_watcher(
                         .map_err(|e| e.text().to_string())
                 });
                 match result {
-                    Ok(changed) => crate::log(&format!(
+                    Ok(changed) => sluice_log::log(&format!(
                         "rules file {} reloaded: {changed} rules changed",
                         path.display()
                     )),
-                    Err(e) => crate::log(&format!(
+                    Err(e) => sluice_log::log(&format!(
                         "rules file {} not reloaded, keeping the last good rules: {e}",
                         path.display()
                     )),
