@@ -1,5 +1,5 @@
 //! The slot circle as a `hashring` ring of tokens: the lookup behind consistent-hash
-//! placement (see [`crate::placement`]), also used to check that a table's tokens place its
+//! placement (see the `placement` module), also used to check that a table's tokens place its
 //! ranges. A token and a slot hash to their own position, so the ring is exactly the tokens and
 //! `get` is "first token at or after".
 

@@ -1,7 +1,7 @@
 //! The slot table: which shard owns each slot, under which epoch.
 //!
 //! A [`SlotTable`] is the truth that nodes and clients route by. It is computed once by the
-//! admin tool ([`crate::placement`]) and pushed; nodes never recompute it. A node accepts a table
+//! admin tool (the `placement` module) and pushed; nodes never recompute it. A node accepts a table
 //! only with a higher epoch than its own, so the epoch orders every change.
 //!
 //! # Invariants (checked by [`SlotTable::new`], the only way to build a table)
@@ -37,7 +37,7 @@ pub struct Node {
 pub struct Shard {
     pub primary: Node,
     pub replicas: Vec<Node>,
-    /// The shard's virtual-node tokens on the slot circle (see [`crate::placement`]). They belong
+    /// The shard's virtual-node tokens on the slot circle (see the `placement` module). They belong
     /// to the shard, not to the primary's node: a promoted replica keeps them.
     pub tokens: Vec<u16>,
 }

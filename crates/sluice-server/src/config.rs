@@ -83,7 +83,7 @@ pub struct Config {
 
     /// Start as a replica of this primary (`HOST:PORT`); REPLICAOF changes it at run time.
     #[arg(long, value_parser = parse_master, value_name = "HOST:PORT")]
-    pub replicaof: Option<crate::repl::MasterAddr>,
+    pub replicaof: Option<MasterAddr>,
 
     /// Password this replica AUTHs with at its primary.
     #[arg(long)]
@@ -188,8 +188,15 @@ fn seconds() -> clap::builder::RangedU64ValueParser<u64> {
     clap::value_parser!(u64).range(0..=MAX_SECONDS)
 }
 
+/// Where a replica replicates from (REPLICAOF / `--replicaof`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MasterAddr {
+    pub host: String,
+    pub port: u16,
+}
+
 /// Parses `HOST:PORT` (or `HOST PORT`, Redis's config-file form) for `--replicaof`.
-pub fn parse_master(s: &str) -> Result<crate::repl::MasterAddr, String> {
+pub fn parse_master(s: &str) -> Result<MasterAddr, String> {
     let s = s.trim();
     let (host, port) = s
         .rsplit_once(':')
@@ -205,7 +212,7 @@ pub fn parse_master(s: &str) -> Result<crate::repl::MasterAddr, String> {
     if host.is_empty() {
         return Err(format!("'{s}' has no host"));
     }
-    Ok(crate::repl::MasterAddr {
+    Ok(MasterAddr {
         host: host.to_string(),
         port,
     })

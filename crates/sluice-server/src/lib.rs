@@ -37,6 +37,7 @@ pub mod conn;
 pub mod exec;
 pub mod glob;
 pub mod grpc;
+pub mod jobs;
 pub mod metrics;
 pub mod peer;
 pub mod persist;

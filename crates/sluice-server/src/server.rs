@@ -48,7 +48,7 @@ impl Server {
         }
         let listeners = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
         let local_addr = listeners[0].local_addr()?;
-        let shared = Arc::new(Shared::new(config, local_addr)?);
+        let shared = Arc::new(Shared::new(config, local_addr, crate::cmd::STATS_ROWS)?);
         let started = std::time::Instant::now();
         match crate::persist::load(&shared.persist, &shared.store, shared.clock.now()) {
             Ok(Some(n)) => sluice_log::log(&format!(
@@ -83,8 +83,9 @@ impl Server {
                     .spawn(move || thread_main(index, threads, listener, shared))
             })
             .collect::<io::Result<Vec<_>>>()?;
-        handles.push(crate::repl::start(shared.clone())?);
-        handles.extend(crate::persist::start_saver(shared.clone())?);
+        handles.push(crate::repl::thread::start(shared.clone())?);
+        handles.extend(crate::cluster::control::start(shared.clone())?);
+        handles.extend(crate::persist::saver::start(shared.clone())?);
         if let Some(path) = shared.config.rules.clone() {
             handles.push(crate::rules::file::start_watcher(shared.clone(), path)?);
         }

@@ -1,8 +1,11 @@
 //! The state every thread shares: the store, the clock, counters, the client registry, the
 //! replication state and the pub/sub registry.
 //!
-//! The runtime (`server`), the connections (`conn`), the commands (`cmd`) and replication
-//! (`repl`) all depend on this module, and it depends on none of them.
+//! The composition root of the node's state: it holds each feature's state (replication,
+//! cluster view, rules, persistence, stats, clients, pub/sub) and imports only those state
+//! modules. The tasks that drive them (`repl::thread`, `cluster::control`, `persist::saver`,
+//! `rules::etcd`, `rules::file`), the runtime (`server`), the connections (`conn`) and the
+//! commands (`cmd`) sit above it; nothing below imports it back.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -42,7 +45,7 @@ pub struct Shared {
     /// Named rules (`RL.RULE`, `RL.HIT`).
     pub rules: crate::rules::Rules,
     /// The etcd thread's handle, with `--rules-etcd` (set once it starts).
-    pub rules_etcd: std::sync::OnceLock<crate::rules::etcd::Handle>,
+    pub rules_etcd: std::sync::OnceLock<crate::rules::handle::Handle>,
     /// Snapshots on disk (`--dir`).
     pub persist: crate::persist::Persist,
     /// The address actually bound (the port is resolved when `--port 0`).
@@ -56,7 +59,13 @@ impl Shared {
     ///
     /// # Errors
     /// If cluster mode is on and its config file cannot be read or written.
-    pub fn new(config: Config, local_addr: SocketAddr) -> std::io::Result<Shared> {
+    /// `command_rows` sizes the per-command counters: the command table's rows (it lives
+    /// above, in `cmd`) and Envoy's.
+    pub fn new(
+        config: Config,
+        local_addr: SocketAddr,
+        command_rows: usize,
+    ) -> std::io::Result<Shared> {
         let (shutdown, _) = watch::channel(false);
         let cluster = if config.cluster {
             let file = config.cluster_config_file.clone().unwrap_or_else(|| {
@@ -74,7 +83,7 @@ impl Shared {
                 policy: config.maxmemory_policy,
             }),
             clock: Clock::new(),
-            stats: Stats::new(config.threads(), crate::cmd::COMMANDS.len() + 1),
+            stats: Stats::new(config.threads(), command_rows),
             clients: Clients::default(),
             repl: Repl::new(&config),
             pubsub: PubSub::default(),

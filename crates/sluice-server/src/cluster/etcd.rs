@@ -140,7 +140,7 @@ fn adopt_if_newer(shared: &Shared, table: SlotTable) {
         return;
     };
     if table.epoch > cluster.epoch()
-        && let Err(e) = super::adopt(shared, table)
+        && let Err(e) = super::adopt::adopt(shared, table)
     {
         sluice_log::log(&format!("etcd table refused: {e}"));
     }
@@ -172,10 +172,11 @@ pub async fn store(shared: Arc<Shared>, table: SlotTable) {
                 return;
             }
             Ok(Some(stored)) => {
-                let Some(merged) = super::reapply_promotion(&cluster.myid, &table, stored) else {
+                let Some(merged) = super::adopt::reapply_promotion(&cluster.myid, &table, stored)
+                else {
                     return;
                 };
-                if let Err(e) = super::adopt(&shared, merged.clone()) {
+                if let Err(e) = super::adopt::adopt(&shared, merged.clone()) {
                     sluice_log::log(&format!("Merged table refused: {e}"));
                     return;
                 }

@@ -19,72 +19,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Buf;
-use parking_lot::Mutex;
 use sluice_repl::{Record, SnapshotReader, record};
 use tokio::io::AsyncReadExt;
 
+use super::{ImportState, format_ranges};
 use crate::peer::{self, Peer, Reply};
 use crate::shared::Shared;
 
 /// How often an import acks its position without being asked.
 const ACK_EVERY: Duration = Duration::from_millis(100);
 
-/// One import's progress, for `CLUSTER IMPORT-STATUS`.
-#[derive(Debug, Clone)]
-pub struct ImportState {
-    pub source: String,
-    pub ranges: Vec<(u16, u16)>,
-    /// `syncing`, `streaming`, `closed` or `failed: <why>`.
-    pub state: String,
-    pub entries: u64,
-    pub offset: u64,
-}
-
-/// Every import this node ran since start.
-#[derive(Debug, Default)]
-pub struct Imports(Mutex<Vec<ImportState>>);
-
-impl Imports {
-    fn update(&self, index: usize, f: impl FnOnce(&mut ImportState)) {
-        if let Some(s) = self.0.lock().get_mut(index) {
-            f(s);
-        }
-    }
-
-    pub fn all(&self) -> Vec<ImportState> {
-        self.0.lock().clone()
-    }
-}
-
-/// Parses `start-end` (or a single slot) into an inclusive range.
-pub fn parse_range(arg: &[u8]) -> Option<(u16, u16)> {
-    let text = std::str::from_utf8(arg).ok()?;
-    let (a, b) = text.split_once('-').unwrap_or((text, text));
-    let (a, b): (u16, u16) = (a.parse().ok()?, b.parse().ok()?);
-    (a <= b && usize::from(b) < sluice_cluster::SLOTS).then_some((a, b))
-}
-
-pub fn format_ranges(ranges: &[(u16, u16)]) -> Vec<String> {
-    ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect()
-}
-
-/// Imports `ranges` from `host:port` until the source closes the feed (the replication
-/// thread runs this).
+/// Imports `ranges` from `host:port` until the source closes the feed (the cluster control
+/// loop runs this).
 pub async fn run(shared: Arc<Shared>, host: String, port: u16, ranges: Vec<(u16, u16)>) {
     let Some(cluster) = shared.cluster.as_ref() else {
         return;
     };
-    let index = {
-        let mut all = cluster.imports.0.lock();
-        all.push(ImportState {
-            source: format!("{host}:{port}"),
-            ranges: ranges.clone(),
-            state: "syncing".into(),
-            entries: 0,
-            offset: 0,
-        });
-        all.len() - 1
-    };
+    let index = cluster.imports.start(ImportState {
+        source: format!("{host}:{port}"),
+        ranges: ranges.clone(),
+        state: "syncing".into(),
+        entries: 0,
+        offset: 0,
+    });
     let state = match import(&shared, index, &host, port, &ranges).await {
         Ok(()) => "closed".to_string(),
         Err(e) => {
@@ -114,7 +71,8 @@ async fn import(
     // yet, so nothing else wrote them.
     shared.store.delete_where(shared.clock.now(), in_ranges);
 
-    let mut peer = Peer::connect_auth(host, port, super::peer_password(shared).as_deref()).await?;
+    let mut peer =
+        Peer::connect_auth(host, port, super::adopt::peer_password(shared).as_deref()).await?;
     let capa = sluice_repl::CAPA.as_bytes();
     let reply = peer.call(&[b"REPLCONF", b"capa", capa]).await?;
     if !peer::is_ok(&reply) {
@@ -201,19 +159,5 @@ async fn import(
             },
             _ = tick.tick() => crate::repl::replica::send_ack(&mut stream, offset).await?,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges_parse() {
-        assert_eq!(parse_range(b"0-100"), Some((0, 100)));
-        assert_eq!(parse_range(b"7"), Some((7, 7)));
-        assert_eq!(parse_range(b"100-0"), None);
-        assert_eq!(parse_range(b"0-16384"), None);
-        assert_eq!(parse_range(b"x"), None);
     }
 }

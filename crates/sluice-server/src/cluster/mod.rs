@@ -10,8 +10,11 @@
 //! counter, and each connection keeps an `Arc` of the [`View`] it last saw, refreshed when the
 //! epoch moves. The check is the key's CRC16 slot, one array lookup and a compare.
 
+pub mod adopt;
+pub mod control;
 pub mod etcd;
 pub mod migrate;
+pub mod peers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,11 +23,6 @@ use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
 use sluice_cluster::{SLOTS, SlotTable, key_slot};
-
-use crate::cmd::CmdError;
-use crate::peer::{Peer, Reply};
-use crate::repl::Job;
-use crate::shared::Shared;
 
 /// What a node knows of the table, as one connection caches it.
 #[derive(Debug)]
@@ -54,7 +52,9 @@ pub struct Cluster {
     pub loading: AtomicBool,
     pausing: AtomicBool,
     pause: Mutex<Option<Pause>>,
-    pub imports: migrate::Imports,
+    pub imports: Imports,
+    /// Work for the control loop.
+    pub jobs: crate::jobs::Jobs<Job>,
     /// Per worker thread: set while it runs a batch of commands. A pause waits until every
     /// other worker has been outside a batch once, so a write that passed the slot check just
     /// before the pause is applied (and journaled) before the pause's offset is taken.
@@ -78,19 +78,6 @@ pub enum Redirect {
     CrossSlot,
     Down,
     TryAgain,
-}
-
-impl Redirect {
-    pub fn into_error(self) -> CmdError {
-        CmdError::msg(match self {
-            Redirect::Moved { slot, host, port } => format!("MOVED {slot} {host}:{port}"),
-            Redirect::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
-            Redirect::Down => "CLUSTERDOWN Hash slot not served".into(),
-            Redirect::TryAgain => {
-                "TRYAGAIN Slot is being migrated; retry in a few milliseconds".into()
-            }
-        })
-    }
 }
 
 /// What the config file holds: the node's id and its last table.
@@ -130,7 +117,8 @@ impl Cluster {
             loading: AtomicBool::new(true),
             pausing: AtomicBool::new(false),
             pause: Mutex::new(None),
-            imports: migrate::Imports::default(),
+            imports: Imports::default(),
+            jobs: crate::jobs::Jobs::default(),
             in_batch: (0..threads.max(1))
                 .map(|_| crossbeam_utils::CachePadded::new(AtomicBool::new(false)))
                 .collect(),
@@ -328,262 +316,81 @@ impl Cluster {
     }
 }
 
-/// Installs a table pushed by the admin tool or a peer, then does what follows from it: a
-/// node that handed slots over closes their migration feeds and drops their keys.
-pub fn adopt(shared: &Shared, table: SlotTable) -> Result<(), String> {
-    let cluster = shared
-        .cluster
-        .as_ref()
-        .ok_or("ERR This instance has cluster support disabled")?;
-    let before = cluster.view();
-    cluster.install(table)?;
-    let after = cluster.view();
-    let owned = |v: &Option<Arc<View>>| -> Vec<bool> {
-        let mut set = vec![false; SLOTS];
-        if let Some(v) = v
-            && v.primary
-            && let Some(me) = v.my_shard
-        {
-            for r in v.table.ranges.iter().filter(|r| r.shard == me) {
-                for s in r.start..=r.end {
-                    set[usize::from(s)] = true;
-                }
-            }
-        }
-        set
-    };
-    let (was, is) = (owned(&before), owned(&after));
-    if was.iter().zip(&is).any(|(w, i)| *w && !*i) {
-        shared.repl.close_feeds();
-        shared.repl.submit(Job::DropUnowned);
-    }
-    Ok(())
+/// Work for the cluster control loop ([`control::run`]): what a command or a new table starts
+/// but must not run on a worker thread.
+#[derive(Debug)]
+pub enum Job {
+    /// Import slots from their old owner (CLUSTER IMPORT).
+    Import {
+        host: String,
+        port: u16,
+        ranges: Vec<(u16, u16)>,
+    },
+    /// Drop the keys of slots this node no longer serves (after a new table).
+    DropUnowned,
+    /// Send this node's table to every other node of it, and to etcd if the cluster keeps it
+    /// there (after a promotion).
+    PushTable,
 }
 
-/// Deletes the keys of slots this primary does not serve (journaled: its replicas follow).
-pub fn drop_unowned(shared: &Shared) {
-    let Some(view) = shared.cluster.as_ref().and_then(Cluster::view) else {
-        return;
-    };
-    // A replica follows its primary's deletes; a node outside the table serves nothing.
-    if view.my_shard.is_some() && !view.primary {
-        return;
-    }
-    let me = view.my_shard;
-    let dropped = shared.store.delete_where(shared.clock.now(), |k| {
-        Some(view.table.owner(key_slot(k))) != me
-    });
-    if dropped > 0 {
-        sluice_log::log(&format!(
-            "Dropped {dropped} keys of slots handed over to other nodes"
-        ));
-    }
+/// One import's progress, for `CLUSTER IMPORT-STATUS`.
+#[derive(Debug, Clone)]
+pub struct ImportState {
+    pub source: String,
+    pub ranges: Vec<(u16, u16)>,
+    /// `syncing`, `streaming`, `closed` or `failed: <why>`.
+    pub state: String,
+    pub entries: u64,
+    pub offset: u64,
 }
 
-/// Every node of the table but this one, as `host:port`.
-fn peers(shared: &Shared) -> Vec<(String, u16)> {
-    let Some(cluster) = shared.cluster.as_ref() else {
-        return Vec::new();
-    };
-    let Some(view) = cluster.view() else {
-        return Vec::new();
-    };
-    view.table
-        .shards
-        .iter()
-        .flat_map(|s| std::iter::once(&s.primary).chain(&s.replicas))
-        .filter(|n| n.id != cluster.myid)
-        .map(|n| (n.host.clone(), n.port))
-        .collect()
-}
+/// Every import this node ran since start.
+#[derive(Debug, Default)]
+pub struct Imports(Mutex<Vec<ImportState>>);
 
-/// The password a node sends its cluster peers (table fetch and push, slot import):
-/// `--masterauth`, as Redis Cluster nodes use it to reach each other, or else this node's own
-/// `requirepass`, which the nodes of one cluster share.
-pub fn peer_password(shared: &Shared) -> Option<String> {
-    shared
-        .config
-        .masterauth
-        .clone()
-        .or_else(|| shared.requirepass.read().clone())
-}
-
-/// How often a node without etcd asks its peers whether the table moved on (a push it missed
-/// while it was up, or a promotion elsewhere).
-const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// At start: asks every peer of the stored table for its table and adopts the newest, before
-/// this node serves a key. A peer that does not answer is skipped; with none answering, the
-/// stored table stands (and says so in the log). Then asks again every [`REFRESH_EVERY`], so a
-/// node never serves for long from a table older than one a peer holds.
-pub async fn refresh_from_peers(shared: Arc<Shared>) {
-    let Some(cluster) = shared.cluster.as_ref() else {
-        return;
-    };
-    let mut first = true;
-    loop {
-        refresh_once(&shared, first).await;
-        if first {
-            cluster.loading.store(false, Ordering::Release);
-            first = false;
-        }
-        tokio::time::sleep(REFRESH_EVERY).await;
-    }
-}
-
-async fn refresh_once(shared: &Arc<Shared>, verbose: bool) {
-    let Some(cluster) = shared.cluster.as_ref() else {
-        return;
-    };
-    let peers = peers(shared);
-    let password = peer_password(shared);
-    let mut answered = 0;
-    let mut newest: Option<SlotTable> = None;
-    for (host, port) in &peers {
-        let got = async {
-            let mut p = Peer::connect_auth(host, *port, password.as_deref()).await?;
-            match p.call(&[b"CLUSTER", b"GETTABLE"]).await? {
-                Reply::BulkString(text) => SlotTable::decode(&String::from_utf8_lossy(&text))
-                    .map(Some)
-                    .map_err(|e| e.to_string()),
-                Reply::Null => Ok(None),
-                other => Err(crate::peer::text(&other)),
-            }
-        };
-        match tokio::time::timeout(std::time::Duration::from_secs(2), got).await {
-            Ok(Ok(table)) => {
-                answered += 1;
-                if let Some(t) = table
-                    && newest.as_ref().is_none_or(|n| t.epoch > n.epoch)
-                {
-                    newest = Some(t);
-                }
-            }
-            Ok(Err(e)) if verbose => {
-                sluice_log::log(&format!("peer {host}:{port} gave no table: {e}"))
-            }
-            Err(_) if verbose => {
-                sluice_log::log(&format!("peer {host}:{port} did not answer in time"))
-            }
-            _ => {}
+impl Imports {
+    pub fn update(&self, index: usize, f: impl FnOnce(&mut ImportState)) {
+        if let Some(s) = self.0.lock().get_mut(index) {
+            f(s);
         }
     }
-    if let Some(t) = newest
-        && t.epoch > cluster.epoch()
-    {
-        let epoch = t.epoch;
-        match adopt(shared, t) {
-            Ok(()) => sluice_log::log(&format!(
-                "Adopted a newer table (epoch {epoch}) from a peer"
-            )),
-            Err(e) => sluice_log::log(&format!("A peer's newer table was refused: {e}")),
-        }
-    } else if verbose && !peers.is_empty() && answered == 0 {
-        sluice_log::log("No peer answered: serving with the stored table");
+
+    /// Records a new import; returns its index for [`Imports::update`].
+    pub fn start(&self, state: ImportState) -> usize {
+        let mut all = self.0.lock();
+        all.push(state);
+        all.len() - 1
+    }
+
+    pub fn all(&self) -> Vec<ImportState> {
+        self.0.lock().clone()
     }
 }
 
-/// Sends this node's table to every peer (after a promotion), each in its own call; a peer
-/// that is down learns it when it starts and asks. A peer that holds a table at least as new
-/// (another shard's promotion in the same moment) is read back, this node's promotion is
-/// applied on top of it under a higher epoch, and the result is sent again.
-pub async fn push_table(shared: Arc<Shared>) {
-    let Some(cluster) = shared.cluster.as_ref() else {
-        return;
-    };
-    for _ in 0..5 {
-        let Some(view) = cluster.view() else {
-            return;
-        };
-        let text = view.table.encode();
-        let mut theirs: Option<SlotTable> = None;
-        let password = peer_password(&shared);
-        for (host, port) in peers(&shared) {
-            let sent = async {
-                let mut p = Peer::connect_auth(&host, port, password.as_deref()).await?;
-                let reply = p.call(&[b"CLUSTER", b"SETTABLE", text.as_bytes()]).await?;
-                let reply = crate::peer::text(&reply);
-                let table = if reply.contains("not newer") {
-                    match p.call(&[b"CLUSTER", b"GETTABLE"]).await? {
-                        Reply::BulkString(t) => {
-                            SlotTable::decode(&String::from_utf8_lossy(&t)).ok()
-                        }
-                        _ => None,
-                    }
-                } else {
-                    None
-                };
-                Ok::<_, String>((reply, table))
-            };
-            match tokio::time::timeout(std::time::Duration::from_secs(2), sent).await {
-                Ok(Ok((reply, table))) => {
-                    sluice_log::log(&format!(
-                        "Table epoch {} sent to {host}:{port}: {reply}",
-                        view.table.epoch
-                    ));
-                    if let Some(t) = table
-                        && t != *view.table
-                        && theirs.as_ref().is_none_or(|b| t.epoch > b.epoch)
-                    {
-                        theirs = Some(t);
-                    }
-                }
-                Ok(Err(e)) => sluice_log::log(&format!("Table not sent to {host}:{port}: {e}")),
-                Err(_) => sluice_log::log(&format!("Table not sent to {host}:{port}: timed out")),
-            }
-        }
-        let Some(theirs) = theirs else {
-            return;
-        };
-        match reapply_promotion(&cluster.myid, &view.table, theirs) {
-            Some(merged) => {
-                let epoch = merged.epoch;
-                if let Err(e) = adopt(&shared, merged) {
-                    sluice_log::log(&format!("Merged table epoch {epoch} refused: {e}"));
-                    return;
-                }
-                sluice_log::log(&format!(
-                    "A peer held a concurrent table: this node's promotion re-applied on it as epoch {epoch}"
-                ));
-            }
-            None => return,
-        }
-    }
+/// Parses `start-end` (or a single slot) into an inclusive range.
+pub fn parse_range(arg: &[u8]) -> Option<(u16, u16)> {
+    let text = std::str::from_utf8(arg).ok()?;
+    let (a, b) = text.split_once('-').unwrap_or((text, text));
+    let (a, b): (u16, u16) = (a.parse().ok()?, b.parse().ok()?);
+    (a <= b && usize::from(b) < sluice_cluster::SLOTS).then_some((a, b))
 }
 
-/// `theirs` (a table at least as new as `mine`, from a peer or etcd) with this node's
-/// promotion applied on top under a higher epoch; `None` if it already has it.
-pub fn reapply_promotion(myid: &str, mine: &SlotTable, theirs: SlotTable) -> Option<SlotTable> {
-    if theirs.is_primary(myid) {
-        return None;
-    }
-    theirs.promote(myid, theirs.epoch.max(mine.epoch) + 1)
-}
-
-/// After `REPLICAOF NO ONE` on a replica of the cluster: it takes over its shard's slots
-/// under a higher epoch and tells every node.
-pub fn promoted(shared: &Shared) {
-    let Some(cluster) = shared.cluster.as_ref() else {
-        return;
-    };
-    let Some(view) = cluster.view() else {
-        return;
-    };
-    if view.primary || view.my_shard.is_none() {
-        return;
-    }
-    let Some(table) = view.table.promote(&cluster.myid, view.table.epoch + 1) else {
-        return;
-    };
-    match adopt(shared, table) {
-        Ok(()) => shared.repl.submit(Job::PushTable),
-        Err(e) => sluice_log::log(&format!("Promoted, but the new table was refused: {e}")),
-    }
+pub fn format_ranges(ranges: &[(u16, u16)]) -> Vec<String> {
+    ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_parse() {
+        assert_eq!(parse_range(b"0-100"), Some((0, 100)));
+        assert_eq!(parse_range(b"7"), Some((7, 7)));
+        assert_eq!(parse_range(b"100-0"), None);
+        assert_eq!(parse_range(b"0-16384"), None);
+        assert_eq!(parse_range(b"x"), None);
+    }
 
     #[test]
     fn config_file_round_trip_and_refusals() {

@@ -15,9 +15,10 @@ use sluice_resp::reply;
 
 use super::args::parse_i64;
 use super::{Args, CmdError, Command, Ctx};
-use crate::cluster::migrate::{format_ranges, parse_range};
+use crate::cluster::Job;
 use crate::cluster::{self, Cluster};
-use crate::repl::{Job, PsyncRequest};
+use crate::cluster::{format_ranges, parse_range};
+use crate::repl::PsyncRequest;
 
 #[derive(Debug)]
 pub enum ClusterCmd<'a> {
@@ -192,7 +193,8 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                     .map_err(|_| CmdError::msg("ERR the table is not UTF-8 text"))?;
                 let table = SlotTable::decode(text)
                     .map_err(|e| CmdError::msg(format!("ERR invalid table: {e}")))?;
-                cluster::adopt(ctx.shared, table).map_err(|e| CmdError::msg(format!("ERR {e}")))?;
+                cluster::adopt::adopt(ctx.shared, table)
+                    .map_err(|e| CmdError::msg(format!("ERR {e}")))?;
                 reply::simple(ctx.out, "OK");
             }
             ClusterCmd::Import(host, port, ranges) => {
@@ -200,7 +202,7 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                     "CLUSTER IMPORT of slots {} from {host}:{port}",
                     format_ranges(&ranges).join(" ")
                 ));
-                ctx.shared.repl.submit(Job::Import { host, port, ranges });
+                cluster.jobs.submit(Job::Import { host, port, ranges });
                 reply::simple(out, "OK");
             }
             ClusterCmd::ImportStatus => {

@@ -49,6 +49,21 @@ impl From<sluice_core::spec::SpecError> for CmdError {
     }
 }
 
+/// Why a keyed command is not served here, as the Redis Cluster error a client expects.
+impl From<crate::cluster::Redirect> for CmdError {
+    fn from(r: crate::cluster::Redirect) -> CmdError {
+        use crate::cluster::Redirect;
+        CmdError::msg(match r {
+            Redirect::Moved { slot, host, port } => format!("MOVED {slot} {host}:{port}"),
+            Redirect::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
+            Redirect::Down => "CLUSTERDOWN Hash slot not served".into(),
+            Redirect::TryAgain => {
+                "TRYAGAIN Slot is being migrated; retry in a few milliseconds".into()
+            }
+        })
+    }
+}
+
 impl From<crate::rules::RuleError> for CmdError {
     fn from(e: crate::rules::RuleError) -> CmdError {
         CmdError::msg(e.0)

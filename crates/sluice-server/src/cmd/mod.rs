@@ -903,6 +903,9 @@ pub fn row(spec: &'static CommandSpec) -> usize {
 /// The counters' row of Envoy's `ShouldRateLimit`, after the command table's rows.
 pub const SHOULD_RATE_LIMIT_ROW: usize = COMMANDS.len();
 
+/// How many rows of per-command counters the stats keep: the table's and Envoy's.
+pub const STATS_ROWS: usize = SHOULD_RATE_LIMIT_ROW + 1;
+
 /// The name INFO commandstats and `/metrics` give counters' row `row`.
 pub fn row_name(row: usize) -> &'static str {
     COMMANDS
@@ -957,7 +960,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         let write = spec.write && !(readonly && spec.name == "rl.check");
         let keys = key_args(spec, req);
         if let Err(redirect) = cluster.check(&mut ctx.session.cluster_view, keys, write, readonly) {
-            return refuse(ctx, row, &redirect.into_error().text(spec.name));
+            return refuse(ctx, row, &CmdError::from(redirect).text(spec.name));
         }
     }
     // A write on a read-only replica (RL.CHECK decides for itself: DRY and COST 0 only read).

@@ -49,7 +49,7 @@ impl Command<'_> for ReplicaOf {
         let promote = self.0.is_none();
         if ctx.shared.repl.set_master(&ctx.shared.store, self.0) {
             if promote {
-                crate::cluster::promoted(ctx.shared);
+                crate::cluster::adopt::promoted(ctx.shared);
             }
             reply::simple(ctx.out, "OK");
         } else {

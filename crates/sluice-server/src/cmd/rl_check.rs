@@ -43,7 +43,7 @@ impl<'a> Command<'a> for RlCheck<'a> {
         if ctx.shared.repl.is_readonly() && !self.dry && self.params.cost > 0 {
             // A cluster replica sends writes to its shard's primary, as MOVED.
             return Err(match &ctx.shared.cluster {
-                Some(cluster) => cluster.moved(self.key).into_error(),
+                Some(cluster) => cluster.moved(self.key).into(),
                 None => CmdError::ReadOnly,
             });
         }

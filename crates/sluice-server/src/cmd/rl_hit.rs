@@ -67,7 +67,7 @@ fn route(ctx: &mut Ctx<'_>, keys: &[&[u8]]) -> Result<(), CmdError> {
                 true,
                 readonly,
             )
-            .map_err(|r| r.into_error())?;
+            .map_err(CmdError::from)?;
     }
     Ok(())
 }

@@ -19,6 +19,7 @@
 
 pub mod primary;
 pub mod replica;
+pub mod thread;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -33,7 +34,6 @@ use tokio::sync::{Notify, mpsc, watch};
 
 use crate::clients::ClientHandle;
 use crate::config::Config;
-use crate::shared::Shared;
 
 /// How often an idle stream carries a PING (Redis: repl-ping-replica-period, 10 s; shorter
 /// here so `master_last_io_seconds_ago` stays small and a dead primary shows quickly).
@@ -41,12 +41,7 @@ pub const PING_EVERY: Duration = Duration::from_secs(1);
 /// How often a replica acks its offset.
 pub const ACK_EVERY: Duration = Duration::from_secs(1);
 
-/// Where a replica replicates from (REPLICAOF / `--replicaof`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MasterAddr {
-    pub host: String,
-    pub port: u16,
-}
+pub use crate::config::MasterAddr;
 
 /// The replica link's state, as ROLE names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,17 +128,6 @@ pub struct ReplStats {
 pub enum Job {
     /// A connection that sent PSYNC (or CLUSTER MIGRATE-FEED): stream to it.
     Feed(Handoff),
-    /// Import slots from their old owner (CLUSTER IMPORT).
-    Import {
-        host: String,
-        port: u16,
-        ranges: Vec<(u16, u16)>,
-    },
-    /// Drop the keys of slots this node no longer serves (after a new table).
-    DropUnowned,
-    /// Send this node's table to every other node of it, and to etcd if the cluster keeps it
-    /// there (after a promotion).
-    PushTable,
 }
 
 /// A PSYNC connection handed from its worker thread to the replication thread.
@@ -180,8 +164,8 @@ pub struct Repl {
     /// Told when the first replica or migration feed creates the backlog: until then the
     /// flusher sleeps instead of waking worker 0 every millisecond for nothing.
     backlog_created: Notify,
-    jobs_tx: mpsc::UnboundedSender<Job>,
-    jobs_rx: Mutex<Option<mpsc::UnboundedReceiver<Job>>>,
+    /// Work for the replication thread.
+    pub jobs: crate::jobs::Jobs<Job>,
     pub stats: ReplStats,
     /// Worker 0's runtime: the flusher and the streams to replicas run there, between that
     /// worker's batches, so a flush costs no thread switch (on a busy core, waking another
@@ -212,7 +196,6 @@ pub fn random_id() -> String {
 
 impl Repl {
     pub fn new(config: &Config) -> Repl {
-        let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
         let master = config.replicaof.clone();
         let repl = Repl {
             inner: Mutex::new(Inner {
@@ -236,8 +219,7 @@ impl Repl {
             acks: watch::channel(0).0,
             target: watch::channel(master.clone()).0,
             backlog_created: Notify::new(),
-            jobs_tx,
-            jobs_rx: Mutex::new(Some(jobs_rx)),
+            jobs: crate::jobs::Jobs::default(),
             stats: ReplStats::default(),
             stream_runtime: std::sync::OnceLock::new(),
             backlog_size: usize::try_from(config.repl_backlog_size).unwrap_or(usize::MAX),
@@ -264,7 +246,7 @@ impl Repl {
 
     /// Gives the replication thread work that must not run on a worker thread.
     pub fn submit(&self, job: Job) {
-        let _ = self.jobs_tx.send(job);
+        self.jobs.submit(job);
     }
 
     /// Returns once there is a stream to flush: a backlog exists.
@@ -512,87 +494,4 @@ impl Inner {
     pub fn replicas(&self) -> impl Iterator<Item = &ReplicaSlot> {
         self.replicas.iter().filter(|r| r.filter.is_none())
     }
-}
-
-/// Starts the replication thread: the flusher, the streams to replicas, the link to a primary.
-pub fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
-    crate::runtime_thread("sluice-repl", move || run(shared))
-}
-
-async fn run(shared: Arc<Shared>) {
-    let Some(mut jobs) = shared.repl.jobs_rx.lock().take() else {
-        return;
-    };
-    let mut shutdown = shared.shutdown_signal();
-    // The primary's side runs on worker 0 (see `stream_runtime`), which registers its runtime
-    // as it starts.
-    for _ in 0..500 {
-        if shared.repl.stream_runtime.get().is_some() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-    let streams = shared
-        .repl
-        .stream_runtime
-        .get()
-        .cloned()
-        .unwrap_or_else(tokio::runtime::Handle::current);
-    let flusher = streams.spawn(primary::flusher(shared.clone()));
-    let mut feeds = Vec::new();
-    let link = tokio::spawn(replica::link(shared.clone()));
-    if shared.cluster.is_some() {
-        match &shared.config.etcd {
-            Some(url) => {
-                let key = crate::cluster::etcd::table_key(&shared.config.etcd_prefix);
-                tokio::spawn(crate::cluster::etcd::follow(
-                    shared.clone(),
-                    url.clone(),
-                    key,
-                ));
-            }
-            None => {
-                tokio::spawn(crate::cluster::refresh_from_peers(shared.clone()));
-            }
-        }
-    }
-    let mut tasks = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => break,
-            job = jobs.recv() => match job {
-                Some(Job::Feed(h)) => {
-                    feeds.retain(|f: &tokio::task::JoinHandle<()>| !f.is_finished());
-                    feeds.push(streams.spawn(primary::feed(shared.clone(), h)));
-                }
-                Some(Job::Import { host, port, ranges }) => {
-                    tasks.spawn(crate::cluster::migrate::run(shared.clone(), host, port, ranges));
-                }
-                Some(Job::DropUnowned) => {
-                    let shared = shared.clone();
-                    tasks.spawn(async move {
-                        let _ = tokio::task::spawn_blocking(move || {
-                            crate::cluster::drop_unowned(&shared)
-                        })
-                        .await;
-                    });
-                }
-                Some(Job::PushTable) => {
-                    if let Some(view) = shared.cluster.as_ref().and_then(|c| c.view()) {
-                        let table = (*view.table).clone();
-                        tasks.spawn(crate::cluster::etcd::store(shared.clone(), table));
-                    }
-                    tasks.spawn(crate::cluster::push_table(shared.clone()));
-                }
-                None => break,
-            },
-        }
-        while tasks.try_join_next().is_some() {}
-    }
-    flusher.abort();
-    for f in feeds {
-        f.abort();
-    }
-    link.abort();
-    tasks.abort_all();
 }

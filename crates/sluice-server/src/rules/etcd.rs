@@ -12,7 +12,7 @@
 //! the node keeps the rule's last good version.
 //!
 //! The etcd client runs on a thread of its own with its own runtime; a command's write waits
-//! for it (up to [`WRITE_TIMEOUT`]) on the worker thread, which is acceptable for an admin
+//! for it (up to [`WRITE_TIMEOUT`](super::handle::WRITE_TIMEOUT)) on the worker thread, which is acceptable for an admin
 //! command and keeps `RL.HIT` untouched.
 
 use std::sync::Arc;
@@ -22,47 +22,14 @@ use std::time::Duration;
 use etcd_client::{EventType, GetOptions, WatchOptions};
 use tokio::sync::mpsc;
 
-use super::{RuleSpec, parse_spec};
+use super::handle::{Handle, Write};
+use super::parse_spec;
 use crate::shared::Shared;
 
-/// How long a command waits for etcd to take its write.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long to wait before reconnecting after an error.
 const RETRY_EVERY: Duration = Duration::from_millis(500);
 /// How many earlier revisions of each rule are read back at start.
 const HISTORY_DEPTH: usize = 100;
-
-type Reply = std_mpsc::Sender<Result<u64, String>>;
-
-/// A write for the etcd thread: put `spec` (or delete, with `None`) under the rule's key.
-#[derive(Debug)]
-struct Write {
-    name: String,
-    spec: Option<RuleSpec>,
-    reply: Reply,
-}
-
-/// The commands' side of the etcd thread.
-#[derive(Debug)]
-pub struct Handle {
-    tx: mpsc::UnboundedSender<Write>,
-}
-
-impl Handle {
-    /// Writes `spec` (or deletes the rule) in etcd; the new revision.
-    pub fn write(&self, name: &str, spec: Option<&RuleSpec>) -> Result<u64, String> {
-        let (reply, rx) = std_mpsc::channel();
-        self.tx
-            .send(Write {
-                name: name.to_string(),
-                spec: spec.cloned(),
-                reply,
-            })
-            .map_err(|_| "the etcd thread has stopped".to_string())?;
-        rx.recv_timeout(WRITE_TIMEOUT)
-            .map_err(|_| format!("etcd did not answer within {WRITE_TIMEOUT:?}"))?
-    }
-}
 
 /// Starts the etcd thread and waits (up to 10 s) for its first read of the prefix, so a node
 /// does not serve `RL.HIT` before it knows the rules.

@@ -27,6 +27,7 @@
 
 pub mod etcd;
 pub mod file;
+pub mod handle;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};

@@ -1,0 +1,121 @@
+//! What a node does with a table it is given: install it and act on it (drop the keys of
+//! slots handed over), re-apply its own promotion on a concurrent table, and whom and with what
+//! password it tells. The tasks that fetch and send tables ([`super::peers`], [`super::etcd`])
+//! and the control loop build on these.
+
+use std::sync::Arc;
+
+use sluice_cluster::{SLOTS, SlotTable, key_slot};
+
+use super::{Cluster, Job, View};
+use crate::shared::Shared;
+
+/// Installs a table pushed by the admin tool or a peer, then does what follows from it: a
+/// node that handed slots over closes their migration feeds and drops their keys.
+pub fn adopt(shared: &Shared, table: SlotTable) -> Result<(), String> {
+    let cluster = shared
+        .cluster
+        .as_ref()
+        .ok_or("ERR This instance has cluster support disabled")?;
+    let before = cluster.view();
+    cluster.install(table)?;
+    let after = cluster.view();
+    let owned = |v: &Option<Arc<View>>| -> Vec<bool> {
+        let mut set = vec![false; SLOTS];
+        if let Some(v) = v
+            && v.primary
+            && let Some(me) = v.my_shard
+        {
+            for r in v.table.ranges.iter().filter(|r| r.shard == me) {
+                for s in r.start..=r.end {
+                    set[usize::from(s)] = true;
+                }
+            }
+        }
+        set
+    };
+    let (was, is) = (owned(&before), owned(&after));
+    if was.iter().zip(&is).any(|(w, i)| *w && !*i) {
+        shared.repl.close_feeds();
+        cluster.jobs.submit(Job::DropUnowned);
+    }
+    Ok(())
+}
+
+/// Deletes the keys of slots this primary does not serve (journaled: its replicas follow).
+pub fn drop_unowned(shared: &Shared) {
+    let Some(view) = shared.cluster.as_ref().and_then(Cluster::view) else {
+        return;
+    };
+    // A replica follows its primary's deletes; a node outside the table serves nothing.
+    if view.my_shard.is_some() && !view.primary {
+        return;
+    }
+    let me = view.my_shard;
+    let dropped = shared.store.delete_where(shared.clock.now(), |k| {
+        Some(view.table.owner(key_slot(k))) != me
+    });
+    if dropped > 0 {
+        sluice_log::log(&format!(
+            "Dropped {dropped} keys of slots handed over to other nodes"
+        ));
+    }
+}
+
+/// Every node of the table but this one, as `host:port`.
+pub fn peers(shared: &Shared) -> Vec<(String, u16)> {
+    let Some(cluster) = shared.cluster.as_ref() else {
+        return Vec::new();
+    };
+    let Some(view) = cluster.view() else {
+        return Vec::new();
+    };
+    view.table
+        .shards
+        .iter()
+        .flat_map(|s| std::iter::once(&s.primary).chain(&s.replicas))
+        .filter(|n| n.id != cluster.myid)
+        .map(|n| (n.host.clone(), n.port))
+        .collect()
+}
+
+/// The password a node sends its cluster peers (table fetch and push, slot import):
+/// `--masterauth`, as Redis Cluster nodes use it to reach each other, or else this node's own
+/// `requirepass`, which the nodes of one cluster share.
+pub fn peer_password(shared: &Shared) -> Option<String> {
+    shared
+        .config
+        .masterauth
+        .clone()
+        .or_else(|| shared.requirepass.read().clone())
+}
+
+/// `theirs` (a table at least as new as `mine`, from a peer or etcd) with this node's
+/// promotion applied on top under a higher epoch; `None` if it already has it.
+pub fn reapply_promotion(myid: &str, mine: &SlotTable, theirs: SlotTable) -> Option<SlotTable> {
+    if theirs.is_primary(myid) {
+        return None;
+    }
+    theirs.promote(myid, theirs.epoch.max(mine.epoch) + 1)
+}
+
+/// After `REPLICAOF NO ONE` on a replica of the cluster: it takes over its shard's slots
+/// under a higher epoch and tells every node.
+pub fn promoted(shared: &Shared) {
+    let Some(cluster) = shared.cluster.as_ref() else {
+        return;
+    };
+    let Some(view) = cluster.view() else {
+        return;
+    };
+    if view.primary || view.my_shard.is_none() {
+        return;
+    }
+    let Some(table) = view.table.promote(&cluster.myid, view.table.epoch + 1) else {
+        return;
+    };
+    match adopt(shared, table) {
+        Ok(()) => cluster.jobs.submit(Job::PushTable),
+        Err(e) => sluice_log::log(&format!("Promoted, but the new table was refused: {e}")),
+    }
+}

@@ -1,0 +1,50 @@
+//! The saver thread: BGSAVE's saves and the periodic ones, off the workers.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::log_save;
+use crate::shared::Shared;
+
+/// The saver thread (with `--dir`): runs BGSAVE's saves and, with `--save-interval`, one save
+/// every interval, until shutdown. A save on its own thread never stalls a worker's
+/// connections; a kill -9 loses at most one interval of consumption.
+pub fn start(shared: Arc<Shared>) -> io::Result<Option<std::thread::JoinHandle<()>>> {
+    if !shared.persist.enabled() {
+        return Ok(None);
+    }
+    let every = match shared.config.save_interval {
+        0 => None,
+        secs => Some(Duration::from_secs(secs)),
+    };
+    std::thread::Builder::new()
+        .name("sluice-save".into())
+        .spawn(move || {
+            let stop = shared.shutdown_signal();
+            // `--save-interval` is bounded (config::MAX_SECONDS); a deadline past what an Instant holds
+            // would simply never come.
+            let next_save = || every.and_then(|e| Instant::now().checked_add(e));
+            let mut next = next_save();
+            while !*stop.borrow() {
+                std::thread::sleep(Duration::from_millis(20));
+                let persist = &shared.persist;
+                if persist.bg.load(Ordering::Acquire) {
+                    log_save(
+                        "Background saving",
+                        persist.save(&shared.store, shared.clock.now()),
+                    );
+                    persist.bg.store(false, Ordering::Release);
+                } else if next.is_some_and(|n| Instant::now() >= n) {
+                    if let Err(e) = persist.save(&shared.store, shared.clock.now()) {
+                        sluice_log::log(&format!("periodic save failed: {e}"));
+                    }
+                } else {
+                    continue;
+                }
+                next = next_save();
+            }
+        })
+        .map(Some)
+}
