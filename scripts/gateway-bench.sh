@@ -41,7 +41,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/.."
 for t in redis-benchmark redis-cli awk; do command -v "$t" >/dev/null || die "$t not found"; done
 log "building the release binary"
-cargo build --release -q -p sluice-server
+cargo build --release -q --bin sluice
 BIN=$PWD/target/release/sluice
 WORK=$(mktemp -d /tmp/gateway-bench.XXXXXX)
 HZ=$(getconf CLK_TCK)

@@ -30,7 +30,7 @@
 #   --keys      buckets for the snapshot figures (default 1,000,000)
 #   --changes   rule changes timed for propagation (default 20)
 #   --sluice    the binary (default target/release/sluice or $SLUICE_BIN)
-#   --build     cargo build --release -p sluice-server first, even if the binary exists
+#   --build     cargo build --release --bin sluice first, even if the binary exists
 #   --only P    run one part: rules (1 and 2), etcd (3) or snapshot (4)
 #
 # Needs redis-cli, redis-benchmark, etcd, curl, taskset, awk. Binds 127.0.0.1 only; every
@@ -68,7 +68,7 @@ for tool in redis-cli redis-benchmark etcd curl taskset awk; do
 done
 if [ "$BUILD" = 1 ] || [ ! -x "$SLUICE" ]; then
   log "building the release binary"
-  (cd "$ROOT" && cargo build --release -p sluice-server >&2)
+  (cd "$ROOT" && cargo build --release --bin sluice >&2)
 fi
 [ -x "$SLUICE" ] || die "no sluice binary at $SLUICE"
 if [ "$(nproc)" -ge 2 ]; then SERVER_CPU=0 CLIENT_CPU=1; else SERVER_CPU=0 CLIENT_CPU=0; fi

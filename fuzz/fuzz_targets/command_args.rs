@@ -1,9 +1,9 @@
-//! Fuzzes command argument parsing and execution in-process, through `sluice_server::Executor`.
+//! Fuzzes command argument parsing and execution in-process, through `sluice_node::Executor`.
 //!
 //! # Input
 //! A structured script (`arbitrary`): a start time, then steps of "move the clock forward by
 //! some delta (up to saturating at `u64::MAX`), run one command". A command is a name from the
-//! table [`sluice_server::cmd::COMMANDS`] in some letter case (so every command the table gains
+//! table [`sluice_node::cmd::COMMANDS`] in some letter case (so every command the table gains
 //! is drawn without touching this file), or random bytes, with arguments biased toward what the
 //! parsers branch on: a few keys (so commands meet each other's state), option and subcommand
 //! names, numbers at the edges of `i64`/`u64`, malformed numbers and durations with every unit.
@@ -47,8 +47,8 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use redis_protocol::{resp2, resp3};
 use sluice_core::Nanos;
-use sluice_server::cmd::COMMANDS;
-use sluice_server::{Config, Executor};
+use sluice_node::cmd::COMMANDS;
+use sluice_node::{Config, Executor};
 
 /// Few keys, so that commands of different types collide on them.
 const KEYS: &[&str] = &["k", "key", "a", "", "rl:user:1", "{k}x"];

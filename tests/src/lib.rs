@@ -4,7 +4,7 @@
 //! the server's ready line), hands out real clients (the `redis` crate, raw sockets, `redis-cli`,
 //! `redis-benchmark`) and stops the process by its PID when dropped.
 //!
-//! The binary is `target/<profile>/sluice`, built by `cargo test --workspace` (the server crate's
+//! The binary is `target/<profile>/sluice`, built by `cargo test --workspace` (the `sluice` crate's
 //! own integration test makes cargo build it first); `SLUICE_BIN` overrides the path.
 
 use std::io::{BufRead, BufReader, Read};

@@ -27,5 +27,7 @@ pub mod reply;
 
 mod inline;
 
-pub use parser::{ArgIter, Limits, Parser, ProtocolError, ProtocolErrorKind, Request, string2ll};
+pub use parser::{
+    ArgIter, Limits, Parser, ProtocolError, ProtocolErrorKind, Request, is_http_request, string2ll,
+};
 pub use reply::Proto;

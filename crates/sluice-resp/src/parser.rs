@@ -642,6 +642,14 @@ fn plain_number(buf: &[u8], at: usize) -> Option<(usize, usize)> {
     }
 }
 
+/// Whether a request's first word is what an HTTP request starts with: `POST` (its request
+/// line, read as an inline command) or a `Host:` header. A web page can make a browser send
+/// such a request to a loopback port, and its body would then run as commands (cross-protocol
+/// scripting): Redis closes these connections, and every Sluice front does too.
+pub fn is_http_request(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"post") || name.eq_ignore_ascii_case(b"host:")
+}
+
 /// Redis's `string2ll`: a decimal `long long` with an optional `-`, no leading zeros (but `0`
 /// itself), no `+`, no blanks, shorter than 21 characters. `None` when Redis would say "not ok".
 pub fn string2ll(s: &[u8]) -> Option<i64> {

@@ -1,4 +1,4 @@
-//! `sluice proxy`: the gateway sidecar, a RESP front on [`sluice_client`].
+//! # sluice-proxy — `sluice proxy`, the gateway sidecar: a RESP front on [`sluice_client`].
 //!
 //! A gateway in any language talks to the sidecar on localhost as if it were one Sluice node; the
 //! sidecar routes to the cluster (or the Sentinel's primary) and applies the gateway options:
@@ -15,9 +15,10 @@
 //! `CLIENT`, `COMMAND`, `CONFIG GET`, `HELLO 2`, `SELECT 0`, `QUIT`. Anything else is an error
 //! naming the sidecar's commands.
 //!
-//! Why here and not in `sluice-client`: it is a second mode of the `sluice` binary, parsed like
-//! `sluice cluster`; it reuses the node's request parser and reply encoders (`sluice-resp`) and
-//! RL.CHECK's own period grammar, and keeps clap and the binary's allocator out of the library.
+//! Why a crate of its own and not part of `sluice-client`: it is a program (a subcommand of the
+//! `sluice` binary) where the library is not; it reuses the node's request parser and reply
+//! encoders (`sluice-resp`) and RL.CHECK's own argument grammar (`sluice_core::spec`), and keeps
+//! clap out of the library.
 //!
 //! # Invariants
 //! - Each client connection is served by its own task, and each upstream call by its own task:
@@ -31,7 +32,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use clap::Parser as _;
 use sluice_client::{Client, Config, FailMode, Limit, Source, Topology};
 use sluice_resp::{Limits, Parser, Request, reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,11 +42,7 @@ use tokio::task::JoinHandle;
 use sluice_core::spec::{CheckArgs, SpecError};
 
 /// `sluice proxy` flags.
-#[derive(clap::Parser, Debug, Clone)]
-#[command(
-    name = "sluice proxy",
-    about = "The gateway sidecar: a RESP front on sluice-client"
-)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct ProxyConfig {
     /// Port to listen on (0: any free port; the ready line names it).
     #[arg(long, default_value_t = 6380)]
@@ -100,15 +96,8 @@ impl ProxyConfig {
     }
 }
 
-/// `sluice proxy ARGS...` (`args` starts with the program name); returns the exit code.
-pub fn main(args: impl IntoIterator<Item = String>) -> i32 {
-    let config = match ProxyConfig::try_parse_from(args) {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
-        }
-    };
+/// Runs `sluice proxy` with these flags until SIGTERM or SIGINT; returns the exit code.
+pub fn main(config: ProxyConfig) -> i32 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -221,7 +210,7 @@ async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Proxy>)
             match parser.parse(&mut buf) {
                 Ok(Some(req)) => {
                     let name = req.arg(0).unwrap_or_default();
-                    if crate::cmd::is_http_request(name) {
+                    if sluice_resp::is_http_request(name) {
                         sluice_log::log(&format!(
                             "Possible SECURITY ATTACK detected: POST or Host: sent to the sidecar (Cross Protocol Scripting). Connection from {peer} aborted."
                         ));

@@ -1,11 +1,9 @@
-//! # sluice-server — the Sluice node
+//! # sluice-node — the Sluice node, as a library
 //!
 //! A Redis-protocol server whose native command is `RL.CHECK`.
 //!
 //! # Layout
 //! - [`config`]: the clap `Config` (flags and defaults).
-//! - [`admin`]: `sluice cluster ...`, the admin tool (create, add-node, remove-node, show).
-//! - [`proxy`]: `sluice proxy ...`, the gateway sidecar on `sluice-client`.
 //! - [`shared`]: the state every thread shares ([`Shared`]); everything below depends on it.
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
 //! - [`conn`]: the connection loop (read, decode every frame, execute, write once).
@@ -25,9 +23,10 @@
 //! - [`metrics`]: `--metrics-port`, Prometheus metrics over HTTP, on their own thread.
 //! - [`grpc`]: `--grpc-port`, Envoy's rate limit service over gRPC, on its own thread.
 //!
-//! `main.rs` only parses flags and calls [`run`]; everything testable lives here.
+//! The `sluice` binary (crate `sluice`) only parses flags and calls [`run`]; everything testable
+//! lives here. The sidecar and the admin tool are crates of their own (`sluice-proxy`,
+//! `sluice-admin`).
 
-pub mod admin;
 pub mod clients;
 pub mod clock;
 pub mod cluster;
@@ -41,7 +40,6 @@ pub mod jobs;
 pub mod metrics;
 pub mod peer;
 pub mod persist;
-pub mod proxy;
 pub mod pubsub;
 pub mod repl;
 pub mod rules;

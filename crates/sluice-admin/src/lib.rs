@@ -1,4 +1,4 @@
-//! `sluice cluster ...`: the admin tool. It talks RESP to the nodes (the `redis` crate), computes
+//! # sluice-admin — `sluice cluster ...`, the admin tool. It talks RESP to the nodes (the `redis` crate), computes
 //! tables with `sluice-cluster`, and drives slot migrations step by step, printing each step.
 //!
 //! Every command checks that every node it needs answers before it changes anything. A step
@@ -7,13 +7,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Subcommand};
 use redis::{Connection, RedisResult};
 use sluice_cluster::{Move, Node, SlotTable};
 
 /// `sluice cluster <command>`
-#[derive(Debug, Parser)]
-#[command(name = "sluice cluster", about = "Create and change a Sluice cluster")]
+#[derive(Debug, Args)]
 pub struct Admin {
     /// Password of the nodes (their --requirepass).
     #[arg(long, global = true)]
@@ -74,15 +73,8 @@ const PAUSE: Duration = Duration::from_millis(sluice_cluster::MAX_PAUSE_MS);
 /// old owner resumes writes to a slot whose new owner already serves it.
 const CATCH_UP: Duration = Duration::from_secs(5);
 
-/// Runs the admin tool on `args` (after `sluice cluster`); returns the exit code.
-pub fn main(args: impl IntoIterator<Item = String>) -> i32 {
-    let admin = match Admin::try_parse_from(args) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
-        }
-    };
+/// Runs `sluice cluster <command>`; returns the exit code.
+pub fn main(admin: Admin) -> i32 {
     let result = match &admin.command {
         AdminCommand::Create { nodes, replicas } => create(&admin, nodes, *replicas),
         AdminCommand::AddNode { new, existing } => add_node(&admin, new, existing),
@@ -227,14 +219,14 @@ fn with_etcd<T>(
     let Some(url) = &admin.etcd else {
         return Ok(None);
     };
-    let key = crate::cluster::etcd::table_key(&admin.etcd_prefix);
+    let key = sluice_node::cluster::etcd::table_key(&admin.etcd_prefix);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     runtime
         .block_on(async {
-            let mut client = crate::cluster::etcd::connect(url).await?;
+            let mut client = sluice_node::cluster::etcd::connect(url).await?;
             f(&mut client, &key).await
         })
         .map(Some)
@@ -243,13 +235,13 @@ fn with_etcd<T>(
 /// Writes `table` to etcd with compare-and-swap, if the cluster keeps it there.
 fn store_in_etcd(admin: &Admin, table: &SlotTable) -> Fallible<()> {
     let stored = with_etcd(admin, async |client, key| {
-        crate::cluster::etcd::compare_and_swap(client, key, table).await
+        sluice_node::cluster::etcd::compare_and_swap(client, key, table).await
     })?;
     if stored.is_some() {
         println!(
             "    etcd {} {} holds table epoch {}",
             admin.etcd.as_deref().unwrap_or_default(),
-            crate::cluster::etcd::table_key(&admin.etcd_prefix),
+            sluice_node::cluster::etcd::table_key(&admin.etcd_prefix),
             table.epoch
         );
     }
@@ -259,7 +251,7 @@ fn store_in_etcd(admin: &Admin, table: &SlotTable) -> Fallible<()> {
 /// The table etcd holds, if the cluster keeps it there.
 fn etcd_table(admin: &Admin) -> Fallible<Option<SlotTable>> {
     let read = with_etcd(admin, async |client, key| {
-        Ok(crate::cluster::etcd::read(client, key)
+        Ok(sluice_node::cluster::etcd::read(client, key)
             .await?
             .map(|(t, _)| t))
     })?;

@@ -920,7 +920,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     };
     let cached = ctx.session.last_command.and_then(|last| last.matches(name));
     let Some(spec) = cached.or_else(|| lookup(name)) else {
-        if is_http_request(name) {
+        if sluice_resp::is_http_request(name) {
             return drop_cross_protocol(ctx);
         }
         fail_transaction(ctx);
@@ -997,14 +997,6 @@ fn key_args<'r>(spec: &CommandSpec, req: &'r Request) -> impl Iterator<Item = &'
     };
     let step = spec.step.max(1) as usize;
     (first..=last).step_by(step).filter_map(|i| req.arg(i))
-}
-
-/// Whether a request's first word is what an HTTP request starts with: `POST` (its request
-/// line, read as an inline command) or a `Host:` header. A web page can make a browser send
-/// such a request to a loopback port; its body would then run as commands (cross-protocol
-/// scripting). Redis closes these connections, and so do we.
-pub fn is_http_request(name: &[u8]) -> bool {
-    name.eq_ignore_ascii_case(b"post") || name.eq_ignore_ascii_case(b"host:")
 }
 
 /// Closes the connection without a reply and without running anything after this request,
