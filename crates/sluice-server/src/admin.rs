@@ -222,7 +222,7 @@ impl Conn {
 /// synchronous); `None` when the cluster does not keep its table in etcd.
 fn with_etcd<T>(
     admin: &Admin,
-    f: impl AsyncFnOnce(&mut etcd_client::Client, &str) -> Fallible<T>,
+    f: impl AsyncFnOnce(&mut sluice_etcd::Client, &str) -> Fallible<T>,
 ) -> Fallible<Option<T>> {
     let Some(url) = &admin.etcd else {
         return Ok(None);

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, WatchOptions};
 use sluice_cluster::SlotTable;
+use sluice_etcd::Client;
 
 use crate::shared::Shared;
 
@@ -24,7 +24,7 @@ pub fn table_key(prefix: &str) -> String {
 }
 
 pub async fn connect(url: &str) -> Result<Client, String> {
-    tokio::time::timeout(Duration::from_secs(5), Client::connect([url], None))
+    tokio::time::timeout(Duration::from_secs(5), Client::connect(url))
         .await
         .map_err(|_| format!("etcd at {url} did not answer"))?
         .map_err(|e| format!("cannot connect to etcd at {url}: {e}"))
@@ -33,15 +33,15 @@ pub async fn connect(url: &str) -> Result<Client, String> {
 /// The stored table and the key's mod revision (`None`: no table yet).
 pub async fn read(client: &mut Client, key: &str) -> Result<Option<(SlotTable, i64)>, String> {
     let resp = client
-        .get(key, None)
+        .get(key.as_bytes(), 0)
         .await
         .map_err(|e| format!("etcd get {key}: {e}"))?;
-    let Some(kv) = resp.kvs().first() else {
+    let Some(kv) = resp.kvs.first() else {
         return Ok(None);
     };
-    let text = std::str::from_utf8(kv.value()).map_err(|_| "the stored table is not text")?;
+    let text = std::str::from_utf8(&kv.value).map_err(|_| "the stored table is not text")?;
     let table = SlotTable::decode(text).map_err(|e| format!("the stored table is invalid: {e}"))?;
-    Ok(Some((table, kv.mod_revision())))
+    Ok(Some((table, kv.mod_revision)))
 }
 
 /// Stores `table` if its epoch is higher than the stored one's and nobody wrote the key in
@@ -52,24 +52,21 @@ pub async fn compare_and_swap(
     table: &SlotTable,
 ) -> Result<(), String> {
     let current = read(client, key).await?;
-    let compare = match &current {
+    let read_at = match &current {
         Some((stored, _)) if stored.epoch >= table.epoch => {
             return Err(format!(
                 "etcd holds epoch {}, not older than {}",
                 stored.epoch, table.epoch
             ));
         }
-        Some((_, rev)) => Compare::mod_revision(key, CompareOp::Equal, *rev),
-        None => Compare::create_revision(key, CompareOp::Equal, 0),
+        Some((_, rev)) => Some(*rev),
+        None => None,
     };
-    let txn = Txn::new()
-        .when([compare])
-        .and_then([TxnOp::put(key, table.encode(), None)]);
-    let resp = client
-        .txn(txn)
+    let stored = client
+        .put_unless_changed(key.as_bytes(), table.encode().as_bytes(), read_at)
         .await
         .map_err(|e| format!("etcd txn: {e}"))?;
-    if resp.succeeded() {
+    if stored {
         Ok(())
     } else {
         Err("the table in etcd changed meanwhile; read it again".into())
@@ -111,9 +108,8 @@ async fn follow_once(shared: &Arc<Shared>, url: &str, key: &str) -> Result<(), S
             "Read the cluster table from etcd ({key}); serving"
         ));
     }
-    let options = WatchOptions::new().with_start_revision(rev + 1);
     let mut stream = client
-        .watch(key, Some(options))
+        .watch(key.as_bytes(), false, rev + 1)
         .await
         .map_err(|e| format!("etcd watch: {e}"))?;
     while let Some(resp) = stream
@@ -121,9 +117,9 @@ async fn follow_once(shared: &Arc<Shared>, url: &str, key: &str) -> Result<(), S
         .await
         .map_err(|e| format!("etcd watch: {e}"))?
     {
-        for event in resp.events() {
-            let Some(kv) = event.kv() else { continue };
-            match std::str::from_utf8(kv.value())
+        for event in &resp.events {
+            let Some(kv) = &event.kv else { continue };
+            match std::str::from_utf8(&kv.value)
                 .map_err(|e| e.to_string())
                 .and_then(|t| SlotTable::decode(t).map_err(|e| e.to_string()))
             {
