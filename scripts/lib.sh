@@ -186,3 +186,27 @@ wait_for() {
 cpu_ticks() {
   awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
 }
+
+# path_without_protoc DIR: fills DIR with links to every command on PATH except protoc and
+# prints DIR, a PATH in which the build must still succeed. Dropping protoc's directory from
+# PATH is not enough: on a merged-/usr system /bin and /usr/bin are one directory, and it
+# holds everything else too.
+path_without_protoc() {
+  local bin=$1 dir cmd name dirs
+  mkdir -p "$bin"
+  IFS=: read -r -a dirs <<<"$PATH"
+  for dir in "${dirs[@]}"; do
+    [ -d "$dir" ] || continue
+    for cmd in "$dir"/*; do
+      name=${cmd##*/}
+      # The first directory on PATH wins, as it would for the shell.
+      if [ -x "$cmd" ] && [ ! -e "$bin/$name" ] && [ "$name" != protoc ]; then
+        ln -s "$cmd" "$bin/$name"
+      fi
+    done
+  done
+  if PATH=$bin command -v protoc >/dev/null; then
+    die "protoc is still on PATH $bin"
+  fi
+  echo "$bin"
+}

@@ -224,8 +224,9 @@ pub fn read_to_close(stream: &mut TcpStream) -> (String, bool) {
     }
 }
 
-/// Whether an external tool is on the PATH. In CI (`CI=true`) a missing tool is a failure:
-/// `.ci/run` installs it; on a developer machine the test says what it skipped.
+/// Whether an external tool is on the PATH. With `CI=true` (as `scripts/test.sh`, the README's
+/// test command, runs the suite) a missing tool is a failure; under a bare `cargo test` the
+/// test says what it skipped.
 pub fn have_tool(name: &str) -> bool {
     let found = Command::new(name)
         .arg("--version")
@@ -236,9 +237,9 @@ pub fn have_tool(name: &str) -> bool {
     if !found {
         assert!(
             std::env::var("CI").is_err(),
-            "{name} is not installed (apt-get install -y redis-tools)"
+            "{name} is not installed (scripts/test.sh installs what the tests need)"
         );
-        eprintln!("SKIPPED: {name} not installed (apt-get install -y redis-tools)");
+        eprintln!("SKIPPED: {name} not installed (scripts/test.sh installs what the tests need)");
     }
     found
 }
@@ -527,7 +528,9 @@ impl Etcd {
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&logfile).expect("etcd log"))
                 .spawn()
-                .expect("spawn etcd");
+                .unwrap_or_else(|e| {
+                    panic!("spawn etcd: {e} (scripts/test.sh installs what the tests need)")
+                });
             let healthy = wait_until(Duration::from_secs(20), || {
                 if let Ok(Some(_)) = child.try_wait() {
                     return Some(false);

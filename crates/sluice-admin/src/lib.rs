@@ -214,19 +214,19 @@ impl Conn {
 /// synchronous); `None` when the cluster does not keep its table in etcd.
 fn with_etcd<T>(
     admin: &Admin,
-    f: impl AsyncFnOnce(&mut etcd_client::Client, &str) -> Fallible<T>,
+    f: impl AsyncFnOnce(&mut sluice_etcd::Client, &str) -> Fallible<T>,
 ) -> Fallible<Option<T>> {
     let Some(url) = &admin.etcd else {
         return Ok(None);
     };
-    let key = sluice_node::cluster::etcd::table_key(&admin.etcd_prefix);
+    let key = sluice_etcd::table::table_key(&admin.etcd_prefix);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     runtime
         .block_on(async {
-            let mut client = sluice_node::cluster::etcd::connect(url).await?;
+            let mut client = sluice_etcd::connect(url).await?;
             f(&mut client, &key).await
         })
         .map(Some)
@@ -235,13 +235,13 @@ fn with_etcd<T>(
 /// Writes `table` to etcd with compare-and-swap, if the cluster keeps it there.
 fn store_in_etcd(admin: &Admin, table: &SlotTable) -> Fallible<()> {
     let stored = with_etcd(admin, async |client, key| {
-        sluice_node::cluster::etcd::compare_and_swap(client, key, table).await
+        sluice_etcd::table::compare_and_swap(client, key, table).await
     })?;
     if stored.is_some() {
         println!(
             "    etcd {} {} holds table epoch {}",
             admin.etcd.as_deref().unwrap_or_default(),
-            sluice_node::cluster::etcd::table_key(&admin.etcd_prefix),
+            sluice_etcd::table::table_key(&admin.etcd_prefix),
             table.epoch
         );
     }
@@ -251,9 +251,7 @@ fn store_in_etcd(admin: &Admin, table: &SlotTable) -> Fallible<()> {
 /// The table etcd holds, if the cluster keeps it there.
 fn etcd_table(admin: &Admin) -> Fallible<Option<SlotTable>> {
     let read = with_etcd(admin, async |client, key| {
-        Ok(sluice_node::cluster::etcd::read(client, key)
-            .await?
-            .map(|(t, _)| t))
+        Ok(sluice_etcd::table::read(client, key).await?.map(|(t, _)| t))
     })?;
     Ok(read.flatten())
 }

@@ -27,7 +27,7 @@ async fn run(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown_signal();
     let follow = match &shared.config.etcd {
         Some(url) => {
-            let key = super::etcd::table_key(&shared.config.etcd_prefix);
+            let key = sluice_etcd::table::table_key(&shared.config.etcd_prefix);
             tokio::spawn(super::etcd::follow(shared.clone(), url.clone(), key))
         }
         None => tokio::spawn(super::peers::refresh_from_peers(shared.clone())),

@@ -1,80 +1,20 @@
-//! The slot table's durable home when `--etcd URL` is given.
-//!
-//! One key (`<prefix>table`) holds the table's text. Writers (the admin tool, a promoted
-//! replica) replace it with a compare-and-swap: the new epoch must be higher than the stored
-//! one, and the key must not have changed since it was read (its mod revision). Every node
-//! reads it before it serves a key and then watches it, so a node that was down while the table
-//! changed comes back with the current one.
+//! A node's tasks when the slot table lives in etcd (`--etcd URL`; the key and its
+//! compare-and-swap are `sluice_etcd::table`'s): read it before serving a key and follow every
+//! change, so a node that was down while the table changed comes back with the current one;
+//! after a promotion, store the new table.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, WatchOptions};
 use sluice_cluster::SlotTable;
+use sluice_etcd::connect;
+use sluice_etcd::table::{compare_and_swap, read, table_key};
 
 use crate::shared::Shared;
 
 /// How long to wait before reconnecting to etcd after an error.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
-
-/// The key that holds the table under `prefix`.
-pub fn table_key(prefix: &str) -> String {
-    format!("{}table", prefix)
-}
-
-pub async fn connect(url: &str) -> Result<Client, String> {
-    tokio::time::timeout(Duration::from_secs(5), Client::connect([url], None))
-        .await
-        .map_err(|_| format!("etcd at {url} did not answer"))?
-        .map_err(|e| format!("cannot connect to etcd at {url}: {e}"))
-}
-
-/// The stored table and the key's mod revision (`None`: no table yet).
-pub async fn read(client: &mut Client, key: &str) -> Result<Option<(SlotTable, i64)>, String> {
-    let resp = client
-        .get(key, None)
-        .await
-        .map_err(|e| format!("etcd get {key}: {e}"))?;
-    let Some(kv) = resp.kvs().first() else {
-        return Ok(None);
-    };
-    let text = std::str::from_utf8(kv.value()).map_err(|_| "the stored table is not text")?;
-    let table = SlotTable::decode(text).map_err(|e| format!("the stored table is invalid: {e}"))?;
-    Ok(Some((table, kv.mod_revision())))
-}
-
-/// Stores `table` if its epoch is higher than the stored one's and nobody wrote the key in
-/// between. Returns the stored epoch on refusal.
-pub async fn compare_and_swap(
-    client: &mut Client,
-    key: &str,
-    table: &SlotTable,
-) -> Result<(), String> {
-    let current = read(client, key).await?;
-    let compare = match &current {
-        Some((stored, _)) if stored.epoch >= table.epoch => {
-            return Err(format!(
-                "etcd holds epoch {}, not older than {}",
-                stored.epoch, table.epoch
-            ));
-        }
-        Some((_, rev)) => Compare::mod_revision(key, CompareOp::Equal, *rev),
-        None => Compare::create_revision(key, CompareOp::Equal, 0),
-    };
-    let txn = Txn::new()
-        .when([compare])
-        .and_then([TxnOp::put(key, table.encode(), None)]);
-    let resp = client
-        .txn(txn)
-        .await
-        .map_err(|e| format!("etcd txn: {e}"))?;
-    if resp.succeeded() {
-        Ok(())
-    } else {
-        Err("the table in etcd changed meanwhile; read it again".into())
-    }
-}
 
 /// A node's side: read the table before serving, then follow every change. Runs for the life
 /// of the process on the replication thread.
@@ -111,9 +51,8 @@ async fn follow_once(shared: &Arc<Shared>, url: &str, key: &str) -> Result<(), S
             "Read the cluster table from etcd ({key}); serving"
         ));
     }
-    let options = WatchOptions::new().with_start_revision(rev + 1);
     let mut stream = client
-        .watch(key, Some(options))
+        .watch(key.as_bytes(), false, rev + 1)
         .await
         .map_err(|e| format!("etcd watch: {e}"))?;
     while let Some(resp) = stream
@@ -121,9 +60,9 @@ async fn follow_once(shared: &Arc<Shared>, url: &str, key: &str) -> Result<(), S
         .await
         .map_err(|e| format!("etcd watch: {e}"))?
     {
-        for event in resp.events() {
-            let Some(kv) = event.kv() else { continue };
-            match std::str::from_utf8(kv.value())
+        for event in &resp.events {
+            let Some(kv) = &event.kv else { continue };
+            match std::str::from_utf8(&kv.value)
                 .map_err(|e| e.to_string())
                 .and_then(|t| SlotTable::decode(t).map_err(|e| e.to_string()))
             {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, WatchOptions};
+use sluice_etcd::EventType;
 use tokio::sync::mpsc;
 
 use super::handle::{Handle, Write};
@@ -85,31 +85,28 @@ async fn follow_once(
     loaded: &std_mpsc::Sender<()>,
 ) -> Result<(), String> {
     let prefix = shared.config.rules_prefix.clone();
-    let mut client = crate::cluster::etcd::connect(url).await?;
+    let mut client = sluice_etcd::connect(url).await?;
     let resp = client
-        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        .get_prefix(prefix.as_bytes())
         .await
         .map_err(|e| format!("get {prefix}: {e}"))?;
-    let start_rev = resp.header().map_or(0, |h| h.revision());
+    let start_rev = resp.header.as_ref().map_or(0, |h| h.revision);
     let mut names = Vec::new();
-    for kv in resp.kvs() {
-        let Some(name) = rule_name(&prefix, kv.key()) else {
+    for kv in &resp.kvs {
+        let Some(name) = rule_name(&prefix, &kv.key) else {
             continue;
         };
         names.push(name.to_string());
         // Oldest first: walk back from the current revision.
-        let mut chain = vec![(kv.mod_revision(), kv.value().to_vec())];
-        let mut rev = kv.mod_revision();
-        while chain.len() < HISTORY_DEPTH && rev > kv.create_revision() {
-            let Ok(old) = client
-                .get(kv.key(), Some(GetOptions::new().with_revision(rev - 1)))
-                .await
-            else {
+        let mut chain = vec![(kv.mod_revision, kv.value.clone())];
+        let mut rev = kv.mod_revision;
+        while chain.len() < HISTORY_DEPTH && rev > kv.create_revision {
+            let Ok(old) = client.get(&kv.key, rev - 1).await else {
                 break; // compacted: history starts here
             };
-            let Some(okv) = old.kvs().first() else { break };
-            rev = okv.mod_revision();
-            chain.push((rev, okv.value().to_vec()));
+            let Some(okv) = old.kvs.first() else { break };
+            rev = okv.mod_revision;
+            chain.push((rev, okv.value.clone()));
         }
         for (rev, value) in chain.into_iter().rev() {
             apply_put(shared, name, rev, &value);
@@ -123,25 +120,18 @@ async fn follow_once(
     }
     let _ = loaded.send(());
     let mut stream = client
-        .watch(
-            prefix.as_str(),
-            Some(
-                WatchOptions::new()
-                    .with_prefix()
-                    .with_start_revision(start_rev + 1),
-            ),
-        )
+        .watch(prefix.as_bytes(), true, start_rev + 1)
         .await
         .map_err(|e| format!("watch {prefix}: {e}"))?;
     loop {
         tokio::select! {
             msg = stream.message() => {
                 let msg = msg.map_err(|e| format!("watch: {e}"))?.ok_or("watch closed")?;
-                for ev in msg.events() {
-                    let Some(kv) = ev.kv() else { continue };
-                    let Some(name) = rule_name(&prefix, kv.key()) else { continue };
-                    match ev.event_type() {
-                        EventType::Put => apply_put(shared, name, kv.mod_revision(), kv.value()),
+                for ev in &msg.events {
+                    let Some(kv) = &ev.kv else { continue };
+                    let Some(name) = rule_name(&prefix, &kv.key) else { continue };
+                    match ev.r#type() {
+                        EventType::Put => apply_put(shared, name, kv.mod_revision, &kv.value),
                         EventType::Delete => {
                             shared.rules.delete(name);
                         }
@@ -151,14 +141,8 @@ async fn follow_once(
             Some(w) = writes.recv() => {
                 let key = format!("{prefix}{}", w.name);
                 let result = match &w.spec {
-                    Some(spec) => client
-                        .put(key, spec.to_text(), None)
-                        .await
-                        .map(|r| r.header().map_or(0, |h| h.revision())),
-                    None => client
-                        .delete(key, None)
-                        .await
-                        .map(|r| r.header().map_or(0, |h| h.revision())),
+                    Some(spec) => client.put(key.as_bytes(), spec.to_text().as_bytes()).await,
+                    None => client.delete(key.as_bytes()).await,
                 };
                 let result = result.map_err(|e| e.to_string()).map(|rev| {
                     let rev = u64::try_from(rev).unwrap_or(0);

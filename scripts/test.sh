@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# test.sh [CARGO TEST ARGS...]: runs every test, after installing what the tests need (with
+# arguments, only `cargo test --workspace ARGS`).
+#
+# The tests drive real programs: redis-cli and redis-benchmark as clients, redis-server and
+# redis-sentinel for the Sentinel tests, etcd for the cluster table and the rules, nginx and
+# iptables for the gateway tests. Whichever is missing is installed from Debian packages (as
+# root, or through sudo), after saying which. Then `cargo test --workspace` runs with CI=true,
+# so a test whose tool is still missing fails instead of skipping and passing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { echo "test.sh: $*" >&2; }
+
+# command package: the Debian package that provides each command the tests run.
+need=()
+while read -r cmd pkg; do
+    if ! command -v "$cmd" >/dev/null && ! [ -x "/usr/sbin/$cmd" ] && ! [ -x "/sbin/$cmd" ]; then
+        case " ${need[*]:-} " in *" $pkg "*) ;; *) need+=("$pkg") ;; esac
+    fi
+done <<'TOOLS'
+redis-server redis-server
+redis-cli redis-tools
+redis-benchmark redis-tools
+redis-sentinel redis-sentinel
+etcd etcd-server
+nginx nginx
+iptables iptables
+TOOLS
+
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        sudo=()
+    elif command -v sudo >/dev/null; then
+        sudo=(sudo)
+    else
+        say "the tests need these Debian packages: ${need[*]}; run this as root, or install them"
+        exit 1
+    fi
+    if ! command -v apt-get >/dev/null; then
+        say "the tests need ${need[*]} (Debian package names), and there is no apt-get to install them"
+        exit 1
+    fi
+    say "installing what the tests need: apt-get install ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+    # The packages just installed start system services on the default ports; the tests start
+    # their own. Services that were there before are left alone.
+    for pkg in "${need[@]}"; do
+        case $pkg in
+            etcd-server) svc=etcd ;;
+            redis-server | redis-sentinel | nginx) svc=$pkg ;;
+            *) continue ;;
+        esac
+        "${sudo[@]}" systemctl stop "$svc" 2>/dev/null ||
+            "${sudo[@]}" service "$svc" stop 2>/dev/null || true
+    done
+fi
+
+export CI=true
+cargo test --workspace "$@"
+# The million-bucket memory figures the README quotes: measured in release, one at a time (they
+# read the process's RSS). Only with no arguments, as the whole suite.
+if [ $# -eq 0 ]; then
+    cargo test --release -p sluice-store --test memory -- --ignored million --test-threads 1
+fi
