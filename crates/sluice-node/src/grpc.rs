@@ -201,27 +201,26 @@ impl Service {
         let result = should_rate_limit(&config, request, now, self.headers, |c| {
             // Decided here, synchronously, unless the key is another node's: then the future
             // forwards a copy of the check to its owner.
-            let step = if let Some(cluster) = &shared.cluster
-                && cluster
-                    .check(&mut view, std::iter::once(c.key), true, false)
-                    .is_err()
+            let step = match cmd::may_serve(shared, &mut view, false, std::iter::once(c.key), true)
             {
-                Step::Forward(Forwarded::of(c))
-            } else if shared.repl.is_readonly() {
-                Step::Done(Err("READONLY this node is a read-only replica".into()))
-            } else {
-                let params = Params {
-                    limit: c.limit,
-                    period: c.period,
-                    burst: c.limit,
-                    cost: c.cost,
-                };
-                Step::Done(
-                    shared
-                        .store
-                        .check(c.key, c.algo, &params, now, false)
-                        .map_err(|e| cmd::CmdError::from(e).text("rl.check")),
-                )
+                Err(cmd::Refusal::Redirect(_)) => Step::Forward(Forwarded::of(c)),
+                Err(cmd::Refusal::ReadOnly) => {
+                    Step::Done(Err("READONLY this node is a read-only replica".into()))
+                }
+                Ok(()) => {
+                    let params = Params {
+                        limit: c.limit,
+                        period: c.period,
+                        burst: c.limit,
+                        cost: c.cost,
+                    };
+                    Step::Done(
+                        shared
+                            .store
+                            .check(c.key, c.algo, &params, now, false)
+                            .map_err(|e| cmd::CmdError::from(e).text("rl.check")),
+                    )
+                }
             };
             async move {
                 match step {

@@ -250,20 +250,6 @@ impl Cluster {
         }
     }
 
-    /// Where `key`'s writes go: MOVED to its slot's primary (CLUSTERDOWN without a table).
-    pub fn moved(&self, key: &[u8]) -> Redirect {
-        let Some(view) = self.view() else {
-            return Redirect::Down;
-        };
-        let slot = key_slot(key);
-        let p = &view.table.shards[view.table.owner(slot)].primary;
-        Redirect::Moved {
-            slot,
-            host: p.host.clone(),
-            port: p.port,
-        }
-    }
-
     /// The check of a keyed command: `Ok` to serve it here, else the redirect.
     ///
     /// `cached` is the connection's view, refreshed here when the epoch moved; `keys` are the

@@ -18,6 +18,8 @@ pub enum CmdError {
     Arity,
     /// `READONLY You can't write against a read only replica.`
     ReadOnly,
+    /// Not served here: `MOVED`, `CROSSSLOT`, `CLUSTERDOWN` or `TRYAGAIN`.
+    Redirect(crate::cluster::Redirect),
     /// A full error line, prefix included (`ERR ...`, `NOPROTO ...`).
     Msg(Cow<'static, str>),
 }
@@ -38,6 +40,7 @@ impl CmdError {
             CmdError::Overflow => "ERR increment or decrement would overflow".into(),
             CmdError::Arity => format!("ERR wrong number of arguments for '{command}' command"),
             CmdError::ReadOnly => "READONLY You can't write against a read only replica.".into(),
+            CmdError::Redirect(r) => redirect_text(r),
             CmdError::Msg(m) => m.to_string(),
         }
     }
@@ -49,18 +52,27 @@ impl From<sluice_core::spec::SpecError> for CmdError {
     }
 }
 
-/// Why a keyed command is not served here, as the Redis Cluster error a client expects.
+impl CmdError {
+    /// Refused before it ran (a redirect, a read-only replica): counted as rejected, not failed.
+    pub fn refused(&self) -> bool {
+        matches!(self, CmdError::ReadOnly | CmdError::Redirect(_))
+    }
+}
+
 impl From<crate::cluster::Redirect> for CmdError {
     fn from(r: crate::cluster::Redirect) -> CmdError {
-        use crate::cluster::Redirect;
-        CmdError::msg(match r {
-            Redirect::Moved { slot, host, port } => format!("MOVED {slot} {host}:{port}"),
-            Redirect::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
-            Redirect::Down => "CLUSTERDOWN Hash slot not served".into(),
-            Redirect::TryAgain => {
-                "TRYAGAIN Slot is being migrated; retry in a few milliseconds".into()
-            }
-        })
+        CmdError::Redirect(r)
+    }
+}
+
+/// A redirect as the Redis Cluster error a client expects.
+fn redirect_text(r: &crate::cluster::Redirect) -> String {
+    use crate::cluster::Redirect;
+    match r {
+        Redirect::Moved { slot, host, port } => format!("MOVED {slot} {host}:{port}"),
+        Redirect::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
+        Redirect::Down => "CLUSTERDOWN Hash slot not served".into(),
+        Redirect::TryAgain => "TRYAGAIN Slot is being migrated; retry in a few milliseconds".into(),
     }
 }
 

@@ -27,6 +27,8 @@ pub struct RlCheck<'a> {
 }
 
 impl<'a> Command<'a> for RlCheck<'a> {
+    const ROUTED_AFTER_PARSE: bool = true;
+
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
         // The gateway options (FAILMODE, SPLIT, APPROX) are validated and ignored here.
@@ -39,14 +41,16 @@ impl<'a> Command<'a> for RlCheck<'a> {
         })
     }
 
+    fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(self.key)
+    }
+
+    /// DRY and COST 0 only read: a replica serves them (to a READONLY connection, in a cluster).
+    fn writes(&self) -> bool {
+        !self.dry && self.params.cost > 0
+    }
+
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        if ctx.shared.repl.is_readonly() && !self.dry && self.params.cost > 0 {
-            // A cluster replica sends writes to its shard's primary, as MOVED.
-            return Err(match &ctx.shared.cluster {
-                Some(cluster) => cluster.moved(self.key).into(),
-                None => CmdError::ReadOnly,
-            });
-        }
         let decision = ctx
             .shared
             .store

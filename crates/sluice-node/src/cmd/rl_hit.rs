@@ -34,42 +34,53 @@ fn parse_cost(args: &mut Args<'_>) -> Result<u64, CmdError> {
 }
 
 /// `name:subject`.
-fn bucket_key(name: &str, subject: &[u8]) -> Vec<u8> {
+fn bucket_key(name: &[u8], subject: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(name.len() + 1 + subject.len());
-    key.extend_from_slice(name.as_bytes());
+    key.extend_from_slice(name);
     key.push(b':');
     key.extend_from_slice(subject);
     key
 }
 
-/// Runs `f` on `name:subject`, built on the stack when it is short (it nearly always is).
-fn with_bucket_key<R>(name: &str, subject: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
-    const INLINE: usize = 128;
-    let len = name.len() + 1 + subject.len();
-    if len > INLINE {
-        return f(&bucket_key(name, subject));
-    }
-    let mut buf = [0u8; INLINE];
-    buf[..name.len()].copy_from_slice(name.as_bytes());
-    buf[name.len()] = b':';
-    buf[name.len() + 1..len].copy_from_slice(subject);
-    f(&buf[..len])
+/// `name:subject` on the stack when it is short (it nearly always is): RL.HIT is the hot path
+/// of named rules.
+struct BucketKey {
+    inline: [u8; 128],
+    len: usize,
+    long: Vec<u8>,
 }
 
-/// Refuses keys this cluster node does not serve (MOVED, CROSSSLOT, ...).
-fn route(ctx: &mut Ctx<'_>, keys: &[&[u8]]) -> Result<(), CmdError> {
-    if let Some(cluster) = &ctx.shared.cluster {
-        let readonly = ctx.session.readonly;
-        cluster
-            .check(
-                &mut ctx.session.cluster_view,
-                keys.iter().copied(),
-                true,
-                readonly,
-            )
-            .map_err(CmdError::from)?;
+impl BucketKey {
+    fn new(name: &[u8], subject: &[u8]) -> BucketKey {
+        let len = name.len() + 1 + subject.len();
+        let mut key = BucketKey {
+            inline: [0; 128],
+            len,
+            long: Vec::new(),
+        };
+        if len > key.inline.len() {
+            key.long = bucket_key(name, subject);
+        } else {
+            key.inline[..name.len()].copy_from_slice(name);
+            key.inline[name.len()] = b':';
+            key.inline[name.len() + 1..len].copy_from_slice(subject);
+        }
+        key
     }
-    Ok(())
+
+    fn as_bytes(&self) -> &[u8] {
+        if self.long.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.long
+        }
+    }
+}
+
+impl std::fmt::Debug for BucketKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
 }
 
 fn reply_decision(ctx: &mut Ctx<'_>, d: &Decision, allowed: bool, len: usize) {
@@ -127,10 +138,18 @@ fn count_denial(live: &Live, spec: &RuleSpec) {
 pub struct RlHit<'a> {
     name: &'a [u8],
     subject: &'a [u8],
+    /// The bucket, `name:subject`.
+    bucket: BucketKey,
     cost: u64,
 }
 
 impl<'a> Command<'a> for RlHit<'a> {
+    const ROUTED_AFTER_PARSE: bool = true;
+
+    fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(self.bucket.as_bytes())
+    }
+
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let name = args.key()?;
         let subject = args.key()?;
@@ -148,13 +167,14 @@ impl<'a> Command<'a> for RlHit<'a> {
         Ok(RlHit {
             name,
             subject,
+            bucket: BucketKey::new(name, subject),
             cost,
         })
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let shared = ctx.shared;
-        // One lookup, and the bucket key on the stack: this is the hot path of named rules.
+        // One lookup; the bucket key was built on the stack at parse.
         shared.rules.with(self.name, |live| {
             let live = live.ok_or_else(|| no_rule(self.name))?;
             let spec = live.spec_for(self.subject);
@@ -166,18 +186,16 @@ impl<'a> Command<'a> for RlHit<'a> {
                 }
                 .into());
             }
-            with_bucket_key(&live.name, self.subject, |key| {
-                route(ctx, &[key])?;
-                let d = shared
+            let d =
+                shared
                     .store
-                    .check(key, spec.algo, &params, ctx.now, false)?;
-                if !d.allowed {
-                    count_denial(live, spec);
-                }
-                count_metric(ctx, live, spec, &d);
-                reply_decision(ctx, &d, d.allowed || spec.shadow, 5);
-                Ok(())
-            })
+                    .check(self.bucket.as_bytes(), spec.algo, &params, ctx.now, false)?;
+            if !d.allowed {
+                count_denial(live, spec);
+            }
+            count_metric(ctx, live, spec, &d);
+            reply_decision(ctx, &d, d.allowed || spec.shadow, 5);
+            Ok(())
         })
     }
 }
@@ -209,6 +227,8 @@ enum Form<'a> {
     Rules {
         subject: &'a [u8],
         rules: Vec<&'a [u8]>,
+        /// `rule:subject` for each rule, in order.
+        buckets: Vec<Vec<u8>>,
     },
     Keys(Vec<(&'a [u8], u64, sluice_core::Nanos)>),
 }
@@ -253,23 +273,41 @@ impl<'a> Command<'a> for RlHits<'a> {
             }
             Form::Rules {
                 subject: first,
+                buckets: words.iter().map(|r| bucket_key(r, first)).collect(),
                 rules: words,
             }
         };
         Ok(RlHits { form, cost })
     }
 
+    const ROUTED_AFTER_PARSE: bool = true;
+
+    fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        let (buckets, keys) = match &self.form {
+            Form::Rules { buckets, .. } => (&buckets[..], &[][..]),
+            Form::Keys(keys) => (&[][..], &keys[..]),
+        };
+        buckets
+            .iter()
+            .map(Vec::as_slice)
+            .chain(keys.iter().map(|&(key, _, _)| key))
+    }
+
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let shared = ctx.shared;
         let mut checks: Vec<Pending> = Vec::new();
         match &self.form {
-            Form::Rules { subject, rules } => {
-                for name in rules {
+            Form::Rules {
+                subject,
+                rules,
+                buckets,
+            } => {
+                for (name, bucket) in rules.iter().zip(buckets) {
                     let one = shared.rules.with(name, |live| {
                         let live = live?;
                         let spec = live.spec_for(subject);
                         Some(Pending {
-                            key: bucket_key(&live.name, subject),
+                            key: bucket.clone(),
                             algo: spec.algo,
                             params: spec.params(self.cost),
                             enforced: !spec.shadow,
@@ -307,8 +345,6 @@ impl<'a> Command<'a> for RlHits<'a> {
                 String::from_utf8_lossy(c.label)
             )));
         }
-        let keys: Vec<&[u8]> = checks.iter().map(|c| c.key.as_slice()).collect();
-        route(ctx, &keys)?;
         let store_checks: Vec<Check<'_>> = checks
             .iter()
             .map(|c| Check {
@@ -322,7 +358,7 @@ impl<'a> Command<'a> for RlHits<'a> {
         let pass = shared
             .store
             .check_all(&store_checks, ctx.now, &mut decisions)?;
-        if let Form::Rules { subject, rules } = &self.form {
+        if let Form::Rules { subject, rules, .. } = &self.form {
             for (name, d) in rules.iter().zip(&decisions) {
                 shared.rules.with(name, |live| {
                     if let Some(live) = live {

@@ -1,0 +1,239 @@
+//! Dispatch: one request through the table to its command, with every check that may refuse it
+//! before it runs (arity, authentication, subscribed mode, the cluster's slots, a read-only
+//! replica, a transaction's queue) in this one place.
+
+use bytes::BytesMut;
+use sluice_resp::Request;
+use sluice_resp::reply::{self, Proto};
+
+use super::table::flag::{NOAUTH, NOMULTI};
+use super::table::{CommandSpec, lookup, row};
+use super::{Args, CmdError, Ctx, LastCommand, multi};
+
+/// Executes one request, appending its reply to `ctx.out`.
+pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
+    let Some(name) = req.arg(0) else {
+        return;
+    };
+    let cached = ctx.session.last_command.and_then(|last| last.matches(name));
+    let Some(spec) = cached.or_else(|| lookup(name)) else {
+        if sluice_resp::is_http_request(name) {
+            return drop_cross_protocol(ctx);
+        }
+        fail_transaction(ctx);
+        return write_raw_error(ctx.out, &unknown_command(name, req.args_from(1)));
+    };
+    if cached.is_none() {
+        ctx.session.last_command = LastCommand::new(name, spec);
+    }
+    let row = row(spec);
+    let shared = ctx.shared;
+    // Redis checks arity before authentication.
+    if !spec.arity_ok(req.len()) {
+        return refuse(ctx, row, &CmdError::Arity.text(spec.name));
+    }
+    if !ctx.session.authenticated && !spec.has_flag(NOAUTH) {
+        return refuse(ctx, row, "NOAUTH Authentication required.");
+    }
+    if ctx.session.proto == Proto::Resp2
+        && ctx.session.subscribed()
+        && !allowed_when_subscribed(spec.name)
+    {
+        return refuse(
+            ctx,
+            row,
+            &format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                spec.name
+            ),
+        );
+    }
+    // The slots and the role, by the table's key positions and write flag; a command that knows
+    // them only once parsed is checked by its `run` instead (`Command::ROUTED_AFTER_PARSE`).
+    if !spec.routed_after_parse
+        && let Err(e) = check_serve(ctx, key_args(spec, req), spec.write)
+    {
+        return refuse(ctx, row, &e.text(spec.name));
+    }
+    if let Some(tx) = ctx.session.transaction.as_mut()
+        && !multi::controls_transaction(spec.name)
+    {
+        if spec.has_flag(NOMULTI) {
+            tx.failed = true;
+            return reply::error(ctx.out, "ERR Command not allowed inside a transaction");
+        }
+        tx.queued.push(req.clone());
+        return reply::simple(ctx.out, "QUEUED");
+    }
+    let mut args = Args::new(req);
+    let result = (spec.run)(ctx, &mut args);
+    ctx.session.batch.note(row);
+    if let Err(e) = result {
+        let stats = shared.stats.slot(ctx.session.thread);
+        if e.refused() {
+            stats.reject(row);
+        } else {
+            stats.fail(row);
+        }
+        reply::error(ctx.out, &e.text(spec.name));
+    }
+}
+
+/// Why this node does not serve a call.
+#[derive(Debug)]
+pub enum Refusal {
+    /// Another node serves these keys, or none does now.
+    Redirect(crate::cluster::Redirect),
+    /// A write on a read-only replica.
+    ReadOnly,
+}
+
+/// Whether this node serves a call on `keys` that does or does not `write`: the cluster's slot
+/// check (MOVED, CROSSSLOT, CLUSTERDOWN, TRYAGAIN), then a read-only replica's refusal of
+/// writes. The one place both are decided, for every RESP command and for Envoy's service.
+///
+/// `view` is the caller's cached table; `readonly_conn` whether it sent READONLY (a replica
+/// then serves its shard's reads).
+pub fn may_serve<'k>(
+    shared: &crate::shared::Shared,
+    view: &mut Option<std::sync::Arc<crate::cluster::View>>,
+    readonly_conn: bool,
+    keys: impl Iterator<Item = &'k [u8]>,
+    write: bool,
+) -> Result<(), Refusal> {
+    let mut keys = keys.peekable();
+    if let Some(cluster) = &shared.cluster
+        && keys.peek().is_some()
+    {
+        cluster
+            .check(view, keys, write, readonly_conn)
+            .map_err(Refusal::Redirect)?;
+    }
+    if write && shared.repl.is_readonly() {
+        return Err(Refusal::ReadOnly);
+    }
+    Ok(())
+}
+
+/// [`may_serve`] for a connection's command, as its error.
+pub(super) fn check_serve<'k>(
+    ctx: &mut Ctx<'_>,
+    keys: impl Iterator<Item = &'k [u8]>,
+    write: bool,
+) -> Result<(), CmdError> {
+    let readonly = ctx.session.readonly;
+    may_serve(
+        ctx.shared,
+        &mut ctx.session.cluster_view,
+        readonly,
+        keys,
+        write,
+    )
+    .map_err(|r| match r {
+        Refusal::Redirect(r) => CmdError::Redirect(r),
+        Refusal::ReadOnly => CmdError::ReadOnly,
+    })
+}
+
+/// The key arguments of `req`, from the table's key positions (Redis's first, last, step).
+/// A command without keys (first key 0) has none.
+fn key_args<'r>(spec: &CommandSpec, req: &'r Request) -> impl Iterator<Item = &'r [u8]> {
+    let first = spec.first_key.max(0) as usize;
+    let last = if spec.last_key < 0 {
+        req.len()
+            .saturating_sub(spec.last_key.unsigned_abs() as usize)
+    } else {
+        (spec.last_key as usize).min(req.len().saturating_sub(1))
+    };
+    let step = spec.step.max(1) as usize;
+    (first..=last)
+        .step_by(step)
+        .filter(move |_| first > 0)
+        .filter_map(|i| req.arg(i))
+}
+
+/// Closes the connection without a reply and without running anything after this request,
+/// with Redis's log line.
+fn drop_cross_protocol(ctx: &mut Ctx<'_>) {
+    sluice_log::log(&format!(
+        "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to Sluice. This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise your Sluice instance. Connection from {} aborted.",
+        ctx.session.client.addr
+    ));
+    ctx.session.close = true;
+}
+
+/// What a RESP2 connection may send while subscribed.
+fn allowed_when_subscribed(name: &str) -> bool {
+    matches!(
+        name,
+        "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
+    )
+}
+
+/// A command refused inside MULTI makes the EXEC that follows abort, as in Redis.
+/// A command refused before it ran (arity, authentication, subscribed mode, a cluster
+/// redirect, a replica's read-only state): counted as rejected, and a transaction it was meant
+/// for fails at EXEC, as in Redis.
+fn refuse(ctx: &mut Ctx<'_>, row: usize, error: &str) {
+    ctx.shared.stats.slot(ctx.session.thread).reject(row);
+    fail_transaction(ctx);
+    reply::error(ctx.out, error);
+}
+
+fn fail_transaction(ctx: &mut Ctx<'_>) {
+    if let Some(tx) = ctx.session.transaction.as_mut() {
+        tx.failed = true;
+    }
+}
+
+/// Writes an error line from raw bytes (client bytes are echoed as sent, as Redis does), with
+/// CR and LF turned into spaces so the line stays one line.
+fn write_raw_error(out: &mut BytesMut, text: &[u8]) {
+    out.reserve(text.len() + 3);
+    out.extend_from_slice(b"-");
+    out.extend(
+        text.iter()
+            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Redis's text for a command it does not know, quoting the first arguments.
+fn unknown_command<'a>(name: &[u8], args: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut quoted = Vec::new();
+    for a in args {
+        if quoted.len() >= 128 {
+            break;
+        }
+        let room = 128 - quoted.len();
+        quoted.push(b'\'');
+        quoted.extend_from_slice(&a[..a.len().min(room)]);
+        quoted.extend_from_slice(b"' ");
+    }
+    let mut text = b"ERR unknown command '".to_vec();
+    text.extend_from_slice(&name[..name.len().min(128)]);
+    text.extend_from_slice(b"', with args beginning with: ");
+    text.extend_from_slice(&quoted);
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_command_text_matches_redis() {
+        let args = [&b"a"[..], b"b c"];
+        assert_eq!(
+            unknown_command(b"FOO", args.into_iter()),
+            b"ERR unknown command 'FOO', with args beginning with: 'a' 'b c' "
+        );
+        assert_eq!(
+            unknown_command(b"foo", std::iter::empty()),
+            b"ERR unknown command 'foo', with args beginning with: "
+        );
+        let mut out = BytesMut::new();
+        write_raw_error(&mut out, b"x\r\ny\xff");
+        assert_eq!(&out[..], b"-x  y\xff\r\n");
+    }
+}

@@ -1,0 +1,791 @@
+//! The command table: every command's name, arity (the Redis convention: positive = exact
+//! count, negative = at least, both counting the name), flags and key positions, sorted by name.
+//! Dispatch, arity errors, unknown-command errors and the `COMMAND` replies all read it.
+
+use super::*;
+
+/// Flags, as Redis names them in `COMMAND` replies.
+pub mod flag {
+    pub const WRITE: &str = "write";
+    pub const READONLY: &str = "readonly";
+    pub const FAST: &str = "fast";
+    pub const DENYOOM: &str = "denyoom";
+    pub const NOAUTH: &str = "no_auth";
+    pub const LOADING: &str = "loading";
+    pub const STALE: &str = "stale";
+    pub const ADMIN: &str = "admin";
+    pub const NOSCRIPT: &str = "noscript";
+    pub const PUBSUB: &str = "pubsub";
+    /// Refused inside MULTI at queue time (Redis's `no-multi`): EXEC then answers once per
+    /// queued command, always.
+    pub const NOMULTI: &str = "no_multi";
+}
+
+/// One row of the command table.
+#[derive(Debug)]
+pub struct CommandSpec {
+    /// Lower-case, as Redis reports names.
+    pub name: &'static str,
+    pub arity: i32,
+    pub flags: &'static [&'static str],
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    pub group: &'static str,
+    pub summary: &'static str,
+    pub since: &'static str,
+    /// The arguments after the name, in Redis's documentation syntax (`key [NX|XX] [EX seconds]`):
+    /// `COMMAND DOCS` derives the argument list redis-cli shows as hints from it.
+    pub syntax: &'static str,
+    /// Parses, checks the keys if the command names them only once parsed, and applies.
+    pub run: fn(&mut Ctx<'_>, &mut Args<'_>) -> Result<(), CmdError>,
+    /// [`Command::ROUTED_AFTER_PARSE`] of the command's type: the dispatcher skips the check
+    /// by key positions, and `run` makes it from the parsed command.
+    pub routed_after_parse: bool,
+    /// The `write` flag, looked up once at compile time: the request path asks it of every
+    /// keyed command in cluster mode and of every command on a read-only replica.
+    pub write: bool,
+}
+
+/// Whether `flags` holds `f` (usable in the static table's initialiser).
+const fn flags_hold(flags: &[&str], f: &str) -> bool {
+    let mut i = 0;
+    while i < flags.len() {
+        let (a, b) = (flags[i].as_bytes(), f.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return true;
+            }
+        }
+        i += 1;
+    }
+    false
+}
+
+impl CommandSpec {
+    pub fn has_flag(&self, f: &str) -> bool {
+        self.flags.contains(&f)
+    }
+
+    pub(super) fn arity_ok(&self, argc: usize) -> bool {
+        if self.arity >= 0 {
+            argc == self.arity as usize
+        } else {
+            argc >= self.arity.unsigned_abs() as usize
+        }
+    }
+}
+
+macro_rules! spec {
+    ($name:literal, $arity:expr, [$($flag:expr),*], ($first:expr, $last:expr, $step:expr), $group:literal, $since:literal, $summary:literal, $syntax:literal, $ty:ty) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: &[$($flag),*],
+            first_key: $first,
+            last_key: $last,
+            step: $step,
+            group: $group,
+            summary: $summary,
+            since: $since,
+            syntax: $syntax,
+            run: |ctx, args| {
+                let cmd = <$ty as Command<'_>>::parse(args)?;
+                if <$ty as Command<'_>>::ROUTED_AFTER_PARSE {
+                    super::dispatch::check_serve(ctx, cmd.keys(), cmd.writes())?;
+                }
+                cmd.apply(ctx)
+            },
+            routed_after_parse: <$ty as Command<'_>>::ROUTED_AFTER_PARSE,
+            write: flags_hold(&[$($flag),*], WRITE),
+        }
+    };
+}
+
+use flag::*;
+
+/// The command table, sorted by name (dispatch binary-searches it).
+pub static COMMANDS: &[CommandSpec] = &[
+    spec!(
+        "auth",
+        -2,
+        [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Authenticates the connection.",
+        "[username] password",
+        auth::Auth
+    ),
+    spec!(
+        "bgsave",
+        -1,
+        [ADMIN, NOSCRIPT],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Asynchronously saves the database(s) to disk.",
+        "[SCHEDULE]",
+        save::BgSave
+    ),
+    spec!(
+        "cl.throttle",
+        -5,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "ratelimit",
+        "0.1.0",
+        "redis-cell compatible GCRA rate limit check.",
+        "key max_burst count period [quantity]",
+        cl_throttle::ClThrottle
+    ),
+    spec!(
+        "client",
+        -2,
+        [NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "connection",
+        "2.4.0",
+        "A container for client connection commands.",
+        "subcommand [argument ...]",
+        client::Client
+    ),
+    spec!(
+        "cluster",
+        -2,
+        [STALE],
+        (0, 0, 0),
+        "cluster",
+        "3.0.0",
+        "A container for Redis Cluster commands.",
+        "subcommand [argument ...]",
+        cluster::ClusterCmd
+    ),
+    spec!(
+        "command",
+        -1,
+        [LOADING, STALE],
+        (0, 0, 0),
+        "server",
+        "2.8.13",
+        "Returns detailed information about all commands.",
+        "[subcommand [argument ...]]",
+        command::CommandCmd
+    ),
+    spec!(
+        "config",
+        -2,
+        [ADMIN, NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "server",
+        "2.0.0",
+        "A container for server configuration commands.",
+        "subcommand [argument ...]",
+        config::ConfigCmd
+    ),
+    spec!(
+        "dbsize",
+        1,
+        [READONLY, FAST],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Returns the number of keys in the database.",
+        "",
+        dbsize::DbSize
+    ),
+    spec!(
+        "decr",
+        2,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Decrements the integer value of a key by one.",
+        "key",
+        incr::Decr
+    ),
+    spec!(
+        "decrby",
+        3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Decrements a number from the integer value of a key.",
+        "key decrement",
+        incr::DecrBy
+    ),
+    spec!(
+        "del",
+        -2,
+        [WRITE],
+        (1, -1, 1),
+        "keyspace",
+        "1.0.0",
+        "Deletes one or more keys.",
+        "key ...",
+        del::Del
+    ),
+    spec!(
+        "discard",
+        1,
+        [NOSCRIPT, LOADING, STALE, FAST],
+        (0, 0, 0),
+        "transactions",
+        "2.0.0",
+        "Discards a transaction.",
+        "",
+        multi::Discard
+    ),
+    spec!(
+        "echo",
+        2,
+        [FAST],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Returns the given string.",
+        "message",
+        echo::Echo
+    ),
+    spec!(
+        "exec",
+        1,
+        [NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "transactions",
+        "1.2.0",
+        "Executes all commands in a transaction.",
+        "",
+        multi::Exec
+    ),
+    spec!(
+        "exists",
+        -2,
+        [READONLY, FAST],
+        (1, -1, 1),
+        "keyspace",
+        "1.0.0",
+        "Determines whether one or more keys exist.",
+        "key ...",
+        exists::Exists
+    ),
+    spec!(
+        "expire",
+        -3,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "1.0.0",
+        "Sets the expiration time of a key in seconds.",
+        "key seconds [NX|XX|GT|LT]",
+        expire::Expire
+    ),
+    spec!(
+        "flushall",
+        -1,
+        [WRITE],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Removes all keys.",
+        "[ASYNC|SYNC]",
+        flushall::FlushAll
+    ),
+    spec!(
+        "flushdb",
+        -1,
+        [WRITE],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Removes all keys.",
+        "[ASYNC|SYNC]",
+        flushall::FlushAll
+    ),
+    spec!(
+        "gcra",
+        -5,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "ratelimit",
+        "0.1.0",
+        "Redis GCRA rate limit check.",
+        "key max_burst requests_per_period period [TOKENS tokens]",
+        gcra::Gcra
+    ),
+    spec!(
+        "get",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Returns the string value of a key.",
+        "key",
+        get::Get
+    ),
+    spec!(
+        "hello",
+        -1,
+        [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
+        (0, 0, 0),
+        "connection",
+        "6.0.0",
+        "Handshakes with the server.",
+        "[protover [AUTH username password] [SETNAME clientname]]",
+        hello::Hello
+    ),
+    spec!(
+        "incr",
+        2,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Increments the integer value of a key by one.",
+        "key",
+        incr::Incr
+    ),
+    spec!(
+        "incrby",
+        3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Increments the integer value of a key by a number.",
+        "key increment",
+        incr::IncrBy
+    ),
+    spec!(
+        "info",
+        -1,
+        [LOADING, STALE],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Returns information and statistics about the server.",
+        "[section ...]",
+        info::Info
+    ),
+    spec!(
+        "lastsave",
+        1,
+        [LOADING, STALE, FAST],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Returns the Unix timestamp of the last successful save to disk.",
+        "",
+        save::LastSave
+    ),
+    spec!(
+        "multi",
+        1,
+        [NOSCRIPT, LOADING, STALE, FAST],
+        (0, 0, 0),
+        "transactions",
+        "1.2.0",
+        "Starts a transaction.",
+        "",
+        multi::Multi
+    ),
+    spec!(
+        "pexpire",
+        -3,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "2.6.0",
+        "Sets the expiration time of a key in milliseconds.",
+        "key milliseconds [NX|XX|GT|LT]",
+        expire::PExpire
+    ),
+    spec!(
+        "ping",
+        -1,
+        [FAST],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Returns the server's liveliness response.",
+        "[message]",
+        ping::Ping
+    ),
+    spec!(
+        "psubscribe",
+        -2,
+        [PUBSUB, NOSCRIPT, LOADING, STALE, NOMULTI],
+        (0, 0, 0),
+        "pubsub",
+        "2.0.0",
+        "Listens for messages published to channels that match one or more patterns.",
+        "pattern [pattern ...]",
+        pubsub::PSubscribe
+    ),
+    spec!(
+        "psync",
+        -3,
+        [ADMIN, NOSCRIPT, NOMULTI],
+        (0, 0, 0),
+        "server",
+        "2.8.0",
+        "An internal command used in replication.",
+        "replicationid offset",
+        psync::Psync
+    ),
+    spec!(
+        "pttl",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "2.6.0",
+        "Returns the expiration time in milliseconds of a key.",
+        "key",
+        ttl::PTtl
+    ),
+    spec!(
+        "publish",
+        3,
+        [PUBSUB, LOADING, STALE, FAST],
+        (0, 0, 0),
+        "pubsub",
+        "2.0.0",
+        "Posts a message to a channel.",
+        "channel message",
+        pubsub::Publish
+    ),
+    spec!(
+        "punsubscribe",
+        -1,
+        [PUBSUB, NOSCRIPT, LOADING, STALE, NOMULTI],
+        (0, 0, 0),
+        "pubsub",
+        "2.0.0",
+        "Stops listening to messages published to channels that match one or more patterns.",
+        "[pattern [pattern ...]]",
+        pubsub::PUnsubscribe
+    ),
+    spec!(
+        "quit",
+        -1,
+        [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Closes the connection.",
+        "",
+        quit::Quit
+    ),
+    spec!(
+        "readonly",
+        1,
+        [LOADING, STALE, FAST],
+        (0, 0, 0),
+        "cluster",
+        "3.0.0",
+        "Enables read-only queries for a connection to a Redis Cluster replica node.",
+        "",
+        cluster::ReadOnly
+    ),
+    spec!(
+        "readwrite",
+        1,
+        [LOADING, STALE, FAST],
+        (0, 0, 0),
+        "cluster",
+        "3.0.0",
+        "Enables read-write queries for a connection to a Redis Cluster replica node.",
+        "",
+        cluster::ReadWrite
+    ),
+    spec!(
+        "replconf",
+        -1,
+        [ADMIN, NOSCRIPT, LOADING, STALE, NOMULTI],
+        (0, 0, 0),
+        "server",
+        "3.0.0",
+        "An internal command for configuring the replication stream.",
+        "[option value ...]",
+        replconf::ReplConf
+    ),
+    spec!(
+        "replicaof",
+        3,
+        [ADMIN, NOSCRIPT, STALE],
+        (0, 0, 0),
+        "server",
+        "5.0.0",
+        "Configures a server as replica of another, or promotes it to a master.",
+        "host port",
+        replicaof::ReplicaOf
+    ),
+    spec!(
+        "reset",
+        1,
+        [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
+        (0, 0, 0),
+        "connection",
+        "6.2.0",
+        "Resets the connection.",
+        "",
+        reset::Reset
+    ),
+    spec!(
+        "rl.check",
+        -4,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "ratelimit",
+        "0.1.0",
+        "Checks and consumes a rate limit atomically.",
+        "key limit period [BURST burst] [COST cost] [ALGO algo] [DRY] [FAILMODE mode] [SPLIT k] [APPROX ms]",
+        rl_check::RlCheck
+    ),
+    spec!(
+        "rl.hit",
+        -3,
+        [WRITE, DENYOOM, FAST],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Checks a subject under a named rule.",
+        "name subject [COST cost]",
+        rl_hit::RlHit
+    ),
+    spec!(
+        "rl.hits",
+        -3,
+        [WRITE, DENYOOM],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Checks a subject under several rules (or keys) at once, all or nothing.",
+        "subject rule [rule ...] [COST cost]",
+        rl_hit::RlHits
+    ),
+    spec!(
+        "rl.rule",
+        -2,
+        [ADMIN, NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Sets, reads, lists, deletes and rolls back named rules.",
+        "SET|GET|DEL|LIST|HISTORY|ROLLBACK [name] [argument ...]",
+        rl_rule::RlRule
+    ),
+    spec!(
+        "role",
+        1,
+        [NOSCRIPT, LOADING, STALE, FAST],
+        (0, 0, 0),
+        "server",
+        "2.8.12",
+        "Returns the replication role.",
+        "",
+        role::Role
+    ),
+    spec!(
+        "save",
+        1,
+        [ADMIN, NOSCRIPT, NOMULTI],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Synchronously saves the database(s) to disk.",
+        "",
+        save::Save
+    ),
+    spec!(
+        "select",
+        2,
+        [LOADING, STALE, FAST],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Changes the selected database (only 0 exists).",
+        "index",
+        select::Select
+    ),
+    spec!(
+        "set",
+        -3,
+        [WRITE, DENYOOM],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Sets the string value of a key.",
+        "key value [NX|XX] [EX seconds|PX milliseconds|EXAT unix-time-seconds|PXAT unix-time-milliseconds|KEEPTTL]",
+        set::Set
+    ),
+    spec!(
+        "shutdown",
+        -1,
+        [ADMIN, NOSCRIPT, LOADING, STALE, NOMULTI],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Stops the server.",
+        "[NOSAVE|SAVE] [NOW] [FORCE]",
+        shutdown::Shutdown
+    ),
+    spec!(
+        "slaveof",
+        3,
+        [ADMIN, NOSCRIPT, STALE],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Sets a server as a replica of another, or promotes it to being a master.",
+        "host port",
+        replicaof::ReplicaOf
+    ),
+    spec!(
+        "subscribe",
+        -2,
+        [PUBSUB, NOSCRIPT, LOADING, STALE, NOMULTI],
+        (0, 0, 0),
+        "pubsub",
+        "2.0.0",
+        "Listens for messages published to channels.",
+        "channel [channel ...]",
+        pubsub::Subscribe
+    ),
+    spec!(
+        "sync",
+        1,
+        [ADMIN, NOSCRIPT, NOMULTI],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "An internal command used in replication.",
+        "",
+        psync::Sync
+    ),
+    spec!(
+        "time",
+        1,
+        [LOADING, STALE, FAST],
+        (0, 0, 0),
+        "server",
+        "2.6.0",
+        "Returns the server time.",
+        "",
+        time::Time
+    ),
+    spec!(
+        "ttl",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "1.0.0",
+        "Returns the expiration time in seconds of a key.",
+        "key",
+        ttl::Ttl
+    ),
+    spec!(
+        "unsubscribe",
+        -1,
+        [PUBSUB, NOSCRIPT, LOADING, STALE, NOMULTI],
+        (0, 0, 0),
+        "pubsub",
+        "2.0.0",
+        "Stops listening to messages posted to channels.",
+        "[channel [channel ...]]",
+        pubsub::Unsubscribe
+    ),
+    spec!(
+        "wait",
+        3,
+        [NOSCRIPT],
+        (0, 0, 0),
+        "generic",
+        "3.0.0",
+        "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.",
+        "numreplicas timeout",
+        wait::Wait
+    ),
+];
+
+/// Finds a command by name, case-insensitively.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    // Lower-case into a small stack buffer; command names are short.
+    let mut buf = [0u8; 32];
+    if name.len() > buf.len() {
+        return None;
+    }
+    let lower = &mut buf[..name.len()];
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    COMMANDS
+        .binary_search_by(|c| c.name.as_bytes().cmp(lower))
+        .ok()
+        .map(|i| &COMMANDS[i])
+}
+
+/// The row of the command table `spec` is (its counters' index in [`crate::stats`]).
+pub fn row(spec: &'static CommandSpec) -> usize {
+    let base = COMMANDS.as_ptr() as usize;
+    (std::ptr::from_ref(spec) as usize - base) / std::mem::size_of::<CommandSpec>()
+}
+
+/// The counters' row of Envoy's `ShouldRateLimit`, after the command table's rows.
+pub const SHOULD_RATE_LIMIT_ROW: usize = COMMANDS.len();
+
+/// How many rows of per-command counters the stats keep: the table's and Envoy's.
+pub const STATS_ROWS: usize = SHOULD_RATE_LIMIT_ROW + 1;
+
+/// The name INFO commandstats and `/metrics` give counters' row `row`.
+pub fn row_name(row: usize) -> &'static str {
+    COMMANDS
+        .get(row)
+        .map_or("envoy.shouldratelimit", |spec| spec.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_and_unique() {
+        for w in COMMANDS.windows(2) {
+            assert!(w[0].name < w[1].name, "{} before {}", w[0].name, w[1].name);
+        }
+    }
+
+    #[test]
+    fn write_flag_is_precomputed() {
+        for c in COMMANDS {
+            assert_eq!(c.write, c.has_flag(WRITE), "{}", c.name);
+        }
+        assert!(lookup(b"rl.check").unwrap().write);
+        assert!(!lookup(b"get").unwrap().write);
+    }
+
+    #[test]
+    fn rows_index_the_table() {
+        for (i, c) in COMMANDS.iter().enumerate() {
+            assert_eq!(row(c), i);
+            assert_eq!(row_name(i), c.name);
+        }
+        assert_eq!(row_name(SHOULD_RATE_LIMIT_ROW), "envoy.shouldratelimit");
+    }
+
+    #[test]
+    fn lookup_is_case_insensitive() {
+        assert_eq!(lookup(b"RL.CHECK").map(|c| c.name), Some("rl.check"));
+        assert_eq!(lookup(b"Ping").map(|c| c.name), Some("ping"));
+        assert!(lookup(b"nosuch").is_none());
+        assert!(lookup(&[b'a'; 100]).is_none());
+    }
+}
