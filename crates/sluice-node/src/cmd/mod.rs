@@ -11,12 +11,14 @@
 mod args;
 mod dispatch;
 mod error;
+mod route;
 mod session;
 mod table;
 
 pub use args::{Args, parse_u64};
-pub use dispatch::{Refusal, execute, may_serve};
+pub use dispatch::execute;
 pub use error::CmdError;
+pub use route::{Refusal, may_serve};
 pub use session::{LastCommand, Session};
 pub use table::{
     COMMANDS, CommandSpec, SHOULD_RATE_LIMIT_ROW, STATS_ROWS, flag, lookup, row, row_name,

@@ -96,7 +96,7 @@ macro_rules! spec {
             run: |ctx, args| {
                 let cmd = <$ty as Command<'_>>::parse(args)?;
                 if <$ty as Command<'_>>::ROUTED_AFTER_PARSE {
-                    super::dispatch::check_serve(ctx, cmd.keys(), cmd.writes())?;
+                    super::route::check_serve(ctx, cmd.keys(), cmd.writes())?;
                 }
                 cmd.apply(ctx)
             },

@@ -1,0 +1,61 @@
+//! Whether this node serves a call: the cluster's slots and a replica's role, decided in one
+//! place for every command (before parsing, by the table's key positions, or after, for the
+//! commands that know their keys only then) and for Envoy's service.
+
+use super::{CmdError, Ctx};
+
+/// Why this node does not serve a call.
+#[derive(Debug)]
+pub enum Refusal {
+    /// Another node serves these keys, or none does now.
+    Redirect(crate::cluster::Redirect),
+    /// A write on a read-only replica.
+    ReadOnly,
+}
+
+/// Whether this node serves a call on `keys` that does or does not `write`: the cluster's slot
+/// check (MOVED, CROSSSLOT, CLUSTERDOWN, TRYAGAIN), then a read-only replica's refusal of
+/// writes. The one place both are decided, for every RESP command and for Envoy's service.
+///
+/// `view` is the caller's cached table; `readonly_conn` whether it sent READONLY (a replica
+/// then serves its shard's reads).
+pub fn may_serve<'k>(
+    shared: &crate::shared::Shared,
+    view: &mut Option<std::sync::Arc<crate::cluster::View>>,
+    readonly_conn: bool,
+    keys: impl Iterator<Item = &'k [u8]>,
+    write: bool,
+) -> Result<(), Refusal> {
+    let mut keys = keys.peekable();
+    if let Some(cluster) = &shared.cluster
+        && keys.peek().is_some()
+    {
+        cluster
+            .check(view, keys, write, readonly_conn)
+            .map_err(Refusal::Redirect)?;
+    }
+    if write && shared.repl.is_readonly() {
+        return Err(Refusal::ReadOnly);
+    }
+    Ok(())
+}
+
+/// [`may_serve`] for a connection's command, as its error.
+pub(super) fn check_serve<'k>(
+    ctx: &mut Ctx<'_>,
+    keys: impl Iterator<Item = &'k [u8]>,
+    write: bool,
+) -> Result<(), CmdError> {
+    let readonly = ctx.session.readonly;
+    may_serve(
+        ctx.shared,
+        &mut ctx.session.cluster_view,
+        readonly,
+        keys,
+        write,
+    )
+    .map_err(|r| match r {
+        Refusal::Redirect(r) => CmdError::Redirect(r),
+        Refusal::ReadOnly => CmdError::ReadOnly,
+    })
+}
