@@ -6,7 +6,7 @@
 //!
 //! # Format
 //! ```text
-//! sluice proxy --port P (--upstream HOST:PORT[,...] | --sentinel HOST:PORT[,...] --master-name NAME)
+//! sluice proxy [--port 6390] (--upstream HOST:PORT[,...] | --sentinel HOST:PORT[,...] --master-name NAME)
 //!              [--bind 127.0.0.1] [--timeout-ms 20] [--gateways N] [--fail-mode open|closed|local]
 //! ```
 //! One upstream is a single node; several are the seeds of a cluster. Commands: `RL.CHECK` (with
@@ -44,8 +44,9 @@ use sluice_core::spec::{CheckArgs, SpecError};
 /// `sluice proxy` flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ProxyConfig {
-    /// Port to listen on (0: any free port; the ready line names it).
-    #[arg(long, default_value_t = 6380)]
+    /// Port to listen on (0: any free port; the ready line names it). 6390, clear of a node's
+    /// 6379 and the 6380 a local replica often takes.
+    #[arg(long, default_value_t = 6390)]
     pub port: u16,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
