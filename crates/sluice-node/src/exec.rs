@@ -249,6 +249,12 @@ mod tests {
             )
             .starts_with("*5")
         );
+        // Too large to count in nanoseconds: the accurate error, not "must be a positive number".
+        let r = exec(&mut e, t0, &["RL.CHECK", "p", "5", "99999999999"]);
+        assert_eq!(
+            r,
+            "-ERR period too long: it would span more than 146 years\r\n"
+        );
         assert_eq!(exec(&mut e, t0, &["DBSIZE"]), ":2\r\n");
     }
 
