@@ -607,6 +607,32 @@ pub fn cluster_node(port: u16, config: &std::path::Path, extra: &[&str]) -> Slui
     Sluice::start_on(port, &args)
 }
 
+/// Two shards of a primary and a replica each: four cluster nodes (`flags` added to each)
+/// keeping their files in `dir`, made one cluster by `sluice cluster create ... --replicas 1`
+/// (`admin` added to its arguments), which must succeed. Nodes 0 and 1 are the primaries,
+/// node 2 replicates node 0 and node 3 node 1.
+pub fn two_shard_cluster(dir: &TempDir, flags: &[&str], admin: &[&str]) -> Vec<Sluice> {
+    let nodes: Vec<Sluice> = (0..4)
+        .map(|i| cluster_node(0, &dir.path().join(format!("nodes-{i}.conf")), flags))
+        .collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let mut args: Vec<&str> = vec!["create"];
+    args.extend(addrs.iter().map(String::as_str));
+    args.extend(["--replicas", "1"]);
+    args.extend_from_slice(admin);
+    let out = sluice_cluster(&args);
+    assert!(
+        out.status.success(),
+        "create --replicas 1: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    nodes
+}
+
 /// A RESP2 connection to 127.0.0.1:`port` with 5 s timeouts, or `None`.
 pub fn try_connect(port: u16) -> Option<redis::Connection> {
     let c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))

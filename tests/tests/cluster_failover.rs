@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use redis::cluster_async::ClusterConnection;
 use sluice_tests::{
-    RedisSentinel, SlotsEntry, Sluice, TempDir, cluster_client, cluster_node, cluster_rl_check,
-    cluster_slots, covers_every_slot, have_tool, key_slot, owner_of, runtime, sluice_cluster,
-    try_connect, wait_until,
+    RedisSentinel, SlotsEntry, TempDir, cluster_client, cluster_node, cluster_rl_check,
+    cluster_slots, covers_every_slot, have_tool, key_slot, owner_of, runtime, try_connect,
+    two_shard_cluster, wait_until,
 };
 
 const SHARDS: [&str; 2] = ["shard0", "shard1"];
@@ -111,24 +111,8 @@ fn sentinel_fails_over_one_shard() {
     let started = Instant::now();
     let dir = TempDir::new("cluster-failover");
     let config = |i: usize| dir.path().join(format!("nodes-{i}.conf"));
-    let mut nodes: Vec<Sluice> = (0..4).map(|i| cluster_node(0, &config(i), &[])).collect();
+    let mut nodes = two_shard_cluster(&dir, &[], &[]);
     let port: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let addrs: Vec<String> = port.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let out = sluice_cluster(&[
-        "create",
-        &addrs[0],
-        &addrs[1],
-        &addrs[2],
-        &addrs[3],
-        "--replicas",
-        "1",
-    ]);
-    assert!(
-        out.status.success(),
-        "create --replicas 1: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
     // Nodes 0 and 1 are the primaries, node 2 replicates node 0 and node 3 node 1.
     let (p0, p1, r0, r1) = (port[0], port[1], port[2], port[3]);
     let slots = cluster_slots(p1).expect("CLUSTER SLOTS");
@@ -307,23 +291,7 @@ fn sentinel_fails_over_one_shard() {
 #[test]
 fn two_promotions_in_one_epoch_converge() {
     let dir = TempDir::new("cluster-promotions");
-    let nodes: Vec<Sluice> = (0..4)
-        .map(|i| cluster_node(0, &dir.path().join(format!("nodes-{i}.conf")), &[]))
-        .collect();
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let out = sluice_cluster(&[
-        "create",
-        &addrs[0],
-        &addrs[1],
-        &addrs[2],
-        &addrs[3],
-        "--replicas",
-        "1",
-    ]);
-    assert!(out.status.success());
+    let nodes = two_shard_cluster(&dir, &[], &[]);
     // Nodes 2 and 3 replicate nodes 0 and 1: promote both at the same time.
     let promote = |port: u16| {
         std::thread::spawn(move || {

@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use sluice_tests::{
-    Sentinel, Sluice, TempDir, cluster_node, free_port, http_get, read_to_close, sluice_cluster,
+    Sentinel, Sluice, TempDir, cluster_node, free_port, http_get, read_to_close, two_shard_cluster,
     wait_until,
 };
 
@@ -206,27 +206,8 @@ fn cluster_nodes_authenticate_to_each_other() {
     let dir = TempDir::new("cluster-auth");
     let config = |i: usize| dir.path().join(format!("nodes-{i}.conf"));
     let flags = ["--requirepass", PASS, "--masterauth", PASS];
-    let mut nodes: Vec<Sluice> = (0..4)
-        .map(|i| cluster_node(0, &config(i), &flags))
-        .collect();
+    let mut nodes = two_shard_cluster(&dir, &flags, &["--password", PASS]);
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let out = sluice_cluster(&[
-        "create",
-        &addrs[0],
-        &addrs[1],
-        &addrs[2],
-        &addrs[3],
-        "--replicas",
-        "1",
-        "--password",
-        PASS,
-    ]);
-    assert!(
-        out.status.success(),
-        "create: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let epoch = |port: u16| -> Option<u64> {
         let text: String = redis::cmd("CLUSTER")
             .arg("INFO")
