@@ -2,26 +2,34 @@
 //!
 //! A Redis-protocol server whose native command is `RL.CHECK`.
 //!
-//! # Layout
+//! # Layout: state below, tasks above
+//!
+//! State (no module here imports [`Shared`]):
 //! - [`config`]: the clap `Config` (flags and defaults).
-//! - [`shared`]: the state every thread shares ([`Shared`]); everything below depends on it.
-//! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
-//! - [`conn`]: the connection loop (read, decode every frame, execute, write once).
-//! - [`repl`]: replication, on its own thread: the primary's flusher and the streams to its
-//!   replicas, and a replica's link to its primary. The request path only appends records
-//!   to shard journals; this module moves them.
-//! - [`rules`]: named rules (versions, floors, shadow, rollout) from memory, a file or etcd.
-//! - [`cluster`]: cluster mode: the slot table, the MOVED check, slot migration.
-//! - [`persist`]: snapshots on disk (`--dir`): SAVE, BGSAVE, the periodic and shutdown saves,
-//!   the load at start.
-//! - [`peer`]: a small async RESP client for node-to-node calls.
-//! - [`pubsub`]: channels and patterns for SUBSCRIBE/PUBLISH (Sentinel's hello channel).
-//! - [`cmd`]: one file per command, the static command table, argument cursor, errors.
 //! - [`clock`]: the process clock (monotonic, anchored to Unix time).
-//! - [`clients`], [`stats`]: the client registry and INFO counters.
+//! - [`clients`], [`stats`], [`pubsub`] (with [`glob`]): the client registry, the counters,
+//!   the channels and patterns.
+//! - [`repl`]: replication state ([`repl::Repl`]): backlog, replicas, the link's state.
+//! - [`cluster`]: this node's view of the slot table and the slot check.
+//! - [`rules`]: named rules (versions, floors, shadow, rollout); [`rules::handle`] is the
+//!   commands' side of the etcd thread.
+//! - [`persist`]: snapshots on disk (`--dir`).
+//! - [`jobs`]: a queue of work for one background loop.
+//!
+//! The composition: [`shared`] holds every feature's state ([`Shared`]) and imports only the
+//! modules above.
+//!
+//! Tasks and fronts (they hold an `Arc<Shared>`):
+//! - [`repl::thread`] with [`repl::primary`] and [`repl::replica`]: the replication thread.
+//! - [`cluster::control`] with [`cluster::adopt`], [`cluster::peers`], [`cluster::etcd`] and
+//!   [`cluster::migrate`]: the cluster control thread.
+//! - [`persist::saver`], [`rules::file`], [`rules::etcd`]: the saver and the rules' watchers.
+//! - [`cmd`]: the commands (one file each), the table, the dispatcher and the slot check.
+//! - [`conn`]: the connection loop (read, decode every frame, execute, write once).
+//! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
+//! - [`peer`]: a small async RESP client for node-to-node calls.
+//! - [`metrics`] and [`grpc`]: Prometheus over HTTP, and Envoy's rate limit service.
 //! - [`exec`]: the in-process executor (commands without a socket) for tests and fuzzing.
-//! - [`metrics`]: `--metrics-port`, Prometheus metrics over HTTP, on their own thread.
-//! - [`grpc`]: `--grpc-port`, Envoy's rate limit service over gRPC, on its own thread.
 //!
 //! The `sluice` binary (crate `sluice`) only parses flags and calls [`run`]; everything testable
 //! lives here. The sidecar and the admin tool are crates of their own (`sluice-proxy`,

@@ -302,7 +302,7 @@ impl Cluster {
     }
 }
 
-/// Work for the cluster control loop ([`control::run`]): what a command or a new table starts
+/// Work for the cluster control loop (`control`): what a command or a new table starts
 /// but must not run on a worker thread.
 #[derive(Debug)]
 pub enum Job {
