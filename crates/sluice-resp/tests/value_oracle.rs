@@ -16,6 +16,9 @@ use redis_protocol::resp3::types::{
 };
 use sluice_resp::value::{self, Garbage, Value};
 
+mod common;
+use common::{mutate, mutation, sorted_cuts};
+
 fn encode(frame: &Frame) -> Vec<u8> {
     let mut buf = vec![0; frame.encode_len(false)];
     let n =
@@ -240,39 +243,6 @@ fn protocol_bytes() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(piece, 0..30).prop_map(|pieces| pieces.concat())
 }
 
-#[derive(Clone, Debug)]
-enum Mutation {
-    Set(usize, u8),
-    Insert(usize, u8),
-    Remove(usize),
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    let b = prop_oneof![
-        prop::sample::select(b"*%$:+-_,#|\r\n0-9".to_vec()),
-        any::<u8>()
-    ];
-    prop_oneof![
-        (any::<usize>(), b.clone()).prop_map(|(at, b)| Mutation::Set(at, b)),
-        (any::<usize>(), b).prop_map(|(at, b)| Mutation::Insert(at, b)),
-        any::<usize>().prop_map(Mutation::Remove),
-    ]
-}
-
-fn mutate(input: &mut Vec<u8>, mutations: &[Mutation]) {
-    for m in mutations {
-        let len = input.len();
-        match *m {
-            Mutation::Set(at, b) if len > 0 => input[at % len] = b,
-            Mutation::Insert(at, b) => input.insert(at % (len + 1), b),
-            Mutation::Remove(at) if len > 0 => {
-                input.remove(at % len);
-            }
-            _ => {}
-        }
-    }
-}
-
 /// What the decoder must agree on with the oracle for any input.
 fn agrees_with_the_oracle(input: &[u8]) -> Result<(), TestCaseError> {
     let (ours, oracle) = (ours(input), oracle(input));
@@ -317,8 +287,7 @@ proptest! {
             want.push(v);
             at += used;
         }
-        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (input.len() + 1)).collect();
-        cuts.sort_unstable();
+        let mut cuts = sorted_cuts(input.len(), cuts);
         cuts.push(input.len());
         let mut buf = BytesMut::new();
         let mut got = Vec::new();
@@ -342,7 +311,7 @@ proptest! {
     #[test]
     fn mutated_replies_agree_with_the_oracle(
         frame in reply(),
-        mutations in prop::collection::vec(mutation(), 1..4),
+        mutations in prop::collection::vec(mutation(b"*%$:+-_,#|\r\n0-9"), 1..4),
     ) {
         let mut input = encode(&frame);
         mutate(&mut input, &mutations);
