@@ -1,5 +1,6 @@
-//! # sluice-admin — `sluice cluster ...`, the admin tool. It talks RESP to the nodes (the `redis` crate), computes
-//! tables with `sluice-cluster`, and drives slot migrations step by step, printing each step.
+//! # sluice-admin — `sluice cluster ...`, the admin tool. It talks RESP to the nodes (`conn`,
+//! a small synchronous client over `sluice_resp::value`), computes tables with `sluice-cluster`,
+//! and drives slot migrations step by step, printing each step.
 //!
 //! Every command checks that every node it needs answers before it changes anything. A step
 //! that fails leaves the old table in force and says what to rerun.
@@ -8,8 +9,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
-use redis::{Connection, RedisResult};
 use sluice_cluster::{Move, Node, SlotTable};
+
+use conn::{Conn, Fallible, split_addr};
+
+mod conn;
 
 /// `sluice cluster <command>`
 #[derive(Debug, Args)]
@@ -65,8 +69,6 @@ enum AdminCommand {
     },
 }
 
-type Fallible<T> = Result<T, String>;
-
 /// How long an old owner holds the moving slots' writes at most (`CLUSTER PAUSE`).
 const PAUSE: Duration = Duration::from_millis(sluice_cluster::MAX_PAUSE_MS);
 /// How long the handover may take before the table flips; well inside [`PAUSE`], so that no
@@ -92,122 +94,6 @@ pub fn main(admin: Admin) -> i32 {
 
 fn step(msg: &str) {
     println!(">>> {msg}");
-}
-
-fn split_addr(addr: &str) -> Fallible<(String, u16)> {
-    let (h, p) = addr
-        .rsplit_once(':')
-        .ok_or_else(|| format!("'{addr}' is not HOST:PORT"))?;
-    let port = p
-        .parse()
-        .map_err(|_| format!("'{addr}' has an invalid port"))?;
-    Ok((h.to_string(), port))
-}
-
-/// A connected node.
-struct Conn {
-    addr: String,
-    host: String,
-    port: u16,
-    con: Connection,
-}
-
-impl Conn {
-    fn open(admin: &Admin, addr: &str) -> Fallible<Conn> {
-        let (host, port) = split_addr(addr)?;
-        let con = redis::Client::open(format!("redis://{host}:{port}/"))
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(3)))
-            .map_err(|e| format!("cannot reach {addr}: {e}"))?;
-        let _ = con.set_read_timeout(Some(Duration::from_secs(30)));
-        let mut conn = Conn {
-            addr: addr.to_string(),
-            host,
-            port,
-            con,
-        };
-        if let Some(pass) = &admin.password {
-            let _: String = conn.query(&["AUTH", pass])?;
-        }
-        Ok(conn)
-    }
-
-    fn query<T: redis::FromRedisValue>(&mut self, args: &[&str]) -> Fallible<T> {
-        let mut cmd = redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        let r: RedisResult<T> = cmd.query(&mut self.con);
-        r.map_err(|e| format!("{} {}: {e}", self.addr, args.join(" ")))
-    }
-
-    fn myid(&mut self) -> Fallible<String> {
-        self.query(&["CLUSTER", "MYID"])
-    }
-
-    fn field(&mut self, section: &str, name: &str) -> Fallible<Option<String>> {
-        let text: String = self.query(&["INFO", section])?;
-        Ok(text
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{name}:")))
-            .map(|v| v.trim().to_string()))
-    }
-
-    fn cluster_field(&mut self, name: &str) -> Fallible<Option<String>> {
-        let text: String = self.query(&["CLUSTER", "INFO"])?;
-        Ok(text
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{name}:")))
-            .map(|v| v.trim().to_string()))
-    }
-
-    fn table(&mut self) -> Fallible<Option<SlotTable>> {
-        let text: Option<String> = self.query(&["CLUSTER", "GETTABLE"])?;
-        text.map(|t| SlotTable::decode(&t).map_err(|e| format!("{}: bad table: {e}", self.addr)))
-            .transpose()
-    }
-
-    /// A cluster-mode node, as a table `Node`, with the table it holds (if any).
-    fn cluster_node(&mut self) -> Fallible<(Node, Option<SlotTable>)> {
-        if self.field("cluster", "cluster_enabled")?.as_deref() != Some("1") {
-            return Err(format!(
-                "{} is not in cluster mode (start it with --cluster yes)",
-                self.addr
-            ));
-        }
-        let id = self.myid()?;
-        let node = Node {
-            id,
-            host: self.host.clone(),
-            port: self.port,
-        };
-        Ok((node, self.table()?))
-    }
-
-    /// A cluster-mode node that belongs to no cluster yet, as a table `Node`.
-    fn empty_node(&mut self) -> Fallible<Node> {
-        let (node, table) = self.cluster_node()?;
-        // A node that read the table from etcd knows it, but is not in it yet.
-        if let Some(t) = table
-            && t.shard_of(&node.id).is_some()
-        {
-            return Err(format!(
-                "{} already belongs to a cluster (table epoch {})",
-                self.addr, t.epoch
-            ));
-        }
-        Ok(node)
-    }
-
-    /// Gives the node `table`. A node that already holds exactly this table took it: nodes
-    /// pass new tables to each other, so one may have it from a peer before this push arrives
-    /// (it answers "not newer").
-    fn push(&mut self, table: &SlotTable) -> Fallible<()> {
-        let text = table.encode();
-        match self.query::<String>(&["CLUSTER", "SETTABLE", &text]) {
-            Err(e) if e.contains("not newer") && self.table()?.as_ref() == Some(table) => Ok(()),
-            other => other.map(drop),
-        }
-    }
 }
 
 /// Runs `f` against the cluster's etcd key on a short-lived runtime (the admin tool is
@@ -295,7 +181,7 @@ fn create(admin: &Admin, addrs: &[String], replicas: usize) -> Fallible<()> {
     step(&format!("Checking {} nodes", addrs.len()));
     let mut conns = addrs
         .iter()
-        .map(|a| Conn::open(admin, a))
+        .map(|a| Conn::open(admin.password.as_deref(), a))
         .collect::<Fallible<Vec<_>>>()
         .map_err(|e| format!("{e}; nothing changed"))?;
     let found = conns
@@ -399,7 +285,7 @@ fn connect_all(admin: &Admin, table: &SlotTable) -> Fallible<BTreeMap<String, Co
         .iter()
         .flat_map(|s| std::iter::once(&s.primary).chain(&s.replicas))
     {
-        let c = Conn::open(admin, &format!("{}:{}", n.host, n.port))
+        let c = Conn::open(admin.password.as_deref(), &format!("{}:{}", n.host, n.port))
             .map_err(|e| format!("{e}; nothing changed"))?;
         all.insert(n.id.clone(), c);
     }
@@ -418,329 +304,18 @@ fn migrate(
     rerun: &str,
 ) -> Fallible<()> {
     let started = Instant::now();
-    let node = |t: &SlotTable, id: &str| {
-        t.shards
-            .iter()
-            .map(|s| &s.primary)
-            .find(|p| p.id == id)
-            .cloned()
-    };
-    // (target id, source id) -> ranges
-    let mut plan: BTreeMap<(String, String), Vec<(u16, u16)>> = BTreeMap::new();
-    for m in moves {
-        plan.entry((m.to.clone(), m.from.clone()))
-            .or_default()
-            .push((m.start, m.end));
-    }
-    let cancel = |conns: &mut BTreeMap<String, Conn>| {
-        for (_, source) in plan.keys() {
-            if let Some(c) = conns.get_mut(source) {
-                let _: Fallible<String> = c.query(&["CLUSTER", "UNPAUSE"]);
-                let _: Fallible<String> = c.query(&["CLUSTER", "MIGRATE-CANCEL"]);
-            }
-        }
-    };
-    // Each target, once, with how many imports it listed before this run: IMPORT-STATUS keeps
-    // every import since the node started, and only this run's may decide the outcome.
-    let mut targets: Vec<(String, usize)> = Vec::new();
-    for (to, _) in plan.keys() {
-        if targets.iter().all(|(t, _)| t != to) {
-            let c = conns.get_mut(to).ok_or("internal: target not connected")?;
-            let earlier: Vec<String> = c
-                .query(&["CLUSTER", "IMPORT-STATUS"])
-                .map_err(|e| format!("{e}; nothing changed"))?;
-            targets.push((to.clone(), earlier.len()));
-        }
-    }
-    // How many imports each target runs, and how many feeds each source serves.
-    let mut imports_of: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut feeds_of: BTreeMap<&str, i64> = BTreeMap::new();
-    for (to, from) in plan.keys() {
-        *imports_of.entry(to).or_default() += 1;
-        *feeds_of.entry(from).or_default() += 1;
-    }
-    for ((to, from), ranges) in &plan {
-        let src = node(old, from).ok_or("internal: source not in the old table")?;
-        let listed: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect();
-        let slots: usize = ranges.iter().map(|(a, b)| usize::from(b - a) + 1).sum();
-        let t = conns.get_mut(to).ok_or("internal: target not connected")?;
-        step(&format!(
-            "{} imports {slots} slots ({} ranges) from {}:{}",
-            t.addr,
-            ranges.len(),
-            src.host,
-            src.port
-        ));
-        let port = src.port.to_string();
-        let mut args = vec!["CLUSTER", "IMPORT", src.host.as_str(), port.as_str()];
-        args.extend(listed.iter().map(String::as_str));
-        if let Err(e) = t.query::<String>(&args) {
-            cancel(conns);
-            return Err(format!(
-                "{e}; the old table is still in force; rerun `{rerun}`"
-            ));
-        }
-    }
-    // This run's imports, as IMPORT-STATUS lines per target; an import the target has not
-    // started yet is not listed, so "all streaming" also needs the count.
-    let this_run = |conns: &mut BTreeMap<String, Conn>| -> Fallible<Vec<(String, Vec<String>)>> {
-        let mut out = Vec::new();
-        for (to, earlier) in &targets {
-            let c = conns.get_mut(to).ok_or("internal: target not connected")?;
-            let lines: Vec<String> = c.query(&["CLUSTER", "IMPORT-STATUS"])?;
-            out.push((c.addr.clone(), lines.into_iter().skip(*earlier).collect()));
-        }
-        Ok(out)
-    };
-    let all_streaming = |lines: &[(String, Vec<String>)]| -> Fallible<bool> {
-        let mut streaming = true;
-        for ((addr, lines), (to, _)) in lines.iter().zip(&targets) {
-            if let Some(l) = lines
-                .iter()
-                .find(|l| l.contains("state=failed") || l.contains("state=closed"))
-            {
-                return Err(format!("import on {addr} ended ({l})"));
-            }
-            streaming &= lines.len() == imports_of[to.as_str()]
-                && lines.iter().all(|l| l.contains("state=streaming"));
-        }
-        Ok(streaming)
-    };
-    step("Copying buckets (snapshot of the moving slots, then their changes as they happen)");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let mut last_print = Instant::now();
-    loop {
-        let status = this_run(conns).and_then(|lines| Ok((all_streaming(&lines)?, lines)));
-        let (done, lines) = match status {
-            Ok(s) => s,
-            Err(e) => {
-                cancel(conns);
-                return Err(format!(
-                    "{e}; the old table is still in force; rerun `{rerun}`"
-                ));
-            }
-        };
-        if done {
-            let loaded: u64 = lines
-                .iter()
-                .flat_map(|(_, l)| l)
-                .filter_map(|l| {
-                    l.split_whitespace()
-                        .find_map(|w| w.strip_prefix("entries="))
-                        .and_then(|n| n.parse::<u64>().ok())
-                })
-                .sum();
-            println!(
-                "    {loaded} buckets copied in {} ms",
-                started.elapsed().as_millis()
-            );
-            break;
-        }
-        if last_print.elapsed() > Duration::from_secs(1) {
-            println!("    ... {} s, still copying", started.elapsed().as_secs());
-            last_print = Instant::now();
-        }
-        if Instant::now() > deadline {
-            cancel(conns);
-            return Err(format!("copying took over 10 minutes; rerun `{rerun}`"));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut run = Migration::plan(admin, old, new, moves, rerun);
+    run.count_earlier_imports(conns)?;
+    run.start_imports(conns)?;
+    run.copy_buckets(conns, started)?;
 
     step("Handing over: pause the moving slots' writes, send the last changes, flip the table");
     let pause_start = Instant::now();
-    let sources: Vec<String> = feeds_of.keys().map(|s| s.to_string()).collect();
-    let pause_ms = PAUSE.as_millis().to_string();
-    // Every source pauses first, then all are waited for together: the pauses overlap
-    // instead of adding up. Each source is paused twice: a write that passed the pause check
-    // on another of the source's threads just before the first PAUSE lands in the stream after
-    // its offset; once the targets acked that offset, the second PAUSE's offset covers it.
-    // That narrows the window to a thread stalled between its check and its write for a whole
-    // round trip; closing it takes the node waiting for writes in flight when it pauses.
-    struct Handover {
-        from: String,
-        args: Vec<String>,
-        offset: i64,
-        second: bool,
-    }
-    let mut waiting: Vec<Handover> = Vec::new();
-    let mut paused_at: BTreeMap<String, Instant> = BTreeMap::new();
-    for from in &sources {
-        let mut args = vec!["CLUSTER".to_string(), "PAUSE".into(), pause_ms.clone()];
-        args.extend(
-            moves
-                .iter()
-                .filter(|m| &m.from == from)
-                .map(|m| format!("{}-{}", m.start, m.end)),
-        );
-        let c = conns.get_mut(from).ok_or("internal")?;
-        paused_at.insert(from.clone(), Instant::now());
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        match c.query::<i64>(&argv) {
-            Ok(offset) => waiting.push(Handover {
-                from: from.clone(),
-                args,
-                offset,
-                second: false,
-            }),
-            Err(e) => {
-                cancel(conns);
-                return Err(format!(
-                    "{e}; writes resumed on the old owners, the old table is in force; rerun `{rerun}`"
-                ));
-            }
-        }
-    }
-    // Every feed of each source (one per target), each acked up to its pause's offset.
-    while !waiting.is_empty() {
-        let mut failed = None;
-        for h in &mut waiting {
-            let Some(c) = conns.get_mut(&h.from) else {
-                continue;
-            };
-            let acked = c
-                .query::<(i64, i64)>(&["CLUSTER", "MIGRATE-STATUS"])
-                .map(|(feeds, acked)| feeds == feeds_of[h.from.as_str()] && acked >= h.offset);
-            match acked {
-                Ok(true) if !h.second => {
-                    let argv: Vec<&str> = h.args.iter().map(String::as_str).collect();
-                    match c.query::<i64>(&argv) {
-                        Ok(offset) => {
-                            h.offset = offset;
-                            h.second = true;
-                        }
-                        Err(e) => failed = Some(e),
-                    }
-                }
-                Ok(true) => h.from.clear(),
-                Ok(false) => {}
-                Err(e) => failed = Some(e),
-            }
-            if failed.is_some() {
-                break;
-            }
-        }
-        waiting.retain(|h| !h.from.is_empty());
-        if failed.is_none() && !waiting.is_empty() && pause_start.elapsed() > CATCH_UP {
-            let addrs: Vec<&str> = waiting
-                .iter()
-                .filter_map(|h| conns.get(&h.from).map(|c| c.addr.as_str()))
-                .collect();
-            failed = Some(format!(
-                "the new owners did not confirm the last changes of {} in time",
-                addrs.join(", ")
-            ));
-        }
-        if let Some(why) = failed {
-            cancel(conns);
-            return Err(format!(
-                "{why}; writes resumed on the old owners, the old table is in force; rerun `{rerun}`"
-            ));
-        }
-        if !waiting.is_empty() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    // The feeds all acked; no import may have ended meanwhile (its last changes would be lost),
-    // and every pause must still hold while the new owners take the table.
-    let still = this_run(conns).and_then(|lines| all_streaming(&lines));
-    if !matches!(still, Ok(true)) || pause_start.elapsed() > CATCH_UP {
-        let why = match still {
-            Err(e) => e,
-            Ok(_) => format!("the handover took {} ms", pause_start.elapsed().as_millis()),
-        };
-        cancel(conns);
-        return Err(format!(
-            "{why}; writes resumed on the old owners, the old table is in force; rerun `{rerun}`"
-        ));
-    }
-    if admin.etcd.is_some()
-        && let Err(e) = store_in_etcd(admin, new)
-    {
-        cancel(conns);
-        return Err(format!(
-            "{e}; writes resumed on the old owners, the old table is in force; rerun `{rerun}`"
-        ));
-    }
-    // The new owners first (they hold everything), then the old owners (which stop
-    // serving), then everyone else. With etcd the table is committed once stored there and the
-    // nodes also learn it from their watch, so "not newer" only means the watch was faster.
-    let targets: Vec<String> = targets.into_iter().map(|(to, _)| to).collect();
-    let mut took: Vec<String> = Vec::new();
-    for id in &targets {
-        let c = conns.get_mut(id).ok_or("internal")?;
-        match c.push(new) {
-            Ok(()) => took.push(id.clone()),
-            Err(e) if admin.etcd.is_some() => {
-                if !e.contains("not newer") {
-                    println!(
-                        "    {} did not take the table ({e}); it reads it from etcd",
-                        c.addr
-                    );
-                }
-            }
-            Err(e) => {
-                // Without etcd, a new owner that took the table serves its slots: give every
-                // node the old placement under a newer epoch, so no slot has two owners.
-                let back = old.with_epoch(new.epoch + 1);
-                if !took.is_empty() {
-                    for c in conns.values_mut() {
-                        if let Err(e) = c.push(&back) {
-                            println!("    {} did not take the old placement back ({e})", c.addr);
-                        }
-                    }
-                }
-                cancel(conns);
-                let restored = if took.is_empty() {
-                    "the old table is still in force".to_string()
-                } else {
-                    format!("table epoch {} restores the old placement", back.epoch)
-                };
-                return Err(format!("{e}; {restored}; rerun `{rerun}`"));
-            }
-        }
-    }
-    let mut order: Vec<String> = sources.clone();
-    order.extend(conns.keys().cloned());
-    let mut seen: std::collections::BTreeSet<String> = targets.iter().cloned().collect();
-    order.retain(|id| seen.insert(id.clone()));
-    let mut pause_ms = 0;
-    let mut stale_sources = Vec::new();
-    for id in &order {
-        let c = conns.get_mut(id).ok_or("internal")?;
-        let mut pushed = c.push(new);
-        // An old owner that keeps the old table serves the moved slots again once its pause
-        // ends: try it on fresh connections before giving up on it.
-        for _ in 0..3 {
-            if pushed.is_ok() || !paused_at.contains_key(id) || admin.etcd.is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-            pushed = Conn::open(admin, &c.addr.clone()).and_then(|mut fresh| {
-                fresh.push(new)?;
-                *c = fresh;
-                Ok(())
-            });
-        }
-        match pushed {
-            Ok(()) => {}
-            Err(e) if e.contains("not newer") && admin.etcd.is_some() => {}
-            Err(e) => {
-                println!(
-                    "    {} did not take the table ({e}); it learns it from its peers when it restarts",
-                    c.addr
-                );
-                if paused_at.contains_key(id) && admin.etcd.is_none() {
-                    stale_sources.push(c.addr.clone());
-                }
-                continue;
-            }
-        }
-        // A source's moving slots were paused from its PAUSE until it took the table.
-        if let Some(at) = paused_at.get(id) {
-            pause_ms = pause_ms.max(at.elapsed().as_millis());
-        }
-    }
+    let (waiting, paused_at) = run.pause_sources(conns)?;
+    run.wait_for_acks(conns, waiting, pause_start)?;
+    run.confirm_handover(conns, pause_start)?;
+    run.push_to_targets(conns)?;
+    let (pause_ms, stale_sources) = run.push_to_the_rest(conns, &paused_at)?;
     println!(
         "[OK] {} slots moved in {} ms; longest write pause of a moving slot: {pause_ms} ms; table epoch {}",
         moves
@@ -762,13 +337,441 @@ fn migrate(
     Ok(())
 }
 
+/// One run of [`migrate`]: who imports which slots from whom, and which imports are this run's.
+struct Migration<'a> {
+    admin: &'a Admin,
+    old: &'a SlotTable,
+    new: &'a SlotTable,
+    moves: &'a [Move],
+    rerun: &'a str,
+    /// (target id, source id) -> ranges
+    plan: BTreeMap<(String, String), Vec<(u16, u16)>>,
+    /// Each target, once, with how many imports it listed before this run: IMPORT-STATUS keeps
+    /// every import since the node started, and only this run's may decide the outcome.
+    targets: Vec<(String, usize)>,
+    /// How many imports each target runs.
+    imports_of: BTreeMap<String, usize>,
+    /// How many feeds each source serves (one per target).
+    feeds_of: BTreeMap<String, i64>,
+}
+
+/// An old owner's pause, until its feeds acked every write before it.
+struct Handover {
+    from: String,
+    args: Vec<String>,
+    offset: i64,
+    second: bool,
+}
+
+/// What each target's IMPORT-STATUS lists for this run, by target address.
+type ImportLines = Vec<(String, Vec<String>)>;
+
+impl<'a> Migration<'a> {
+    fn plan(
+        admin: &'a Admin,
+        old: &'a SlotTable,
+        new: &'a SlotTable,
+        moves: &'a [Move],
+        rerun: &'a str,
+    ) -> Self {
+        let mut plan: BTreeMap<(String, String), Vec<(u16, u16)>> = BTreeMap::new();
+        for m in moves {
+            plan.entry((m.to.clone(), m.from.clone()))
+                .or_default()
+                .push((m.start, m.end));
+        }
+        let mut imports_of: BTreeMap<String, usize> = BTreeMap::new();
+        let mut feeds_of: BTreeMap<String, i64> = BTreeMap::new();
+        for (to, from) in plan.keys() {
+            *imports_of.entry(to.clone()).or_default() += 1;
+            *feeds_of.entry(from.clone()).or_default() += 1;
+        }
+        Migration {
+            admin,
+            old,
+            new,
+            moves,
+            rerun,
+            plan,
+            targets: Vec::new(),
+            imports_of,
+            feeds_of,
+        }
+    }
+
+    /// Resumes the old owners' writes and ends their feeds.
+    fn cancel(&self, conns: &mut BTreeMap<String, Conn>) {
+        for (_, source) in self.plan.keys() {
+            if let Some(c) = conns.get_mut(source) {
+                let _: Fallible<String> = c.query(&["CLUSTER", "UNPAUSE"]);
+                let _: Fallible<String> = c.query(&["CLUSTER", "MIGRATE-CANCEL"]);
+            }
+        }
+    }
+
+    /// Cancels the handover; the error that says so.
+    fn resume(&self, conns: &mut BTreeMap<String, Conn>, why: &str) -> String {
+        self.cancel(conns);
+        format!(
+            "{why}; writes resumed on the old owners, the old table is in force; rerun `{}`",
+            self.rerun
+        )
+    }
+
+    fn count_earlier_imports(&mut self, conns: &mut BTreeMap<String, Conn>) -> Fallible<()> {
+        for (to, _) in self.plan.keys() {
+            if self.targets.iter().all(|(t, _)| t != to) {
+                let c = conns.get_mut(to).ok_or("internal: target not connected")?;
+                let earlier: Vec<String> = c
+                    .query(&["CLUSTER", "IMPORT-STATUS"])
+                    .map_err(|e| format!("{e}; nothing changed"))?;
+                self.targets.push((to.clone(), earlier.len()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Each target starts pulling its ranges from each source.
+    fn start_imports(&self, conns: &mut BTreeMap<String, Conn>) -> Fallible<()> {
+        for ((to, from), ranges) in &self.plan {
+            let src = self
+                .old
+                .shards
+                .iter()
+                .map(|s| &s.primary)
+                .find(|p| &p.id == from)
+                .ok_or("internal: source not in the old table")?;
+            let listed: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+            let slots: usize = ranges.iter().map(|(a, b)| usize::from(b - a) + 1).sum();
+            let t = conns.get_mut(to).ok_or("internal: target not connected")?;
+            step(&format!(
+                "{} imports {slots} slots ({} ranges) from {}:{}",
+                t.addr,
+                ranges.len(),
+                src.host,
+                src.port
+            ));
+            let port = src.port.to_string();
+            let mut args = vec!["CLUSTER", "IMPORT", src.host.as_str(), port.as_str()];
+            args.extend(listed.iter().map(String::as_str));
+            if let Err(e) = t.query::<String>(&args) {
+                self.cancel(conns);
+                return Err(format!(
+                    "{e}; the old table is still in force; rerun `{}`",
+                    self.rerun
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// This run's imports, as IMPORT-STATUS lines per target; an import the target has not
+    /// started yet is not listed, so "all streaming" also needs the count.
+    fn this_run(&self, conns: &mut BTreeMap<String, Conn>) -> Fallible<ImportLines> {
+        let mut out = Vec::new();
+        for (to, earlier) in &self.targets {
+            let c = conns.get_mut(to).ok_or("internal: target not connected")?;
+            let lines: Vec<String> = c.query(&["CLUSTER", "IMPORT-STATUS"])?;
+            out.push((c.addr.clone(), lines.into_iter().skip(*earlier).collect()));
+        }
+        Ok(out)
+    }
+
+    fn all_streaming(&self, lines: &[(String, Vec<String>)]) -> Fallible<bool> {
+        let mut streaming = true;
+        for ((addr, lines), (to, _)) in lines.iter().zip(&self.targets) {
+            if let Some(l) = lines
+                .iter()
+                .find(|l| l.contains("state=failed") || l.contains("state=closed"))
+            {
+                return Err(format!("import on {addr} ended ({l})"));
+            }
+            streaming &= lines.len() == self.imports_of[to]
+                && lines.iter().all(|l| l.contains("state=streaming"));
+        }
+        Ok(streaming)
+    }
+
+    /// Waits until every import streams (its snapshot loaded), printing progress.
+    fn copy_buckets(&self, conns: &mut BTreeMap<String, Conn>, started: Instant) -> Fallible<()> {
+        step("Copying buckets (snapshot of the moving slots, then their changes as they happen)");
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let mut last_print = Instant::now();
+        loop {
+            let status = self
+                .this_run(conns)
+                .and_then(|lines| Ok((self.all_streaming(&lines)?, lines)));
+            let (done, lines) = match status {
+                Ok(s) => s,
+                Err(e) => {
+                    self.cancel(conns);
+                    return Err(format!(
+                        "{e}; the old table is still in force; rerun `{}`",
+                        self.rerun
+                    ));
+                }
+            };
+            if done {
+                let loaded: u64 = lines
+                    .iter()
+                    .flat_map(|(_, l)| l)
+                    .filter_map(|l| {
+                        l.split_whitespace()
+                            .find_map(|w| w.strip_prefix("entries="))
+                            .and_then(|n| n.parse::<u64>().ok())
+                    })
+                    .sum();
+                println!(
+                    "    {loaded} buckets copied in {} ms",
+                    started.elapsed().as_millis()
+                );
+                return Ok(());
+            }
+            if last_print.elapsed() > Duration::from_secs(1) {
+                println!("    ... {} s, still copying", started.elapsed().as_secs());
+                last_print = Instant::now();
+            }
+            if Instant::now() > deadline {
+                self.cancel(conns);
+                return Err(format!(
+                    "copying took over 10 minutes; rerun `{}`",
+                    self.rerun
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Every source pauses first, then all are waited for together ([`Self::wait_for_acks`]):
+    /// the pauses overlap instead of adding up. Each source is paused twice: a write that
+    /// passed the pause check on another of the source's threads just before the first PAUSE
+    /// lands in the stream after its offset; once the targets acked that offset, the second
+    /// PAUSE's offset covers it. That narrows the window to a thread stalled between its check
+    /// and its write for a whole round trip; closing it takes the node waiting for writes in
+    /// flight when it pauses.
+    fn pause_sources(
+        &self,
+        conns: &mut BTreeMap<String, Conn>,
+    ) -> Fallible<(Vec<Handover>, BTreeMap<String, Instant>)> {
+        let pause_ms = PAUSE.as_millis().to_string();
+        let mut waiting: Vec<Handover> = Vec::new();
+        let mut paused_at: BTreeMap<String, Instant> = BTreeMap::new();
+        for from in self.feeds_of.keys() {
+            let mut args = vec!["CLUSTER".to_string(), "PAUSE".into(), pause_ms.clone()];
+            args.extend(
+                self.moves
+                    .iter()
+                    .filter(|m| &m.from == from)
+                    .map(|m| format!("{}-{}", m.start, m.end)),
+            );
+            let c = conns.get_mut(from).ok_or("internal")?;
+            paused_at.insert(from.clone(), Instant::now());
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            match c.query::<i64>(&argv) {
+                Ok(offset) => waiting.push(Handover {
+                    from: from.clone(),
+                    args,
+                    offset,
+                    second: false,
+                }),
+                Err(e) => return Err(self.resume(conns, &e)),
+            }
+        }
+        Ok((waiting, paused_at))
+    }
+
+    /// Waits until every feed of each source (one per target) acked up to its pause's offset,
+    /// pausing each source the second time once its first offset is acked.
+    fn wait_for_acks(
+        &self,
+        conns: &mut BTreeMap<String, Conn>,
+        mut waiting: Vec<Handover>,
+        pause_start: Instant,
+    ) -> Fallible<()> {
+        while !waiting.is_empty() {
+            let mut failed = None;
+            for h in &mut waiting {
+                let Some(c) = conns.get_mut(&h.from) else {
+                    continue;
+                };
+                let acked = c
+                    .query::<(i64, i64)>(&["CLUSTER", "MIGRATE-STATUS"])
+                    .map(|(feeds, acked)| feeds == self.feeds_of[&h.from] && acked >= h.offset);
+                match acked {
+                    Ok(true) if !h.second => {
+                        let argv: Vec<&str> = h.args.iter().map(String::as_str).collect();
+                        match c.query::<i64>(&argv) {
+                            Ok(offset) => {
+                                h.offset = offset;
+                                h.second = true;
+                            }
+                            Err(e) => failed = Some(e),
+                        }
+                    }
+                    Ok(true) => h.from.clear(),
+                    Ok(false) => {}
+                    Err(e) => failed = Some(e),
+                }
+                if failed.is_some() {
+                    break;
+                }
+            }
+            waiting.retain(|h| !h.from.is_empty());
+            if failed.is_none() && !waiting.is_empty() && pause_start.elapsed() > CATCH_UP {
+                let addrs: Vec<&str> = waiting
+                    .iter()
+                    .filter_map(|h| conns.get(&h.from).map(|c| c.addr.as_str()))
+                    .collect();
+                failed = Some(format!(
+                    "the new owners did not confirm the last changes of {} in time",
+                    addrs.join(", ")
+                ));
+            }
+            if let Some(why) = failed {
+                return Err(self.resume(conns, &why));
+            }
+            if !waiting.is_empty() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(())
+    }
+
+    /// The feeds all acked; no import may have ended meanwhile (its last changes would be
+    /// lost), and every pause must still hold while the new owners take the table. With etcd,
+    /// the table is committed there now.
+    fn confirm_handover(
+        &self,
+        conns: &mut BTreeMap<String, Conn>,
+        pause_start: Instant,
+    ) -> Fallible<()> {
+        let still = self
+            .this_run(conns)
+            .and_then(|lines| self.all_streaming(&lines));
+        if !matches!(still, Ok(true)) || pause_start.elapsed() > CATCH_UP {
+            let why = match still {
+                Err(e) => e,
+                Ok(_) => format!("the handover took {} ms", pause_start.elapsed().as_millis()),
+            };
+            return Err(self.resume(conns, &why));
+        }
+        if self.admin.etcd.is_some()
+            && let Err(e) = store_in_etcd(self.admin, self.new)
+        {
+            return Err(self.resume(conns, &e));
+        }
+        Ok(())
+    }
+
+    /// The new owners take the table first (they hold everything). With etcd the table is
+    /// committed once stored there and the nodes also learn it from their watch, so "not
+    /// newer" only means the watch was faster.
+    fn push_to_targets(&self, conns: &mut BTreeMap<String, Conn>) -> Fallible<()> {
+        let mut took: Vec<&str> = Vec::new();
+        for (id, _) in &self.targets {
+            let c = conns.get_mut(id).ok_or("internal")?;
+            match c.push(self.new) {
+                Ok(()) => took.push(id),
+                Err(e) if self.admin.etcd.is_some() => {
+                    if !e.contains("not newer") {
+                        println!(
+                            "    {} did not take the table ({e}); it reads it from etcd",
+                            c.addr
+                        );
+                    }
+                }
+                Err(e) => {
+                    // Without etcd, a new owner that took the table serves its slots: give
+                    // every node the old placement under a newer epoch, so no slot has two
+                    // owners.
+                    let back = self.old.with_epoch(self.new.epoch + 1);
+                    if !took.is_empty() {
+                        for c in conns.values_mut() {
+                            if let Err(e) = c.push(&back) {
+                                println!(
+                                    "    {} did not take the old placement back ({e})",
+                                    c.addr
+                                );
+                            }
+                        }
+                    }
+                    self.cancel(conns);
+                    let restored = if took.is_empty() {
+                        "the old table is still in force".to_string()
+                    } else {
+                        format!("table epoch {} restores the old placement", back.epoch)
+                    };
+                    return Err(format!("{e}; {restored}; rerun `{}`", self.rerun));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Then the old owners (which stop serving), then everyone else. Returns the longest
+    /// write pause of a moving slot, in ms, and the old owners that kept the old table.
+    fn push_to_the_rest(
+        &self,
+        conns: &mut BTreeMap<String, Conn>,
+        paused_at: &BTreeMap<String, Instant>,
+    ) -> Fallible<(u128, Vec<String>)> {
+        let etcd = self.admin.etcd.is_some();
+        let mut order: Vec<String> = self.feeds_of.keys().cloned().collect();
+        order.extend(conns.keys().cloned());
+        let mut seen: std::collections::BTreeSet<String> =
+            self.targets.iter().map(|(to, _)| to.clone()).collect();
+        order.retain(|id| seen.insert(id.clone()));
+        let mut pause_ms = 0;
+        let mut stale_sources = Vec::new();
+        for id in &order {
+            let c = conns.get_mut(id).ok_or("internal")?;
+            let mut pushed = c.push(self.new);
+            // An old owner that keeps the old table serves the moved slots again once its
+            // pause ends: try it on fresh connections before giving up on it.
+            for _ in 0..3 {
+                if pushed.is_ok() || !paused_at.contains_key(id) || etcd {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+                pushed = Conn::open(self.admin.password.as_deref(), &c.addr.clone()).and_then(
+                    |mut fresh| {
+                        fresh.push(self.new)?;
+                        *c = fresh;
+                        Ok(())
+                    },
+                );
+            }
+            match pushed {
+                Ok(()) => {}
+                Err(e) if e.contains("not newer") && etcd => {}
+                Err(e) => {
+                    println!(
+                        "    {} did not take the table ({e}); it learns it from its peers when it restarts",
+                        c.addr
+                    );
+                    if paused_at.contains_key(id) && !etcd {
+                        stale_sources.push(c.addr.clone());
+                    }
+                    continue;
+                }
+            }
+            // A source's moving slots were paused from its PAUSE until it took the table.
+            if let Some(at) = paused_at.get(id) {
+                pause_ms = pause_ms.max(at.elapsed().as_millis());
+            }
+        }
+        Ok((pause_ms, stale_sources))
+    }
+}
+
 fn add_node(admin: &Admin, new_addr: &str, existing: &str) -> Fallible<()> {
     step(&format!("Reading the table from {existing}"));
-    let old = Conn::open(admin, existing)?
+    let old = Conn::open(admin.password.as_deref(), existing)?
         .table()?
         .ok_or_else(|| format!("{existing} has no table yet: run `sluice cluster create` first"))?;
     let mut conns = connect_all(admin, &old)?;
-    let mut newc = Conn::open(admin, new_addr).map_err(|e| format!("{e}; nothing changed"))?;
+    let mut newc = Conn::open(admin.password.as_deref(), new_addr)
+        .map_err(|e| format!("{e}; nothing changed"))?;
     let node = newc
         .empty_node()
         .map_err(|e| format!("{e}; nothing changed"))?;
@@ -794,7 +797,7 @@ fn add_node(admin: &Admin, new_addr: &str, existing: &str) -> Fallible<()> {
 
 fn remove_node(admin: &Admin, addr: &str, existing: &str) -> Fallible<()> {
     step(&format!("Reading the table from {existing}"));
-    let old = Conn::open(admin, existing)?
+    let old = Conn::open(admin.password.as_deref(), existing)?
         .table()?
         .ok_or_else(|| format!("{existing} has no table"))?;
     let mut conns = connect_all(admin, &old)?;
@@ -830,7 +833,7 @@ fn remove_node(admin: &Admin, addr: &str, existing: &str) -> Fallible<()> {
 }
 
 fn show(admin: &Admin, addr: &str) -> Fallible<()> {
-    let table = Conn::open(admin, addr)?
+    let table = Conn::open(admin.password.as_deref(), addr)?
         .table()?
         .ok_or_else(|| format!("{addr} has no table"))?;
     println!("Table epoch {}:", table.epoch);
@@ -844,7 +847,7 @@ fn show(admin: &Admin, addr: &str) -> Fallible<()> {
             .chain(shard.replicas.iter().map(|r| (r, "replica")))
         {
             let a = format!("{}:{}", n.host, n.port);
-            let (keys, mem) = match Conn::open(admin, &a) {
+            let (keys, mem) = match Conn::open(admin.password.as_deref(), &a) {
                 Ok(mut c) => (
                     c.query::<i64>(&["DBSIZE"])
                         .map_or("?".into(), |k| k.to_string()),

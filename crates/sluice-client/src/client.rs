@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::limit::{Decision, FailMode, Limit, Source};
 use crate::local::Expiring;
 use crate::node::{BreakerState, CallError, Node, NodeOptions};
-use crate::resp::{self, Value};
+use sluice_resp::value::{self, Value};
 
 /// Where the nodes are.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -340,7 +340,7 @@ impl Client {
     pub async fn command(&self, key: &[u8], args: &[&[u8]]) -> Result<Value, CallError> {
         let deadline = Instant::now() + self.inner.config.deadline;
         let mut frame = BytesMut::new();
-        resp::encode(&mut frame, args);
+        value::encode_command(&mut frame, args);
         self.inner
             .call_key(key, frame.freeze(), deadline)
             .await
@@ -411,7 +411,7 @@ fn rl_check_frame(key: &[u8], limit: &Limit, cost: u64) -> Bytes {
     let algo = limit.algo.name().as_bytes();
     let mut out = BytesMut::with_capacity(96 + key.len());
     match burst {
-        Some(b) => resp::encode(
+        Some(b) => value::encode_command(
             &mut out,
             &[
                 &b"RL.CHECK"[..],
@@ -426,7 +426,7 @@ fn rl_check_frame(key: &[u8], limit: &Limit, cost: u64) -> Bytes {
                 algo,
             ],
         ),
-        None => resp::encode(
+        None => value::encode_command(
             &mut out,
             &[
                 &b"RL.CHECK"[..],
@@ -682,7 +682,7 @@ impl Inner {
                 candidates.extend(seeds.iter().map(|s| Arc::from(s.as_str())));
                 candidates.dedup();
                 let mut frame = BytesMut::new();
-                resp::encode(&mut frame, &["CLUSTER", "SLOTS"]);
+                value::encode_command(&mut frame, &["CLUSTER", "SLOTS"]);
                 let frame = frame.freeze();
                 for addr in candidates {
                     if let Ok(v) = self.node(&addr).call(frame.clone(), deadline()).await
@@ -698,7 +698,7 @@ impl Inner {
                 master_name,
             } => {
                 let mut frame = BytesMut::new();
-                resp::encode(
+                value::encode_command(
                     &mut frame,
                     &["SENTINEL", "get-master-addr-by-name", master_name],
                 );
@@ -731,7 +731,7 @@ async fn ask_sentinel(sentinel: &str, frame: &[u8]) -> Option<String> {
             if s.read_buf(&mut buf).await.ok()? == 0 {
                 return None;
             }
-            if let Some(v) = resp::parse(&mut buf).ok()? {
+            if let Some(v) = value::decode(&mut buf).ok()? {
                 return Some(v);
             }
         }

@@ -20,7 +20,8 @@
 //! ```
 //!
 //! # Layout
-//! - [`resp`]: encode a command, decode a reply (RESP2), refusing garbage.
+//! - Commands go out and replies come in through `sluice_resp::value`, the one RESP client
+//!   codec (shared with the admin tool and the nodes' calls to each other).
 //! - [`node`]: one node's multiplexed, pipelined connection, reconnect with backoff, and its
 //!   circuit breaker.
 //! - [`limit`]: [`Limit`] and its options, [`Decision`] and its [`Source`], the overshoot bound.
@@ -41,7 +42,6 @@ pub mod client;
 pub mod limit;
 mod local;
 pub mod node;
-pub mod resp;
 
 pub use client::{Client, Config, ReplyError, Topology, Upstream};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};

@@ -34,7 +34,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 
-use crate::resp::{self, Value};
+use sluice_resp::value::{self, Value};
 
 /// Why a call got no reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -281,7 +281,7 @@ async fn serve(
                     Ok(_) => progress = Instant::now(),
                 }
                 loop {
-                    match resp::parse(&mut rbuf) {
+                    match value::decode(&mut rbuf) {
                         Ok(Some(v)) => match inflight.pop_front() {
                             Some(tx) => {
                                 let _ = tx.send(Ok(v));
@@ -334,7 +334,7 @@ mod tests {
 
     fn ping() -> Bytes {
         let mut out = BytesMut::new();
-        resp::encode(&mut out, &["PING"]);
+        value::encode_command(&mut out, &["PING"]);
         out.freeze()
     }
 

@@ -279,7 +279,7 @@ impl Forwarded {
     /// `RL.CHECK key limit <period>ms COST n ALGO a` on the key's owner: the check the owner
     /// would make for a gRPC caller of its own.
     async fn send(self, client: &sluice_client::Client) -> Result<sluice_core::Decision, String> {
-        use sluice_client::resp::Value;
+        use sluice_resp::Value;
         let limit = self.limit.to_string();
         let period = format!("{}ms", self.period.0 / sluice_core::Nanos::PER_MS);
         let cost = self.cost.to_string();

@@ -1,13 +1,13 @@
-//! A small async RESP2 client for node-to-node calls: a replica's handshake with its primary,
+//! A small async RESP client for node-to-node calls: a replica's handshake with its primary,
 //! a node asking its peers for the newest slot table, a promoted replica pushing its table, a
 //! node importing slots. Peers that require a password are sent `AUTH` first.
-//! Replies are decoded with `redis-protocol`; every call has a deadline.
+//! Commands and replies go through `sluice_resp::value`, the codec every Sluice client uses;
+//! every call has a deadline.
 
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use redis_protocol::resp2::decode::decode;
-pub use redis_protocol::resp2::types::OwnedFrame as Reply;
+use sluice_resp::value::{self, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -45,8 +45,8 @@ impl Peer {
         let mut peer = Peer::connect(host, port).await?;
         if let Some(pass) = password {
             let reply = peer.call(&[b"AUTH", pass.as_bytes()]).await?;
-            if !is_ok(&reply) {
-                return Err(format!("AUTH refused: {}", text(&reply)));
+            if !reply.is_ok() {
+                return Err(format!("AUTH refused: {}", reply.text()));
             }
         }
         Ok(peer)
@@ -54,26 +54,18 @@ impl Peer {
 
     /// Sends one command.
     pub async fn send(&mut self, args: &[&[u8]]) -> Result<(), String> {
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-        for a in args {
-            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            out.extend_from_slice(a);
-            out.extend_from_slice(b"\r\n");
-        }
+        let mut out = BytesMut::with_capacity(64);
+        value::encode_command(&mut out, args);
         self.stream.write_all(&out).await.map_err(|e| e.to_string())
     }
 
-    /// Reads one reply, waiting at most `timeout`.
-    pub async fn reply_within(&mut self, timeout: Duration) -> Result<Reply, String> {
+    /// Reads one reply, waiting at most `timeout`. Bytes after it stay in `buf`.
+    pub async fn reply_within(&mut self, timeout: Duration) -> Result<Value, String> {
         loop {
-            match decode(&self.buf) {
-                Ok(Some((frame, used))) => {
-                    self.buf.advance(used);
-                    return Ok(frame);
-                }
+            match value::decode(&mut self.buf) {
+                Ok(Some(reply)) => return Ok(reply),
                 Ok(None) => {}
-                Err(e) => return Err(format!("bad reply from peer: {e:?}")),
+                Err(e) => return Err(format!("bad reply from peer: {e}")),
             }
             let read = tokio::time::timeout(timeout, self.stream.read_buf(&mut self.buf))
                 .await
@@ -86,7 +78,7 @@ impl Peer {
     }
 
     /// Sends a command and reads its reply.
-    pub async fn call(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
+    pub async fn call(&mut self, args: &[&[u8]]) -> Result<Value, String> {
         self.send(args).await?;
         self.reply_within(TIMEOUT).await
     }
@@ -114,20 +106,4 @@ impl Peer {
             }
         }
     }
-}
-
-/// A status or error reply as one line of text (`+OK` → `OK`, `-ERR x` → `ERR x`).
-pub fn text(reply: &Reply) -> String {
-    match reply {
-        Reply::SimpleString(s) | Reply::BulkString(s) => String::from_utf8_lossy(s).into_owned(),
-        Reply::Error(e) => e.clone(),
-        Reply::Integer(n) => n.to_string(),
-        Reply::Null => "(nil)".into(),
-        Reply::Array(a) => format!("array of {}", a.len()),
-    }
-}
-
-/// True for `+OK...`.
-pub fn is_ok(reply: &Reply) -> bool {
-    matches!(reply, Reply::SimpleString(s) if s.starts_with(b"OK"))
 }

@@ -1,4 +1,4 @@
-//! Sluice's wire layer: the Redis protocol (RESP) as a server sees it.
+//! Sluice's wire layer: the Redis protocol (RESP) as a server sees it, and as its clients see it.
 //!
 //! Requests come in as RESP2 multibulk frames (`*N\r\n$len\r\narg\r\n...`), which every client
 //! library sends, or as inline commands (`PING\r\n`, `SET k "a b"\n`), which people type into
@@ -10,6 +10,9 @@
 //!   progress through a partial frame between reads, so no byte is scanned twice.
 //! - `inline` (private): Redis's `sdssplitargs` quoting rules, decoding arguments in place.
 //! - [`reply`]: free functions that append one RESP2/RESP3 value to an output buffer.
+//! - [`value`]: the other side, for every program that calls a node (the sidecar, the admin
+//!   tool, a node calling its peers): [`Value`], the incremental RESP2/RESP3 reply decoder, and
+//!   the command encoder.
 //!
 //! # Invariants
 //!
@@ -24,6 +27,7 @@
 
 pub mod parser;
 pub mod reply;
+pub mod value;
 
 mod inline;
 
@@ -31,3 +35,4 @@ pub use parser::{
     ArgIter, Limits, Parser, ProtocolError, ProtocolErrorKind, Request, is_http_request, string2ll,
 };
 pub use reply::Proto;
+pub use value::Value;

@@ -16,6 +16,9 @@ use redis_protocol::{resp2, resp3};
 use sluice_resp::reply::{self, Proto};
 use sluice_resp::{Limits, Parser, ProtocolErrorKind};
 
+mod common;
+use common::{mutate, mutation, sorted_cuts};
+
 fn encode_request(args: &[Vec<u8>]) -> Vec<u8> {
     let frame = Resp2::Array(args.iter().cloned().map(Resp2::BulkString).collect());
     let mut buf = vec![0; frame.encode_len(false)];
@@ -87,12 +90,6 @@ fn run(input: &[u8], cuts: &[usize]) -> Outcome {
     }
 }
 
-fn sorted_cuts(len: usize, cuts: Vec<usize>) -> Vec<usize> {
-    let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (len + 1)).collect();
-    cuts.sort_unstable();
-    cuts
-}
-
 fn args_strategy() -> impl Strategy<Value = Vec<Vec<u8>>> {
     prop::collection::vec(prop::collection::vec(any::<u8>(), 0..64), 0..16)
 }
@@ -119,36 +116,6 @@ fn protocol_bytes() -> impl Strategy<Value = Vec<u8>> {
         prop::collection::vec(any::<u8>(), 0..8),
     ];
     prop::collection::vec(piece, 0..40).prop_map(|pieces| pieces.concat())
-}
-
-#[derive(Clone, Debug)]
-enum Mutation {
-    Set(usize, u8),
-    Insert(usize, u8),
-    Remove(usize),
-}
-
-fn mutate(input: &mut Vec<u8>, mutations: &[Mutation]) {
-    for m in mutations {
-        let len = input.len();
-        match *m {
-            Mutation::Set(at, b) if len > 0 => input[at % len] = b,
-            Mutation::Insert(at, b) => input.insert(at % (len + 1), b),
-            Mutation::Remove(at) if len > 0 => {
-                input.remove(at % len);
-            }
-            _ => {}
-        }
-    }
-}
-
-fn mutation_strategy() -> impl Strategy<Value = Mutation> {
-    let b = prop_oneof![prop::sample::select(b"*$\r\n0-9\"'".to_vec()), any::<u8>()];
-    prop_oneof![
-        (any::<usize>(), b.clone()).prop_map(|(at, b)| Mutation::Set(at, b)),
-        (any::<usize>(), b).prop_map(|(at, b)| Mutation::Insert(at, b)),
-        any::<usize>().prop_map(Mutation::Remove),
-    ]
 }
 
 proptest! {
@@ -191,7 +158,7 @@ proptest! {
     #[test]
     fn mutated_frames_never_panic_and_chunking_does_not_matter(
         frames in prop::collection::vec(args_strategy(), 1..3),
-        mutations in prop::collection::vec(mutation_strategy(), 1..4),
+        mutations in prop::collection::vec(mutation(b"*$\r\n0-9\"'"), 1..4),
         cuts in prop::collection::vec(any::<usize>(), 0..12),
     ) {
         let mut input: Vec<u8> = frames.iter().flat_map(|f| encode_request(f)).collect();

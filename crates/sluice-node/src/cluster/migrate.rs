@@ -23,8 +23,9 @@ use sluice_repl::{Record, SnapshotReader, record};
 use tokio::io::AsyncReadExt;
 
 use super::{ImportState, format_ranges};
-use crate::peer::{self, Peer, Reply};
+use crate::peer::Peer;
 use crate::shared::Shared;
+use sluice_resp::Value;
 
 /// How often an import acks its position without being asked.
 const ACK_EVERY: Duration = Duration::from_millis(100);
@@ -75,16 +76,16 @@ async fn import(
         Peer::connect_auth(host, port, super::adopt::peer_password(shared).as_deref()).await?;
     let capa = sluice_repl::CAPA.as_bytes();
     let reply = peer.call(&[b"REPLCONF", b"capa", capa]).await?;
-    if !peer::is_ok(&reply) {
-        return Err(format!("REPLCONF refused: {}", peer::text(&reply)));
+    if !reply.is_ok() {
+        return Err(format!("REPLCONF refused: {}", reply.text()));
     }
     let listed = format_ranges(ranges);
     let mut args: Vec<&[u8]> = vec![b"CLUSTER", b"MIGRATE-FEED"];
     args.extend(listed.iter().map(|r| r.as_bytes()));
     let reply = peer.call(&args).await?;
     match &reply {
-        Reply::SimpleString(s) if s.starts_with(b"FULLRESYNC") => {}
-        other => return Err(format!("MIGRATE-FEED refused: {}", peer::text(other))),
+        Value::Simple(s) if s.starts_with("FULLRESYNC") => {}
+        other => return Err(format!("MIGRATE-FEED refused: {}", other.text())),
     }
     let started = Instant::now();
     let snapshot = crate::repl::replica::read_snapshot(&mut peer).await?;

@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use sluice_cluster::SlotTable;
 
 use super::adopt::{adopt, peer_password, peers, reapply_promotion};
-use crate::peer::{Peer, Reply};
+use crate::peer::Peer;
 use crate::shared::Shared;
+use sluice_resp::Value;
 
 /// How often a node without etcd asks its peers whether the table moved on (a push it missed
 /// while it was up, or a promotion elsewhere).
@@ -45,11 +46,11 @@ async fn refresh_once(shared: &Arc<Shared>, verbose: bool) {
         let got = async {
             let mut p = Peer::connect_auth(host, *port, password.as_deref()).await?;
             match p.call(&[b"CLUSTER", b"GETTABLE"]).await? {
-                Reply::BulkString(text) => SlotTable::decode(&String::from_utf8_lossy(&text))
+                Value::Bulk(text) => SlotTable::decode(&String::from_utf8_lossy(&text))
                     .map(Some)
                     .map_err(|e| e.to_string()),
-                Reply::Null => Ok(None),
-                other => Err(crate::peer::text(&other)),
+                Value::Nil => Ok(None),
+                other => Err(other.text()),
             }
         };
         match tokio::time::timeout(std::time::Duration::from_secs(2), got).await {
@@ -104,12 +105,10 @@ pub async fn push_table(shared: Arc<Shared>) {
             let sent = async {
                 let mut p = Peer::connect_auth(&host, port, password.as_deref()).await?;
                 let reply = p.call(&[b"CLUSTER", b"SETTABLE", text.as_bytes()]).await?;
-                let reply = crate::peer::text(&reply);
+                let reply = reply.text();
                 let table = if reply.contains("not newer") {
                     match p.call(&[b"CLUSTER", b"GETTABLE"]).await? {
-                        Reply::BulkString(t) => {
-                            SlotTable::decode(&String::from_utf8_lossy(&t)).ok()
-                        }
+                        Value::Bulk(t) => SlotTable::decode(&String::from_utf8_lossy(&t)).ok(),
                         _ => None,
                     }
                 } else {

@@ -14,8 +14,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::{LinkState, MasterAddr};
-use crate::peer::{self, Peer, Reply};
+use crate::peer::Peer;
 use crate::shared::Shared;
+use sluice_resp::Value;
 /// Wait between attempts after a failed or lost link.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 
@@ -75,15 +76,15 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     let mut peer = Peer::connect(&addr.host, addr.port).await?;
 
     let pong = peer.call(&[b"PING"]).await?;
-    let pong_text = peer::text(&pong);
+    let pong_text = pong.text();
     if !(pong_text == "PONG" || pong_text.starts_with("NOAUTH") || pong_text.starts_with("NOPERM"))
     {
         return Err(format!("unexpected reply to PING: {pong_text}"));
     }
     if let Some(pass) = &shared.config.masterauth {
         let reply = peer.call(&[b"AUTH", pass.as_bytes()]).await?;
-        if !peer::is_ok(&reply) {
-            let reply = peer::text(&reply);
+        if !reply.is_ok() {
+            let reply = reply.text();
             sluice_log::log(&format!(
                 "MASTER {}:{} refused AUTH (check --masterauth): {reply}",
                 addr.host, addr.port
@@ -95,11 +96,8 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     let reply = peer
         .call(&[b"REPLCONF", b"listening-port", port.as_bytes()])
         .await?;
-    if !peer::is_ok(&reply) {
-        return Err(format!(
-            "REPLCONF listening-port refused: {}",
-            peer::text(&reply)
-        ));
+    if !reply.is_ok() {
+        return Err(format!("REPLCONF listening-port refused: {}", reply.text()));
     }
     let capa = sluice_repl::CAPA.as_bytes();
     let reply = peer
@@ -113,8 +111,8 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
             capa,
         ])
         .await?;
-    if !peer::is_ok(&reply) {
-        return Err(format!("REPLCONF capa refused: {}", peer::text(&reply)));
+    if !reply.is_ok() {
+        return Err(format!("REPLCONF capa refused: {}", reply.text()));
     }
     let (replid, offset) = {
         let inner = shared.repl.inner.lock();
@@ -128,8 +126,8 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
         .call(&[b"PSYNC", replid.as_bytes(), offset.as_bytes()])
         .await?;
     let reply = match reply {
-        Reply::SimpleString(s) => String::from_utf8_lossy(&s).into_owned(),
-        other => return Err(format!("PSYNC refused: {}", peer::text(&other))),
+        Value::Simple(s) => s,
+        other => return Err(format!("PSYNC refused: {}", other.text())),
     };
     let mut words = reply.split_whitespace();
     match words.next() {
