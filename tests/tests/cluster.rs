@@ -223,8 +223,22 @@ fn create_moved_crossslot_exact_limits_and_bad_tables() {
     assert!(err.contains("already belongs to a cluster"), "{err}");
     assert_eq!(agreed_slots(&ports, 1), slots);
 
-    // MOVED: the right slot and owner, again and again for a client that ignores it, and the
-    // redirected request consumed nothing.
+    moved_redirects_and_consumes_nothing(&ports, &slots);
+    crossslot_on_the_wire(&ports);
+    let rt = runtime();
+    let urls = set.urls(&[0, 1, 2]);
+    hash_tags_keep_keys_together(&rt, &urls);
+    exact_limits_over_the_cluster(&rt, &urls, &slots);
+    redis_tools_follow_moved(&ports, &slots);
+    bad_tables_are_refused(ports[2]);
+
+    assert_eq!(agreed_slots(&ports, 1), slots);
+    println!("test took {:?}", started.elapsed());
+}
+
+/// MOVED: the right slot and owner, again and again for a client that ignores it, and the
+/// redirected request consumed nothing.
+fn moved_redirects_and_consumes_nothing(ports: &[u16], slots: &[SlotsEntry]) {
     let mut moved_seen = 0;
     for i in 0..30 {
         let key = format!("moved:{i}");
@@ -236,7 +250,7 @@ fn create_moved_crossslot_exact_limits_and_bad_tables() {
             .query(&mut c)
             .unwrap();
         assert_eq!(told, i64::from(slot), "CLUSTER KEYSLOT {key}");
-        let owner = owner_of(&slots, slot).unwrap();
+        let owner = owner_of(slots, slot).unwrap();
         let wrong = *ports.iter().find(|&&p| p != owner).unwrap();
         for _ in 0..3 {
             assert_eq!(
@@ -253,10 +267,12 @@ fn create_moved_crossslot_exact_limits_and_bad_tables() {
         );
     }
     assert_eq!(moved_seen, 90);
+}
 
-    // CROSSSLOT on the wire; hash tags keep keys together.
+/// CROSSSLOT on the wire.
+fn crossslot_on_the_wire(ports: &[u16]) {
     assert_ne!(key_slot(b"a"), key_slot(b"b"));
-    for &p in &ports {
+    for &p in ports {
         let mut c = try_connect(p).unwrap();
         let r: redis::RedisResult<i64> = redis::cmd("DEL").arg("a").arg("b").query(&mut c);
         assert_eq!(
@@ -265,11 +281,12 @@ fn create_moved_crossslot_exact_limits_and_bad_tables() {
         );
     }
     assert_eq!(key_slot(b"{u}a"), key_slot(b"{u}b"));
+}
 
-    let rt = runtime();
-    let urls = set.urls(&[0, 1, 2]);
+/// Hash tags keep keys together: a multi-key DEL over one tag works through a cluster client.
+fn hash_tags_keep_keys_together(rt: &tokio::runtime::Runtime, urls: &[String]) {
     rt.block_on(async {
-        let mut c = cluster_client(urls.clone()).await;
+        let mut c = cluster_client(urls.to_vec()).await;
         let () = redis::cmd("SET")
             .arg("{u}a")
             .arg(1)
@@ -290,22 +307,28 @@ fn create_moved_crossslot_exact_limits_and_bad_tables() {
             .unwrap();
         assert_eq!(n, 2, "DEL {{u}}a {{u}}b");
     });
+}
 
-    // Exact limits: 16 concurrent cluster clients, 50 keys spread over the three nodes, each
-    // key tried 64 times: exactly LIMIT allowed per key.
+/// Exact limits: 16 concurrent cluster clients, 50 keys spread over the three nodes, each
+/// key tried 64 times: exactly LIMIT allowed per key.
+fn exact_limits_over_the_cluster(
+    rt: &tokio::runtime::Runtime,
+    urls: &[String],
+    slots: &[SlotsEntry],
+) {
     const LIMIT: i64 = 40;
     const KEYS: usize = 50;
     const TASKS: usize = 16;
     const TRIES: usize = 4;
     let key = |k: usize| format!("exact:{k}");
     let spread: BTreeSet<u16> = (0..KEYS)
-        .map(|k| owner_of(&slots, key_slot(key(k).as_bytes())).unwrap())
+        .map(|k| owner_of(slots, key_slot(key(k).as_bytes())).unwrap())
         .collect();
     assert_eq!(spread.len(), 3, "the keys should live on every node");
     let allowed: Vec<i64> = rt.block_on(async {
         let mut tasks = tokio::task::JoinSet::new();
         for t in 0..TASKS {
-            let urls = urls.clone();
+            let urls = urls.to_vec();
             tasks.spawn(async move {
                 let mut c = cluster_client(urls).await;
                 let mut allowed = vec![0i64; KEYS];
@@ -336,11 +359,13 @@ fn create_moved_crossslot_exact_limits_and_bad_tables() {
             TASKS * TRIES
         );
     }
+}
 
-    // redis-cli -c follows MOVED; redis-benchmark --cluster runs RL.CHECK with {tag}.
+/// redis-cli -c follows MOVED; redis-benchmark --cluster runs RL.CHECK with {tag}.
+fn redis_tools_follow_moved(ports: &[u16], slots: &[SlotsEntry]) {
     if have_tool("redis-cli") {
         let cli_key = "cli:key";
-        let owner = owner_of(&slots, key_slot(cli_key.as_bytes())).unwrap();
+        let owner = owner_of(slots, key_slot(cli_key.as_bytes())).unwrap();
         let wrong = *ports.iter().find(|&&p| p != owner).unwrap();
         let out = redis_cli(wrong, &["-c", "RL.CHECK", cli_key, "10", "1d", "COST", "3"]);
         let text = String::from_utf8_lossy(&out.stdout);
@@ -395,9 +420,11 @@ fn create_moved_crossslot_exact_limits_and_bad_tables() {
                 .trim()
         );
     }
+}
 
-    // Bad tables are refused and the table stays.
-    let mut c = try_connect(ports[2]).unwrap();
+/// Bad tables are refused and the table stays.
+fn bad_tables_are_refused(port: u16) {
+    let mut c = try_connect(port).unwrap();
     let table: String = redis::cmd("CLUSTER").arg("GETTABLE").query(&mut c).unwrap();
     let with = |epoch: u64, f: &dyn Fn(&str) -> Option<String>| -> String {
         let mut out = String::new();
@@ -486,8 +513,6 @@ fn create_moved_crossslot_exact_limits_and_bad_tables() {
         let now: String = redis::cmd("CLUSTER").arg("GETTABLE").query(&mut c).unwrap();
         assert_eq!(now, table, "{what}: the table changed");
     }
-    assert_eq!(agreed_slots(&ports, 1), slots);
-    println!("test took {:?}", started.elapsed());
 }
 
 /// What the background load saw: per key, how many checks were allowed.
@@ -617,29 +642,7 @@ fn add_and_remove_node_under_load_keep_every_bucket() {
 
     let rt = runtime();
     let urls = set.urls(&[0, 1, 2]);
-    rt.block_on(async {
-        let mut c = cluster_client(urls.clone()).await;
-        let mut tasks = tokio::task::JoinSet::new();
-        for t in 0..8 {
-            let mut c = c.clone();
-            tasks.spawn(async move {
-                for i in (t..PRELOAD).step_by(8) {
-                    let cost = pre_cost(i).to_string();
-                    let r = cluster_rl_check(
-                        &mut c,
-                        &[&format!("pre:{i}"), "100", "1d", "COST", &cost],
-                    )
-                    .await
-                    .unwrap();
-                    assert_eq!(r[0], 1);
-                }
-            });
-        }
-        while let Some(r) = tasks.join_next().await {
-            r.unwrap();
-        }
-        assert_eq!(wrong_buckets(&mut c).await, vec![]);
-    });
+    preload_buckets(&rt, &urls);
 
     let mut load = Load::start(urls.clone(), 16);
     assert!(
@@ -720,8 +723,60 @@ fn add_and_remove_node_under_load_keep_every_bucket() {
         stats.slowest
     );
     assert!(stats.errors.is_empty(), "load errors: {:?}", stats.errors);
+    load_buckets_count_every_allowed_check(&rt, set.urls(&[2]), &stats);
+    // The removed node dropped what it handed over.
+    let removed = set.port(0);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let n: i64 = redis::cmd("DBSIZE")
+                .query(&mut try_connect(removed)?)
+                .ok()?;
+            (n == 0).then_some(())
+        })
+        .is_some(),
+        "the removed node kept keys"
+    );
+    set.stop(0);
+    println!("test took {:?}", started.elapsed());
+}
+
+/// Preloads `PRELOAD` buckets, `pre:{i}` with cost `pre_cost(i)`, from 8 cluster clients;
+/// then every one reads back as written.
+fn preload_buckets(rt: &tokio::runtime::Runtime, urls: &[String]) {
     rt.block_on(async {
-        let mut c = cluster_client(set.urls(&[2])).await;
+        let mut c = cluster_client(urls.to_vec()).await;
+        let mut tasks = tokio::task::JoinSet::new();
+        for t in 0..8 {
+            let mut c = c.clone();
+            tasks.spawn(async move {
+                for i in (t..PRELOAD).step_by(8) {
+                    let cost = pre_cost(i).to_string();
+                    let r = cluster_rl_check(
+                        &mut c,
+                        &[&format!("pre:{i}"), "100", "1d", "COST", &cost],
+                    )
+                    .await
+                    .unwrap();
+                    assert_eq!(r[0], 1);
+                }
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        assert_eq!(wrong_buckets(&mut c).await, vec![]);
+    });
+}
+
+/// The load's own buckets: what remains of each is its limit less every check the load saw
+/// allowed, to the unit.
+fn load_buckets_count_every_allowed_check(
+    rt: &tokio::runtime::Runtime,
+    urls: Vec<String>,
+    stats: &LoadStats,
+) {
+    rt.block_on(async {
+        let mut c = cluster_client(urls).await;
         for k in 0..LOAD_KEYS {
             let allowed = stats.allowed.get(&k).copied().unwrap_or(0);
             let r = cluster_rl_check(
@@ -738,20 +793,6 @@ fn add_and_remove_node_under_load_keep_every_bucket() {
             );
         }
     });
-    // The removed node dropped what it handed over.
-    let removed = set.port(0);
-    assert!(
-        wait_until(Duration::from_secs(10), || {
-            let n: i64 = redis::cmd("DBSIZE")
-                .query(&mut try_connect(removed)?)
-                .ok()?;
-            (n == 0).then_some(())
-        })
-        .is_some(),
-        "the removed node kept keys"
-    );
-    set.stop(0);
-    println!("test took {:?}", started.elapsed());
 }
 
 /// A hand-assigned table (no tokens) from `table`: epoch `epoch`, the ranges of shards `a` and

@@ -125,8 +125,91 @@ fn sentinel_fails_over_one_shard() {
 
     // Buckets on both shards, on the replicas too before the kill (WAIT).
     let rt = runtime();
+    preload_and_wait(&rt, vec![nodes[0].url(), nodes[1].url()], [p0, p1]);
+    let on_shard0 = (0..PRELOAD)
+        .filter(|i| owner_of(&slots, key_slot(format!("fo:{i}").as_bytes())) == Some(p0))
+        .count();
+    assert!(on_shard0 > PRELOAD / 4, "{on_shard0} buckets on shard 0");
+
+    let sentinels = start_sentinels(p0, p1);
+    println!("topology up in {:?}", started.elapsed());
+
+    // kill -9 of shard 0's primary.
+    nodes[0].signal(libc::SIGKILL);
+    let killed = Instant::now();
+    assert!(nodes[0].wait_exit(Duration::from_secs(10)).is_some());
+
+    let promoted = wait_until(Duration::from_secs(30), || {
+        master_port(&sentinels[0], SHARDS[0]).filter(|&p| p != p0)
+    })
+    .expect("Sentinel did not fail shard 0 over within 30 s");
+    assert_eq!(
+        promoted, r0,
+        "Sentinel promoted a node that is not shard 0's replica"
+    );
+    println!(
+        "Sentinel promoted :{r0} {:?} after the kill -9",
+        killed.elapsed()
+    );
+
+    // Every remaining node shows the promoted node as the owner of shard 0's slots.
+    let expected = promoted_slots(&slots, p0, r0);
+    let everywhere = every_node_shows(&expected, [p1, r0, r1], killed);
+    println!(
+        "every remaining node's CLUSTER SLOTS showed the new owner {everywhere:?} after the kill -9"
+    );
+    assert!(everywhere < Duration::from_secs(20));
+
+    // The buckets of both shards kept their state.
+    let wrong = rt.block_on(async {
+        let mut c = cluster_client(vec![nodes[1].url(), nodes[2].url()]).await;
+        wrong_buckets(&mut c).await
+    });
+    assert_eq!(wrong, vec![], "buckets reset or changed by the failover");
+
+    // The old primary comes back on its port with its config file (epoch 1, primary of shard
+    // 0): it asks its peers first and never serves a slot it lost.
+    let (probe, slot) = (0..10_000)
+        .map(|i| format!("fo:{i}"))
+        .map(|k| {
+            let s = key_slot(k.as_bytes());
+            (k, s)
+        })
+        .find(|(_, s)| owner_of(&slots, *s) == Some(p0))
+        .unwrap();
+    nodes[0] = cluster_node(p0, &config(0), &[]);
+    let restarted = Instant::now();
+    let moved = format!("MOVED {slot} 127.0.0.1:{r0}");
+    old_primary_stands_down(p0, &probe, &moved);
+    assert_eq!(cluster_slots(p0).as_ref(), Some(&expected));
+
+    // Sentinel makes it a replica of the new primary.
+    let converted = wait_until(Duration::from_secs(30), || {
+        follows(p0, r0).then(|| restarted.elapsed())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the old primary was not made a replica of :{r0}: role {:?}, master_port {:?}\nlog:\n{}",
+            info_field(p0, "replication", "role"),
+            info_field(p0, "replication", "master_port"),
+            nodes[0].log()
+        )
+    });
+    println!("Sentinel made the old primary a replica of :{r0} {converted:?} after its restart");
+    assert_eq!(raw_check(p0, &probe), moved, "still a replica in the table");
+    let wrong = rt.block_on(async {
+        let mut c = cluster_client(vec![nodes[0].url()]).await;
+        wrong_buckets(&mut c).await
+    });
+    assert_eq!(wrong, vec![], "buckets after the old primary came back");
+    println!("test took {:?}", started.elapsed());
+}
+
+/// Preloads `PRELOAD` buckets over the cluster at `urls`, then waits until the replica of each
+/// primary in `primaries` has acknowledged them.
+fn preload_and_wait(rt: &tokio::runtime::Runtime, urls: Vec<String>, primaries: [u16; 2]) {
     rt.block_on(async {
-        let mut c = cluster_client(vec![nodes[0].url(), nodes[1].url()]).await;
+        let mut c = cluster_client(urls).await;
         for i in 0..PRELOAD {
             let cost = pre_cost(i).to_string();
             let r = cluster_rl_check(&mut c, &[&format!("fo:{i}"), "100", "1d", "COST", &cost])
@@ -135,7 +218,7 @@ fn sentinel_fails_over_one_shard() {
             assert_eq!(r[0], 1);
         }
     });
-    for p in [p0, p1] {
+    for p in primaries {
         let acked: i64 = redis::cmd("WAIT")
             .arg(1)
             .arg(5000)
@@ -143,11 +226,11 @@ fn sentinel_fails_over_one_shard() {
             .unwrap();
         assert_eq!(acked, 1, "the replica of :{p} acked the preload");
     }
-    let on_shard0 = (0..PRELOAD)
-        .filter(|i| owner_of(&slots, key_slot(format!("fo:{i}").as_bytes())) == Some(p0))
-        .count();
-    assert!(on_shard0 > PRELOAD / 4, "{on_shard0} buckets on shard 0");
+}
 
+/// Three sentinels monitoring both shards (primaries `p0` and `p1`), once each knows each
+/// shard's replica and the two other sentinels.
+fn start_sentinels(p0: u16, p1: u16) -> Vec<RedisSentinel> {
     let sentinel_config = format!(
         "sentinel monitor {} 127.0.0.1 {p0} 2\n\
          sentinel down-after-milliseconds {0} 1000\n\
@@ -178,28 +261,13 @@ fn sentinel_fails_over_one_shard() {
             );
         }
     }
-    println!("topology up in {:?}", started.elapsed());
+    sentinels
+}
 
-    // kill -9 of shard 0's primary.
-    nodes[0].signal(libc::SIGKILL);
-    let killed = Instant::now();
-    assert!(nodes[0].wait_exit(Duration::from_secs(10)).is_some());
-
-    let promoted = wait_until(Duration::from_secs(30), || {
-        master_port(&sentinels[0], SHARDS[0]).filter(|&p| p != p0)
-    })
-    .expect("Sentinel did not fail shard 0 over within 30 s");
-    assert_eq!(
-        promoted, r0,
-        "Sentinel promoted a node that is not shard 0's replica"
-    );
-    println!(
-        "Sentinel promoted :{r0} {:?} after the kill -9",
-        killed.elapsed()
-    );
-
+/// `slots` after shard 0's replica `r0` took over from `p0`, which became its replica.
+fn promoted_slots(slots: &[SlotsEntry], p0: u16, r0: u16) -> Vec<SlotsEntry> {
     // Every remaining node shows the promoted node as the owner of shard 0's slots.
-    let expected: Vec<SlotsEntry> = slots
+    slots
         .iter()
         .map(|e| {
             let mut e = e.clone();
@@ -209,46 +277,32 @@ fn sentinel_fails_over_one_shard() {
             }
             e
         })
-        .collect();
+        .collect()
+}
+
+/// Waits until every node of `ports` shows `expected` in CLUSTER SLOTS; how long after
+/// `killed` that was.
+fn every_node_shows(expected: &[SlotsEntry], ports: [u16; 3], killed: Instant) -> Duration {
     let mut last_seen = BTreeMap::new();
-    let everywhere = wait_until(Duration::from_secs(20), || {
+    wait_until(Duration::from_secs(20), || {
         let mut all = true;
-        for p in [p1, r0, r1] {
+        for p in ports {
             let seen = cluster_slots(p);
-            all &= seen.as_ref() == Some(&expected);
+            all &= seen.as_deref() == Some(expected);
             last_seen.insert(p, seen);
         }
         all.then(|| killed.elapsed())
     })
-    .unwrap_or_else(|| panic!("the nodes' CLUSTER SLOTS: {last_seen:#?}"));
-    println!(
-        "every remaining node's CLUSTER SLOTS showed the new owner {everywhere:?} after the kill -9"
-    );
-    assert!(everywhere < Duration::from_secs(20));
+    .unwrap_or_else(|| panic!("the nodes' CLUSTER SLOTS: {last_seen:#?}"))
+}
 
-    // The buckets of both shards kept their state.
-    let wrong = rt.block_on(async {
-        let mut c = cluster_client(vec![nodes[1].url(), nodes[2].url()]).await;
-        wrong_buckets(&mut c).await
-    });
-    assert_eq!(wrong, vec![], "buckets reset or changed by the failover");
-
-    // The old primary comes back on its port with its config file (epoch 1, primary of shard
-    // 0): it asks its peers first and never serves a slot it lost.
-    let (probe, slot) = (0..10_000)
-        .map(|i| format!("fo:{i}"))
-        .map(|k| {
-            let s = key_slot(k.as_bytes());
-            (k, s)
-        })
-        .find(|(_, s)| owner_of(&slots, *s) == Some(p0))
-        .unwrap();
-    nodes[0] = cluster_node(p0, &config(0), &[]);
-    let restarted = Instant::now();
-    let moved = format!("MOVED {slot} 127.0.0.1:{r0}");
+/// The old primary, back with its config file (epoch 1, primary of shard 0), asks its peers
+/// first and never serves a slot it lost: it answers `probe` with `moved` (or CLUSTERDOWN
+/// while it asks), never with a check.
+fn old_primary_stands_down(p0: u16, probe: &str, moved: &str) {
     let mut answers = BTreeMap::<String, u32>::new();
     let stood_down = wait_until(Duration::from_secs(10), || {
-        let a = raw_check(p0, &probe);
+        let a = raw_check(p0, probe);
         *answers.entry(a.clone()).or_default() += 1;
         (a == moved).then_some(())
     });
@@ -262,28 +316,6 @@ fn sentinel_fails_over_one_shard() {
             .all(|a| *a == moved || a.starts_with("CLUSTERDOWN")),
         "the old primary served a slot it lost: {answers:?}"
     );
-    assert_eq!(cluster_slots(p0).as_ref(), Some(&expected));
-
-    // Sentinel makes it a replica of the new primary.
-    let converted = wait_until(Duration::from_secs(30), || {
-        follows(p0, r0).then(|| restarted.elapsed())
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "the old primary was not made a replica of :{r0}: role {:?}, master_port {:?}\nlog:\n{}",
-            info_field(p0, "replication", "role"),
-            info_field(p0, "replication", "master_port"),
-            nodes[0].log()
-        )
-    });
-    println!("Sentinel made the old primary a replica of :{r0} {converted:?} after its restart");
-    assert_eq!(raw_check(p0, &probe), moved, "still a replica in the table");
-    let wrong = rt.block_on(async {
-        let mut c = cluster_client(vec![nodes[0].url()]).await;
-        wrong_buckets(&mut c).await
-    });
-    assert_eq!(wrong, vec![], "buckets after the old primary came back");
-    println!("test took {:?}", started.elapsed());
 }
 
 /// Both shards fail over at once (two replicas promoted within one table epoch): every node

@@ -149,6 +149,44 @@ fn readme_examples_behave_as_documented() {
     ]);
     let mut rls = Rls::connect(grpc);
 
+    readme_examples_1_to_5(&mut rls);
+    readme_examples_6_to_11(&mut rls);
+    readme_examples_reloaded(&dir, &mut rls);
+
+    // A config that does not load leaves the previous one serving.
+    std::fs::write(
+        dir.path().join("broken.yaml"),
+        "domain: broken\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n",
+    )
+    .expect("write");
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .log()
+            .contains("Envoy config not reloaded")
+            .then_some(()))
+        .is_some()
+    );
+    assert_eq!(
+        limit(&rls.one("internal", &[("azure", "x")], 1)),
+        Some((100, MINUTE))
+    );
+
+    // The shadow-mode denial is counted as such, under the rule's name.
+    let body = http_get(metrics, "/metrics").expect("metrics");
+    assert!(
+        body.lines().any(|l| l.starts_with("sluice_checks_total{")
+            && l.contains("rule=\"example6.service.user_user-a\"")
+            && l.contains("result=\"shadow_denied\"")),
+        "{body}"
+    );
+    drop(server);
+}
+
+/// Example 4's two-entry descriptor.
+const DEEP: &[(&str, &str)] = &[("key", "value"), ("subkey", "subvalue")];
+
+/// The README's examples 1 to 5 (example 4's first block).
+fn readme_examples_1_to_5(rls: &mut Rls) {
     // 1: database=users, 500 per second; other values have no limit.
     within_one_second(|| {
         let full = rls.one("mongo_cps", &[("database", "users")], 500);
@@ -193,8 +231,7 @@ fn readme_examples_behave_as_documented() {
     });
 
     // 4, first block: a two-entry descriptor does not match a one-level config.
-    let deep: &[(&str, &str)] = &[("key", "value"), ("subkey", "subvalue")];
-    assert_eq!(limit(&rls.one("example4", deep, 1)), None);
+    assert_eq!(limit(&rls.one("example4", DEEP, 1)), None);
     assert_eq!(
         limit(&rls.one("example4", &[("key", "value")], 1)),
         Some((300, SECOND))
@@ -208,7 +245,10 @@ fn readme_examples_behave_as_documented() {
     );
     let azure = rls.one("internal", &[("azure", "x")], 1);
     assert_eq!((azure.code, limit(&azure)), (OK, Some((100, MINUTE))));
+}
 
+/// The README's examples 6 to 11 (example 9's first block).
+fn readme_examples_6_to_11(rls: &mut Rls) {
     // 6: user-a's 10 per second is in shadow mode: never limited; user-b's 20 is enforced.
     let user_a: &[(&str, &str)] = &[("service", "auth-service"), ("user", "user-a")];
     let shadow = rls.one("example6", user_a, 11);
@@ -307,16 +347,19 @@ fn readme_examples_behave_as_documented() {
         1,
     );
     assert_eq!(limit(&r11), Some((60, MINUTE)));
+}
 
+/// The second blocks of examples 4 and 9, each loaded over the one before.
+fn readme_examples_reloaded(dir: &TempDir, rls: &mut Rls) {
     // 4, second block, loaded over the first: now the two-entry descriptor matches.
-    reload(&dir, "example04.yaml", &fixture("example04b"), || {
-        limit(&rls.one("example4", deep, 0)).is_some()
+    reload(dir, "example04.yaml", &fixture("example04b"), || {
+        limit(&rls.one("example4", DEEP, 0)).is_some()
     });
-    assert_eq!(limit(&rls.one("example4", deep, 1)), Some((300, SECOND)));
+    assert_eq!(limit(&rls.one("example4", DEEP, 1)), Some((300, SECOND)));
     assert_eq!(limit(&rls.one("example4", &[("key", "value")], 1)), None);
 
     // 9, second and third blocks: middle and multiple wildcards.
-    reload(&dir, "example09.yaml", &fixture("example09b"), || {
+    reload(dir, "example09.yaml", &fixture("example09b"), || {
         limit(&rls.one("example9", &[("key1", "valueXYZ")], 0)).is_none()
     });
     assert_eq!(
@@ -327,7 +370,7 @@ fn readme_examples_behave_as_documented() {
         limit(&rls.one("example9", &[("path", "/api/123/other")], 1)),
         None
     );
-    reload(&dir, "example09.yaml", &fixture("example09c"), || {
+    reload(dir, "example09.yaml", &fixture("example09c"), || {
         limit(&rls.one("example9", &[("path", "/api/123/action")], 0)).is_none()
     });
     let multi = [("route", "/api/v2/resource/456/action")];
@@ -336,34 +379,6 @@ fn readme_examples_behave_as_documented() {
         limit(&rls.one("example9", &[("route", "/api/v2/resource/456")], 1)),
         None
     );
-
-    // A config that does not load leaves the previous one serving.
-    std::fs::write(
-        dir.path().join("broken.yaml"),
-        "domain: broken\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n",
-    )
-    .expect("write");
-    assert!(
-        wait_until(Duration::from_secs(10), || server
-            .log()
-            .contains("Envoy config not reloaded")
-            .then_some(()))
-        .is_some()
-    );
-    assert_eq!(
-        limit(&rls.one("internal", &[("azure", "x")], 1)),
-        Some((100, MINUTE))
-    );
-
-    // The shadow-mode denial is counted as such, under the rule's name.
-    let body = http_get(metrics, "/metrics").expect("metrics");
-    assert!(
-        body.lines().any(|l| l.starts_with("sluice_checks_total{")
-            && l.contains("rule=\"example6.service.user_user-a\"")
-            && l.contains("result=\"shadow_denied\"")),
-        "{body}"
-    );
-    drop(server);
 }
 
 #[test]

@@ -19,6 +19,15 @@ fn scrape(port: u16) -> Vec<Sample> {
         .samples
 }
 
+/// `sluice_checks` of plain checks (no rule) of `algo` with `result`.
+fn unnamed_checks(samples: &[Sample], algo: &str, result: &str) -> Option<f64> {
+    value(
+        samples,
+        "sluice_checks",
+        &[("algo", algo), ("result", result)],
+    )
+}
+
 /// The value of the sample named `name` (or `name` + `_total`) whose labels are exactly `labels`.
 fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     let want: HashMap<String, String> = labels
@@ -119,7 +128,7 @@ fn metrics_scrape_counts_checks_by_algorithm_and_outcome() {
     );
 
     let s = scrape(metrics);
-    let checks = |algo, result| value(&s, "sluice_checks", &[("algo", algo), ("result", result)]);
+    let checks = |algo, result| unnamed_checks(&s, algo, result);
     assert_eq!(checks("token", "allowed"), Some(10.0));
     assert_eq!(checks("token", "denied"), Some(2.0));
     assert_eq!(checks("fixed", "allowed"), Some(3.0));
@@ -166,8 +175,22 @@ fn metrics_scrape_counts_checks_by_algorithm_and_outcome() {
         "cumulative"
     );
 
-    // Named rules are labelled with their name: an enforcing GCRA rule (2 per minute, hit 3
-    // times) and a shadow rule (1 per minute, hit twice: its denial is a would-be one).
+    named_rules_are_labelled_by_name(&mut c, metrics);
+
+    // RESETSTAT resets INFO, not the Prometheus counters.
+    let _: String = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut c)
+        .expect("RESETSTAT");
+    let s = scrape(metrics);
+    assert_eq!(unnamed_checks(&s, "token", "allowed"), Some(10.0));
+    drop(server);
+}
+
+/// Named rules are labelled with their name: an enforcing GCRA rule (2 per minute, hit 3
+/// times) and a shadow rule (1 per minute, hit twice: its denial is a would-be one). The
+/// unnamed series (10 allowed TOKEN checks before) does not move.
+fn named_rules_are_labelled_by_name(c: &mut redis::Connection, metrics: u16) {
     for rule in [
         "SET login LIMIT 2 PERIOD 60 ALGO GCRA",
         "SET probe LIMIT 1 PERIOD 60 SHADOW",
@@ -176,14 +199,14 @@ fn metrics_scrape_counts_checks_by_algorithm_and_outcome() {
         for w in rule.split(' ') {
             cmd.arg(w);
         }
-        let _: i64 = cmd.query(&mut c).expect("RL.RULE SET");
+        let _: i64 = cmd.query(c).expect("RL.RULE SET");
     }
     for (rule, n) in [("login", 3), ("probe", 2)] {
         for _ in 0..n {
             let _: Vec<i64> = redis::cmd("RL.HIT")
                 .arg(rule)
                 .arg("user:1")
-                .query(&mut c)
+                .query(c)
                 .expect("RL.HIT");
         }
     }
@@ -201,28 +224,5 @@ fn metrics_scrape_counts_checks_by_algorithm_and_outcome() {
     assert_eq!(ruled("probe", "token", "shadow_denied"), Some(1.0));
     assert_eq!(ruled("probe", "token", "denied"), None);
     // The unnamed series did not move.
-    assert_eq!(
-        value(
-            &s,
-            "sluice_checks",
-            &[("algo", "token"), ("result", "allowed")]
-        ),
-        Some(10.0)
-    );
-
-    // RESETSTAT resets INFO, not the Prometheus counters.
-    let _: String = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut c)
-        .expect("RESETSTAT");
-    let s = scrape(metrics);
-    assert_eq!(
-        value(
-            &s,
-            "sluice_checks",
-            &[("algo", "token"), ("result", "allowed")]
-        ),
-        Some(10.0)
-    );
-    drop(server);
+    assert_eq!(unnamed_checks(&s, "token", "allowed"), Some(10.0));
 }

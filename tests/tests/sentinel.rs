@@ -213,60 +213,15 @@ fn sentinel_fails_over_under_load() {
     let mut primary = Sluice::start_with(&node_args);
     let primary_port = primary.port;
     let master_arg = format!("127.0.0.1:{primary_port}");
-    let replica_args = ["--threads", "1", "--replicaof", &master_arg];
-    let replicas = [
-        Sluice::start_with(&replica_args),
-        Sluice::start_with(&replica_args),
-    ];
+    let replicas = [start_replica(&master_arg), start_replica(&master_arg)];
     for r in &replicas {
-        assert!(
-            wait_until(Duration::from_secs(20), || follows(r, primary_port)
-                .then_some(()))
-            .is_some(),
-            "replica {} did not link to the primary; log:\n{}",
-            r.port,
-            r.log()
-        );
+        await_link(r, primary_port);
     }
 
-    let config = format!(
-        "sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
-         sentinel down-after-milliseconds {MASTER} 1000\n\
-         sentinel failover-timeout {MASTER} 10000\n\
-         sentinel parallel-syncs {MASTER} 1"
-    );
-    let sentinels: Vec<RedisSentinel> = (0..3).map(|_| RedisSentinel::start(&config)).collect();
-    // Each sentinel must know both replicas (from the primary's INFO) and the two other
-    // sentinels (from __sentinel__:hello, our pub/sub) before a failover can be decided.
-    for s in &sentinels {
-        let known = wait_until(Duration::from_secs(20), || {
-            let replicas = sentinel_list(s, "REPLICAS");
-            let peers = sentinel_list(s, "SENTINELS");
-            (replicas.len() == 2 && peers.len() == 2).then_some(())
-        });
-        assert!(
-            known.is_some(),
-            "sentinel {} did not discover the topology: replicas {:?}, sentinels {:?}",
-            s.port,
-            sentinel_list(s, "REPLICAS"),
-            sentinel_list(s, "SENTINELS")
-        );
-    }
+    let sentinels = start_sentinels(primary_port);
     println!("topology up in {:?}", started.elapsed());
 
-    // A bucket consumed before the kill, on every replica before the kill (WAIT).
-    {
-        let mut c = primary.client();
-        let taken = SURVIVOR_TAKEN.to_string();
-        let r = rl_check(
-            &mut c,
-            &[SURVIVOR[0], SURVIVOR[1], SURVIVOR[2], "COST", &taken],
-        )
-        .expect("consume survivor");
-        assert_eq!(r[0], 1, "{r:?}");
-        let acked: i64 = redis::cmd("WAIT").arg(2).arg(5000).query(&mut c).unwrap();
-        assert_eq!(acked, 2, "both replicas acked the survivor bucket");
-    }
+    consume_survivor(&primary);
     let survivor_before = survivor_remaining(&primary);
     let survivor_at = Instant::now();
 
@@ -303,19 +258,7 @@ fn sentinel_fails_over_under_load() {
     };
     println!("Sentinel switched the primary to :{new_port} {switched:?} after the kill -9");
 
-    // Every sentinel names the new primary before the old one comes back (empty, and a primary
-    // in its own eyes): a sentinel still naming the old address would send clients there.
-    for s in &sentinels {
-        assert!(
-            wait_until(Duration::from_secs(10), || {
-                master_port(s).filter(|&p| p == new_port)
-            })
-            .is_some(),
-            "sentinel {} still names {:?}",
-            s.port,
-            master_port(s)
-        );
-    }
+    every_sentinel_names(&sentinels, new_port);
 
     // Restart the old primary on its port now: Sentinel turns it into a replica some seconds
     // after it sees it as a primary again, which overlaps the checks below.
@@ -341,7 +284,159 @@ fn sentinel_fails_over_under_load() {
         try_info(other, "replication")
     );
 
-    // Clients check on the new primary within 10 s of the kill.
+    clients_resume_on(&load, new_port, killed);
+
+    // The bucket state survived: the same remaining, give or take the refill since.
+    let survivor_after = survivor_remaining(new_primary);
+    let refill = || refill_allowance(survivor_at);
+    let refill_now = refill();
+    println!(
+        "survivor bucket: {survivor_before} remaining before the kill, {survivor_after} on the new primary"
+    );
+    assert!(
+        survivor_after >= survivor_before && survivor_after <= survivor_before + refill_now,
+        "survivor bucket: {survivor_before} before the kill, {survivor_after} on the new primary (refill allowance {refill_now})"
+    );
+
+    old_primary_rejoins(&old, new_port, restarted, survivor_before, survivor_at);
+
+    // The client kept checking on the new primary all along.
+    let after = load.with(|p| p.by_port.get(&new_port).map_or(0, |e| e.1));
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            load.with(|p| p.by_port.get(&new_port).is_some_and(|e| e.1 > after))
+                .then_some(())
+        })
+        .is_some(),
+        "the client stopped checking"
+    );
+    stop_and_report(&mut load, primary_port, new_port, other.port);
+    println!("test took {:?}", started.elapsed());
+}
+
+/// Sentinel turns the restarted old primary into a replica of the new one. It notices the
+/// restart on its next INFO of the instance (every 10 s while it is down): on a busy CI
+/// machine that has taken just over 30 s, hence the longer deadline.
+fn old_primary_rejoins(
+    old: &Sluice,
+    new_port: u16,
+    restarted: Instant,
+    survivor_before: i64,
+    survivor_at: Instant,
+) {
+    let converted = wait_until(Duration::from_secs(60), || {
+        follows(old, new_port).then(|| restarted.elapsed())
+    });
+    let converted = converted.unwrap_or_else(|| {
+        panic!(
+            "the restarted old primary was not converted within 60 s: {:?}\nlog:\n{}",
+            try_info(old, "replication"),
+            old.log()
+        )
+    });
+    println!(
+        "Sentinel converted the restarted old primary into a replica {converted:?} after its restart"
+    );
+    match try_role(old) {
+        Some(redis::Role::Replica { primary_port, .. }) => assert_eq!(primary_port, new_port),
+        other => panic!("ROLE on the old primary: {other:?}"),
+    }
+    // Its copy of the survivor bucket came from the new primary.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let r = survivor_remaining(old);
+            (r >= survivor_before && r <= survivor_before + refill_allowance(survivor_at))
+                .then_some(())
+        })
+        .is_some(),
+        "old primary's survivor bucket: {} (before the kill {survivor_before}, refill allowance {})",
+        survivor_remaining(old),
+        refill_allowance(survivor_at)
+    );
+}
+
+/// What the survivor bucket (20,000 a day) may have refilled since `since`, plus one.
+fn refill_allowance(since: Instant) -> i64 {
+    (since.elapsed().as_secs_f64() * 20_000.0 / 86_400.0).ceil() as i64 + 1
+}
+
+/// A replica of `master_arg` (`host:port`).
+fn start_replica(master_arg: &str) -> Sluice {
+    Sluice::start_with(&["--threads", "1", "--replicaof", master_arg])
+}
+
+/// Waits until replica `r` is linked to the primary on `primary_port`.
+fn await_link(r: &Sluice, primary_port: u16) {
+    assert!(
+        wait_until(Duration::from_secs(20), || follows(r, primary_port)
+            .then_some(()))
+        .is_some(),
+        "replica {} did not link to the primary; log:\n{}",
+        r.port,
+        r.log()
+    );
+}
+
+/// Three sentinels monitoring the primary on `primary_port`, once each knows both replicas
+/// (from the primary's INFO) and the two other sentinels (from __sentinel__:hello, our
+/// pub/sub): before that, no failover can be decided.
+fn start_sentinels(primary_port: u16) -> Vec<RedisSentinel> {
+    let config = format!(
+        "sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
+         sentinel down-after-milliseconds {MASTER} 1000\n\
+         sentinel failover-timeout {MASTER} 10000\n\
+         sentinel parallel-syncs {MASTER} 1"
+    );
+    let sentinels: Vec<RedisSentinel> = (0..3).map(|_| RedisSentinel::start(&config)).collect();
+    for s in &sentinels {
+        let known = wait_until(Duration::from_secs(20), || {
+            let replicas = sentinel_list(s, "REPLICAS");
+            let peers = sentinel_list(s, "SENTINELS");
+            (replicas.len() == 2 && peers.len() == 2).then_some(())
+        });
+        assert!(
+            known.is_some(),
+            "sentinel {} did not discover the topology: replicas {:?}, sentinels {:?}",
+            s.port,
+            sentinel_list(s, "REPLICAS"),
+            sentinel_list(s, "SENTINELS")
+        );
+    }
+    sentinels
+}
+
+/// A bucket consumed before the kill, on every replica before the kill (WAIT).
+fn consume_survivor(primary: &Sluice) {
+    let mut c = primary.client();
+    let taken = SURVIVOR_TAKEN.to_string();
+    let r = rl_check(
+        &mut c,
+        &[SURVIVOR[0], SURVIVOR[1], SURVIVOR[2], "COST", &taken],
+    )
+    .expect("consume survivor");
+    assert_eq!(r[0], 1, "{r:?}");
+    let acked: i64 = redis::cmd("WAIT").arg(2).arg(5000).query(&mut c).unwrap();
+    assert_eq!(acked, 2, "both replicas acked the survivor bucket");
+}
+
+/// Every sentinel names the new primary before the old one comes back (empty, and a primary
+/// in its own eyes): a sentinel still naming the old address would send clients there.
+fn every_sentinel_names(sentinels: &[RedisSentinel], new_port: u16) {
+    for s in sentinels {
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                master_port(s).filter(|&p| p == new_port)
+            })
+            .is_some(),
+            "sentinel {} still names {:?}",
+            s.port,
+            master_port(s)
+        );
+    }
+}
+
+/// Clients check on the new primary within 10 s of the kill.
+fn clients_resume_on(load: &Load, new_port: u16, killed: Instant) {
     let resumed = wait_until(Duration::from_secs(15), || {
         load.with(|p| p.by_port.get(&new_port).map(|e| e.0))
     })
@@ -357,77 +452,25 @@ fn sentinel_fails_over_under_load() {
         resumed < Duration::from_secs(10),
         "clients resumed {resumed:?} after the kill"
     );
+}
 
-    // The bucket state survived: the same remaining, give or take the refill since.
-    let survivor_after = survivor_remaining(new_primary);
-    let refill = || (survivor_at.elapsed().as_secs_f64() * 20_000.0 / 86_400.0).ceil() as i64 + 1;
-    let refill_now = refill();
-    println!(
-        "survivor bucket: {survivor_before} remaining before the kill, {survivor_after} on the new primary"
-    );
-    assert!(
-        survivor_after >= survivor_before && survivor_after <= survivor_before + refill_now,
-        "survivor bucket: {survivor_before} before the kill, {survivor_after} on the new primary (refill allowance {refill_now})"
-    );
-
-    // Sentinel turns the restarted old primary into a replica of the new one. It notices the
-    // restart on its next INFO of the instance (every 10 s while it is down): on a busy CI
-    // machine that has taken just over 30 s, hence the longer deadline.
-    let converted = wait_until(Duration::from_secs(60), || {
-        follows(&old, new_port).then(|| restarted.elapsed())
-    });
-    let converted = converted.unwrap_or_else(|| {
-        panic!(
-            "the restarted old primary was not converted within 60 s: {:?}\nlog:\n{}",
-            try_info(&old, "replication"),
-            old.log()
-        )
-    });
-    println!(
-        "Sentinel converted the restarted old primary into a replica {converted:?} after its restart"
-    );
-    match try_role(&old) {
-        Some(redis::Role::Replica { primary_port, .. }) => assert_eq!(primary_port, new_port),
-        other => panic!("ROLE on the old primary: {other:?}"),
-    }
-    // Its copy of the survivor bucket came from the new primary.
-    assert!(
-        wait_until(Duration::from_secs(10), || {
-            let r = survivor_remaining(&old);
-            (r >= survivor_before && r <= survivor_before + refill()).then_some(())
-        })
-        .is_some(),
-        "old primary's survivor bucket: {} (before the kill {survivor_before}, refill allowance {})",
-        survivor_remaining(&old),
-        refill()
-    );
-
-    // The client kept checking on the new primary all along.
-    let after = load.with(|p| p.by_port.get(&new_port).map_or(0, |e| e.1));
-    assert!(
-        wait_until(Duration::from_secs(10), || {
-            load.with(|p| p.by_port.get(&new_port).is_some_and(|e| e.1 > after))
-                .then_some(())
-        })
-        .is_some(),
-        "the client stopped checking"
-    );
+/// Stops the load and reports it; no client ever checked on the replica that stayed one.
+fn stop_and_report(load: &mut Load, old_port: u16, new_port: u16, other_port: u16) {
     load.stop();
     load.with(|p| {
         println!(
             "load: {} checks ({} on the old primary, {} on the new), {} errors, {} connections, longest gap {:?}",
             p.ok,
-            p.by_port.get(&primary_port).map_or(0, |e| e.1),
+            p.by_port.get(&old_port).map_or(0, |e| e.1),
             p.by_port.get(&new_port).map_or(0, |e| e.1),
             p.errors,
             p.connects,
             p.max_gap
         );
         assert!(
-            !p.by_port.contains_key(&other.port),
+            !p.by_port.contains_key(&other_port),
             "a client checked on a replica: {:?}",
             p.by_port.keys()
         );
     });
-    println!("test took {:?}", started.elapsed());
 }

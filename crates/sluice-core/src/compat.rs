@@ -79,19 +79,10 @@ pub struct ClThrottle {
     pub quantity: i64,
 }
 
-/// `CL.THROTTLE`'s reply: five integers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClThrottleReply {
-    /// 1 if limited, 0 if allowed.
-    pub limited: i64,
-    /// `max_burst + 1`.
-    pub limit: i64,
-    pub remaining: i64,
-    /// Seconds, rounded up; −1 when allowed (and when the quantity can never fit).
-    pub retry_after: i64,
-    /// Seconds, rounded up.
-    pub reset_after: i64,
-}
+/// `CL.THROTTLE`'s reply: the same five integers as [`GcraReply`], in seconds rounded as
+/// redis-cell rounds them; `retry_after` is −1 when allowed (and when the quantity can never
+/// fit).
+pub type ClThrottleReply = GcraReply;
 
 impl ClThrottle {
     /// Parses the arguments after the key: `max_burst count period [quantity]`. The error is
@@ -170,7 +161,7 @@ pub fn cl_throttle(
     };
     let reply = ClThrottleReply {
         limited: i64::from(limited),
-        limit: req.max_burst.saturating_add(1),
+        max_tokens: req.max_burst.saturating_add(1),
         remaining,
         retry_after: cell_secs(retry_after),
         reset_after: cell_secs(ttl),
@@ -191,7 +182,8 @@ pub struct GcraCmd {
     pub tokens: i64,
 }
 
-/// Redis `GCRA`'s reply: an array of five integers in RESP2 and RESP3 alike.
+/// Redis `GCRA`'s reply, and `CL.THROTTLE`'s: an array of five integers in RESP2 and RESP3
+/// alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GcraReply {
     /// 1 if limited, 0 if allowed.
@@ -201,8 +193,22 @@ pub struct GcraReply {
     pub remaining: i64,
     /// Seconds, rounded up; −1 when allowed or when the cost can never fit.
     pub retry_after: i64,
-    /// Seconds until a full burst is available, rounded up; −1 when the cost can never fit.
+    /// Seconds until a full burst is available, rounded up; −1 when the cost can never fit
+    /// (`GCRA` only).
     pub reset_after: i64,
+}
+
+impl GcraReply {
+    /// The five integers, in reply order.
+    pub fn to_array(self) -> [i64; 5] {
+        [
+            self.limited,
+            self.max_tokens,
+            self.remaining,
+            self.retry_after,
+            self.reset_after,
+        ]
+    }
 }
 
 /// The runtime overflow Redis reports when `max(tat, now) + increment` would pass `i64::MAX`

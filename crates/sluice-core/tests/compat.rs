@@ -17,7 +17,7 @@ fn throttle(slot: &mut Option<State>, a: &str, now: u64) -> (i64, i64, i64, i64,
     let (r, _) = cl_throttle(slot, &req, Nanos(now)).unwrap();
     let ClThrottleReply {
         limited,
-        limit,
+        max_tokens: limit,
         remaining,
         retry_after,
         reset_after,

@@ -16,12 +16,14 @@
 //! 5. Rate limit headers, when asked for, describe the descriptor closest to its limit (an
 //!    over-limit one first), as the reference's.
 
+use std::collections::HashSet;
+
 use sluice_core::{Algo, Decision, Nanos};
 
 use crate::config::{Config, Limit, Unit};
 use crate::pb::envoy::config::core::v3::HeaderValue;
 use crate::pb::rate_limit_response::{Code, DescriptorStatus, RateLimit};
-use crate::pb::{RateLimitRequest, RateLimitResponse};
+use crate::pb::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 
 /// One check the caller runs on its store: RL.CHECK `key limit period COST cost ALGO algo`.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,6 +95,9 @@ fn over(limit: u32) -> Decision {
     }
 }
 
+/// A descriptor's limit and store key; `None` when no limit matches it.
+type Found = Option<(Limit, Vec<u8>)>;
+
 /// Answers one `ShouldRateLimit` request against `config` at `now` (Unix time), running the
 /// checks through `check`, whose future may wait (a server forwards a key another node owns to
 /// it) but must not borrow the check it is given. Returns the
@@ -107,6 +112,68 @@ pub async fn should_rate_limit<F>(
 where
     F: std::future::Future<Output = Result<Decision, String>>,
 {
+    validate(request)?;
+    let domain = request.domain.as_str();
+    let now_secs = now.0 / Nanos::PER_SEC;
+
+    // Limits first (overrides, config), then what `replaces` drops.
+    let limits: Vec<Found> = request
+        .descriptors
+        .iter()
+        .map(|d| find_limit(config, domain, d))
+        .collect();
+    let replaced: HashSet<&str> = limits
+        .iter()
+        .flatten()
+        .flat_map(|(l, _)| l.replaces.iter().map(String::as_str))
+        .collect();
+
+    let mut statuses = Vec::with_capacity(limits.len());
+    let mut verdicts = Vec::new();
+    let mut tally = Tally::default();
+    for (d, found) in request.descriptors.iter().zip(&limits) {
+        let Some((limit, key)) = found
+            .as_ref()
+            .filter(|(l, _)| !l.unlimited && !is_replaced(l, &replaced))
+        else {
+            statuses.push(unchecked_status(found));
+            continue;
+        };
+        let unit = limit.unit.unwrap_or(Unit::Second);
+        let cost = match &d.hits_addend {
+            Some(h) => *h,
+            None => u64::from(request.hits_addend.max(1)),
+        };
+        let decision = check_limit(limit, key, unit, cost, &mut check).await?;
+        let code = if !decision.allowed && !limit.shadow_mode {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        tally.count(limit, code);
+        statuses.push(limited_status(limit, unit, code, &decision, now_secs));
+        verdicts.push(Verdict {
+            rule: limit.full_key.clone(),
+            algo: limit.algo,
+            decision,
+            shadow: limit.shadow_mode,
+        });
+    }
+    let mut response = RateLimitResponse {
+        overall_code: tally.overall().into(),
+        ..RateLimitResponse::default()
+    };
+    if headers != Headers::Off
+        && let Some(closest) = closest_to_limit(&statuses, &limits)
+    {
+        response.response_headers_to_add = rate_limit_headers(headers, closest);
+    }
+    response.statuses = statuses;
+    Ok((response, verdicts))
+}
+
+/// An empty domain or descriptor list is a bad request, with the reference's words.
+fn validate(request: &RateLimitRequest) -> Result<(), CallError> {
     if request.domain.is_empty() {
         return Err(CallError::InvalidArgument(
             "rate limit domain must not be empty".into(),
@@ -117,177 +184,184 @@ where
             "rate limit descriptor list must not be empty".into(),
         ));
     }
-    let domain = request.domain.as_str();
-    let now_secs = now.0 / Nanos::PER_SEC;
+    Ok(())
+}
 
-    // Limits first (overrides, config), then what `replaces` drops.
-    let mut limits: Vec<Option<(Limit, Vec<u8>)>> = Vec::with_capacity(request.descriptors.len());
-    for d in &request.descriptors {
-        let entries: Vec<(&str, &str)> = d
-            .entries
-            .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()))
-            .collect();
-        let found = match &d.limit {
-            Some(o) => Unit::from_proto(o.unit).map(|unit| {
-                let limit = Limit {
-                    full_key: format!("{domain}.override"),
-                    requests_per_unit: o.requests_per_unit,
-                    unit: Some(unit),
-                    unlimited: false,
-                    shadow_mode: false,
-                    quota_mode: false,
-                    name: String::new(),
-                    replaces: Vec::new(),
-                    algo: Algo::Fixed,
-                };
-                (limit, store_key(domain, &entries, &[]))
-            }),
-            None => config.get_limit(domain, &entries).map(|m| {
-                (
-                    (**m.limit).clone(),
-                    store_key(domain, &entries, &m.shared_values),
-                )
-            }),
-        };
-        limits.push(found);
-    }
-    let replaced: std::collections::HashSet<&str> = limits
+/// A descriptor's limit: the request's override (a FIXED window, keyed without sharing), else
+/// the config's match.
+fn find_limit(config: &Config, domain: &str, d: &RateLimitDescriptor) -> Found {
+    let entries: Vec<(&str, &str)> = d
+        .entries
         .iter()
-        .flatten()
-        .flat_map(|(l, _)| l.replaces.iter().map(String::as_str))
+        .map(|e| (e.key.as_str(), e.value.as_str()))
         .collect();
-
-    let mut statuses = Vec::with_capacity(limits.len());
-    let mut verdicts = Vec::new();
-    let (mut failed, mut quota_total, mut quota_failed) = (0, 0, 0);
-    for (d, found) in request.descriptors.iter().zip(&limits) {
-        let Some((limit, key)) = found else {
-            statuses.push(DescriptorStatus {
-                code: Code::Ok.into(),
-                ..DescriptorStatus::default()
-            });
-            continue;
-        };
-        if limit.unlimited {
-            statuses.push(DescriptorStatus {
-                code: Code::Ok.into(),
-                limit_remaining: u32::MAX,
-                ..DescriptorStatus::default()
-            });
-            continue;
-        }
-        if !limit.name.is_empty() && replaced.contains(limit.name.as_str()) {
-            statuses.push(DescriptorStatus {
-                code: Code::Ok.into(),
-                ..DescriptorStatus::default()
-            });
-            continue;
-        }
-        let unit = limit.unit.unwrap_or(Unit::Second);
-        let cost = match &d.hits_addend {
-            Some(h) => *h,
-            None => u64::from(request.hits_addend.max(1)),
-        };
-        let limit_n = u64::from(limit.requests_per_unit);
-        let decision = if limit_n == 0 || cost > limit_n {
-            over(limit.requests_per_unit)
-        } else {
-            check(&Check {
-                key,
-                limit: limit_n,
-                period: Nanos::from_secs(unit.seconds()),
-                cost,
-                algo: limit.algo,
-            })
-            .await
-            .map_err(CallError::Unavailable)?
-        };
-        let reset_secs =
-            if limit.algo == Algo::Fixed || !decision.allowed && decision.reset_after.0 == 0 {
-                window_reset(unit, now_secs)
-            } else {
-                decision.reset_after.0.div_ceil(Nanos::PER_SEC)
+    match &d.limit {
+        Some(o) => Unit::from_proto(o.unit).map(|unit| {
+            let limit = Limit {
+                full_key: format!("{domain}.override"),
+                requests_per_unit: o.requests_per_unit,
+                unit: Some(unit),
+                unlimited: false,
+                shadow_mode: false,
+                quota_mode: false,
+                name: String::new(),
+                replaces: Vec::new(),
+                algo: Algo::Fixed,
             };
-        let over_limit = !decision.allowed;
-        let code = if over_limit && !limit.shadow_mode {
+            (limit, store_key(domain, &entries, &[]))
+        }),
+        None => config.get_limit(domain, &entries).map(|m| {
+            (
+                (**m.limit).clone(),
+                store_key(domain, &entries, &m.shared_values),
+            )
+        }),
+    }
+}
+
+/// Whether another matched limit names this one in its `replaces`.
+fn is_replaced(limit: &Limit, replaced: &HashSet<&str>) -> bool {
+    !limit.name.is_empty() && replaced.contains(limit.name.as_str())
+}
+
+/// The status of a descriptor that is not checked: OK, with `limit_remaining` u32::MAX when it
+/// is unlimited.
+fn unchecked_status(found: &Found) -> DescriptorStatus {
+    let unlimited = found.as_ref().is_some_and(|(l, _)| l.unlimited);
+    DescriptorStatus {
+        code: Code::Ok.into(),
+        limit_remaining: if unlimited { u32::MAX } else { 0 },
+        ..DescriptorStatus::default()
+    }
+}
+
+/// Checks one limit through `check`; a cost above the limit, or a limit of 0, is over the
+/// limit without touching the store.
+async fn check_limit<F>(
+    limit: &Limit,
+    key: &[u8],
+    unit: Unit,
+    cost: u64,
+    check: &mut impl FnMut(&Check<'_>) -> F,
+) -> Result<Decision, CallError>
+where
+    F: std::future::Future<Output = Result<Decision, String>>,
+{
+    let limit_n = u64::from(limit.requests_per_unit);
+    if limit_n == 0 || cost > limit_n {
+        return Ok(over(limit.requests_per_unit));
+    }
+    check(&Check {
+        key,
+        limit: limit_n,
+        period: Nanos::from_secs(unit.seconds()),
+        cost,
+        algo: limit.algo,
+    })
+    .await
+    .map_err(CallError::Unavailable)
+}
+
+/// The status of a checked descriptor: its code, its limit, what remains and when it resets
+/// (FIXED's window end; otherwise the decision's reset, or the window end for a denial
+/// that gives none).
+fn limited_status(
+    limit: &Limit,
+    unit: Unit,
+    code: Code,
+    decision: &Decision,
+    now_secs: u64,
+) -> DescriptorStatus {
+    let reset_secs =
+        if limit.algo == Algo::Fixed || !decision.allowed && decision.reset_after.0 == 0 {
+            window_reset(unit, now_secs)
+        } else {
+            decision.reset_after.0.div_ceil(Nanos::PER_SEC)
+        };
+    DescriptorStatus {
+        code: code.into(),
+        current_limit: Some(RateLimit {
+            name: limit.name.clone(),
+            requests_per_unit: limit.requests_per_unit,
+            unit: unit.to_proto(),
+        }),
+        limit_remaining: if decision.allowed {
+            u32::try_from(decision.remaining).unwrap_or(u32::MAX)
+        } else {
+            0
+        },
+        duration_until_reset: Some(prost_types::Duration {
+            seconds: i64::try_from(reset_secs).unwrap_or(i64::MAX),
+            nanos: 0,
+        }),
+    }
+}
+
+/// Over-limit counts toward the overall code.
+#[derive(Debug, Default)]
+struct Tally {
+    failed: usize,
+    quota_total: usize,
+    quota_failed: usize,
+}
+
+impl Tally {
+    fn count(&mut self, limit: &Limit, code: Code) {
+        let over = usize::from(code == Code::OverLimit);
+        if limit.quota_mode {
+            self.quota_total += 1;
+            self.quota_failed += over;
+        } else {
+            self.failed += over;
+        }
+    }
+
+    /// OVER_LIMIT when any non-quota descriptor is, or when every quota-mode descriptor is.
+    fn overall(&self) -> Code {
+        let quota_all = self.quota_total > 0 && self.quota_total == self.quota_failed;
+        if self.failed > 0 || quota_all {
             Code::OverLimit
         } else {
             Code::Ok
-        };
-        if limit.quota_mode {
-            quota_total += 1;
-            quota_failed += usize::from(code == Code::OverLimit);
-        } else {
-            failed += usize::from(code == Code::OverLimit);
         }
-        statuses.push(DescriptorStatus {
-            code: code.into(),
-            current_limit: Some(RateLimit {
-                name: limit.name.clone(),
-                requests_per_unit: limit.requests_per_unit,
-                unit: unit.to_proto(),
-            }),
-            limit_remaining: if over_limit {
-                0
-            } else {
-                u32::try_from(decision.remaining).unwrap_or(u32::MAX)
-            },
-            duration_until_reset: Some(prost_types::Duration {
-                seconds: i64::try_from(reset_secs).unwrap_or(i64::MAX),
-                nanos: 0,
-            }),
-        });
-        verdicts.push(Verdict {
-            rule: limit.full_key.clone(),
-            algo: limit.algo,
-            decision,
-            shadow: limit.shadow_mode,
-        });
     }
-    let over_all = failed > 0 || (quota_total > 0 && quota_total == quota_failed);
-    let mut response = RateLimitResponse {
-        overall_code: if over_all { Code::OverLimit } else { Code::Ok }.into(),
-        ..RateLimitResponse::default()
+}
+
+/// The headers that describe `closest`: `Limit`, `Remaining` and `Reset`, under `headers`'
+/// prefix.
+fn rate_limit_headers(headers: Headers, closest: &DescriptorStatus) -> Vec<HeaderValue> {
+    let prefix = if headers == Headers::XRateLimit {
+        "X-RateLimit"
+    } else {
+        "RateLimit"
     };
-    if headers != Headers::Off
-        && let Some(closest) = closest_to_limit(&statuses, &limits)
-    {
-        let prefix = if headers == Headers::XRateLimit {
-            "X-RateLimit"
-        } else {
-            "RateLimit"
-        };
-        let limit = closest
-            .current_limit
-            .as_ref()
-            .map_or(0, |l| l.requests_per_unit);
-        let reset = closest
-            .duration_until_reset
-            .as_ref()
-            .map_or(0, |d| d.seconds);
-        response.response_headers_to_add = [
-            ("Limit", limit.to_string()),
-            ("Remaining", closest.limit_remaining.to_string()),
-            ("Reset", reset.to_string()),
-        ]
-        .into_iter()
-        .map(|(name, value)| HeaderValue {
-            key: format!("{prefix}-{name}"),
-            value,
-            ..HeaderValue::default()
-        })
-        .collect();
-    }
-    response.statuses = statuses;
-    Ok((response, verdicts))
+    let limit = closest
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
+    let reset = closest
+        .duration_until_reset
+        .as_ref()
+        .map_or(0, |d| d.seconds);
+    [
+        ("Limit", limit.to_string()),
+        ("Remaining", closest.limit_remaining.to_string()),
+        ("Reset", reset.to_string()),
+    ]
+    .into_iter()
+    .map(|(name, value)| HeaderValue {
+        key: format!("{prefix}-{name}"),
+        value,
+        ..HeaderValue::default()
+    })
+    .collect()
 }
 
 /// The status the headers describe: the last over-limit non-quota descriptor, else the
 /// first with the least remaining.
 fn closest_to_limit<'s>(
     statuses: &'s [DescriptorStatus],
-    limits: &[Option<(Limit, Vec<u8>)>],
+    limits: &[Found],
 ) -> Option<&'s DescriptorStatus> {
     let mut best: Option<&DescriptorStatus> = None;
     let mut least = u32::MAX;
@@ -310,7 +384,6 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::pb::RateLimitDescriptor;
     use crate::pb::rate_limit_descriptor::{Entry, RateLimitOverride};
 
     /// Runs a future that never waits (the test checkers answer at once) to its end.

@@ -20,8 +20,10 @@ use std::time::Duration;
 use bytes::{Buf, BytesMut};
 use sluice_resp::{Parser, Request};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::clients::ClientHandle;
 use crate::cmd::{self, Ctx, Session};
 use crate::repl::{Handoff, Job};
 use crate::shared::Shared;
@@ -90,192 +92,285 @@ async fn serve_session(
     session: &mut Session,
     thread: usize,
 ) -> Close {
-    let client = session.client.clone();
-    let mut shutdown = shared.shutdown_signal();
-    let mut parser = Parser::new(shared.config.limits());
-    // Reused for every request: parsing fills it in place.
-    let mut request = Request::default();
-    let query_limit =
-        usize::try_from(shared.config.client_query_buffer_limit).unwrap_or(usize::MAX);
-    let output_limit =
-        usize::try_from(shared.config.client_output_buffer_limit).unwrap_or(usize::MAX);
-    let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
-    let mut out = BytesMut::with_capacity(READ_CHUNK);
-    // Once set, read nothing more: flush what is owed, then close.
-    let mut closing = false;
-    let mut last_active = Instant::now();
-    let mut acks = shared.repl.acks();
-    // Requests in `rbuf` wait while the connection is blocked (WAIT) and run when it wakes.
-    let mut pending = false;
-
+    let mut conn = Conn::new(stream, shared, session, thread);
     loop {
-        if pending && session.blocked.is_none() && !closing {
-            pending = false;
-            // One clock read per batch serves the idle timer, the client's `idle=` and the
-            // commands' `now`.
-            let read_at = std::time::Instant::now();
-            last_active = Instant::from_std(read_at);
-            let now = shared.clock.at(read_at);
-            let mut executed = 0u64;
+        if conn.pending && conn.session.blocked.is_none() && !conn.closing {
+            conn.pending = false;
+            // Held while the batch runs, and on PSYNC until its owed replies are written.
             let batch = shared.cluster.as_ref().map(|c| c.batch(thread));
-            loop {
-                match parser.parse_into(&mut rbuf, &mut request) {
-                    Ok(true) => {
-                        executed += 1;
-                        let mut ctx = Ctx {
-                            shared,
-                            session: &mut *session,
-                            out: &mut out,
-                            now,
-                        };
-                        cmd::execute(&request, &mut ctx);
-                        // As Redis, the hard output limit is checked reply by reply: a
-                        // pipeline of large replies is cut where it crosses it.
-                        if out.len() > output_limit {
-                            return Close::OutputBufferLimit;
-                        }
-                        if session.close {
-                            closing = true;
-                            break;
-                        }
-                        if session.handoff.is_some() {
-                            // Nothing may follow PSYNC on this socket but what the
-                            // replication thread writes; replies owed to the commands
-                            // before it go first.
-                            request.clear();
-                            session
-                                .batch
-                                .charge(shared.stats.slot(thread), read_at.elapsed());
-                            while !out.is_empty() {
-                                if stream.writable().await.is_err() {
-                                    return Close::Quietly;
-                                }
-                                match stream.try_write(&out) {
-                                    Ok(n) => out.advance(n),
-                                    Err(e) if e.kind() == WouldBlock => {}
-                                    Err(_) => return Close::Quietly,
-                                }
-                            }
-                            return Close::HandOff;
-                        }
-                        if session.blocked.is_some() {
-                            pending = true;
-                            break;
-                        }
+            match conn.run_batch() {
+                Ok(ran) => {
+                    drop(batch);
+                    conn.account(ran);
+                }
+                Err(Close::HandOff) => {
+                    return match conn.write_all().await {
+                        Ok(()) => Close::HandOff,
+                        Err(why) => why,
+                    };
+                }
+                Err(why) => return why,
+            }
+        }
+        if let Err(why) = conn.flush() {
+            return why;
+        }
+        if let Err(why) = conn.wait().await {
+            return why;
+        }
+    }
+}
+
+/// One connection's loop state: its buffers, its parser and where it stands.
+struct Conn<'s> {
+    stream: &'s TcpStream,
+    shared: &'s Arc<Shared>,
+    session: &'s mut Session,
+    thread: usize,
+    client: Arc<ClientHandle>,
+    shutdown: watch::Receiver<bool>,
+    acks: watch::Receiver<u64>,
+    parser: Parser,
+    /// Reused for every request: parsing fills it in place.
+    request: Request,
+    rbuf: BytesMut,
+    out: BytesMut,
+    query_limit: usize,
+    output_limit: usize,
+    /// Once set, read nothing more: flush what is owed, then close.
+    closing: bool,
+    last_active: Instant,
+    /// Requests in `rbuf` wait while the connection is blocked (WAIT) and run when it wakes.
+    pending: bool,
+}
+
+/// What a batch did, for [`Conn::account`].
+struct Ran {
+    executed: u64,
+    read_at: std::time::Instant,
+}
+
+impl<'s> Conn<'s> {
+    fn new(
+        stream: &'s TcpStream,
+        shared: &'s Arc<Shared>,
+        session: &'s mut Session,
+        thread: usize,
+    ) -> Conn<'s> {
+        let limit = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        Conn {
+            stream,
+            shared,
+            client: session.client.clone(),
+            session,
+            thread,
+            shutdown: shared.shutdown_signal(),
+            acks: shared.repl.acks(),
+            parser: Parser::new(shared.config.limits()),
+            request: Request::default(),
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            out: BytesMut::with_capacity(READ_CHUNK),
+            query_limit: limit(shared.config.client_query_buffer_limit),
+            output_limit: limit(shared.config.client_output_buffer_limit),
+            closing: false,
+            last_active: Instant::now(),
+            pending: false,
+        }
+    }
+
+    /// Executes every complete request in `rbuf`, appending the replies to `out`. Stops early
+    /// at a framing error, QUIT, a blocking command, or PSYNC (`Err(HandOff)`, with the stats
+    /// charged and the owed replies still to write); `Err` ends the connection.
+    fn run_batch(&mut self) -> Result<Ran, Close> {
+        // One clock read per batch serves the idle timer, the client's `idle=` and the
+        // commands' `now`.
+        let read_at = std::time::Instant::now();
+        self.last_active = Instant::from_std(read_at);
+        let now = self.shared.clock.at(read_at);
+        let mut executed = 0u64;
+        loop {
+            match self.parser.parse_into(&mut self.rbuf, &mut self.request) {
+                Ok(true) => {
+                    executed += 1;
+                    let mut ctx = Ctx {
+                        shared: self.shared,
+                        session: &mut *self.session,
+                        out: &mut self.out,
+                        now,
+                    };
+                    cmd::execute(&self.request, &mut ctx);
+                    // As Redis, the hard output limit is checked reply by reply: a pipeline of
+                    // large replies is cut where it crosses it.
+                    if self.out.len() > self.output_limit {
+                        return Err(Close::OutputBufferLimit);
                     }
-                    Ok(false) => break,
-                    Err(e) => {
-                        e.write_reply(&mut out);
-                        closing = true;
+                    if self.session.close {
+                        self.closing = true;
+                        break;
+                    }
+                    if self.session.handoff.is_some() {
+                        // Nothing may follow PSYNC on this socket but what the replication
+                        // thread writes; replies owed to the commands before it go first.
+                        self.request.clear();
+                        let slot = self.shared.stats.slot(self.thread);
+                        self.session.batch.charge(slot, read_at.elapsed());
+                        return Err(Close::HandOff);
+                    }
+                    if self.session.blocked.is_some() {
+                        self.pending = true;
                         break;
                     }
                 }
-            }
-            // Release the last frame so the read buffer is ours alone again and can be reused
-            // in place rather than reallocated.
-            request.clear();
-            drop(batch);
-            shared.stats.add_commands(thread, executed);
-            // The batch's one clock read for command statistics.
-            if !session.batch.is_empty() {
-                session
-                    .batch
-                    .charge(shared.stats.slot(thread), read_at.elapsed());
-            }
-            if executed > 0 {
-                let since_created = read_at.saturating_duration_since(client.created);
-                client
-                    .last_active_ms
-                    .store(since_created.as_millis() as u64, Relaxed);
+                Ok(false) => break,
+                Err(e) => {
+                    e.write_reply(&mut self.out);
+                    self.closing = true;
+                    break;
+                }
             }
         }
-        if let Some(subs) = session.subs.as_mut() {
-            while let Ok(msg) = subs.rx.try_recv() {
-                msg.write(&mut out, session.proto);
-            }
+        // Release the last frame so the read buffer is ours alone again and can be reused in
+        // place rather than reallocated.
+        self.request.clear();
+        Ok(Ran { executed, read_at })
+    }
+
+    /// A batch's statistics: the command count, the batch's one clock read for the command
+    /// statistics, and the client's last activity.
+    fn account(&mut self, ran: Ran) {
+        self.shared.stats.add_commands(self.thread, ran.executed);
+        if !self.session.batch.is_empty() {
+            let slot = self.shared.stats.slot(self.thread);
+            self.session.batch.charge(slot, ran.read_at.elapsed());
         }
-        if !out.is_empty() {
-            match stream.try_write(&out) {
-                Ok(n) => out.advance(n),
+        if ran.executed > 0 {
+            let since_created = ran.read_at.saturating_duration_since(self.client.created);
+            self.client
+                .last_active_ms
+                .store(since_created.as_millis() as u64, Relaxed);
+        }
+    }
+
+    /// Writes all of `out`, waiting for the socket as long as it takes; `Err(Quietly)` if the
+    /// socket fails.
+    async fn write_all(&mut self) -> Result<(), Close> {
+        while !self.out.is_empty() {
+            if self.stream.writable().await.is_err() {
+                return Err(Close::Quietly);
+            }
+            match self.stream.try_write(&self.out) {
+                Ok(n) => self.out.advance(n),
                 Err(e) if e.kind() == WouldBlock => {}
-                Err(_) => return Close::Quietly,
+                Err(_) => return Err(Close::Quietly),
             }
         }
-        if out.len() > output_limit {
-            return Close::OutputBufferLimit;
+        Ok(())
+    }
+
+    /// Queues the pub/sub messages waiting, writes what the socket takes now, and checks both
+    /// buffers against their limits; `Err` ends the connection.
+    fn flush(&mut self) -> Result<(), Close> {
+        if let Some(subs) = self.session.subs.as_mut() {
+            while let Ok(msg) = subs.rx.try_recv() {
+                msg.write(&mut self.out, self.session.proto);
+            }
         }
-        if closing && out.is_empty() {
-            return Close::Quietly;
+        if !self.out.is_empty() {
+            match self.stream.try_write(&self.out) {
+                Ok(n) => self.out.advance(n),
+                Err(e) if e.kind() == WouldBlock => {}
+                Err(_) => return Err(Close::Quietly),
+            }
         }
-        if rbuf.len() > query_limit {
-            return Close::QueryBufferLimit;
+        if self.out.len() > self.output_limit {
+            return Err(Close::OutputBufferLimit);
         }
-        if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
-            rbuf.reserve(READ_CHUNK);
+        if self.closing && self.out.is_empty() {
+            return Err(Close::Quietly);
         }
-        let idle_deadline = shared
-            .idle_deadline(last_active.into_std())
-            .filter(|_| session.blocked.is_none())
+        if self.rbuf.len() > self.query_limit {
+            return Err(Close::QueryBufferLimit);
+        }
+        if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+            self.rbuf.reserve(READ_CHUNK);
+        }
+        Ok(())
+    }
+
+    /// Waits for the next thing to do: input, room to write, a WAIT's ack or timeout, a
+    /// published message, shutdown, a kill or the idle timeout; `Err` ends the connection.
+    async fn wait(&mut self) -> Result<(), Close> {
+        let idle_deadline = self
+            .shared
+            .idle_deadline(self.last_active.into_std())
+            .filter(|_| self.session.blocked.is_none())
             .map(Instant::from_std);
-        let blocked = session.blocked;
-        if blocked.is_some() != client.blocked.load(Relaxed) {
-            client.blocked.store(blocked.is_some(), Relaxed);
+        let blocked = self.session.blocked;
+        if blocked.is_some() != self.client.blocked.load(Relaxed) {
+            self.client.blocked.store(blocked.is_some(), Relaxed);
         }
         let wait_deadline = blocked
             .and_then(|b| b.deadline)
             .map(Instant::from_std)
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-        let subscribed = session.subs.is_some();
-
+        let subscribed = self.session.subs.is_some();
+        let Conn {
+            stream,
+            shared,
+            session,
+            client,
+            shutdown,
+            acks,
+            rbuf,
+            out,
+            closing,
+            last_active,
+            pending,
+            ..
+        } = self;
         tokio::select! {
             biased;
-            _ = client.kill.notified() => return Close::Quietly,
-            _ = shutdown.wait_for(|stop| *stop), if !closing => {
-                closing = true;
-                continue;
-            }
+            _ = client.kill.notified() => return Err(Close::Quietly),
+            _ = shutdown.wait_for(|stop| *stop), if !*closing => *closing = true,
             ready = stream.writable(), if !out.is_empty() => {
                 if ready.is_err() {
-                    return Close::Quietly;
+                    return Err(Close::Quietly);
                 }
-                continue;
             }
             // WAIT: every ack may be the one it waits for; time may run out.
             _ = acks.changed(), if blocked.is_some() => {
                 let b = blocked.expect("guarded");
                 let acked = shared.repl.acked(b.offset);
                 if acked >= b.numreplicas {
-                    sluice_resp::reply::integer(&mut out, acked as i64);
+                    sluice_resp::reply::integer(out, acked as i64);
                     session.blocked = None;
                 }
-                continue;
             }
             _ = tokio::time::sleep_until(wait_deadline), if blocked.is_some_and(|b| b.deadline.is_some()) => {
                 let b = blocked.expect("guarded");
-                sluice_resp::reply::integer(&mut out, shared.repl.acked(b.offset) as i64);
+                sluice_resp::reply::integer(out, shared.repl.acked(b.offset) as i64);
                 session.blocked = None;
-                continue;
             }
             msg = async { session.subs.as_mut().expect("guarded").rx.recv().await }, if subscribed => {
                 if let Some(msg) = msg {
-                    msg.write(&mut out, session.proto);
+                    msg.write(out, session.proto);
                 }
-                continue;
             }
-            ready = stream.readable(), if !closing => {
+            ready = stream.readable(), if !*closing => {
                 if ready.is_err() {
-                    return Close::Quietly;
+                    return Err(Close::Quietly);
                 }
-                match stream.try_read_buf(&mut rbuf) {
-                    Ok(0) => return Close::Quietly,
-                    Ok(_) => pending = true,
-                    Err(e) if e.kind() == WouldBlock => continue,
-                    Err(_) => return Close::Quietly,
+                match stream.try_read_buf(rbuf) {
+                    Ok(0) => return Err(Close::Quietly),
+                    Ok(_) => *pending = true,
+                    Err(e) if e.kind() == WouldBlock => {}
+                    Err(_) => return Err(Close::Quietly),
                 }
             }
-            _ = tokio::time::sleep_until(idle_deadline.unwrap_or(last_active)), if idle_deadline.is_some() && !closing => {
-                return Close::Idle;
+            _ = tokio::time::sleep_until(idle_deadline.unwrap_or(*last_active)), if idle_deadline.is_some() && !*closing => {
+                return Err(Close::Idle);
             }
         }
+        Ok(())
     }
 }

@@ -35,7 +35,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -43,6 +43,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::cmd;
 use crate::shared::Shared;
+use sluice_core::Algo;
+
 use crate::stats::{CmdTotals, Outcome, latency_bucket};
 
 /// The RESP commands that check a limit: `sluice_check_duration_seconds{api="resp"}` sums them.
@@ -103,16 +105,411 @@ fn render(registry: &Registry) -> axum::response::Response {
     }
 }
 
-/// Builds every metric family from the server's state at scrape time.
+/// Builds every metric family from the server's state at scrape time: one [`Reading`], then
+/// each row of [`FAMILIES`] in order.
 #[derive(Debug)]
 struct Scrape(Arc<Shared>);
 
-fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
-    ConstCounter::new(v).encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let reading = Reading::read(&self.0);
+        for family in FAMILIES {
+            let Some(samples) = (family.read)(&reading) else {
+                continue;
+            };
+            let unit = family.unit.as_ref();
+            let mut metric = enc.encode_descriptor(family.name, family.help, unit, family.kind)?;
+            match samples {
+                Samples::One(value) => value.encode(metric)?,
+                Samples::Labelled(rows) => {
+                    for (labels, value) in &rows {
+                        value.encode(metric.encode_family(labels)?)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
-fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: i64) -> std::fmt::Result {
-    ConstGauge::new(v).encode(enc.encode_descriptor(name, help, None, MetricType::Gauge)?)
+/// A row of [`FAMILIES`]: a family's descriptor, and how its samples come out of a
+/// [`Reading`]; `None` where the family does not apply (the link to a primary on a primary,
+/// cluster figures outside cluster mode).
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    unit: Option<Unit>,
+    kind: MetricType,
+    read: fn(&Reading) -> Option<Samples<'_>>,
+}
+
+/// A family's samples: one without labels, or one per label set (there may be none).
+enum Samples<'a> {
+    One(Value<'a>),
+    Labelled(Vec<(Labels, Value<'a>)>),
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// One sample's value, as it is encoded.
+enum Value<'a> {
+    Counter(u64),
+    Gauge(i64),
+    /// A gauge in (fractional) seconds.
+    Seconds(f64),
+    /// Latency, cut into buckets at [`HISTOGRAM_POW2`].
+    Histogram(&'a CmdTotals),
+}
+
+impl Value<'_> {
+    fn encode(&self, mut metric: MetricEncoder) -> std::fmt::Result {
+        match self {
+            Value::Counter(v) => ConstCounter::new(*v).encode(metric),
+            Value::Gauge(v) => ConstGauge::new(*v).encode(metric),
+            Value::Seconds(v) => ConstGauge::new(*v).encode(metric),
+            Value::Histogram(t) => metric.encode_histogram::<NoLabelSet>(
+                t.nanos as f64 / 1e9,
+                t.latency.iter().sum(),
+                &histogram_buckets(t),
+                None,
+            ),
+        }
+    }
+}
+
+const fn family(
+    name: &'static str,
+    help: &'static str,
+    unit: Option<Unit>,
+    kind: MetricType,
+    read: fn(&Reading) -> Option<Samples<'_>>,
+) -> Family {
+    Family {
+        name,
+        help,
+        unit,
+        kind,
+        read,
+    }
+}
+
+const fn counter(
+    name: &'static str,
+    help: &'static str,
+    read: fn(&Reading) -> Option<Samples<'_>>,
+) -> Family {
+    family(name, help, None, MetricType::Counter, read)
+}
+
+const fn gauge(
+    name: &'static str,
+    help: &'static str,
+    read: fn(&Reading) -> Option<Samples<'_>>,
+) -> Family {
+    family(name, help, None, MetricType::Gauge, read)
+}
+
+fn one(value: Value<'_>) -> Option<Samples<'_>> {
+    Some(Samples::One(value))
+}
+
+/// Every family a scrape writes, in the order it writes them.
+static FAMILIES: &[Family] = &[
+    counter(
+        "sluice_checks",
+        "Rate limit checks by outcome (allowed, denied, shadow_denied); rule only for named rules",
+        |r| r.checks(false),
+    ),
+    counter(
+        "sluice_checks_near_limit",
+        "Allowed checks that left under 20% of the limit",
+        |r| r.checks(true),
+    ),
+    family(
+        "sluice_check_duration",
+        "Time to answer one check (resp: RL.CHECK, RL.HIT, RL.HITS, CL.THROTTLE and GCRA; grpc: Envoy's ShouldRateLimit)",
+        Some(Unit::Seconds),
+        MetricType::Histogram,
+        |r| {
+            let apis = [("resp", &r.resp_checks), ("grpc", &r.grpc_checks)];
+            let rows = apis.map(|(api, t)| (vec![("api", api.to_string())], Value::Histogram(t)));
+            Some(Samples::Labelled(rows.into()))
+        },
+    ),
+    counter("sluice_commands", "Commands run, by command", |r| {
+        r.commands(|t| t.calls)
+    }),
+    counter(
+        "sluice_commands_failed",
+        "Commands that ran and answered an error",
+        |r| r.commands(|t| t.failed),
+    ),
+    counter(
+        "sluice_commands_rejected",
+        "Commands refused before running (arity, auth, redirect, read-only)",
+        |r| r.commands(|t| t.rejected),
+    ),
+    gauge(
+        "sluice_connected_clients",
+        "Client connections open now",
+        |r| one(Value::Gauge(r.clients)),
+    ),
+    counter(
+        "sluice_connections_received",
+        "Connections accepted since start",
+        |r| one(Value::Counter(r.connections_received)),
+    ),
+    counter(
+        "sluice_rejected_connections",
+        "Connections refused at maxclients",
+        |r| one(Value::Counter(r.rejected_connections)),
+    ),
+    gauge("sluice_keys", "Live buckets and counters", |r| {
+        one(Value::Gauge(r.keys))
+    }),
+    family(
+        "sluice_used_memory",
+        "Memory the store accounts for its keys",
+        Some(Unit::Bytes),
+        MetricType::Gauge,
+        |r| one(Value::Gauge(r.used_memory)),
+    ),
+    family(
+        "sluice_maxmemory",
+        "The memory limit (0: none)",
+        Some(Unit::Bytes),
+        MetricType::Gauge,
+        |r| one(Value::Gauge(r.maxmemory)),
+    ),
+    counter(
+        "sluice_expired_keys",
+        "Keys dropped back to fresh state",
+        |r| one(Value::Counter(r.expired_keys)),
+    ),
+    counter(
+        "sluice_evicted_keys",
+        "Live buckets evicted at maxmemory (their clients may pass early)",
+        |r| one(Value::Counter(r.evicted_keys)),
+    ),
+    counter(
+        "sluice_rejected_keys",
+        "New keys refused at maxmemory (policy reject)",
+        |r| one(Value::Counter(r.rejected_keys)),
+    ),
+    gauge(
+        "sluice_replication_role",
+        "This node's replication role (1 on the current role)",
+        |r| {
+            let role = vec![("role", r.role.to_string())];
+            Some(Samples::Labelled(vec![(role, Value::Gauge(1))]))
+        },
+    ),
+    gauge(
+        "sluice_repl_offset",
+        "Replication stream offset (master_repl_offset)",
+        |r| one(Value::Gauge(r.repl_offset)),
+    ),
+    gauge("sluice_connected_replicas", "Replicas attached", |r| {
+        one(Value::Gauge(r.replicas.len() as i64))
+    }),
+    family(
+        "sluice_replica_lag",
+        "Stream bytes a replica has not acknowledged yet",
+        Some(Unit::Bytes),
+        MetricType::Gauge,
+        |r| r.per_replica(|replica| Value::Gauge(replica.lag)),
+    ),
+    family(
+        "sluice_replica_ack_age",
+        "Time since a replica's last acknowledgement",
+        Some(Unit::Seconds),
+        MetricType::Gauge,
+        |r| r.per_replica(|replica| Value::Seconds(replica.ack_age)),
+    ),
+    gauge(
+        "sluice_master_link_up",
+        "1 while the link to the primary is up",
+        |r| one(Value::Gauge(i64::from(r.master?.link_up))),
+    ),
+    family(
+        "sluice_master_last_io",
+        "Time since the primary last sent anything",
+        Some(Unit::Seconds),
+        MetricType::Gauge,
+        |r| one(Value::Seconds(r.master?.last_io)),
+    ),
+    gauge("sluice_cluster_enabled", "1 in cluster mode", |r| {
+        one(Value::Gauge(i64::from(r.cluster.is_some())))
+    }),
+    gauge(
+        "sluice_cluster_slots_owned",
+        "Slots this node serves as primary",
+        |r| one(Value::Gauge(r.cluster?.slots_owned)),
+    ),
+    gauge("sluice_cluster_epoch", "The slot table's epoch", |r| {
+        one(Value::Gauge(r.cluster?.epoch))
+    }),
+];
+
+/// Everything a scrape reports, read from the server once.
+struct Reading {
+    /// `(rule, algo, outcome, count)`; `rule` empty for plain checks.
+    checks: Vec<(String, Algo, Outcome, u64)>,
+    /// The rows of every command of [`CHECK_COMMANDS`], summed.
+    resp_checks: CmdTotals,
+    /// ShouldRateLimit's row.
+    grpc_checks: CmdTotals,
+    /// Every command row that ran or was rejected at least once.
+    commands: Vec<(&'static str, CmdTotals)>,
+    clients: i64,
+    connections_received: u64,
+    rejected_connections: u64,
+    keys: i64,
+    used_memory: i64,
+    maxmemory: i64,
+    expired_keys: u64,
+    evicted_keys: u64,
+    rejected_keys: u64,
+    role: &'static str,
+    repl_offset: i64,
+    replicas: Vec<ReplicaReading>,
+    /// On a replica: its link to the primary.
+    master: Option<MasterReading>,
+    /// In cluster mode: this node's part of the slot table.
+    cluster: Option<ClusterReading>,
+}
+
+struct ReplicaReading {
+    /// `ip:port`.
+    name: String,
+    /// Stream bytes not acknowledged yet.
+    lag: i64,
+    /// Seconds since its last acknowledgement.
+    ack_age: f64,
+}
+
+#[derive(Clone, Copy)]
+struct MasterReading {
+    link_up: bool,
+    /// Seconds since the primary last sent anything.
+    last_io: f64,
+}
+
+#[derive(Clone, Copy)]
+struct ClusterReading {
+    slots_owned: i64,
+    epoch: i64,
+}
+
+impl Reading {
+    fn read(shared: &Shared) -> Reading {
+        let resp_checks = CHECK_COMMANDS
+            .iter()
+            .filter_map(|name| cmd::lookup(name.as_bytes()))
+            .fold(CmdTotals::default(), |mut sum, spec| {
+                sum.plus(&shared.stats.command_raw(cmd::row(spec)));
+                sum
+            });
+        let commands = (0..=cmd::SHOULD_RATE_LIMIT_ROW)
+            .map(|row| (cmd::row_name(row), shared.stats.command_raw(row)))
+            .filter(|(_, t)| t.calls + t.rejected > 0)
+            .collect();
+        let now = shared.clock.now();
+        let inner = shared.repl.inner.lock();
+        let replicas = inner
+            .replicas()
+            .map(|r| ReplicaReading {
+                name: format!("{}:{}", r.ip, r.port),
+                lag: clamp(inner.offset.saturating_sub(r.ack)),
+                ack_age: r.last_ack.elapsed().as_secs_f64(),
+            })
+            .collect();
+        let master = inner.master.is_some().then(|| MasterReading {
+            link_up: inner.link_up_since.is_some(),
+            last_io: inner.last_io.elapsed().as_secs_f64(),
+        });
+        Reading {
+            checks: shared.stats.checks(),
+            resp_checks,
+            grpc_checks: shared.stats.command_raw(cmd::SHOULD_RATE_LIMIT_ROW),
+            commands,
+            clients: shared.clients.len() as i64,
+            connections_received: shared.stats.connections_received.load(Relaxed),
+            rejected_connections: shared.stats.rejected_connections.load(Relaxed),
+            keys: clamp(shared.store.len(now) as u64),
+            used_memory: clamp(shared.store.used_memory() as u64),
+            maxmemory: clamp(shared.store.maxmemory() as u64),
+            expired_keys: shared.store.expired_total(),
+            evicted_keys: shared.store.evicted_total(),
+            rejected_keys: shared.store.rejected_total(),
+            role: if master.is_some() {
+                "replica"
+            } else {
+                "master"
+            },
+            repl_offset: clamp(inner.offset),
+            replicas,
+            master,
+            cluster: shared.cluster.as_ref().map(|cluster| ClusterReading {
+                slots_owned: cluster_slots_owned(cluster) as i64,
+                epoch: clamp(cluster.epoch()),
+            }),
+        }
+    }
+
+    /// The checks that left under 20% of the limit (`near_limit`), or the others by outcome;
+    /// labelled `rule` (named rules only), `algo`, and `result` for the others.
+    fn checks(&self, near_limit: bool) -> Option<Samples<'_>> {
+        let rows = self
+            .checks
+            .iter()
+            .filter(|c| (c.2 == Outcome::NearLimit) == near_limit)
+            .map(|(rule, algo, outcome, n)| {
+                let mut labels = Vec::with_capacity(3);
+                if !rule.is_empty() {
+                    labels.push(("rule", rule.clone()));
+                }
+                labels.push(("algo", algo.name().to_ascii_lowercase()));
+                if !near_limit {
+                    labels.push(("result", outcome_label(*outcome).to_string()));
+                }
+                (labels, Value::Counter(*n))
+            });
+        Some(Samples::Labelled(rows.collect()))
+    }
+
+    /// One of each command row's counters, labelled `command`.
+    fn commands(&self, field: fn(&CmdTotals) -> u64) -> Option<Samples<'_>> {
+        let rows = self.commands.iter().map(|(name, t)| {
+            (
+                vec![("command", name.to_string())],
+                Value::Counter(field(t)),
+            )
+        });
+        Some(Samples::Labelled(rows.collect()))
+    }
+
+    /// One value per replica, labelled `replica` with its `ip:port`.
+    fn per_replica(&self, value: fn(&ReplicaReading) -> Value<'_>) -> Option<Samples<'_>> {
+        let rows = self
+            .replicas
+            .iter()
+            .map(|r| (vec![("replica", r.name.clone())], value(r)));
+        Some(Samples::Labelled(rows.collect()))
+    }
+}
+
+/// The slots this node serves as primary (0 while it has no table or is a replica).
+fn cluster_slots_owned(cluster: &crate::cluster::Cluster) -> usize {
+    cluster
+        .view()
+        .as_ref()
+        .and_then(|v| {
+            v.my_shard
+                .filter(|_| v.primary)
+                .map(|s| v.table.slots_of(s))
+        })
+        .unwrap_or(0)
 }
 
 fn clamp(n: u64) -> i64 {
@@ -143,267 +540,4 @@ fn histogram_buckets(t: &CmdTotals) -> Vec<(f64, u64)> {
     }
     out.push((f64::MAX, t.latency[from..].iter().sum::<u64>()));
     out
-}
-
-impl Collector for Scrape {
-    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
-        let shared = &self.0;
-        let lower = |a: sluice_core::Algo| a.name().to_ascii_lowercase();
-
-        // Checks by rule, algorithm and outcome.
-        let checks = shared.stats.checks();
-        {
-            let mut family = enc.encode_descriptor(
-                "sluice_checks",
-                "Rate limit checks by outcome (allowed, denied, shadow_denied); rule only for named rules",
-                None,
-                MetricType::Counter,
-            )?;
-            for (rule, algo, outcome, n) in checks.iter().filter(|c| c.2 != Outcome::NearLimit) {
-                let mut labels = Vec::with_capacity(3);
-                if !rule.is_empty() {
-                    labels.push(("rule", rule.clone()));
-                }
-                labels.push(("algo", lower(*algo)));
-                labels.push(("result", outcome_label(*outcome).to_string()));
-                ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        {
-            let mut family = enc.encode_descriptor(
-                "sluice_checks_near_limit",
-                "Allowed checks that left under 20% of the limit",
-                None,
-                MetricType::Counter,
-            )?;
-            for (rule, algo, _, n) in checks.iter().filter(|c| c.2 == Outcome::NearLimit) {
-                let mut labels = Vec::with_capacity(2);
-                if !rule.is_empty() {
-                    labels.push(("rule", rule.clone()));
-                }
-                labels.push(("algo", lower(*algo)));
-                ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        // Check latency: the rows of every checking command, and ShouldRateLimit's.
-        {
-            let mut family = enc.encode_descriptor(
-                "sluice_check_duration",
-                "Time to answer one check (resp: RL.CHECK, RL.HIT, RL.HITS, CL.THROTTLE and GCRA; grpc: Envoy's ShouldRateLimit)",
-                Some(&Unit::Seconds),
-                MetricType::Histogram,
-            )?;
-            let resp = CHECK_COMMANDS
-                .iter()
-                .filter_map(|name| cmd::lookup(name.as_bytes()))
-                .fold(CmdTotals::default(), |mut sum, spec| {
-                    sum.plus(&shared.stats.command_raw(cmd::row(spec)));
-                    sum
-                });
-            let grpc = shared.stats.command_raw(cmd::SHOULD_RATE_LIMIT_ROW);
-            for (api, t) in [("resp", resp), ("grpc", grpc)] {
-                let count: u64 = t.latency.iter().sum();
-                family
-                    .encode_family(&[("api", api)])?
-                    .encode_histogram::<NoLabelSet>(
-                        t.nanos as f64 / 1e9,
-                        count,
-                        &histogram_buckets(&t),
-                        None,
-                    )?;
-            }
-        }
-        // Commands.
-        let rows: Vec<(&str, CmdTotals)> = (0..=cmd::SHOULD_RATE_LIMIT_ROW)
-            .map(|row| (cmd::row_name(row), shared.stats.command_raw(row)))
-            .filter(|(_, t)| t.calls + t.rejected > 0)
-            .collect();
-        for (name, help, field) in [
-            (
-                "sluice_commands",
-                "Commands run, by command",
-                (|t: &CmdTotals| t.calls) as fn(&CmdTotals) -> u64,
-            ),
-            (
-                "sluice_commands_failed",
-                "Commands that ran and answered an error",
-                |t| t.failed,
-            ),
-            (
-                "sluice_commands_rejected",
-                "Commands refused before running (arity, auth, redirect, read-only)",
-                |t| t.rejected,
-            ),
-        ] {
-            let mut family = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (command, t) in &rows {
-                ConstCounter::new(field(t))
-                    .encode(family.encode_family(&[("command", *command)])?)?;
-            }
-        }
-        // Connections.
-        gauge(
-            &mut enc,
-            "sluice_connected_clients",
-            "Client connections open now",
-            shared.clients.len() as i64,
-        )?;
-        counter(
-            &mut enc,
-            "sluice_connections_received",
-            "Connections accepted since start",
-            shared.stats.connections_received.load(Relaxed),
-        )?;
-        counter(
-            &mut enc,
-            "sluice_rejected_connections",
-            "Connections refused at maxclients",
-            shared.stats.rejected_connections.load(Relaxed),
-        )?;
-        // Keys and memory.
-        let now = shared.clock.now();
-        gauge(
-            &mut enc,
-            "sluice_keys",
-            "Live buckets and counters",
-            clamp(shared.store.len(now) as u64),
-        )?;
-        ConstGauge::new(clamp(shared.store.used_memory() as u64)).encode(
-            enc.encode_descriptor(
-                "sluice_used_memory",
-                "Memory the store accounts for its keys",
-                Some(&Unit::Bytes),
-                MetricType::Gauge,
-            )?,
-        )?;
-        ConstGauge::new(clamp(shared.store.maxmemory() as u64)).encode(enc.encode_descriptor(
-            "sluice_maxmemory",
-            "The memory limit (0: none)",
-            Some(&Unit::Bytes),
-            MetricType::Gauge,
-        )?)?;
-        counter(
-            &mut enc,
-            "sluice_expired_keys",
-            "Keys dropped back to fresh state",
-            shared.store.expired_total(),
-        )?;
-        counter(
-            &mut enc,
-            "sluice_evicted_keys",
-            "Live buckets evicted at maxmemory (their clients may pass early)",
-            shared.store.evicted_total(),
-        )?;
-        counter(
-            &mut enc,
-            "sluice_rejected_keys",
-            "New keys refused at maxmemory (policy reject)",
-            shared.store.rejected_total(),
-        )?;
-        // Replication.
-        {
-            let inner = shared.repl.inner.lock();
-            let role = if inner.master.is_some() {
-                "replica"
-            } else {
-                "master"
-            };
-            ConstGauge::new(1i64).encode(
-                enc.encode_descriptor(
-                    "sluice_replication_role",
-                    "This node's replication role (1 on the current role)",
-                    None,
-                    MetricType::Gauge,
-                )?
-                .encode_family(&[("role", role)])?,
-            )?;
-            gauge(
-                &mut enc,
-                "sluice_repl_offset",
-                "Replication stream offset (master_repl_offset)",
-                clamp(inner.offset),
-            )?;
-            let replicas: Vec<_> = inner.replicas().collect();
-            gauge(
-                &mut enc,
-                "sluice_connected_replicas",
-                "Replicas attached",
-                replicas.len() as i64,
-            )?;
-            {
-                let mut family = enc.encode_descriptor(
-                    "sluice_replica_lag",
-                    "Stream bytes a replica has not acknowledged yet",
-                    Some(&Unit::Bytes),
-                    MetricType::Gauge,
-                )?;
-                for r in &replicas {
-                    let name = format!("{}:{}", r.ip, r.port);
-                    ConstGauge::new(clamp(inner.offset.saturating_sub(r.ack)))
-                        .encode(family.encode_family(&[("replica", name)])?)?;
-                }
-            }
-            {
-                let mut family = enc.encode_descriptor(
-                    "sluice_replica_ack_age",
-                    "Time since a replica's last acknowledgement",
-                    Some(&Unit::Seconds),
-                    MetricType::Gauge,
-                )?;
-                for r in &replicas {
-                    let name = format!("{}:{}", r.ip, r.port);
-                    ConstGauge::new(r.last_ack.elapsed().as_secs_f64())
-                        .encode(family.encode_family(&[("replica", name)])?)?;
-                }
-            }
-            if inner.master.is_some() {
-                let up = inner.link_up_since.is_some();
-                gauge(
-                    &mut enc,
-                    "sluice_master_link_up",
-                    "1 while the link to the primary is up",
-                    i64::from(up),
-                )?;
-                ConstGauge::new(inner.last_io.elapsed().as_secs_f64()).encode(
-                    enc.encode_descriptor(
-                        "sluice_master_last_io",
-                        "Time since the primary last sent anything",
-                        Some(&Unit::Seconds),
-                        MetricType::Gauge,
-                    )?,
-                )?;
-            }
-        }
-        // Cluster.
-        gauge(
-            &mut enc,
-            "sluice_cluster_enabled",
-            "1 in cluster mode",
-            i64::from(shared.cluster.is_some()),
-        )?;
-        if let Some(cluster) = &shared.cluster {
-            let view = cluster.view();
-            let owned = view
-                .as_ref()
-                .and_then(|v| {
-                    v.my_shard
-                        .filter(|_| v.primary)
-                        .map(|s| v.table.slots_of(s))
-                })
-                .unwrap_or(0);
-            gauge(
-                &mut enc,
-                "sluice_cluster_slots_owned",
-                "Slots this node serves as primary",
-                owned as i64,
-            )?;
-            gauge(
-                &mut enc,
-                "sluice_cluster_epoch",
-                "The slot table's epoch",
-                clamp(cluster.epoch()),
-            )?;
-        }
-        Ok(())
-    }
 }

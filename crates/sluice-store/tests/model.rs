@@ -112,6 +112,74 @@ impl Model {
         self.purge(now);
         self.map.get_mut(key)
     }
+
+    /// SET: whether it sets.
+    fn set(&mut self, key: &[u8], value: &[u8], cond: SetCond, ttl: SetTtl, now: Nanos) -> bool {
+        let existing = self.live(key, now).map(|e| e.1);
+        let want = !matches!(
+            (cond, existing.is_some()),
+            (SetCond::Nx, true) | (SetCond::Xx, false)
+        );
+        if want {
+            let deadline = match ttl {
+                SetTtl::Clear => None,
+                SetTtl::Keep => existing.flatten(),
+                SetTtl::At(at) => Some(at),
+            };
+            self.map
+                .insert(key.to_vec(), (MValue::Counter(value.to_vec()), deadline));
+        }
+        want
+    }
+
+    /// INCRBY: the new value, or the store's error.
+    fn incr_by(&mut self, key: &[u8], delta: i64, now: Nanos) -> Result<i64, StoreError> {
+        match self.live(key, now) {
+            None => {
+                let v = delta.to_string().into_bytes();
+                self.map.insert(key.to_vec(), (MValue::Counter(v), None));
+                Ok(delta)
+            }
+            Some((MValue::Limiter(_), _)) => Err(StoreError::WrongType),
+            Some((MValue::Counter(v), _)) => match canonical_int(v) {
+                None => Err(StoreError::NotInteger),
+                Some(n) => match n.checked_add(delta) {
+                    None => Err(StoreError::Overflow),
+                    Some(m) => {
+                        *v = m.to_string().into_bytes();
+                        Ok(m)
+                    }
+                },
+            },
+        }
+    }
+
+    /// A limiter write of `state` kept `ms` (0: deleted): the state before it.
+    fn touch(
+        &mut self,
+        key: &[u8],
+        state: &State,
+        ms: u64,
+        now: Nanos,
+    ) -> Result<Option<State>, StoreError> {
+        match self.live(key, now) {
+            Some((MValue::Counter(_), _)) => Err(StoreError::WrongType),
+            found => {
+                let before = found.map(|e| e.0.clone());
+                if ms == 0 {
+                    self.map.remove(key);
+                } else {
+                    let deadline = now.saturating_add(Nanos::from_millis(ms));
+                    let value = MValue::Limiter(state.clone());
+                    self.map.insert(key.to_vec(), (value, Some(deadline)));
+                }
+                Ok(before.map(|v| match v {
+                    MValue::Limiter(s) => s,
+                    MValue::Counter(_) => unreachable!(),
+                }))
+            }
+        }
+    }
 }
 
 fn canonical_int(v: &[u8]) -> Option<i64> {
@@ -135,21 +203,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     TtlArg::Keep => SetTtl::Keep,
                     TtlArg::InMs(ms) => SetTtl::At(now.saturating_add(Nanos::from_millis(ms))),
                 };
-                let existing = model.live(key, now).map(|e| e.1);
-                let want = !matches!(
-                    (cond, existing.is_some()),
-                    (SetCond::Nx, true) | (SetCond::Xx, false)
-                );
-                if want {
-                    let deadline = match ttl {
-                        SetTtl::Clear => None,
-                        SetTtl::Keep => existing.flatten(),
-                        SetTtl::At(at) => Some(at),
-                    };
-                    model
-                        .map
-                        .insert(key.to_vec(), (MValue::Counter(value.to_vec()), deadline));
-                }
+                let want = model.set(key, value, cond, ttl, now);
                 prop_assert_eq!(store.set(key, value, cond, ttl, now), want, "{:?}", op);
             }
             Op::Get(k) => {
@@ -162,24 +216,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Incr(k, delta) => {
                 let key = KEYS[k];
-                let want = match model.live(key, now) {
-                    None => {
-                        let v = delta.to_string().into_bytes();
-                        model.map.insert(key.to_vec(), (MValue::Counter(v), None));
-                        Ok(delta)
-                    }
-                    Some((MValue::Limiter(_), _)) => Err(StoreError::WrongType),
-                    Some((MValue::Counter(v), _)) => match canonical_int(v) {
-                        None => Err(StoreError::NotInteger),
-                        Some(n) => match n.checked_add(delta) {
-                            None => Err(StoreError::Overflow),
-                            Some(m) => {
-                                *v = m.to_string().into_bytes();
-                                Ok(m)
-                            }
-                        },
-                    },
-                };
+                let want = model.incr_by(key, delta, now);
                 prop_assert_eq!(store.incr_by(key, delta, now), want, "{:?}", op);
             }
             Op::Expire(k, ms) => {
@@ -215,23 +252,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Touch(k, ms) => {
                 let key = KEYS[k];
                 let state = State::Token { tat: now };
-                let want = match model.live(key, now) {
-                    Some((MValue::Counter(_), _)) => Err(StoreError::WrongType),
-                    found => {
-                        let before = found.map(|e| e.0.clone());
-                        if ms == 0 {
-                            model.map.remove(key);
-                        } else {
-                            let deadline = now.saturating_add(Nanos::from_millis(ms));
-                            let value = MValue::Limiter(state.clone());
-                            model.map.insert(key.to_vec(), (value, Some(deadline)));
-                        }
-                        Ok(before.map(|v| match v {
-                            MValue::Limiter(s) => s,
-                            MValue::Counter(_) => unreachable!(),
-                        }))
-                    }
-                };
+                let want = model.touch(key, &state, ms, now);
                 let got = store.limiter(key, now, |slot| {
                     let before = slot.clone();
                     *slot = (ms > 0).then_some(state);

@@ -55,6 +55,99 @@ fn parse_addr(b: &[u8]) -> Result<SocketAddr, CmdError> {
         .ok_or_else(|| CmdError::msg("ERR No such client"))
 }
 
+/// `SETINFO LIB-NAME|LIB-VER value`.
+fn parse_setinfo<'a>(args: &mut Args<'a>) -> Result<Client<'a>, CmdError> {
+    let attr = args.key()?.to_ascii_uppercase();
+    let value = args.key()?;
+    let lib_name = match attr.as_slice() {
+        b"LIB-NAME" => true,
+        b"LIB-VER" => false,
+        _ => {
+            return Err(CmdError::msg(format!(
+                "ERR Unrecognized option '{}'",
+                String::from_utf8_lossy(&attr)
+            )));
+        }
+    };
+    if !valid_name(value) {
+        return Err(CmdError::msg(
+            "ERR lib-name/lib-ver cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    Ok(Client::SetInfo { lib_name, value })
+}
+
+/// `LIST [TYPE t] [ID id ...]`.
+fn parse_list<'a>(args: &mut Args<'a>) -> Result<Client<'a>, CmdError> {
+    let mut ids = None;
+    let mut kind = None;
+    while let Some(opt) = args.next() {
+        match opt.to_ascii_uppercase().as_slice() {
+            b"TYPE" => kind = Some(parse_kind(args.required()?)?),
+            b"ID" => {
+                let mut list = ahash::AHashSet::new();
+                while let Some(id) = args.next() {
+                    list.insert(
+                        parse_u64(id)
+                            .filter(|&i| i > 0)
+                            .ok_or_else(|| CmdError::msg("ERR Invalid client ID"))?,
+                    );
+                }
+                if list.is_empty() {
+                    return Err(CmdError::Syntax);
+                }
+                ids = Some(list);
+            }
+            _ => return Err(CmdError::Syntax),
+        }
+    }
+    Ok(Client::List { kind, ids })
+}
+
+/// `KILL field value [field value ...]`: the filters, the last of each kind winning.
+fn parse_kill_filters(args: &mut Args<'_>) -> Result<Vec<KillFilter>, CmdError> {
+    let mut filters = Vec::new();
+    while let Some(field) = args.next() {
+        let v = args.key()?;
+        filters.push(match field.to_ascii_uppercase().as_slice() {
+            b"ID" => KillFilter::Id(
+                parse_u64(v)
+                    .filter(|&id| id > 0)
+                    .ok_or_else(|| CmdError::msg("ERR client-id should be greater than 0"))?,
+            ),
+            b"ADDR" => KillFilter::Addr(parse_addr(v)?),
+            b"LADDR" => KillFilter::LAddr(parse_addr(v)?),
+            b"TYPE" => KillFilter::Type(parse_kind(v)?),
+            b"SKIPME" => match v.to_ascii_lowercase().as_slice() {
+                b"yes" => KillFilter::SkipMe(true),
+                b"no" => KillFilter::SkipMe(false),
+                _ => return Err(CmdError::Syntax),
+            },
+            _ => return Err(CmdError::Syntax),
+        });
+    }
+    // The last filter of each kind wins, as in Redis: however many a client sends, each
+    // connection is matched against at most five.
+    let mut kinds = Vec::new();
+    filters.reverse();
+    filters.retain(|f| {
+        let kind = std::mem::discriminant(f);
+        let first = !kinds.contains(&kind);
+        kinds.push(kind);
+        first
+    });
+    Ok(filters)
+}
+
+fn parse_kind(t: &[u8]) -> Result<ClientKind, CmdError> {
+    ClientKind::parse(t).ok_or_else(|| {
+        CmdError::msg(format!(
+            "ERR Unknown client type '{}'",
+            String::from_utf8_lossy(t)
+        ))
+    })
+}
+
 impl<'a> Command<'a> for Client<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let sub = args.key()?;
@@ -72,103 +165,17 @@ impl<'a> Command<'a> for Client<'a> {
             b"SETNAME" => return Err(arity("setname")),
             b"GETNAME" if n == 0 => Client::GetName,
             b"GETNAME" => return Err(arity("getname")),
-            b"SETINFO" if n == 2 => {
-                let attr = args.key()?.to_ascii_uppercase();
-                let value = args.key()?;
-                let lib_name = match attr.as_slice() {
-                    b"LIB-NAME" => true,
-                    b"LIB-VER" => false,
-                    _ => {
-                        return Err(CmdError::msg(format!(
-                            "ERR Unrecognized option '{}'",
-                            String::from_utf8_lossy(&attr)
-                        )));
-                    }
-                };
-                if !valid_name(value) {
-                    return Err(CmdError::msg(
-                        "ERR lib-name/lib-ver cannot contain spaces, newlines or special characters.",
-                    ));
-                }
-                Client::SetInfo { lib_name, value }
-            }
+            b"SETINFO" if n == 2 => parse_setinfo(args)?,
             b"SETINFO" => return Err(arity("setinfo")),
             b"ID" if n == 0 => Client::Id,
             b"ID" => return Err(arity("id")),
-            b"LIST" => {
-                let mut ids = None;
-                let mut kind = None;
-                while let Some(opt) = args.next() {
-                    match opt.to_ascii_uppercase().as_slice() {
-                        b"TYPE" => {
-                            let t = args.required()?;
-                            kind = Some(ClientKind::parse(t).ok_or_else(|| {
-                                CmdError::msg(format!(
-                                    "ERR Unknown client type '{}'",
-                                    String::from_utf8_lossy(t)
-                                ))
-                            })?);
-                        }
-                        b"ID" => {
-                            let mut list = ahash::AHashSet::new();
-                            while let Some(id) = args.next() {
-                                list.insert(
-                                    parse_u64(id)
-                                        .filter(|&i| i > 0)
-                                        .ok_or_else(|| CmdError::msg("ERR Invalid client ID"))?,
-                                );
-                            }
-                            if list.is_empty() {
-                                return Err(CmdError::Syntax);
-                            }
-                            ids = Some(list);
-                        }
-                        _ => return Err(CmdError::Syntax),
-                    }
-                }
-                Client::List { kind, ids }
-            }
+            b"LIST" => parse_list(args)?,
             b"INFO" if n == 0 => Client::Info,
             b"INFO" => return Err(arity("info")),
             b"HELP" => Client::Help,
             b"KILL" if n == 1 => Client::KillAddr(parse_addr(args.key()?)?),
             b"KILL" if n >= 2 && n.is_multiple_of(2) => {
-                let mut filters = Vec::new();
-                while let Some(field) = args.next() {
-                    let v = args.key()?;
-                    filters.push(match field.to_ascii_uppercase().as_slice() {
-                        b"ID" => {
-                            KillFilter::Id(parse_u64(v).filter(|&id| id > 0).ok_or_else(|| {
-                                CmdError::msg("ERR client-id should be greater than 0")
-                            })?)
-                        }
-                        b"ADDR" => KillFilter::Addr(parse_addr(v)?),
-                        b"LADDR" => KillFilter::LAddr(parse_addr(v)?),
-                        b"TYPE" => KillFilter::Type(ClientKind::parse(v).ok_or_else(|| {
-                            CmdError::msg(format!(
-                                "ERR Unknown client type '{}'",
-                                String::from_utf8_lossy(v)
-                            ))
-                        })?),
-                        b"SKIPME" => match v.to_ascii_lowercase().as_slice() {
-                            b"yes" => KillFilter::SkipMe(true),
-                            b"no" => KillFilter::SkipMe(false),
-                            _ => return Err(CmdError::Syntax),
-                        },
-                        _ => return Err(CmdError::Syntax),
-                    });
-                }
-                // The last filter of each kind wins, as in Redis: however many a client
-                // sends, each connection is matched against at most five.
-                let mut kinds = Vec::new();
-                filters.reverse();
-                filters.retain(|f| {
-                    let kind = std::mem::discriminant(f);
-                    let first = !kinds.contains(&kind);
-                    kinds.push(kind);
-                    first
-                });
-                Client::KillFilter(filters)
+                Client::KillFilter(parse_kill_filters(args)?)
             }
             b"KILL" => return Err(CmdError::Syntax),
             _ => {

@@ -137,11 +137,7 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let Some(cluster) = ctx.shared.cluster.as_ref() else {
-            return Err(CmdError::msg(
-                "ERR This instance has cluster support disabled",
-            ));
-        };
+        let cluster = enabled(ctx)?;
         let view = cluster.view();
         let out = &mut *ctx.out;
         let proto = ctx.session.proto;
@@ -189,12 +185,7 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                 Some(v) => reply::bulk(out, v.table.encode().as_bytes()),
             },
             ClusterCmd::SetTable(text) => {
-                let text = std::str::from_utf8(text)
-                    .map_err(|_| CmdError::msg("ERR the table is not UTF-8 text"))?;
-                let table = SlotTable::decode(text)
-                    .map_err(|e| CmdError::msg(format!("ERR invalid table: {e}")))?;
-                cluster::adopt::adopt(ctx.shared, table)
-                    .map_err(|e| CmdError::msg(format!("ERR {e}")))?;
+                set_table(ctx.shared, text)?;
                 reply::simple(ctx.out, "OK");
             }
             ClusterCmd::Import(host, port, ranges) => {
@@ -205,49 +196,14 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                 cluster.jobs.submit(Job::Import { host, port, ranges });
                 reply::simple(out, "OK");
             }
-            ClusterCmd::ImportStatus => {
-                let all = cluster.imports.all();
-                reply::array(out, all.len());
-                for s in all {
-                    let line = format!(
-                        "source={} slots={} state={} entries={} offset={}",
-                        s.source,
-                        format_ranges(&s.ranges).join(","),
-                        s.state,
-                        s.entries,
-                        s.offset
-                    );
-                    reply::bulk(out, line.as_bytes());
-                }
-            }
+            ClusterCmd::ImportStatus => import_status(out, cluster),
             // It hands the socket over: inside EXEC that would break the array of replies.
             ClusterCmd::MigrateFeed(_) if ctx.session.in_exec => {
                 return Err(CmdError::msg(
                     "ERR Command not allowed inside a transaction",
                 ));
             }
-            ClusterCmd::MigrateFeed(ranges) => {
-                if !ctx.session.replica_capa {
-                    return Err(CmdError::msg(format!(
-                        "ERR MIGRATE-FEED needs REPLCONF capa {} first",
-                        sluice_repl::CAPA
-                    )));
-                }
-                let mut filter = [false; sluice_cluster::SLOTS];
-                for (a, b) in ranges {
-                    for s in a..=b {
-                        filter[usize::from(s)] = true;
-                    }
-                }
-                ctx.session.handoff = Some(PsyncRequest {
-                    peer: ctx.session.client.addr,
-                    client: ctx.session.client.clone(),
-                    listening_port: 0,
-                    replid: b"?".to_vec(),
-                    offset: -1,
-                    filter: Some(std::sync::Arc::new(filter)),
-                });
-            }
+            ClusterCmd::MigrateFeed(ranges) => migrate_feed(ctx.session, &ranges)?,
             ClusterCmd::Pause(ms, ranges) => {
                 let until = Instant::now() + Duration::from_millis(ms);
                 cluster.pause(&ranges, until, ctx.session.thread);
@@ -269,23 +225,77 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                 ctx.shared.repl.close_feeds();
                 reply::simple(out, "OK");
             }
-            ClusterCmd::Help => {
-                let lines = [
-                    "CLUSTER <subcommand> [<arg> ...]. Subcommands are:",
-                    "INFO, MYID, SLOTS, SHARDS, NODES",
-                    "KEYSLOT <key>, COUNTKEYSINSLOT <slot>, GETKEYSINSLOT <slot> <count>",
-                    "SETTABLE <table>, GETTABLE: the slot table (sluice cluster drives these)",
-                    "IMPORT <host> <port> <start-end> ..., IMPORT-STATUS: pull slots from their owner",
-                    "MIGRATE-FEED <start-end> ...: stream those slots to an importing node",
-                    "PAUSE <ms> <start-end> ..., UNPAUSE, MIGRATE-STATUS, MIGRATE-CANCEL: the handover",
-                ];
-                reply::array(out, lines.len());
-                for l in lines {
-                    reply::simple(out, l);
-                }
-            }
+            ClusterCmd::Help => help(out),
         }
         Ok(())
+    }
+}
+
+/// `SETTABLE <text>`: installs the table if its epoch is higher.
+fn set_table(shared: &crate::shared::Shared, text: &[u8]) -> Result<(), CmdError> {
+    let text =
+        std::str::from_utf8(text).map_err(|_| CmdError::msg("ERR the table is not UTF-8 text"))?;
+    let table =
+        SlotTable::decode(text).map_err(|e| CmdError::msg(format!("ERR invalid table: {e}")))?;
+    cluster::adopt::adopt(shared, table).map_err(|e| CmdError::msg(format!("ERR {e}")))
+}
+
+/// `IMPORT-STATUS`: one line per import.
+fn import_status(out: &mut bytes::BytesMut, cluster: &Cluster) {
+    let all = cluster.imports.all();
+    reply::array(out, all.len());
+    for s in all {
+        let line = format!(
+            "source={} slots={} state={} entries={} offset={}",
+            s.source,
+            format_ranges(&s.ranges).join(","),
+            s.state,
+            s.entries,
+            s.offset
+        );
+        reply::bulk(out, line.as_bytes());
+    }
+}
+
+/// `MIGRATE-FEED <start-end> ...`: hands the connection to the replication thread as a feed
+/// of those slots.
+fn migrate_feed(session: &mut super::Session, ranges: &[(u16, u16)]) -> Result<(), CmdError> {
+    if !session.replica_capa {
+        return Err(CmdError::msg(format!(
+            "ERR MIGRATE-FEED needs REPLCONF capa {} first",
+            sluice_repl::CAPA
+        )));
+    }
+    let mut filter = [false; sluice_cluster::SLOTS];
+    for &(a, b) in ranges {
+        for s in a..=b {
+            filter[usize::from(s)] = true;
+        }
+    }
+    session.handoff = Some(PsyncRequest {
+        peer: session.client.addr,
+        client: session.client.clone(),
+        listening_port: 0,
+        replid: b"?".to_vec(),
+        offset: -1,
+        filter: Some(std::sync::Arc::new(filter)),
+    });
+    Ok(())
+}
+
+fn help(out: &mut bytes::BytesMut) {
+    let lines = [
+        "CLUSTER <subcommand> [<arg> ...]. Subcommands are:",
+        "INFO, MYID, SLOTS, SHARDS, NODES",
+        "KEYSLOT <key>, COUNTKEYSINSLOT <slot>, GETKEYSINSLOT <slot> <count>",
+        "SETTABLE <table>, GETTABLE: the slot table (sluice cluster drives these)",
+        "IMPORT <host> <port> <start-end> ..., IMPORT-STATUS: pull slots from their owner",
+        "MIGRATE-FEED <start-end> ...: stream those slots to an importing node",
+        "PAUSE <ms> <start-end> ..., UNPAUSE, MIGRATE-STATUS, MIGRATE-CANCEL: the handover",
+    ];
+    reply::array(out, lines.len());
+    for l in lines {
+        reply::simple(out, l);
     }
 }
 
@@ -482,42 +492,35 @@ fn nodes(cluster: &Cluster) -> String {
     text
 }
 
-#[derive(Debug)]
-pub struct ReadOnly(bool);
+/// `READONLY`.
+pub type ReadOnly = SetReadOnly<true>;
+/// `READWRITE`.
+pub type ReadWrite = SetReadOnly<false>;
 
-impl Command<'_> for ReadOnly {
+/// READONLY (`ON`) / READWRITE: whether this connection reads from a replica of the key's
+/// shard.
+#[derive(Debug)]
+pub struct SetReadOnly<const ON: bool>;
+
+impl<const ON: bool> Command<'_> for SetReadOnly<ON> {
     fn parse(_args: &mut Args<'_>) -> Result<Self, CmdError> {
-        Ok(ReadOnly(true))
+        Ok(SetReadOnly)
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        set_readonly(ctx, self.0)
+        enabled(ctx)?;
+        ctx.session.readonly = ON;
+        reply::simple(ctx.out, "OK");
+        Ok(())
     }
 }
 
-#[derive(Debug)]
-pub struct ReadWrite;
-
-impl Command<'_> for ReadWrite {
-    fn parse(_args: &mut Args<'_>) -> Result<Self, CmdError> {
-        Ok(ReadWrite)
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        set_readonly(ctx, false)
-    }
-}
-
-/// READONLY / READWRITE: whether this connection reads from a replica of the key's shard.
-fn set_readonly(ctx: &mut Ctx<'_>, on: bool) -> Result<(), CmdError> {
-    if ctx.shared.cluster.is_none() {
-        return Err(CmdError::msg(
-            "ERR This instance has cluster support disabled",
-        ));
-    }
-    ctx.session.readonly = on;
-    reply::simple(ctx.out, "OK");
-    Ok(())
+/// The cluster, or the error of an instance with cluster support disabled.
+fn enabled<'c>(ctx: &Ctx<'c>) -> Result<&'c Cluster, CmdError> {
+    ctx.shared
+        .cluster
+        .as_ref()
+        .ok_or_else(|| CmdError::msg("ERR This instance has cluster support disabled"))
 }
 
 #[cfg(test)]

@@ -5,54 +5,81 @@
 //! `*5 :limited :max_burst+1 :remaining :retry_after_s :reset_after_s` (all integers, as in
 //! Redis's `gcra.json`); a cost that can never fit answers `[1, max_burst+1, 0, -1, -1]`. The
 //! state is GCRA's, shared with `RL.CHECK ... ALGO GCRA` and `CL.THROTTLE` on the same key.
+//!
+//! [`GcraCompat`] is the one command type behind both `GCRA` and `CL.THROTTLE`: they differ
+//! only in how they parse, the arithmetic in [`sluice_core::compat`], and the line a cost that
+//! can never fit answers.
 
-use sluice_core::CheckError;
-use sluice_core::compat::{self, GCRA_TOKENS_OVERFLOW, GcraCmd};
+use sluice_core::compat::{self, GCRA_TOKENS_OVERFLOW, GcraCmd, GcraReply};
+use sluice_core::{CheckError, Nanos, State};
 use sluice_resp::reply;
 use sluice_store::StoreError;
 
-use super::cl_throttle::reset_after;
 use super::{Args, CmdError, Command, Ctx};
 
-#[derive(Debug)]
-pub struct Gcra<'a> {
-    key: &'a [u8],
-    request: GcraCmd,
+/// `GCRA`: [`GcraCompat`] over Redis's arguments.
+pub type Gcra<'a> = GcraCompat<'a, GcraCmd>;
+
+/// Parses the arguments after the key; the error is the whole reply line without its `-`.
+pub type ParseFn<R> = fn(&[&[u8]]) -> Result<R, String>;
+/// Checks a `Gcra` slot at `now`: the reply, and whether the slot changed.
+pub type CheckFn<R> = fn(&mut Option<State>, &R, Nanos) -> Result<(GcraReply, bool), CheckError>;
+
+/// A GCRA-compatible request: how it parses and checks, from [`sluice_core::compat`].
+pub trait CompatRequest: Sized {
+    const PARSE: ParseFn<Self>;
+    const CHECK: CheckFn<Self>;
+    /// The reply line for a cost that can never fit, where it is not the store's own error.
+    const NEVER_FITS: Option<&'static str> = None;
 }
 
-impl<'a> Command<'a> for Gcra<'a> {
+/// `gcra` reports an increment past `i64::MAX` µs as "never fits"; Redis answers it with its
+/// overflow line.
+impl CompatRequest for GcraCmd {
+    const PARSE: ParseFn<Self> = GcraCmd::parse;
+    const CHECK: CheckFn<Self> = compat::gcra;
+    const NEVER_FITS: Option<&'static str> = Some(GCRA_TOKENS_OVERFLOW);
+}
+
+/// A key and a [`CompatRequest`]; replies with the request's five integers.
+#[derive(Debug)]
+pub struct GcraCompat<'a, R> {
+    key: &'a [u8],
+    request: R,
+}
+
+impl<'a, R: CompatRequest> Command<'a> for GcraCompat<'a, R> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
         let rest: Vec<&[u8]> = args.rest().collect();
-        let request = GcraCmd::parse(&rest).map_err(CmdError::msg)?;
-        Ok(Gcra { key, request })
+        let request = R::PARSE(&rest).map_err(CmdError::msg)?;
+        Ok(GcraCompat { key, request })
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let now = ctx.now;
-        let r = ctx
+        let reply = ctx
             .shared
             .store
             .limiter(self.key, now, |slot| {
-                let (reply, changed) = compat::gcra(slot, &self.request, now)?;
+                let (reply, changed) = R::CHECK(slot, &self.request, now)?;
                 Ok((reply, changed.then(|| reset_after(slot, now))))
             })
-            .map_err(|e| match e {
-                StoreError::Check(CheckError::CostExceedsCapacity) => {
-                    CmdError::msg(GCRA_TOKENS_OVERFLOW)
+            .map_err(|e| match (e, R::NEVER_FITS) {
+                (StoreError::Check(CheckError::CostExceedsCapacity), Some(line)) => {
+                    CmdError::msg(line)
                 }
-                other => other.into(),
+                (other, _) => other.into(),
             })?;
-        reply::int_array(
-            ctx.out,
-            &[
-                r.limited,
-                r.max_tokens,
-                r.remaining,
-                r.retry_after,
-                r.reset_after,
-            ],
-        );
+        reply::int_array(ctx.out, &reply.to_array());
         Ok(())
+    }
+}
+
+/// How long the store keeps a GCRA slot: until its theoretical arrival time.
+fn reset_after(slot: &Option<State>, now: Nanos) -> Nanos {
+    match slot {
+        Some(State::Gcra { tat }) => tat.saturating_sub(now),
+        _ => Nanos::ZERO,
     }
 }

@@ -2,16 +2,19 @@
 //! task per replica that sends it its sync and then the stream, and reads its acks.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use sluice_repl::{Record, SnapshotWriter, record};
 use sluice_resp::{Parser, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::mpsc;
 
-use super::{Handoff, Sync};
+use super::{Attach, Handoff, PsyncRequest, SlotFilter, Sync};
 use crate::shared::Shared;
 
 /// Every `--repl-flush-ms`, drains the journals into the stream (a PING when idle). With no
@@ -60,133 +63,175 @@ async fn feed_inner(shared: &Arc<Shared>, h: Handoff) -> std::io::Result<()> {
     };
     let client = h.client.clone();
     let id = client.id;
-    let filter = h.filter.clone();
-    let mut rx = attach.rx;
-    let queued = attach.queued;
+    let Attach {
+        replid,
+        how,
+        rx,
+        queued,
+    } = attach;
 
     let sync = async {
-        match attach.how {
-            Sync::Full(offset) => {
-                if filter.is_some() {
-                    sluice_log::log(&format!(
-                        "Slot migration feed to {}: snapshot of its slots, then their changes from offset {offset}",
-                        h.peer
-                    ));
-                } else {
-                    sluice_log::log(&format!(
-                        "Replica {} (listening port {}) asks for a sync: full resync from offset {offset}",
-                        h.peer, h.listening_port
-                    ));
-                }
-                writer
-                    .write_all(format!("+FULLRESYNC {} {offset}\r\n", attach.replid).as_bytes())
-                    .await?;
-                let started = Instant::now();
-                let snap_shared = shared.clone();
-                let snap_filter = filter.clone();
-                let (bytes, count) = tokio::task::spawn_blocking(move || {
-                    let mut w = SnapshotWriter::new();
-                    let now = snap_shared.clock.now();
-                    let count = match snap_filter {
-                        None => snap_shared.store.snapshot_into(&mut w, now),
-                        Some(f) => snap_shared.store.snapshot_where(&mut w, now, |k| {
-                            f[usize::from(sluice_cluster::key_slot(k))]
-                        }),
-                    };
-                    (w.finish(), count)
-                })
-                .await
-                .map_err(std::io::Error::other)?;
-                let taken = started.elapsed();
-                writer
-                    .write_all(format!("${}\r\n", bytes.len()).as_bytes())
-                    .await?;
-                writer.write_all(&bytes).await?;
-                sluice_log::log(&format!(
-                    "Synchronization with replica {} succeeded: {count} entries, {} bytes (snapshot {} ms, sent {} ms)",
-                    h.peer,
-                    bytes.len(),
-                    taken.as_millis(),
-                    started.elapsed().as_millis()
-                ));
-            }
-            Sync::Partial(chunks) => {
-                sluice_log::log(&format!(
-                    "Partial resynchronization request from {} accepted: sending {} bytes of backlog",
-                    h.peer,
-                    chunks.iter().map(|c| c.len()).sum::<usize>()
-                ));
-                writer
-                    .write_all(format!("+CONTINUE {}\r\n", attach.replid).as_bytes())
-                    .await?;
-                for c in chunks {
-                    writer.write_all(&c).await?;
-                }
-            }
+        match how {
+            Sync::Full(offset) => send_full(shared, &h, &mut writer, &replid, offset).await?,
+            Sync::Partial(chunks) => send_partial(&h, &mut writer, &replid, chunks).await?,
         }
         shared.repl.set_online(id);
-        // The stream: whatever the flusher queues, in order; a migration feed carries only
-        // its slots' records, each chunk followed by where it stands in this node's stream.
-        let mut filtered = Vec::new();
-        while let Some((chunk, end)) = rx.recv().await {
-            match &filter {
-                None => writer.write_all(&chunk).await?,
-                Some(f) => {
-                    filtered.clear();
-                    filter_chunk(&chunk, f, &mut filtered);
-                    Record::Offset(end).encode(&mut filtered);
-                    writer.write_all(&filtered).await?;
-                }
-            }
-            queued.fetch_sub(chunk.len(), Relaxed);
-        }
-        Err::<(), _>(std::io::Error::other(
-            "dropped from the stream (output buffer limit, a role change, or the end of a slot migration)",
-        ))
+        stream_changes(&mut writer, rx, h.filter.as_ref(), &queued).await
     };
-
-    // The replica's side of the link: REPLCONF ACK <offset>, nothing else matters.
-    let acks = async {
-        let mut parser = Parser::new(shared.config.limits());
-        let mut request = Request::default();
-        let mut buf = BytesMut::with_capacity(1024);
-        loop {
-            if reader.read_buf(&mut buf).await? == 0 {
-                return Err::<(), _>(std::io::Error::other("replica closed the connection"));
-            }
-            loop {
-                match parser.parse_into(&mut buf, &mut request) {
-                    Ok(true) => {
-                        let is_ack = request.len() == 3
-                            && request
-                                .arg(0)
-                                .is_some_and(|a| a.eq_ignore_ascii_case(b"REPLCONF"))
-                            && request
-                                .arg(1)
-                                .is_some_and(|a| a.eq_ignore_ascii_case(b"ACK"));
-                        if let Some(offset) = is_ack
-                            .then(|| request.arg(2))
-                            .flatten()
-                            .and_then(|o| std::str::from_utf8(o).ok()?.parse::<u64>().ok())
-                        {
-                            shared.repl.ack(id, offset);
-                        }
-                    }
-                    Ok(false) => break,
-                    Err(_) => {
-                        return Err(std::io::Error::other("protocol error from replica"));
-                    }
-                }
-            }
-            request.clear();
-        }
-    };
+    let acks = read_acks(shared, &mut reader, id);
 
     tokio::select! {
         r = sync => r,
         r = acks => r,
         _ = client.kill.notified() => Ok(()),
     }
+}
+
+/// A full resync: `+FULLRESYNC`, then a snapshot of the store (of the moving slots only, for a
+/// migration feed) as one bulk string.
+async fn send_full(
+    shared: &Arc<Shared>,
+    h: &PsyncRequest,
+    writer: &mut OwnedWriteHalf,
+    replid: &str,
+    offset: u64,
+) -> std::io::Result<()> {
+    if h.filter.is_some() {
+        sluice_log::log(&format!(
+            "Slot migration feed to {}: snapshot of its slots, then their changes from offset {offset}",
+            h.peer
+        ));
+    } else {
+        sluice_log::log(&format!(
+            "Replica {} (listening port {}) asks for a sync: full resync from offset {offset}",
+            h.peer, h.listening_port
+        ));
+    }
+    writer
+        .write_all(format!("+FULLRESYNC {replid} {offset}\r\n").as_bytes())
+        .await?;
+    let started = Instant::now();
+    let snap_shared = shared.clone();
+    let snap_filter = h.filter.clone();
+    let (bytes, count) = tokio::task::spawn_blocking(move || {
+        let mut w = SnapshotWriter::new();
+        let now = snap_shared.clock.now();
+        let count = match snap_filter {
+            None => snap_shared.store.snapshot_into(&mut w, now),
+            Some(f) => snap_shared
+                .store
+                .snapshot_where(&mut w, now, |k| f[usize::from(sluice_cluster::key_slot(k))]),
+        };
+        (w.finish(), count)
+    })
+    .await
+    .map_err(std::io::Error::other)?;
+    let taken = started.elapsed();
+    writer
+        .write_all(format!("${}\r\n", bytes.len()).as_bytes())
+        .await?;
+    writer.write_all(&bytes).await?;
+    sluice_log::log(&format!(
+        "Synchronization with replica {} succeeded: {count} entries, {} bytes (snapshot {} ms, sent {} ms)",
+        h.peer,
+        bytes.len(),
+        taken.as_millis(),
+        started.elapsed().as_millis()
+    ));
+    Ok(())
+}
+
+/// A partial resync: `+CONTINUE`, then the backlog from the replica's offset.
+async fn send_partial(
+    h: &PsyncRequest,
+    writer: &mut OwnedWriteHalf,
+    replid: &str,
+    chunks: Vec<Bytes>,
+) -> std::io::Result<()> {
+    sluice_log::log(&format!(
+        "Partial resynchronization request from {} accepted: sending {} bytes of backlog",
+        h.peer,
+        chunks.iter().map(|c| c.len()).sum::<usize>()
+    ));
+    writer
+        .write_all(format!("+CONTINUE {replid}\r\n").as_bytes())
+        .await?;
+    for c in chunks {
+        writer.write_all(&c).await?;
+    }
+    Ok(())
+}
+
+/// The stream: whatever the flusher queues, in order; a migration feed carries only its slots'
+/// records, each chunk followed by where it stands in this node's stream. Ends (with an error)
+/// when the flusher drops this feed.
+async fn stream_changes(
+    writer: &mut OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<(Bytes, u64)>,
+    filter: Option<&SlotFilter>,
+    queued: &AtomicUsize,
+) -> std::io::Result<()> {
+    let mut filtered = Vec::new();
+    while let Some((chunk, end)) = rx.recv().await {
+        match filter {
+            None => writer.write_all(&chunk).await?,
+            Some(f) => {
+                filtered.clear();
+                filter_chunk(&chunk, f, &mut filtered);
+                Record::Offset(end).encode(&mut filtered);
+                writer.write_all(&filtered).await?;
+            }
+        }
+        queued.fetch_sub(chunk.len(), Relaxed);
+    }
+    Err(std::io::Error::other(
+        "dropped from the stream (output buffer limit, a role change, or the end of a slot migration)",
+    ))
+}
+
+/// The replica's side of the link: REPLCONF ACK <offset>, nothing else matters.
+async fn read_acks(
+    shared: &Arc<Shared>,
+    reader: &mut OwnedReadHalf,
+    id: u64,
+) -> std::io::Result<()> {
+    let mut parser = Parser::new(shared.config.limits());
+    let mut request = Request::default();
+    let mut buf = BytesMut::with_capacity(1024);
+    loop {
+        if reader.read_buf(&mut buf).await? == 0 {
+            return Err(std::io::Error::other("replica closed the connection"));
+        }
+        loop {
+            match parser.parse_into(&mut buf, &mut request) {
+                Ok(true) => {
+                    if let Some(offset) = ack_offset(&request) {
+                        shared.repl.ack(id, offset);
+                    }
+                }
+                Ok(false) => break,
+                Err(_) => {
+                    return Err(std::io::Error::other("protocol error from replica"));
+                }
+            }
+        }
+        request.clear();
+    }
+}
+
+/// The offset of a `REPLCONF ACK <offset>`; `None` for anything else.
+fn ack_offset(request: &Request) -> Option<u64> {
+    let is_ack = request.len() == 3
+        && request
+            .arg(0)
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"REPLCONF"))
+        && request
+            .arg(1)
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"ACK"));
+    is_ack
+        .then(|| request.arg(2))
+        .flatten()
+        .and_then(|o| std::str::from_utf8(o).ok()?.parse::<u64>().ok())
 }
 
 /// Appends to `out` the records of `chunk` that a migration feed with `filter` carries: the
