@@ -267,12 +267,27 @@ impl Node {
                     };
                     let algo = match &rl.algorithm {
                         None => Algo::Fixed,
-                        Some(a) => Algo::parse(a.as_bytes()).ok_or_else(|| {
+                        Some(a) => sluice_core::spec::parse_algo(a.as_bytes()).map_err(|_| {
                             err(format!(
                                 "unknown algorithm '{a}' (fixed, token, gcra, sliding, log or leaky)"
                             ))
                         })?,
                     };
+                    // A limit RL.CHECK would refuse is refused here, at load, in its words
+                    // (0 requests per unit denies everything, as in envoyproxy/ratelimit).
+                    if let Some(u) = unit
+                        && rl.requests_per_unit > 0
+                    {
+                        let period = sluice_core::Nanos::from_secs(u.seconds());
+                        sluice_core::spec::validate(
+                            algo,
+                            u64::from(rl.requests_per_unit),
+                            period,
+                            None,
+                            1,
+                        )
+                        .map_err(|e| err(e.to_string()))?;
+                    }
                     let mut replaces = Vec::with_capacity(rl.replaces.len());
                     for r in rl.replaces {
                         if r.name.is_empty() {
@@ -508,6 +523,10 @@ mod tests {
             (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: fastest",
                 "unknown algorithm",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: 20000\n      algorithm: log",
+                "limit for ALGO LOG must be at most 10000",
             ),
         ] {
             let e = Config::from_files([("f.yaml", text)]).unwrap_err();
