@@ -105,6 +105,25 @@ impl fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
+/// Why a period was refused: one byte, so that the period parser's result travels in
+/// registers on the check path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeriodError {
+    /// Not a number of seconds nor a duration with a unit.
+    Format,
+    /// Well formed, but too large to count in nanoseconds.
+    Overflow,
+}
+
+impl From<PeriodError> for SpecError {
+    fn from(e: PeriodError) -> SpecError {
+        match e {
+            PeriodError::Format => SpecError::Period,
+            PeriodError::Overflow => SpecError::PeriodOverflow,
+        }
+    }
+}
+
 /// Parses an unsigned decimal with no sign, no spaces and no leading zeros.
 pub fn parse_u64(b: &[u8]) -> Option<u64> {
     if b.is_empty() || b.len() > 20 || (b.len() > 1 && b[0] == b'0') {
@@ -134,23 +153,25 @@ pub fn parse_u64(b: &[u8]) -> Option<u64> {
     Some(n)
 }
 
-/// Parses a count in 1..=i64::MAX; `name` is what the error calls it.
-pub fn positive(arg: &[u8], name: &'static str) -> Result<u64, SpecError> {
-    match parse_u64(arg) {
-        Some(n) if n >= 1 && n <= i64::MAX as u64 => Ok(n),
-        _ => Err(SpecError::NotPositive(name)),
-    }
+/// Parses a count in 1..=i64::MAX (every count is replied as a RESP integer).
+#[inline]
+pub fn positive(arg: &[u8]) -> Option<u64> {
+    parse_u64(arg).filter(|&n| n >= 1 && n <= i64::MAX as u64)
+}
+
+/// [`positive`], with the error naming the argument `name`.
+pub fn count(arg: &[u8], name: &'static str) -> Result<u64, SpecError> {
+    positive(arg).ok_or(SpecError::NotPositive(name))
 }
 
 /// Parses `period`: integer seconds, or an integer with a unit `ms`, `s`, `m`, `h` or `d`. The
-/// number follows [`parse_u64`]'s rules (digits only, no leading zero). A well-formed period
-/// too large to count in nanoseconds is [`SpecError::PeriodOverflow`], not a format error.
+/// number follows [`parse_u64`]'s rules (digits only, no leading zero). A number too large to
+/// count in nanoseconds is [`PeriodError::Overflow`], not a format error.
 ///
 /// One pass over the digits, then the unit: this runs on every check.
-pub fn parse_period(arg: &[u8]) -> Result<Nanos, SpecError> {
+pub fn parse_period(arg: &[u8]) -> Result<Nanos, PeriodError> {
     let mut n: u64 = 0;
     let mut digits = 0;
-    let mut overflow = false;
     for &c in arg {
         let d = c.wrapping_sub(b'0');
         if d > 9 {
@@ -160,18 +181,14 @@ pub fn parse_period(arg: &[u8]) -> Result<Nanos, SpecError> {
         n = if digits < 19 {
             n * 10 + u64::from(d)
         } else {
-            match n.checked_mul(10).and_then(|n| n.checked_add(u64::from(d))) {
-                Some(n) => n,
-                None => {
-                    overflow = true;
-                    n
-                }
-            }
+            n.checked_mul(10)
+                .and_then(|n| n.checked_add(u64::from(d)))
+                .ok_or(PeriodError::Overflow)?
         };
         digits += 1;
     }
     if digits == 0 || (digits > 1 && arg[0] == b'0') {
-        return Err(SpecError::Period);
+        return Err(PeriodError::Format);
     }
     // Matched without allocating.
     let unit_ns: u64 = match &arg[digits..] {
@@ -180,14 +197,12 @@ pub fn parse_period(arg: &[u8]) -> Result<Nanos, SpecError> {
         b"m" | b"M" => 60 * Nanos::PER_SEC,
         b"h" | b"H" => 3600 * Nanos::PER_SEC,
         b"d" | b"D" => 86_400 * Nanos::PER_SEC,
-        _ => return Err(SpecError::Period),
+        _ => return Err(PeriodError::Format),
     };
-    if n == 0 {
-        return Err(SpecError::Period);
-    }
     match n.checked_mul(unit_ns) {
-        Some(ns) if !overflow => Ok(Nanos(ns)),
-        _ => Err(SpecError::PeriodOverflow),
+        Some(0) => Err(PeriodError::Format),
+        Some(ns) => Ok(Nanos(ns)),
+        None => Err(PeriodError::Overflow),
     }
 }
 
@@ -276,7 +291,7 @@ pub struct CheckArgs {
 
 impl CheckArgs {
     pub fn parse<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> Result<CheckArgs, SpecError> {
-        let limit = positive(args.next().ok_or(SpecError::Arity)?, "limit")?;
+        let limit = count(args.next().ok_or(SpecError::Arity)?, "limit")?;
         let period = parse_period(args.next().ok_or(SpecError::Arity)?)?;
         let mut parsed = CheckArgs {
             limit,
@@ -293,7 +308,7 @@ impl CheckArgs {
             let is = |name: &str| opt.eq_ignore_ascii_case(name.as_bytes());
             let mut value = |name: &'static str| args.next().ok_or(SpecError::NeedsValue(name));
             match () {
-                _ if is("BURST") => parsed.burst = Some(positive(value("BURST")?, "BURST")?),
+                _ if is("BURST") => parsed.burst = Some(count(value("BURST")?, "BURST")?),
                 _ if is("COST") => {
                     parsed.cost = parse_u64(value("COST")?).ok_or(SpecError::Cost)?
                 }
@@ -302,8 +317,8 @@ impl CheckArgs {
                 _ if is("FAILMODE") => {
                     parsed.fail_mode = Some(FailMode::parse(value("FAILMODE")?)?)
                 }
-                _ if is("SPLIT") => parsed.split = Some(positive(value("SPLIT")?, "SPLIT")?),
-                _ if is("APPROX") => parsed.approx_ms = Some(positive(value("APPROX")?, "APPROX")?),
+                _ if is("SPLIT") => parsed.split = Some(count(value("SPLIT")?, "SPLIT")?),
+                _ if is("APPROX") => parsed.approx_ms = Some(count(value("APPROX")?, "APPROX")?),
                 _ => {
                     return Err(SpecError::UnknownOption(
                         String::from_utf8_lossy(opt).into(),
@@ -382,7 +397,7 @@ mod tests {
             b"1.5",
             b" 1",
         ] {
-            assert_eq!(parse_period(bad), Err(SpecError::Period), "{bad:?}");
+            assert_eq!(parse_period(bad), Err(PeriodError::Format), "{bad:?}");
         }
         // Large but well formed: the accurate error, not the format one.
         for huge in [
@@ -390,11 +405,7 @@ mod tests {
             b"18446744073709551616",
             b"999999999999999999999d",
         ] {
-            assert_eq!(
-                parse_period(huge),
-                Err(SpecError::PeriodOverflow),
-                "{huge:?}"
-            );
+            assert_eq!(parse_period(huge), Err(PeriodError::Overflow), "{huge:?}");
         }
         assert!(
             parse_period(b"5000000000").is_ok(),
@@ -443,12 +454,10 @@ mod tests {
 
     #[test]
     fn counts_splits_and_names() {
-        assert_eq!(
-            positive(b"9223372036854775807", "limit"),
-            Ok(i64::MAX as u64)
-        );
+        assert_eq!(count(b"9223372036854775807", "limit"), Ok(i64::MAX as u64));
         for bad in [&b"0"[..], b"9223372036854775808", b"-1", b"01", b""] {
-            assert_eq!(positive(bad, "limit"), Err(SpecError::NotPositive("limit")));
+            assert_eq!(count(bad, "limit"), Err(SpecError::NotPositive("limit")));
+            assert_eq!(positive(bad), None);
         }
         assert!(check_split(10, 10, None).is_ok());
         assert_eq!(
@@ -513,7 +522,7 @@ mod tests {
                 let got = parse_period(arg.as_bytes());
                 assert_eq!(got.clone().ok(), reference(arg.as_bytes()), "{arg:?}");
                 // Refused for its size only when digits and unit are well formed.
-                if got == Err(SpecError::PeriodOverflow) {
+                if got == Err(PeriodError::Overflow) {
                     assert!(n.len() > 1 && !n.starts_with('0'), "{arg:?}");
                 }
             }
@@ -523,6 +532,6 @@ mod tests {
             parse_period(b"18446744073"),
             Ok(Nanos(18_446_744_073_000_000_000))
         );
-        assert_eq!(parse_period(b"18446744074"), Err(SpecError::PeriodOverflow));
+        assert_eq!(parse_period(b"18446744074"), Err(PeriodError::Overflow));
     }
 }

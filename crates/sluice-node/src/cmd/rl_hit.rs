@@ -19,7 +19,7 @@ use sluice_resp::reply;
 use sluice_store::Check;
 
 use super::args::parse_u64;
-use sluice_core::spec::{SpecError, parse_period, positive, validate};
+use sluice_core::spec::{SpecError, count, parse_period, validate};
 
 use super::rl_check::clamp;
 use super::{Args, CmdError, Command, Ctx};
@@ -261,8 +261,8 @@ impl<'a> Command<'a> for RlHits<'a> {
             }
             let mut keys = Vec::new();
             for t in words.chunks(3) {
-                let limit = positive(t[1], "limit")?;
-                let period = parse_period(t[2])?;
+                let limit = count(t[1], "limit")?;
+                let period = parse_period(t[2]).map_err(SpecError::from)?;
                 validate(Algo::Token, limit, period, None, cost)?;
                 keys.push((t[0], limit, period));
             }

@@ -37,7 +37,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use sluice_core::{Algo, Nanos, Params};
 
-use sluice_core::spec::{SpecError, parse_algo, parse_period, parse_u64, positive, validate};
+use sluice_core::spec::{
+    PeriodError, SpecError, count, parse_algo, parse_period, parse_u64, validate,
+};
 
 /// The longest period a rule may have: a year. RL.CHECK allows more; a rule longer than this
 /// is far more likely a unit mistake than a limit anyone means.
@@ -194,15 +196,15 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
                 .ok_or_else(|| RuleError::msg(format!("ERR {name} needs a value")))
         };
         match () {
-            _ if is("LIMIT") => limit = Some(positive(value("LIMIT")?, "LIMIT")?),
+            _ if is("LIMIT") => limit = Some(count(value("LIMIT")?, "LIMIT")?),
             _ if is("PERIOD") => {
                 let p = value("PERIOD")?;
                 let parsed = parse_period(p).map_err(|e| match e {
-                    SpecError::Period => RuleError::msg(format!(
+                    PeriodError::Format => RuleError::msg(format!(
                         "ERR PERIOD '{}' must be a positive duration such as 500ms, 10s, 1m, 1h or 1d",
                         String::from_utf8_lossy(p)
                     )),
-                    other => other.into(),
+                    overflow => SpecError::from(overflow).into(),
                 })?;
                 if parsed > MAX_RULE_PERIOD {
                     return Err(RuleError::msg(format!(
@@ -212,7 +214,7 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
                 }
                 period = Some(parsed);
             }
-            _ if is("BURST") => burst = Some(positive(value("BURST")?, "BURST")?),
+            _ if is("BURST") => burst = Some(count(value("BURST")?, "BURST")?),
             _ if is("ALGO") => {
                 algo = parse_algo(value("ALGO")?)?;
             }
@@ -226,7 +228,7 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
                 })?;
             }
             _ if is("SHADOW") => shadow = true,
-            _ if is("FLOOR") => floor = Some(positive(value("FLOOR")?, "FLOOR")?),
+            _ if is("FLOOR") => floor = Some(count(value("FLOOR")?, "FLOOR")?),
             _ if is("ROLLOUT") => {
                 let r = value("ROLLOUT")?;
                 rollout = parse_u64(r)
