@@ -520,7 +520,7 @@ mod tests {
             for u in units {
                 let arg = format!("{n}{u}");
                 let got = parse_period(arg.as_bytes());
-                assert_eq!(got.clone().ok(), reference(arg.as_bytes()), "{arg:?}");
+                assert_eq!(got.ok(), reference(arg.as_bytes()), "{arg:?}");
                 // Refused for its size only when digits and unit are well formed.
                 if got == Err(PeriodError::Overflow) {
                     assert!(n.len() > 1 && !n.starts_with('0'), "{arg:?}");
