@@ -27,6 +27,8 @@ impl<'a> Command<'a> for CommandCmd<'a> {
                     "ERR wrong number of arguments for 'command|count' command",
                 ));
             }
+            // With no names, every command, as COMMAND itself answers.
+            b"INFO" if args.is_empty() => CommandCmd::All,
             b"INFO" => CommandCmd::Info(args.rest()),
             b"DOCS" => CommandCmd::Docs(args.rest()),
             b"LIST" => CommandCmd::List,
@@ -41,15 +43,8 @@ impl<'a> Command<'a> for CommandCmd<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let p = ctx.session.proto;
-        let limit = ctx.shared.config.client_output_buffer_limit;
         let out = &mut *ctx.out;
         match self {
-            CommandCmd::Info(names) if names.len() == 0 => {
-                reply::array(out, COMMANDS.len());
-                for spec in COMMANDS {
-                    info(out, p, spec);
-                }
-            }
             CommandCmd::All => {
                 reply::array(out, COMMANDS.len());
                 for spec in COMMANDS {
@@ -64,16 +59,16 @@ impl<'a> Command<'a> for CommandCmd<'a> {
                 }
             }
             CommandCmd::Info(names) => {
-                reply::array(out, names.len());
+                reply::array(ctx.out, names.len());
                 for name in names {
                     // A name per argument: past the output limit the connection is closed.
-                    if out.len() as u64 > limit {
+                    if ctx.output_full() {
                         ctx.session.close = true;
                         break;
                     }
                     match lookup(name) {
-                        Some(spec) => info(out, p, spec),
-                        None => reply::null(out, p),
+                        Some(spec) => info(ctx.out, p, spec),
+                        None => reply::null(ctx.out, p),
                     }
                 }
             }

@@ -202,7 +202,8 @@ impl<'a> Command<'a> for RlHit<'a> {
 
 /// One bucket of an RL.HITS call, resolved.
 struct Pending<'a> {
-    key: Vec<u8>,
+    /// The bucket: `rule:subject` (built once, at parse) or the key given.
+    key: &'a [u8],
     algo: Algo,
     params: sluice_core::Params,
     /// False for a shadow rule.
@@ -307,7 +308,7 @@ impl<'a> Command<'a> for RlHits<'a> {
                         let live = live?;
                         let spec = live.spec_for(subject);
                         Some(Pending {
-                            key: bucket.clone(),
+                            key: bucket,
                             algo: spec.algo,
                             params: spec.params(self.cost),
                             enforced: !spec.shadow,
@@ -329,7 +330,7 @@ impl<'a> Command<'a> for RlHits<'a> {
                 for &(key, limit, period) in keys {
                     let params = validate(Algo::Token, limit, period, None, self.cost)?;
                     checks.push(Pending {
-                        key: key.to_vec(),
+                        key,
                         algo: Algo::Token,
                         params,
                         enforced: true,
@@ -339,7 +340,7 @@ impl<'a> Command<'a> for RlHits<'a> {
             }
         }
         let mut seen = ahash::AHashSet::with_capacity(checks.len());
-        if let Some(c) = checks.iter().find(|c| !seen.insert(c.key.as_slice())) {
+        if let Some(c) = checks.iter().find(|c| !seen.insert(c.key)) {
             return Err(CmdError::msg(format!(
                 "ERR '{}' is listed twice",
                 String::from_utf8_lossy(c.label)
@@ -348,7 +349,7 @@ impl<'a> Command<'a> for RlHits<'a> {
         let store_checks: Vec<Check<'_>> = checks
             .iter()
             .map(|c| Check {
-                key: &c.key,
+                key: c.key,
                 algo: c.algo,
                 params: c.params,
                 enforced: c.enforced,
