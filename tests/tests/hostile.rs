@@ -299,3 +299,70 @@ fn idle_timeout_closes_silent_clients_only() {
     assert!(closed, "idle client closed");
     let _: String = redis::cmd("PING").query(&mut busy).unwrap();
 }
+
+/// A "primary" that answers the replica's handshake and then announces a 4 EiB snapshot. The
+/// replica reserves room as bytes arrive, not as the header claims, so it neither aborts nor
+/// swells, keeps serving, and drops the link when the peer closes.
+#[test]
+fn a_garbage_snapshot_length_from_a_primary_does_not_take_the_replica_down() {
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = fake.local_addr().unwrap().port().to_string();
+    let replica = Sluice::start_with(&["--replicaof", &format!("127.0.0.1:{port}")]);
+    let (mut link, _) = fake.accept().unwrap();
+    link.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let mut buf = [0u8; 4096];
+        let n = link.read(&mut buf).unwrap();
+        assert!(n > 0, "the replica closed the link during its handshake");
+        seen.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&buf[..n]).to_uppercase();
+        if text.contains("$5\r\nPSYNC\r\n") {
+            let id = "a".repeat(40);
+            let header = format!("+FULLRESYNC {id} 0\r\n$4611686018427387904\r\n");
+            link.write_all(header.as_bytes()).unwrap();
+            link.write_all(&[0u8; 4096]).unwrap();
+            break;
+        }
+        let reply: &[u8] = if text.contains("PING") {
+            b"+PONG\r\n"
+        } else {
+            b"+OK\r\n"
+        };
+        link.write_all(reply).unwrap();
+    }
+    assert!(
+        String::from_utf8_lossy(&seen)
+            .to_uppercase()
+            .contains("PSYNC"),
+        "no PSYNC within the deadline"
+    );
+    // The replica is reading the snapshot: it took the header and the first bytes.
+    let syncing = sluice_tests::wait_until(Duration::from_secs(10), || {
+        (sluice_tests::info_field(replica.port, "master_sync_in_progress") == Some(1)).then_some(())
+    });
+    assert!(
+        syncing.is_some(),
+        "the replica never started reading the snapshot; log:\n{}",
+        replica.log()
+    );
+    let mut c = replica.client();
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+    drop(link);
+    drop(fake);
+    assert!(
+        replica.wait_for_log("down: primary closed the connection during the snapshot"),
+        "the replica did not report the broken sync; log:\n{}",
+        replica.log()
+    );
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+    assert!(
+        replica.rss() < 512 << 20,
+        "the replica's memory grew to {} bytes on a claimed length",
+        replica.rss()
+    );
+}

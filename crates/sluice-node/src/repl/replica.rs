@@ -187,6 +187,9 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     stream_from(shared, peer.stream, peer.buf).await
 }
 
+/// The most a snapshot read reserves ahead of the bytes that arrived.
+const SNAPSHOT_CHUNK: usize = 1 << 20;
+
 /// Reads `$<len>\r\n` and then `len` bytes of snapshot (no CRLF after them, as Redis sends
 /// an RDB payload). Empty lines before the header are keepalives.
 pub async fn read_snapshot(peer: &mut Peer) -> LinkResult<BytesMut> {
@@ -201,7 +204,9 @@ pub async fn read_snapshot(peer: &mut Peer) -> LinkResult<BytesMut> {
         .and_then(|n| n.parse::<usize>().ok())
         .ok_or_else(|| format!("malformed snapshot header: {header}"))?;
     while peer.buf.len() < len {
-        peer.buf.reserve(len - peer.buf.len());
+        // Room grows with what arrives, never with what the header claims: a garbage length
+        // must not reserve memory the peer never sends.
+        peer.buf.reserve((len - peer.buf.len()).min(SNAPSHOT_CHUNK));
         let read = peer
             .stream
             .read_buf(&mut peer.buf)
