@@ -750,7 +750,23 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// A redis-rs cluster connection, retrying MOVED and TRYAGAIN quickly (its default first wait
 /// is over a second).
 pub async fn cluster_client(urls: Vec<String>) -> redis::cluster_async::ClusterConnection {
-    redis::cluster::ClusterClient::builder(urls)
+    cluster_client_with(urls, false).await
+}
+
+/// [`cluster_client`], whose connections first send READONLY when `readonly` (redis-rs's
+/// `read_from_replicas`, as clients that read from replicas do): its writes must still pause
+/// and move with their slots.
+pub async fn cluster_client_with(
+    urls: Vec<String>,
+    readonly: bool,
+) -> redis::cluster_async::ClusterConnection {
+    let builder = redis::cluster::ClusterClient::builder(urls);
+    let builder = if readonly {
+        builder.read_from_replicas()
+    } else {
+        builder
+    };
+    builder
         .retries(50)
         .min_retry_wait(2)
         .max_retry_wait(100)

@@ -5,11 +5,12 @@
 //! Asserted: create (exit 0, every node ok, every node's CLUSTER SLOTS the same and covering
 //! every slot); MOVED to the right slot and owner, again and again for a client that ignores
 //! it, and nothing consumed by it; CROSSSLOT and hash tags; exact limits with 16 concurrent
-//! cluster clients; add-node and remove-node under a bounded background load with every bucket
-//! kept (the preloaded ones and the ones the load consumed, to the unit); a node restarted with
-//! its config file; a node that was down while the table changed adopting the newer table
-//! before it serves a key; bad tables refused with the table unchanged; the admin tool failing
-//! before anything changes when a node is unreachable; and the table kept in a real etcd.
+//! cluster clients; add-node and remove-node under a bounded background load (half of it on
+//! connections that sent READONLY) with every bucket kept (the preloaded ones and the ones the
+//! load consumed, to the unit); a node restarted with its config file; a node that was down
+//! while the table changed adopting the newer table before it serves a key; bad tables refused
+//! with the table unchanged; the admin tool failing before anything changes when a node is
+//! unreachable; and the table kept in a real etcd.
 //!
 //! Every wait has a deadline; every process is stopped by its PID when its guard drops.
 //! `cargo test -p sluice-tests --test cluster -- --nocapture` prints what the moves cost.
@@ -23,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use redis::cluster_async::ClusterConnection;
 use sluice_tests::{
-    Etcd, SlotsEntry, Sluice, TempDir, cluster_client, cluster_info_field, cluster_node,
-    cluster_rl_check, cluster_slots, covers_every_slot, have_tool, key_slot, owner_of,
-    redis_benchmark, redis_cli, runtime, sluice_cluster, try_connect, wait_until,
+    Etcd, SlotsEntry, Sluice, TempDir, cluster_client, cluster_client_with, cluster_info_field,
+    cluster_node, cluster_rl_check, cluster_slots, covers_every_slot, have_tool, key_slot,
+    owner_of, redis_benchmark, redis_cli, runtime, sluice_cluster, try_connect, wait_until,
 };
 
 /// A set of cluster nodes with their config files in one temporary directory.
@@ -554,7 +555,9 @@ impl Load {
                 for t in 0..tasks {
                     let (urls, stop, stats) = (urls.clone(), s.clone(), st.clone());
                     set.spawn(async move {
-                        let mut c = cluster_client(urls).await;
+                        // Every other task's connections sent READONLY: their checks are
+                        // writes all the same, paused and moved with their slots.
+                        let mut c = cluster_client_with(urls, t % 2 == 1).await;
                         let limit = LOAD_LIMIT.to_string();
                         for n in 0..LOAD_MAX_OPS / tasks as u64 {
                             if stop.load(Ordering::Relaxed) || Instant::now() >= end {
