@@ -762,7 +762,7 @@ pub async fn cluster_client_with(
 ) -> redis::cluster_async::ClusterConnection {
     let builder = redis::cluster::ClusterClient::builder(urls);
     let builder = if readonly {
-        builder.read_from_replicas()
+        builder.read_routing_strategy(redis::cluster_read_routing::RandomReplicaStrategy)
     } else {
         builder
     };

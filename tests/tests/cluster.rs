@@ -1076,3 +1076,124 @@ fn readonly_replica_serves_dry_checks() {
         );
     }
 }
+
+/// Runs `sluice cluster add-node` told to die at `point` (`SLUICE_ADMIN_DIE_AT`), as a
+/// `kill -9` would stop it; asserts it did die there.
+fn admin_killed_at(point: &str, args: &[&str]) {
+    let out = std::process::Command::new("timeout")
+        .arg("120")
+        .arg(sluice_tests::binary())
+        .arg("cluster")
+        .args(args)
+        .env("SLUICE_ADMIN_DIE_AT", point)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run sluice cluster");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains(&format!("SLUICE_ADMIN_DIE_AT={point}")),
+        "the admin tool did not die at {point} ({:?}):\n{}\n{stderr}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// Keys held by the node on `port` (DBSIZE).
+fn dbsize(port: u16) -> Option<i64> {
+    redis::cmd("DBSIZE").query(&mut try_connect(port)?).ok()
+}
+
+/// The admin tool killed at each step of add-node, under a load that counts every allowed
+/// check:
+/// - before the table flips (`imports`, `copied`, `paused`), the old table stays in force, the
+///   old owner's pause is lifted as soon as the tool's connection drops, and the new node
+///   drops the copies it took; a rerun then succeeds at once;
+/// - after the new owner took the table (`targets`), the old owners learn it from their
+///   peers, and the new owner holds the slots until the old owner's feed closes;
+/// - through all of it every allowed check is counted, to the unit.
+#[test]
+fn an_admin_tool_killed_at_each_step_of_add_node_loses_nothing() {
+    let started = Instant::now();
+    let set = Nodes::start(5, &[]);
+    let addrs: Vec<String> = (0..5).map(|i| set.addr(i)).collect();
+    admin_ok(&["create", &addrs[0], &addrs[1], &addrs[2]]);
+    let rt = runtime();
+    let urls = set.urls(&[0, 1, 2]);
+    let mut load = Load::start(urls.clone(), 8);
+    assert!(
+        wait_until(Duration::from_secs(20), || (load.ops() >= 1000)
+            .then_some(()))
+        .is_some(),
+        "the load did not start"
+    );
+    let old_ports = [set.port(0), set.port(1), set.port(2)];
+    for point in ["imports", "copied", "paused"] {
+        admin_killed_at(point, &["add-node", &addrs[3], &addrs[0]]);
+        // The old table stays: epoch 1 everywhere, the new node outside it.
+        let slots = agreed_slots(&old_ports, 1);
+        assert!(
+            slots.iter().all(|e| e.primary != set.port(3)),
+            "the new node serves slots after a kill at {point}"
+        );
+        if point == "paused" {
+            let lifted = set.nodes[..3]
+                .iter()
+                .any(|n| n.wait_for_log("Pause lifted: the connection that asked for it closed"));
+            assert!(
+                lifted,
+                "no old owner lifted the pause of a killed admin tool"
+            );
+        }
+        // The new node gives back what it copied (the import abandoned with its asker).
+        let dropped = wait_until(Duration::from_secs(25), || {
+            (dbsize(set.port(3))? == 0).then_some(())
+        });
+        assert!(
+            dropped.is_some(),
+            "the new node kept {:?} copied keys after a kill at {point}; its log:\n{}",
+            dbsize(set.port(3)),
+            set.nodes[3].log()
+        );
+        let ops = load.ops();
+        assert!(
+            wait_until(Duration::from_secs(10), || (load.ops() > ops + 200)
+                .then_some(()))
+            .is_some(),
+            "the load stalled after a kill at {point}"
+        );
+        println!("killed at {point}: old table kept, copies dropped, load flowing");
+    }
+    // A rerun succeeds the first time.
+    let out = admin_ok(&["add-node", &addrs[3], &addrs[0]]);
+    let (moved, _, _) = moved_figures(&out);
+    assert!(moved > 3000, "{out}");
+    // Killed right after the new owner took the table: the rest learn it from their peers.
+    admin_killed_at("targets", &["add-node", &addrs[4], &addrs[0]]);
+    let all: Vec<u16> = (0..5).map(|i| set.port(i)).collect();
+    let flipped = wait_until(Duration::from_secs(20), || {
+        all.iter()
+            .all(|&p| current_epoch(p) == Some(3))
+            .then_some(())
+    });
+    assert!(
+        flipped.is_some(),
+        "the table of a killed tool did not reach every node"
+    );
+    let ops = load.ops();
+    assert!(
+        wait_until(Duration::from_secs(10), || (load.ops() > ops + 200)
+            .then_some(()))
+        .is_some(),
+        "the load stalled after a kill at targets"
+    );
+    let stats = load.stop();
+    println!(
+        "load: {} checks, {} errors, slowest {:?}",
+        stats.ops,
+        stats.errors.len(),
+        stats.slowest
+    );
+    assert!(stats.errors.is_empty(), "load errors: {:?}", stats.errors);
+    load_buckets_count_every_allowed_check(&rt, set.urls(&[1]), &stats);
+    println!("test took {:?}", started.elapsed());
+}

@@ -92,6 +92,16 @@ pub fn main(admin: Admin) -> i32 {
     }
 }
 
+/// For tests of an admin tool killed mid-move: with `SLUICE_ADMIN_DIE_AT` set to `point`
+/// (`imports`, `copied`, `paused` or `targets`), the process ends there at once, as a
+/// `kill -9` would end it: no cancel, no unpause, its connections cut by the kernel.
+fn die_at(point: &str) {
+    if std::env::var("SLUICE_ADMIN_DIE_AT").is_ok_and(|p| p == point) {
+        eprintln!("SLUICE_ADMIN_DIE_AT={point}: stopping here");
+        std::process::abort();
+    }
+}
+
 fn step(msg: &str) {
     println!(">>> {msg}");
 }
@@ -307,14 +317,18 @@ fn migrate(
     let mut run = Migration::plan(admin, old, new, moves, rerun);
     run.count_earlier_imports(conns)?;
     run.start_imports(conns)?;
+    die_at("imports");
     run.copy_buckets(conns, started)?;
+    die_at("copied");
 
     step("Handing over: pause the moving slots' writes, send the last changes, flip the table");
     let pause_start = Instant::now();
     let (waiting, paused_at) = run.pause_sources(conns)?;
+    die_at("paused");
     run.wait_for_acks(conns, waiting, pause_start)?;
     run.confirm_handover(conns, pause_start)?;
     run.push_to_targets(conns)?;
+    die_at("targets");
     let (pause_ms, stale_sources) = run.push_to_the_rest(conns, &paused_at)?;
     println!(
         "[OK] {} slots moved in {} ms; longest write pause of a moving slot: {pause_ms} ms; table epoch {}",

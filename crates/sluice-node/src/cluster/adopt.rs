@@ -11,7 +11,8 @@ use super::{Cluster, Job, View};
 use crate::shared::Shared;
 
 /// Installs a table pushed by the admin tool or a peer, then does what follows from it: a
-/// node that handed slots over closes their migration feeds and drops their keys.
+/// node that handed slots over closes their migration feeds and drops their keys
+/// ([`hand_over`], on the control loop).
 pub fn adopt(shared: &Shared, table: SlotTable) -> Result<(), String> {
     let cluster = shared
         .cluster
@@ -36,10 +37,20 @@ pub fn adopt(shared: &Shared, table: SlotTable) -> Result<(), String> {
     };
     let (was, is) = (owned(&before), owned(&after));
     if was.iter().zip(&is).any(|(w, i)| *w && !*i) {
-        shared.repl.close_feeds();
-        cluster.jobs.submit(Job::DropUnowned);
+        cluster.jobs.submit(Job::HandOver);
     }
     Ok(())
+}
+
+/// After a table that took slots from this node: every write that passed the slot check
+/// under the old table is applied, then the feeds get everything journaled so far and close
+/// (the new owners hold those slots until then), then the handed-over keys go.
+pub fn hand_over(shared: &Shared) {
+    if let Some(cluster) = shared.cluster.as_ref() {
+        cluster.settle(None);
+    }
+    shared.repl.close_feeds(&shared.store);
+    drop_unowned(shared);
 }
 
 /// Deletes the keys of slots this primary does not serve (journaled: its replicas follow).

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::Job;
-use super::adopt::drop_unowned;
+use super::adopt::hand_over;
 use crate::shared::Shared;
 
 /// Starts the control loop on its own thread (cluster mode only).
@@ -37,13 +37,25 @@ async fn run(shared: Arc<Shared>) {
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => break,
             job = jobs.recv() => match job {
-                Some(Job::Import { host, port, ranges }) => {
-                    tasks.spawn(super::migrate::run(shared.clone(), host, port, ranges));
+                Some(Job::Import { host, port, ranges, asker }) => {
+                    tasks.spawn(super::migrate::run(shared.clone(), host, port, ranges, asker));
                 }
-                Some(Job::DropUnowned) => {
+                Some(Job::PauseAsked { pause, asker }) => {
+                    let shared = shared.clone();
+                    let epoch = cluster.epoch();
+                    tasks.spawn(async move {
+                        let _ = asker.await;
+                        if let Some(c) = shared.cluster.as_ref()
+                            && c.unpause_if(pause, epoch)
+                        {
+                            sluice_log::log("Pause lifted: the connection that asked for it closed before a new table");
+                        }
+                    });
+                }
+                Some(Job::HandOver) => {
                     let shared = shared.clone();
                     tasks.spawn(async move {
-                        let _ = tokio::task::spawn_blocking(move || drop_unowned(&shared)).await;
+                        let _ = tokio::task::spawn_blocking(move || hand_over(&shared)).await;
                     });
                 }
                 Some(Job::PushTable) => {

@@ -27,12 +27,26 @@ use crate::peer::Peer;
 use crate::shared::Shared;
 use sluice_resp::Value;
 
+/// How long a table that gives this node an import's slots may take to arrive after the
+/// import ended (the old owner may take it first), as long as an old owner's pause may last.
+const HOLD: Duration = Duration::from_millis(sluice_cluster::MAX_PAUSE_MS);
+
 /// How often an import acks its position without being asked.
 const ACK_EVERY: Duration = Duration::from_millis(100);
 
 /// Imports `ranges` from `host:port` until the source closes the feed (the cluster control
-/// loop runs this).
-pub async fn run(shared: Arc<Shared>, host: String, port: u16, ranges: Vec<(u16, u16)>) {
+/// loop runs this). `asker` fires when the connection that asked for it closes: an import
+/// whose slots this node does not serve yet is then abandoned.
+///
+/// Whatever ends it, its slots' hold ends with it; copies of slots that did not become this
+/// node's (within [`sluice_cluster::MAX_PAUSE_MS`], for a table still on its way) are dropped.
+pub async fn run(
+    shared: Arc<Shared>,
+    host: String,
+    port: u16,
+    ranges: Vec<(u16, u16)>,
+    asker: tokio::sync::oneshot::Receiver<()>,
+) {
     let Some(cluster) = shared.cluster.as_ref() else {
         return;
     };
@@ -43,7 +57,12 @@ pub async fn run(shared: Arc<Shared>, host: String, port: u16, ranges: Vec<(u16,
         entries: 0,
         offset: 0,
     });
-    let state = match import(&shared, index, &host, port, &ranges).await {
+    // An abandoned import already waited for a table that would give it the slots.
+    let (outcome, table_wait) = tokio::select! {
+        r = import(&shared, index, &host, port, &ranges) => (r, HOLD),
+        why = abandoned(cluster, &ranges, asker) => (Err(why), Duration::ZERO),
+    };
+    let state = match outcome {
         Ok(()) => "closed".to_string(),
         Err(e) => {
             sluice_log::log(&format!(
@@ -54,6 +73,78 @@ pub async fn run(shared: Arc<Shared>, host: String, port: u16, ranges: Vec<(u16,
         }
     };
     cluster.imports.update(index, |s| s.state = state);
+    cluster.release(&ranges);
+    keep_or_drop(&shared, cluster, &ranges, table_wait).await;
+}
+
+/// The table gave this node the slots but the old owner still feeds them a second later:
+/// whoever pushes tables (the admin tool) stopped before reaching it. Pushes the table to
+/// every node of it once, so the old owner hands over instead of waiting out its pause.
+/// `owned` is when this node first served the slots, and whether it told the others.
+fn tell_the_old_owner(
+    cluster: &super::Cluster,
+    ranges: &[(u16, u16)],
+    owned: &mut (Option<Instant>, bool),
+) {
+    if owned.1 || !cluster.serves_all(ranges) {
+        return;
+    }
+    if owned.0.get_or_insert_with(Instant::now).elapsed() >= Duration::from_secs(1) {
+        sluice_log::log(
+            "The old owner still feeds slots this node was given: pushing it the table",
+        );
+        cluster.jobs.submit(super::Job::PushTable);
+        owned.1 = true;
+    }
+}
+
+/// Resolves once the connection that asked for the import closed while this node does not
+/// serve its slots; after the table gave them to this node, never.
+async fn abandoned(
+    cluster: &super::Cluster,
+    ranges: &[(u16, u16)],
+    asker: tokio::sync::oneshot::Receiver<()>,
+) -> String {
+    let _ = asker.await;
+    // A table that gives this node the slots may be on its way (through etcd, or a peer).
+    let deadline = Instant::now() + HOLD;
+    while !cluster.serves_all(ranges) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if cluster.serves_all(ranges) {
+        std::future::pending::<()>().await;
+    }
+    "the connection that asked for it closed before the handover".into()
+}
+
+/// Keeps the copies if the slots are this node's, waiting out a table still on its way; else
+/// drops them, so an abandoned import holds no memory.
+async fn keep_or_drop(
+    shared: &Shared,
+    cluster: &super::Cluster,
+    ranges: &[(u16, u16)],
+    table_wait: Duration,
+) {
+    let deadline = Instant::now() + table_wait;
+    while !cluster.serves_all(ranges) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if cluster.serves_all(ranges) {
+        return;
+    }
+    let view = cluster.view();
+    let mine = |slot: u16| {
+        view.as_ref()
+            .is_some_and(|v| v.primary && v.my_shard == Some(v.table.owner(slot)))
+    };
+    let dropped = shared.store.delete_where(shared.clock.now(), |k| {
+        let s = sluice_cluster::key_slot(k);
+        ranges.iter().any(|&(a, b)| (a..=b).contains(&s)) && !mine(s)
+    });
+    sluice_log::log(&format!(
+        "Dropped {dropped} copied keys of slots {} that did not become this node's",
+        format_ranges(ranges).join(" ")
+    ));
 }
 
 async fn import(
@@ -64,6 +155,9 @@ async fn import(
     ranges: &[(u16, u16)],
 ) -> Result<(), String> {
     let cluster = shared.cluster.as_ref().ok_or("not in cluster mode")?;
+    if cluster.serves_unheld(ranges) {
+        return Err("this node already serves some of those slots".into());
+    }
     let in_ranges = |k: &[u8]| {
         let s = sluice_cluster::key_slot(k);
         ranges.iter().any(|&(a, b)| (a..=b).contains(&s))
@@ -122,6 +216,9 @@ async fn import(
     // A GETACK is answered once the OFFSET record that closes its chunk is in: the source's
     // handover waits for exactly that offset, and the two can arrive in separate reads.
     let mut want_ack = false;
+    // Since when the table gives this node the slots while the feed still streams, and
+    // whether it told the old owner.
+    let mut owned = (None, false);
     loop {
         let mut ack_now = false;
         let now = shared.clock.now();
@@ -158,7 +255,15 @@ async fn import(
                 Ok(_) => {}
                 Err(e) => return Err(e.to_string()),
             },
-            _ = tick.tick() => crate::repl::replica::send_ack(&mut stream, offset).await?,
+            _ = tick.tick() => {
+                // The table gave this node the slots and their hold ran out: the old owner
+                // never closed the feed, and this node serves what arrived.
+                if cluster.serves_unheld(ranges) {
+                    return Err("the old owner did not hand over within the hold; serving what arrived".into());
+                }
+                tell_the_old_owner(cluster, ranges, &mut owned);
+                crate::repl::replica::send_ack(&mut stream, offset).await?
+            }
         }
     }
 }

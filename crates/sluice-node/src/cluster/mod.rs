@@ -15,6 +15,7 @@ pub mod control;
 pub mod etcd;
 pub mod migrate;
 pub mod peers;
+pub mod window;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
-use sluice_cluster::{SLOTS, SlotTable, key_slot};
+use sluice_cluster::{SlotTable, key_slot};
 
 /// What a node knows of the table, as one connection caches it.
 #[derive(Debug)]
@@ -31,13 +32,6 @@ pub struct View {
     /// The shard this node belongs to, as primary or replica.
     pub my_shard: Option<usize>,
     pub primary: bool,
-}
-
-/// Slots whose writes wait while their buckets move (answered `-TRYAGAIN`), until `until`.
-#[derive(Debug)]
-struct Pause {
-    slots: Box<[bool; SLOTS]>,
-    until: Instant,
 }
 
 /// A node's cluster state.
@@ -50,8 +44,14 @@ pub struct Cluster {
     epoch: AtomicU64,
     /// True until the peers have been asked for a newer table at start.
     pub loading: AtomicBool,
-    pausing: AtomicBool,
-    pause: Mutex<Option<Pause>>,
+    /// As an old owner in a handover: the moving slots' writes wait (`-TRYAGAIN`).
+    pause: window::SlotWindow,
+    /// How many pauses were asked for: the number of the last one.
+    pauses: AtomicU64,
+    /// As a new owner: slots a table gave this node while their import still streams wait
+    /// (`-TRYAGAIN` for every command) until the old owner closes the feed, at most
+    /// [`sluice_cluster::MAX_PAUSE_MS`].
+    hold: window::SlotWindow,
     pub imports: Imports,
     /// Work for the control loop.
     pub jobs: crate::jobs::Jobs<Job>,
@@ -115,18 +115,19 @@ impl Cluster {
             view: RwLock::new(None),
             epoch: AtomicU64::new(0),
             loading: AtomicBool::new(true),
-            pausing: AtomicBool::new(false),
-            pause: Mutex::new(None),
+            pause: window::SlotWindow::default(),
+            pauses: AtomicU64::new(0),
+            hold: window::SlotWindow::default(),
             imports: Imports::default(),
             jobs: crate::jobs::Jobs::default(),
             in_batch: (0..threads.max(1))
                 .map(|_| crossbeam_utils::CachePadded::new(AtomicBool::new(false)))
                 .collect(),
         };
+        cluster.persist_table(table.as_ref())?;
         if let Some(t) = table {
             cluster.set_view(t);
         }
-        cluster.persist()?;
         Ok(cluster)
     }
 
@@ -151,12 +152,12 @@ impl Cluster {
         self.view.read().clone()
     }
 
-    /// Writes the id and table to the config file: a temporary file, fsynced, then renamed,
+    /// Writes the id and `table` to the config file: a temporary file, fsynced, then renamed,
     /// so a crash leaves the old file whole.
-    fn persist(&self) -> std::io::Result<()> {
+    fn persist_table(&self, table: Option<&SlotTable>) -> std::io::Result<()> {
         let mut text = format!("myid {}\n", self.myid);
-        if let Some(v) = self.view() {
-            text.push_str(&v.table.encode());
+        if let Some(t) = table {
+            text.push_str(&t.encode());
         }
         let tmp = self.config_file.with_extension("tmp");
         {
@@ -169,7 +170,11 @@ impl Cluster {
     }
 
     /// Installs `table` if its epoch is higher than the current one. On refusal, says why;
-    /// the current table stays.
+    /// the current table stays. The table is written to the config file before it is served:
+    /// a node that cannot keep a table does not serve it either.
+    ///
+    /// Slots it gives this node that an import is still streaming are held (see `hold`) from
+    /// before the table is served.
     pub fn install(&self, table: SlotTable) -> Result<(), String> {
         let current = self.epoch();
         if table.epoch <= current {
@@ -178,11 +183,12 @@ impl Cluster {
                 table.epoch
             ));
         }
+        self.persist_table(Some(&table))
+            .map_err(|e| format!("cannot write the cluster config file: {e}"))?;
         let epoch = table.epoch;
         let before = self.view();
+        self.hold_arriving(&before, &table);
         self.set_view(table);
-        self.persist()
-            .map_err(|e| format!("cannot write the cluster config file: {e}"))?;
         // A new table ends any pause: moved slots now redirect, kept ones are served.
         self.unpause();
         let now = self.view();
@@ -199,6 +205,66 @@ impl Cluster {
         Ok(())
     }
 
+    /// Holds the slots `table` gives this primary that it did not serve under `before` and
+    /// that an import of this node is still streaming: their last changes are still on the
+    /// way from the old owner, which closes the feed once it took the table.
+    fn hold_arriving(&self, before: &Option<Arc<View>>, table: &SlotTable) {
+        let Some(me) = table
+            .shard_of(&self.myid)
+            .filter(|_| table.is_primary(&self.myid))
+        else {
+            return;
+        };
+        let served_before = |slot: u16| {
+            before
+                .as_ref()
+                .is_some_and(|v| v.primary && v.my_shard == Some(v.table.owner(slot)))
+        };
+        let until = Instant::now() + std::time::Duration::from_millis(sluice_cluster::MAX_PAUSE_MS);
+        for import in self.imports.all().iter().filter(|i| i.is_active()) {
+            let arriving = import
+                .ranges
+                .iter()
+                .flat_map(|&(a, b)| a..=b)
+                .filter(|&s| table.owner(s) == me && !served_before(s));
+            self.hold.open(arriving.map(|s| (s, s)), until);
+        }
+    }
+
+    /// Whether this node serves any slot of `ranges` as their primary, without holding it:
+    /// an import of them that still streams is too late, and ends.
+    pub fn serves_unheld(&self, ranges: &[(u16, u16)]) -> bool {
+        let Some(v) = self.view() else {
+            return false;
+        };
+        let Some(me) = v.my_shard.filter(|_| v.primary) else {
+            return false;
+        };
+        ranges
+            .iter()
+            .flat_map(|&(a, b)| a..=b)
+            .any(|s| v.table.owner(s) == me && !self.hold.holds(s))
+    }
+
+    /// Whether this node serves every slot of `ranges` as their primary.
+    pub fn serves_all(&self, ranges: &[(u16, u16)]) -> bool {
+        let Some(v) = self.view() else {
+            return false;
+        };
+        let Some(me) = v.my_shard.filter(|_| v.primary) else {
+            return false;
+        };
+        ranges
+            .iter()
+            .flat_map(|&(a, b)| a..=b)
+            .all(|s| v.table.owner(s) == me)
+    }
+
+    /// Ends the hold on `ranges`: their import ended.
+    pub fn release(&self, ranges: &[(u16, u16)]) {
+        self.hold.release(ranges);
+    }
+
     /// Marks worker `thread` as running a batch until the guard drops.
     pub fn batch(&self, thread: usize) -> Batch<'_> {
         let flag = &self.in_batch[thread % self.in_batch.len()];
@@ -207,20 +273,37 @@ impl Cluster {
     }
 
     /// Pauses writes to `slots` until `until` or the next table. Returns once every write that
-    /// passed the slot check before the pause has been applied: each other worker has been
-    /// seen outside a batch (the caller's own batch is the one running this).
-    pub fn pause(&self, slots: &[(u16, u16)], until: Instant, caller: usize) {
-        let mut set = Box::new([false; SLOTS]);
-        for &(a, b) in slots {
-            for s in a..=b {
-                set[usize::from(s)] = true;
-            }
+    /// passed the slot check before the pause has been applied (see [`Cluster::settle`]), with
+    /// the pause's number for [`Cluster::unpause_if`].
+    pub fn pause(&self, slots: &[(u16, u16)], until: Instant, caller: usize) -> u64 {
+        let n = self.pauses.fetch_add(1, Ordering::AcqRel) + 1;
+        self.pause.replace(slots, until);
+        self.settle(Some(caller));
+        n
+    }
+
+    /// Ends pause number `n` if it is still the last one and no table came since: the
+    /// connection that asked for it is gone.
+    pub fn unpause_if(&self, n: u64, epoch: u64) -> bool {
+        let current = self.pauses.load(Ordering::Acquire) == n && self.epoch() == epoch;
+        if current
+            && self
+                .pause
+                .holds_any(&[(0, (sluice_cluster::SLOTS - 1) as u16)])
+        {
+            self.unpause();
+            return true;
         }
-        *self.pause.lock() = Some(Pause { slots: set, until });
-        self.pausing.store(true, Ordering::SeqCst);
+        false
+    }
+
+    /// Waits (100 ms at most) until each worker but `caller` has been seen outside a batch:
+    /// every command that passed the slot check before now has been applied and journaled.
+    pub fn settle(&self, caller: Option<usize>) {
         let deadline = Instant::now() + std::time::Duration::from_millis(100);
+        let n = self.in_batch.len();
         for (i, flag) in self.in_batch.iter().enumerate() {
-            if i == caller % self.in_batch.len() {
+            if caller.is_some_and(|c| c % n == i) {
                 continue;
             }
             // Batches last microseconds; yield rather than spin so the waited-for worker runs
@@ -232,22 +315,7 @@ impl Cluster {
     }
 
     pub fn unpause(&self) {
-        self.pausing.store(false, Ordering::Release);
-        *self.pause.lock() = None;
-    }
-
-    /// Whether `slot`'s writes are paused (the caller checked `pausing` first).
-    #[cold]
-    fn paused(&self, slot: u16) -> bool {
-        let mut pause = self.pause.lock();
-        match pause.as_ref() {
-            Some(p) if Instant::now() < p.until => p.slots[usize::from(slot)],
-            _ => {
-                *pause = None;
-                self.pausing.store(false, Ordering::Release);
-                false
-            }
-        }
+        self.pause.close();
     }
 
     /// The check of a keyed command: `Ok` to serve it here, else the redirect.
@@ -284,7 +352,7 @@ impl Cluster {
         let owner = view.table.owner(slot);
         if view.my_shard == Some(owner) {
             if view.primary {
-                if write && self.pausing.load(Ordering::SeqCst) && self.paused(slot) {
+                if self.hold.holds(slot) || (write && self.pause.holds(slot)) {
                     return Err(Redirect::TryAgain);
                 }
                 return Ok(());
@@ -311,9 +379,19 @@ pub enum Job {
         host: String,
         port: u16,
         ranges: Vec<(u16, u16)>,
+        /// Fires (its sender dropped) when the connection that asked for the import closes:
+        /// an import whose slots are not this node's yet is then abandoned.
+        asker: tokio::sync::oneshot::Receiver<()>,
     },
-    /// Drop the keys of slots this node no longer serves (after a new table).
-    DropUnowned,
+    /// Close the migration feeds and drop the keys of slots this node no longer serves
+    /// (after a new table took some).
+    HandOver,
+    /// Lift pause number `pause` when the connection that asked for it closes, unless a table
+    /// or another pause came first.
+    PauseAsked {
+        pause: u64,
+        asker: tokio::sync::oneshot::Receiver<()>,
+    },
     /// Send this node's table to every other node of it, and to etcd if the cluster keeps it
     /// there (after a promotion).
     PushTable,
@@ -328,6 +406,13 @@ pub struct ImportState {
     pub state: String,
     pub entries: u64,
     pub offset: u64,
+}
+
+impl ImportState {
+    /// Still loading or streaming: its source may send more.
+    pub fn is_active(&self) -> bool {
+        self.state == "syncing" || self.state == "streaming"
+    }
 }
 
 /// Every import this node ran since start.
@@ -404,5 +489,30 @@ mod tests {
         assert_eq!(again.epoch(), 3);
         std::fs::write(&file, "garbage").unwrap();
         assert!(Cluster::open(file, 1).is_err());
+    }
+
+    /// A table that cannot be written to the config file is not served either: the caller is
+    /// told it was refused, and the node still serves the table it had.
+    #[test]
+    fn a_table_that_cannot_be_kept_is_not_served() {
+        let dir = std::env::temp_dir().join(format!("sluice-cluster-keep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = Cluster::open(dir.join("nodes.conf"), 1).unwrap();
+        let me = sluice_cluster::Node {
+            id: c.myid.clone(),
+            host: "127.0.0.1".into(),
+            port: 7000,
+        };
+        let table = sluice_cluster::create(1, vec![(me, vec![])]);
+        c.install(table.clone()).unwrap();
+        // The directory becomes a plain file: the config file cannot be written (even by root).
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(&dir, "not a directory").unwrap();
+        let refused = c.install(table.with_epoch(2));
+        assert!(refused.is_err_and(|e| e.contains("cannot write the cluster config file")));
+        assert_eq!(c.epoch(), 1, "the refused table is served");
+        assert_eq!(c.view().unwrap().table.epoch, 1);
+        let _ = std::fs::remove_file(&dir);
     }
 }

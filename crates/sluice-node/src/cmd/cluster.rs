@@ -193,7 +193,14 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                     "CLUSTER IMPORT of slots {} from {host}:{port}",
                     format_ranges(&ranges).join(" ")
                 ));
-                cluster.jobs.submit(Job::Import { host, port, ranges });
+                let (tx, asker) = tokio::sync::oneshot::channel();
+                ctx.session.asked.push(tx);
+                cluster.jobs.submit(Job::Import {
+                    host,
+                    port,
+                    ranges,
+                    asker,
+                });
                 reply::simple(out, "OK");
             }
             ClusterCmd::ImportStatus => import_status(out, cluster),
@@ -206,7 +213,10 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
             ClusterCmd::MigrateFeed(ranges) => migrate_feed(ctx.session, &ranges)?,
             ClusterCmd::Pause(ms, ranges) => {
                 let until = Instant::now() + Duration::from_millis(ms);
-                cluster.pause(&ranges, until, ctx.session.thread);
+                let pause = cluster.pause(&ranges, until, ctx.session.thread);
+                let (tx, asker) = tokio::sync::oneshot::channel();
+                ctx.session.asked.push(tx);
+                cluster.jobs.submit(Job::PauseAsked { pause, asker });
                 let offset = ctx.shared.repl.flush(&ctx.shared.store, true);
                 reply::integer(out, offset as i64);
             }
@@ -222,7 +232,7 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
             }
             ClusterCmd::MigrateCancel => {
                 cluster.unpause();
-                ctx.shared.repl.close_feeds();
+                ctx.shared.repl.close_feeds(&ctx.shared.store);
                 reply::simple(out, "OK");
             }
             ClusterCmd::Help => help(out),

@@ -41,6 +41,10 @@ pub struct Session {
     pub readonly: bool,
     /// The worker thread this connection lives on.
     pub thread: usize,
+    /// The CLUSTER IMPORTs and PAUSEs this connection asked for: dropped with it, which
+    /// abandons the imports whose slots are not this node's yet and lifts a pause the table
+    /// did not end (an admin tool killed mid-move).
+    pub asked: Vec<tokio::sync::oneshot::Sender<()>>,
     /// The commands of the current read batch, charged its time when it ends.
     pub batch: crate::stats::Batch,
 }
@@ -63,6 +67,7 @@ impl Session {
             cluster_view: None,
             readonly: false,
             thread: 0,
+            asked: Vec::new(),
             batch: crate::stats::Batch::default(),
         }
     }

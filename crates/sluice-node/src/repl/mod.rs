@@ -281,9 +281,12 @@ impl Repl {
         feeds.fold((0, u64::MAX), |(n, min), r| (n + 1, min.min(r.ack)))
     }
 
-    /// Closes every slot migration feed (its slots were handed over, or the move failed).
-    pub fn close_feeds(&self) {
-        self.inner.lock().replicas.retain(|r| r.filter.is_none());
+    /// Closes every slot migration feed (its slots were handed over, or the move failed),
+    /// after it got every change journaled so far.
+    pub fn close_feeds(&self, store: &Store) {
+        let mut inner = self.inner.lock();
+        self.flush_locked(&mut inner, store, false);
+        inner.replicas.retain(|r| r.filter.is_none());
     }
 
     /// `REPLICAOF host port`: become a replica of `to` (drops our replicas, stops journaling).
