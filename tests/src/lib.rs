@@ -62,6 +62,16 @@ impl Sluice {
         Sluice::spawn(cmd)
     }
 
+    /// [`Sluice::start_on`] with environment variables set for the server (such as
+    /// `SLUICE_CLOCK_OFFSET_MS`, which sets its clock wrong).
+    pub fn start_on_env(port: u16, args: &[&str], env: &[(&str, &str)]) -> Sluice {
+        let mut cmd = Command::new(binary());
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(args)
+            .envs(env.iter().copied());
+        Sluice::spawn(cmd)
+    }
+
     /// Starts the sidecar, `sluice proxy --port 0 --bind 127.0.0.1 args...`.
     pub fn start_proxy(args: &[&str]) -> Sluice {
         let mut cmd = Command::new(binary());

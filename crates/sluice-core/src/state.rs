@@ -47,6 +47,36 @@ impl State {
         }
     }
 
+    /// This state with every instant in it moved by `by` nanoseconds (see
+    /// [`Nanos::shifted`]): a state written under another process's clock, read under this
+    /// one's. Durations and counts are kept; a LOG keeps its order.
+    pub fn shifted(&self, by: i64) -> State {
+        match self {
+            State::Token { tat } => State::Token {
+                tat: tat.shifted(by),
+            },
+            State::Gcra { tat } => State::Gcra {
+                tat: tat.shifted(by),
+            },
+            State::Leaky { tat } => State::Leaky {
+                tat: tat.shifted(by),
+            },
+            State::Sliding(s) => State::Sliding(Sliding {
+                start: s.start.shifted(by),
+                ..*s
+            }),
+            State::Fixed(f) => State::Fixed(Fixed {
+                start: f.start.shifted(by),
+                ..*f
+            }),
+            State::Log(ring) => {
+                let times: Vec<Nanos> = ring.iter().map(|t| t.shifted(by)).collect();
+                LogRing::from_timestamps(ring.capacity(), &times)
+                    .map_or_else(|| self.clone(), State::Log)
+            }
+        }
+    }
+
     /// Bytes this state owns on the heap (LOG's ring), for memory accounting.
     pub fn heap_bytes(&self) -> usize {
         match self {

@@ -26,6 +26,17 @@ impl Nanos {
     pub const fn saturating_sub(self, other: Nanos) -> Nanos {
         Nanos(self.0.saturating_sub(other.0))
     }
+    /// This instant moved by `by` nanoseconds, saturating; `MAX` (no deadline) stays `MAX`.
+    /// For an instant written under another process's clock (see the node's `clock`).
+    pub const fn shifted(self, by: i64) -> Nanos {
+        if self.0 == u64::MAX {
+            self
+        } else if by >= 0 {
+            self.saturating_add(Nanos(by as u64))
+        } else {
+            self.saturating_sub(Nanos(by.unsigned_abs()))
+        }
+    }
     /// Whole milliseconds, rounded up: a client told to wait this long will not be early.
     pub const fn as_millis_ceil(self) -> u64 {
         self.0.div_ceil(Self::PER_MS)

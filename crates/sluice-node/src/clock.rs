@@ -4,6 +4,12 @@
 //! wall clock is stepped: limiter state stores absolute instants (replication carries them), so
 //! they must be comparable across the life of the process. The algorithms never read a clock;
 //! the connection loop reads this one once per batch of requests.
+//!
+//! A wall-clock step after start changes nothing here, so it can neither refill a bucket nor
+//! freeze one. Two processes' clocks can still disagree (their anchors were taken at
+//! different times of a wall clock that moved); what one node sends another is moved onto the
+//! receiver's clock (`repl::skew`), and a snapshot saved under a clock ahead of this one counts
+//! as saved now (`persist::load`).
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,8 +27,9 @@ impl Clock {
         let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
+        let anchor = Nanos(since_epoch.as_nanos().min(u64::MAX as u128) as u64);
         Clock {
-            anchor: Nanos(since_epoch.as_nanos().min(u64::MAX as u128) as u64),
+            anchor: anchor.shifted(test_offset_ns()),
             start: Instant::now(),
         }
     }
@@ -49,4 +56,13 @@ impl Default for Clock {
     fn default() -> Self {
         Clock::new()
     }
+}
+
+/// For tests of nodes whose clocks disagree: `SLUICE_CLOCK_OFFSET_MS` moves this process's
+/// clock by that many milliseconds (either way), as a wall clock set wrong would at start.
+fn test_offset_ns() -> i64 {
+    std::env::var("SLUICE_CLOCK_OFFSET_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .map_or(0, |ms| ms.saturating_mul(1_000_000))
 }

@@ -1,6 +1,6 @@
 //! Replication records.
 //!
-//! # Format (version 2, little-endian)
+//! # Format (version 3, little-endian)
 //!
 //! ```text
 //! frame   := len:varint op:u8 body        len counts op and body
@@ -12,6 +12,8 @@
 //! GETACK  := op=6                                         asks the replica to ack at once
 //! OFFSET  := op=7 offset:u64                              a slot migration feed's position in
 //!                                                         its source's stream (see below)
+//! TIME    := op=8 now:u64                                 the writer's clock (version 3): first
+//!                                                         in a snapshot saved to disk
 //! state   := tag:u8 payload
 //!   TOKEN=1, GCRA=2, LEAKY=6: tat:u64
 //!   SLIDING=3: start:u64 prev:u32 curr:u32
@@ -32,7 +34,9 @@
 //! stream it is, and the importing node acks that.
 //!
 //! Deadlines and times are absolute Unix nanoseconds (`u64::MAX`: no deadline), so a record
-//! means the same whenever it is applied, and expiry needs no record of its own.
+//! means the same whenever it is applied, and expiry needs no record of its own. They are read
+//! on the writer's clock: a reader whose clock differs moves them by the difference
+//! ([`Record::shifted`]; a node measures a peer's clock when it links to it).
 
 use sluice_core::fixed::Fixed;
 use sluice_core::log::LogRing;
@@ -46,6 +50,7 @@ const OP_FLUSH: u8 = 4;
 const OP_PING: u8 = 5;
 const OP_GETACK: u8 = 6;
 const OP_OFFSET: u8 = 7;
+const OP_TIME: u8 = 8;
 /// Used only by snapshots: the trailer (see `snapshot`).
 pub(crate) const OP_END: u8 = 0x7f;
 
@@ -84,6 +89,8 @@ pub enum Record<'a> {
     GetAck,
     /// A migration feed's position in its source's stream.
     Offset(u64),
+    /// The writer's clock when it wrote what follows.
+    Time(Nanos),
 }
 
 /// Why bytes are not a record. The replica closes the link on any of these.
@@ -313,6 +320,37 @@ impl Record<'_> {
                 out.extend_from_slice(&n.to_le_bytes());
                 end(out, at);
             }
+            Record::Time(now) => {
+                let at = begin(out, OP_TIME);
+                out.extend_from_slice(&now.0.to_le_bytes());
+                end(out, at);
+            }
+        }
+    }
+
+    /// This record with every instant in it moved by `by` nanoseconds: read under a clock
+    /// that is `by` ahead of the writer's.
+    pub fn shifted(self, by: i64) -> Self {
+        match self {
+            Record::Limiter {
+                key,
+                deadline,
+                state,
+            } => Record::Limiter {
+                key,
+                deadline: deadline.shifted(by),
+                state: state.shifted(by),
+            },
+            Record::Counter {
+                key,
+                deadline,
+                value,
+            } => Record::Counter {
+                key,
+                deadline: deadline.shifted(by),
+                value,
+            },
+            other => other,
         }
     }
 
@@ -379,6 +417,7 @@ fn decode_body(op: u8, body: &[u8]) -> Result<Record<'_>, DecodeError> {
         OP_PING => Record::Ping,
         OP_GETACK => Record::GetAck,
         OP_OFFSET => Record::Offset(r.u64()?),
+        OP_TIME => Record::Time(Nanos(r.u64()?)),
         other => return Err(DecodeError::UnknownOp(other)),
     };
     if !r.0.is_empty() {

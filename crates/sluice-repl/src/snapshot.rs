@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! snapshot := "SLUICESNAP" version:u16 frame* trailer
-//! frame    := a LIMITER or COUNTER record (see `record`)
+//! frame    := a LIMITER or COUNTER record (see `record`); since version 3 a TIME record first
 //! trailer  := len=13 op=0x7f count:u64 crc32:u32    count of frames; CRC-32 of every byte before the trailer
 //! ```
 //!
@@ -40,6 +40,13 @@ impl SnapshotWriter {
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         SnapshotWriter { out, count: 0 }
+    }
+
+    /// The writer's clock now (a TIME record): whoever reads the snapshot under another clock
+    /// can tell the two apart. Written first.
+    pub fn time(&mut self, now: Nanos) {
+        Record::Time(now).encode(&mut self.out);
+        self.count += 1;
     }
 
     pub fn limiter(&mut self, key: &[u8], deadline: Nanos, state: &State) {
@@ -119,7 +126,7 @@ impl<'a> SnapshotReader<'a> {
             return Err(SnapshotError::Truncated);
         }
         let version = u16::from_le_bytes([bytes[MAGIC.len()], bytes[MAGIC.len() + 1]]);
-        if version != FORMAT_VERSION {
+        if !(crate::OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(SnapshotError::Version(version));
         }
         let (body, trailer) = bytes.split_at(bytes.len() - TRAILER);
@@ -161,7 +168,10 @@ impl<'a> SnapshotReader<'a> {
                 return None;
             }
             Some(match record::decode(rest) {
-                Ok(Some((rec @ (Record::Limiter { .. } | Record::Counter { .. }), used))) => {
+                Ok(Some((
+                    rec @ (Record::Limiter { .. } | Record::Counter { .. } | Record::Time(_)),
+                    used,
+                ))) => {
                     rest = &rest[used..];
                     Ok(rec)
                 }

@@ -639,7 +639,7 @@ impl Store {
                 self.del(key, now);
             }
             Record::Flush => self.flush(),
-            Record::Ping | Record::GetAck | Record::Offset(_) => {}
+            Record::Ping | Record::GetAck | Record::Offset(_) | Record::Time(_) => {}
         }
     }
 

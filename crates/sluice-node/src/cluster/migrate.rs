@@ -173,6 +173,8 @@ async fn import(
     if !reply.is_ok() {
         return Err(format!("REPLCONF refused: {}", reply.text()));
     }
+    let source = format!("{host}:{port}");
+    let skew = crate::repl::skew::Skew::measure(&mut peer, &shared.clock, &source).await;
     let listed = format_ranges(ranges);
     let mut args: Vec<&[u8]> = vec![b"CLUSTER", b"MIGRATE-FEED"];
     args.extend(listed.iter().map(|r| r.as_bytes()));
@@ -193,8 +195,10 @@ async fn import(
         {
             return Err("the source sent a key outside the requested slots".into());
         }
-        shared.store.apply(rec, now);
-        entries += 1;
+        if !matches!(rec, Record::Time(_)) {
+            entries += 1;
+        }
+        skew.apply(&shared.store, rec, now);
     }
     sluice_log::log(&format!(
         "Importing slots {} from {host}:{port}: loaded {entries} entries ({} bytes) in {} ms; streaming",
@@ -234,7 +238,7 @@ async fn import(
                         }
                         Record::GetAck => want_ack = true,
                         Record::Ping => {}
-                        rec => shared.store.apply(rec, now),
+                        rec => skew.apply(&shared.store, rec, now),
                     }
                 }
                 Ok(None) => break,

@@ -100,6 +100,11 @@ fn replication(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Resu
                 inner.offset,
                 inner.offset,
             )?;
+            // How far the primary's clock is ahead of ours (Sluice's own field; see
+            // `repl::skew`): times from it are moved by this much.
+            if let Some(ahead) = inner.skew.ahead_ns() {
+                write!(t, "master_clock_offset_ms:{}\r\n", -ahead / 1_000_000)?;
+            }
             if !up {
                 let down = inner.link_down_since.map_or(-1, secs);
                 write!(t, "master_link_down_since_seconds:{down}\r\n")?;

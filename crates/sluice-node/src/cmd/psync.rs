@@ -3,7 +3,7 @@
 //! which answers `+FULLRESYNC` or `+CONTINUE` (see `repl`).
 //!
 //! Only a Sluice replica can read the stream (it holds bucket states, not an RDB file), so a
-//! replica that did not announce `REPLCONF capa sluice-v2` is refused with an error.
+//! replica that did not announce `REPLCONF capa sluice-v3` is refused with an error.
 
 use super::args::parse_i64;
 use super::{Args, CmdError, Command, Ctx};

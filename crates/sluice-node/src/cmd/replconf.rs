@@ -1,6 +1,6 @@
 //! `REPLCONF option value ...` — what a replica tells its primary before PSYNC:
 //! `listening-port` (the port Sentinel and ROLE report for it), `capa` (a replica that does
-//! not announce `sluice-v2` cannot read this node's stream and is refused at PSYNC),
+//! not announce `sluice-v3` cannot read this node's stream and is refused at PSYNC),
 //! `ip-address`. `ACK` and `GETACK` belong to a replica's link (read by the replication
 //! thread); on any other connection they are ignored without a reply, as Redis does, which is
 //! why REPLCONF is refused inside MULTI.

@@ -106,6 +106,7 @@ impl Persist {
         let _one = self.saving.lock().unwrap_or_else(|p| p.into_inner());
         let started = Instant::now();
         let mut w = SnapshotWriter::new();
+        w.time(now);
         let entries = store.snapshot_into(&mut w, now);
         let bytes = w.finish();
         let result = write_atomically(dir, &bytes);
@@ -176,10 +177,29 @@ pub fn load(persist: &Persist, store: &Store, now: Nanos) -> Result<Option<u64>,
         )
     })?;
     let mut loaded = 0;
+    // A snapshot saved "later" than now was saved under a clock ahead of this one (the wall
+    // clock stepped back while the node was down): its times are moved back so that it counts
+    // as saved now, and no bucket stays spent for the step. One saved earlier is taken as it
+    // is: the node cannot tell a forward step from time that passed while it was down, so
+    // buckets refill by the gap, as they would have running.
+    let mut back = 0i64;
     for rec in reader.iter() {
         let rec = rec.map_err(|e| format!("snapshot {}: {e}", path.display()))?;
-        store.apply(rec, now);
-        loaded += 1;
+        match rec {
+            sluice_repl::Record::Time(saved) if saved > now => {
+                back = -i64::try_from(saved.0 - now.0).unwrap_or(i64::MAX);
+                sluice_log::log(&format!(
+                    "Snapshot {} was saved {} ms ahead of this clock: counting it as saved now",
+                    path.display(),
+                    (saved.0 - now.0) / 1_000_000
+                ));
+            }
+            sluice_repl::Record::Time(_) => {}
+            rec => {
+                store.apply(rec.shifted(back), now);
+                loaded += 1;
+            }
+        }
     }
     Ok(Some(loaded))
 }

@@ -19,6 +19,7 @@
 
 pub mod primary;
 pub mod replica;
+pub mod skew;
 pub mod thread;
 
 use std::net::{IpAddr, SocketAddr};
@@ -113,6 +114,9 @@ pub struct Inner {
     /// The size of the last flush: the next one's buffer starts that large, so draining the
     /// journals copies each record once instead of regrowing the buffer.
     flush_hint: usize,
+    /// As a replica: how far our clock is ahead of the primary's, measured when the link
+    /// came up (`master_clock_offset_ms`).
+    pub skew: skew::Skew,
 }
 
 /// Counters for INFO stats.
@@ -213,6 +217,7 @@ impl Repl {
                 last_stream: Instant::now(),
                 synced: false,
                 flush_hint: 0,
+                skew: skew::Skew::default(),
             }),
             readonly: AtomicBool::new(false),
             replica_read_only: config.replica_read_only,

@@ -114,6 +114,8 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     if !reply.is_ok() {
         return Err(format!("REPLCONF capa refused: {}", reply.text()));
     }
+    let skew = super::skew::Skew::measure(&mut peer, &shared.clock, "MASTER").await;
+    shared.repl.inner.lock().skew = skew;
     let (replid, offset) = {
         let inner = shared.repl.inner.lock();
         if inner.synced {
@@ -149,8 +151,8 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
                 let mut n = 0u64;
                 for rec in reader.iter() {
                     let rec = rec.map_err(|e| format!("snapshot refused: {e}"))?;
-                    shared.store.apply(rec, now);
-                    n += 1;
+                    n += u64::from(!matches!(rec, Record::Time(_)));
+                    skew.apply(&shared.store, rec, now);
                 }
                 n
             };
@@ -236,6 +238,7 @@ async fn stream_from(
         stream.local_addr().map_err(|e| e.to_string())?,
     );
     master.set_kind(crate::clients::ClientKind::Master);
+    let skew = shared.repl.inner.lock().skew;
     let result = async {
         loop {
             let mut ack_now = false;
@@ -246,7 +249,7 @@ async fn stream_from(
                     match record::decode(&buf[applied..]) {
                         Ok(Some((rec, used))) => {
                             ack_now |= rec == Record::GetAck;
-                            shared.store.apply(rec, now);
+                            skew.apply(&shared.store, rec, now);
                             applied += used;
                         }
                         Ok(None) => break,

@@ -1,0 +1,163 @@
+//! Nodes whose clocks disagree (issue: no quota lost or doubled). Each process's clock is set
+//! wrong at start with `SLUICE_CLOCK_OFFSET_MS`, as a wall clock stepped between two starts
+//! would set it. What crosses between them (a full sync, the stream, a snapshot on disk) must
+//! mean the same bucket on both sides:
+//! - a replica two minutes ahead of its primary, promoted, does not hand every client a fresh
+//!   quota;
+//! - a replica two minutes behind, promoted, does not lock a LOG client out for two minutes;
+//! - a node restarted from its snapshot under a clock two minutes behind the one that saved
+//!   it does not lock a LOG client out for two minutes either.
+//!
+//! Every wait has a deadline; every process is stopped by its PID when its guard drops.
+
+use std::time::Duration;
+
+use redis::Connection;
+use sluice_tests::{Sluice, TempDir, rl_check, wait_until};
+
+const TWO_MINUTES_AHEAD: &str = "120000";
+const TWO_MINUTES_BEHIND: &str = "-120000";
+
+fn replica_with_clock(primary: &Sluice, offset_ms: &str) -> Sluice {
+    let to = format!("127.0.0.1:{}", primary.port);
+    Sluice::start_on_env(
+        0,
+        &["--replicaof", &to],
+        &[("SLUICE_CLOCK_OFFSET_MS", offset_ms)],
+    )
+}
+
+/// Waits until the replica's link is up and it applied everything the primary wrote so far.
+fn synced(primary: &mut Connection, replica: &Sluice) {
+    let up = wait_until(Duration::from_secs(20), || {
+        let text: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica.client())
+            .ok()?;
+        text.contains("master_link_status:up").then_some(())
+    });
+    assert!(
+        up.is_some(),
+        "the replica never linked up:\n{}",
+        replica.log()
+    );
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(10_000)
+        .query(primary)
+        .unwrap();
+    assert_eq!(acked, 1, "the replica did not ack the writes");
+}
+
+fn promote(replica: &Sluice) -> Connection {
+    let mut c = replica.client();
+    let () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut c)
+        .unwrap();
+    c
+}
+
+/// The replica learns it is two minutes ahead (INFO `master_clock_offset_ms`), and after the
+/// failover the bucket the primary emptied is still empty: 10 per minute refills one unit in
+/// 6 s, so far less than two minutes' worth (the whole bucket) has come back.
+#[test]
+fn a_replica_ahead_of_its_primary_keeps_spent_buckets_spent_after_a_failover() {
+    let primary = Sluice::start();
+    let replica = replica_with_clock(&primary, TWO_MINUTES_AHEAD);
+    let mut p = primary.client();
+    let r = rl_check(&mut p, &["k", "10", "1m", "COST", "10"]).unwrap();
+    assert_eq!((r[0], r[2]), (1, 0), "the primary emptied the bucket");
+    synced(&mut p, &replica);
+    let offset = wait_until(Duration::from_secs(10), || {
+        let text: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica.client())
+            .ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("master_clock_offset_ms:"))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+    });
+    let offset = offset.expect("no master_clock_offset_ms on the replica");
+    assert!(
+        (-121_000..=-119_000).contains(&offset),
+        "the replica measured its primary's clock {offset} ms off, not about -120000"
+    );
+    assert!(
+        replica.wait_for_log("Clock of MASTER is 120"),
+        "the skew was not logged:\n{}",
+        replica.log()
+    );
+    let mut r = promote(&replica);
+    let after = rl_check(&mut r, &["k", "10", "1m", "DRY"]).unwrap();
+    assert!(
+        after[2] < 5,
+        "after the failover the bucket holds {} of 10: the replica's clock refilled it",
+        after[2] + 1
+    );
+}
+
+/// A LOG limit of 3 per 2 s, spent on the primary: after the failover to a replica whose clock
+/// is two minutes behind, the client is allowed again within the period, not two minutes on.
+#[test]
+fn a_replica_behind_its_primary_does_not_lock_log_clients_out() {
+    let primary = Sluice::start();
+    let replica = replica_with_clock(&primary, TWO_MINUTES_BEHIND);
+    let mut p = primary.client();
+    for _ in 0..3 {
+        let r = rl_check(&mut p, &["log", "3", "2s", "ALGO", "LOG"]).unwrap();
+        assert_eq!(r[0], 1);
+    }
+    synced(&mut p, &replica);
+    let mut r = promote(&replica);
+    let denied = rl_check(&mut r, &["log", "3", "2s", "ALGO", "LOG", "DRY"]).unwrap();
+    assert_eq!(denied[0], 0, "the spent LOG key came over spent");
+    let allowed = wait_until(Duration::from_secs(8), || {
+        let d = rl_check(&mut r, &["log", "3", "2s", "ALGO", "LOG", "DRY"]).ok()?;
+        (d[0] == 1).then_some(())
+    });
+    assert!(
+        allowed.is_some(),
+        "the LOG client was still locked out 8 s after a 2 s period: the replica's clock kept it"
+    );
+}
+
+/// A snapshot saved under a clock two minutes ahead of the one that loads it (the wall clock
+/// stepped back while the node was down): it counts as saved now, so a LOG client is allowed
+/// again within its period.
+#[test]
+fn a_restart_under_a_clock_stepped_back_does_not_lock_log_clients_out() {
+    let dir = TempDir::new("clocks");
+    let dir_arg = dir.path().to_str().unwrap().to_string();
+    let mut first = Sluice::start_with(&["--dir", &dir_arg]);
+    let mut c = first.client();
+    for _ in 0..3 {
+        let r = rl_check(&mut c, &["log", "3", "2s", "ALGO", "LOG"]).unwrap();
+        assert_eq!(r[0], 1);
+    }
+    let () = redis::cmd("SAVE").query(&mut c).unwrap();
+    first.signal(libc::SIGTERM);
+    assert!(first.wait_exit(Duration::from_secs(10)).is_some());
+    let second = Sluice::start_on_env(
+        0,
+        &["--dir", &dir_arg],
+        &[("SLUICE_CLOCK_OFFSET_MS", TWO_MINUTES_BEHIND)],
+    );
+    assert!(
+        second.wait_for_log("ahead of this clock: counting it as saved now"),
+        "no line about the snapshot from the future:\n{}",
+        second.log()
+    );
+    let mut c = second.client();
+    let denied = rl_check(&mut c, &["log", "3", "2s", "ALGO", "LOG", "DRY"]).unwrap();
+    assert_eq!(denied[0], 0, "the spent LOG key came back spent");
+    let allowed = wait_until(Duration::from_secs(8), || {
+        let d = rl_check(&mut c, &["log", "3", "2s", "ALGO", "LOG", "DRY"]).ok()?;
+        (d[0] == 1).then_some(())
+    });
+    assert!(
+        allowed.is_some(),
+        "the LOG client was still locked out 8 s after a 2 s period, two minutes of clock step on"
+    );
+}
