@@ -60,6 +60,29 @@ fn follows(replica: &Sluice, primary_port: u16) -> bool {
     })
 }
 
+/// The primary every sentinel names, once they agree.
+fn agreed_primary(sentinels: &[RedisSentinel]) -> Option<u16> {
+    let first = master_port(&sentinels[0])?;
+    sentinels[1..]
+        .iter()
+        .all(|s| master_port(s) == Some(first))
+        .then_some(first)
+}
+
+/// Prints the nodes' logs if the test fails: with the Sentinels' logs (printed by their
+/// guards), they show who stopped answering whom.
+struct LogsOnPanic<'a>(&'a [Sluice]);
+
+impl Drop for LogsOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for n in self.0 {
+                eprintln!("--- sluice :{} log ---\n{}", n.port, n.log());
+            }
+        }
+    }
+}
+
 /// Where `sentinel` says the primary is.
 fn master_port(sentinel: &RedisSentinel) -> Option<u16> {
     let mut c = redis::Client::open(sentinel.url())
@@ -214,6 +237,7 @@ fn sentinel_fails_over_under_load() {
     let primary_port = primary.port;
     let master_arg = format!("127.0.0.1:{primary_port}");
     let replicas = [start_replica(&master_arg), start_replica(&master_arg)];
+    let _logs = LogsOnPanic(&replicas);
     for r in &replicas {
         await_link(r, primary_port);
     }
@@ -245,9 +269,9 @@ fn sentinel_fails_over_under_load() {
         "the primary did not die"
     );
 
-    // Sentinel promotes one replica.
+    // Sentinel promotes one replica: the test follows the primary every Sentinel names.
     let new_port = wait_until(Duration::from_secs(30), || {
-        master_port(&sentinels[0]).filter(|&p| p != primary_port)
+        agreed_primary(&sentinels).filter(|&p| p != primary_port)
     })
     .expect("Sentinel did not fail over within 30 s");
     let switched = killed.elapsed();
@@ -311,7 +335,25 @@ fn sentinel_fails_over_under_load() {
         "the client stopped checking"
     );
     stop_and_report(&mut load, primary_port, new_port, other.port);
+    one_failover_only(&sentinels, new_port, new_primary);
     println!("test took {:?}", started.elapsed());
+}
+
+/// Every sentinel switched once, and none ever saw the promoted node down: a second failover
+/// loses quota for nothing, and is the sign of a new primary that stopped answering.
+fn one_failover_only(sentinels: &[RedisSentinel], new_port: u16, new_primary: &Sluice) {
+    let sdown = format!("+sdown master {MASTER} 127.0.0.1 {new_port}");
+    for s in sentinels {
+        let log = s.log();
+        let switches = log.matches("+switch-master").count();
+        assert!(
+            switches == 1 && !log.contains(&sdown),
+            "sentinel {}: {switches} switches, new primary seen down: {}\nnew primary's log:\n{}",
+            s.port,
+            log.contains(&sdown),
+            new_primary.log()
+        );
+    }
 }
 
 /// Sentinel turns the restarted old primary into a replica of the new one. It notices the
