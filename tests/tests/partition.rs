@@ -374,23 +374,15 @@ fn sentinel_list(sentinel: u16, what: &str) -> usize {
 }
 
 /// Three Sentinels (quorum 2, down after 1 s) watching `primary`, once each knows both
-/// replicas and both other Sentinels. `extra` goes into the first one's config (its `bind`).
-fn start_sentinels(primary: u16, first_extra: &str) -> Vec<RedisSentinel> {
+/// replicas and both other Sentinels.
+fn start_sentinels(primary: u16) -> Vec<RedisSentinel> {
     let config = format!(
         "sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
          sentinel down-after-milliseconds {MASTER} 1000\n\
          sentinel failover-timeout {MASTER} 10000\n\
          sentinel parallel-syncs {MASTER} 1"
     );
-    let sentinels: Vec<RedisSentinel> = (0..3)
-        .map(|i| {
-            if i == 0 {
-                RedisSentinel::start(&format!("{first_extra}\n{config}"))
-            } else {
-                RedisSentinel::start(&config)
-            }
-        })
-        .collect();
+    let sentinels: Vec<RedisSentinel> = (0..3).map(|_| RedisSentinel::start(&config)).collect();
     for s in &sentinels {
         assert!(
             wait_until(Duration::from_secs(30), || {
@@ -568,7 +560,7 @@ struct Figures {
 /// left. The figures of the partition.
 fn partition_primary(flags: &[&str]) -> Figures {
     let (primary, replicas) = three_nodes(flags);
-    let sentinels = start_sentinels(primary.port, "");
+    let sentinels = start_sentinels(primary.port);
     let old = primary.port;
     let sentinel_ports: Vec<u16> = sentinels.iter().map(|s| s.port).collect();
     let key = "part:bucket";
@@ -789,22 +781,123 @@ fn partitioned_replica_resyncs_partially() {
     });
 }
 
+/// The uid the cut-off Sentinel runs as: iptables' owner match finds its packets by it.
+const LONELY_UID: u32 = 65534;
+
+/// A `redis-sentinel` running as [`LONELY_UID`] in a directory of its own, watching `primary`
+/// like the others; stopped by its PID on drop.
+struct LonelySentinel {
+    child: std::process::Child,
+    port: u16,
+    dir: sluice_tests::TempDir,
+}
+
+impl LonelySentinel {
+    fn start(primary: u16) -> LonelySentinel {
+        use std::os::unix::process::CommandExt;
+        let dir = sluice_tests::TempDir::new("lonely-sentinel");
+        std::os::unix::fs::chown(dir.path(), Some(LONELY_UID), Some(LONELY_UID))
+            .expect("chown the Sentinel's directory");
+        let port = sluice_tests::free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {d}\nlogfile {d}/sentinel.log\nloglevel verbose\n\
+                 sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
+                 sentinel down-after-milliseconds {MASTER} 1000\n\
+                 sentinel failover-timeout {MASTER} 10000\n",
+                d = dir.path().display()
+            ),
+        )
+        .expect("write sentinel.conf");
+        std::os::unix::fs::chown(&conf, Some(LONELY_UID), Some(LONELY_UID)).expect("chown");
+        let child = Command::new("redis-sentinel")
+            .arg(&conf)
+            .uid(LONELY_UID)
+            .gid(LONELY_UID)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn redis-sentinel");
+        let s = LonelySentinel { child, port, dir };
+        assert!(
+            wait_until(Duration::from_secs(10), || connect(port).map(|_| ())).is_some(),
+            "the Sentinel running as {LONELY_UID} did not start: {}",
+            s.log()
+        );
+        s
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sentinel.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for LonelySentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- cut-off redis-sentinel :{} log ---\n{}",
+                self.port,
+                self.log()
+            );
+        }
+    }
+}
+
 #[test]
 fn sentinel_minority_partitioned_no_failover() {
     in_netns("sentinel_minority_partitioned_no_failover", || {
         let (primary, _replicas) = three_nodes(&[]);
-        // The first Sentinel listens on 127.0.0.5 too and connects from it (its first bind
-        // address): dropping that address cuts it off from everything.
-        let sentinels = start_sentinels(primary.port, "bind 127.0.0.5 127.0.0.1");
-        let key = "minority:bucket";
+        let lonely = LonelySentinel::start(primary.port);
+        let others: Vec<RedisSentinel> = (0..2)
+            .map(|_| {
+                RedisSentinel::start(&format!(
+                    "sentinel monitor {MASTER} 127.0.0.1 {} 2\n\
+                     sentinel down-after-milliseconds {MASTER} 1000\n\
+                     sentinel failover-timeout {MASTER} 10000",
+                    primary.port
+                ))
+            })
+            .collect();
+        let ports: Vec<u16> = others.iter().map(|s| s.port).chain([lonely.port]).collect();
+        for &s in &ports {
+            assert!(
+                wait_until(Duration::from_secs(30), || {
+                    (sentinel_list(s, "REPLICAS") == 2 && sentinel_list(s, "SENTINELS") == 2)
+                        .then_some(())
+                })
+                .is_some(),
+                "sentinel {s} did not discover the topology"
+            );
+        }
         let p = primary.port;
-        let mut client = Side::start(key, [127, 0, 0, 1], move || Some(p));
+        let mut client = Side::start("minority:bucket", [127, 0, 0, 1], move || Some(p));
+        // Every connection the Sentinel's uid sends on is marked, then every packet of a
+        // marked connection, either way, is dropped.
+        let uid = LONELY_UID.to_string();
         let mut cut = Partition::cut(vec![
-            rule(&["INPUT", "-s", "127.0.0.5"]),
-            rule(&["INPUT", "-d", "127.0.0.5"]),
+            vec![
+                "OUTPUT",
+                "-m",
+                "owner",
+                "--uid-owner",
+                &uid,
+                "-j",
+                "CONNMARK",
+                "--set-mark",
+                "7",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+            rule(&["OUTPUT", "-m", "connmark", "--mark", "7"]),
+            rule(&["INPUT", "-m", "connmark", "--mark", "7"]),
         ]);
         let t0 = Instant::now();
-        let lonely = &sentinels[0];
         let sdown = format!("+sdown master {MASTER} 127.0.0.1 {}", primary.port);
         assert!(
             wait_until(Duration::from_secs(10), || lonely
@@ -814,33 +907,31 @@ fn sentinel_minority_partitioned_no_failover() {
             .is_some(),
             "the cut-off Sentinel never saw the primary down: the partition did not hold"
         );
+        // Long past down-after: time enough to fail over, were a minority able to.
         std::thread::sleep(Duration::from_secs(4));
         let during = t0.elapsed();
         cut.heal();
+        let back = format!("-sdown master {MASTER} 127.0.0.1 {}", primary.port);
         assert!(
-            wait_until(Duration::from_secs(15), || lonely
+            wait_until(Duration::from_secs(20), || lonely
                 .log()
-                .contains(&format!(
-                    "-sdown master {MASTER} 127.0.0.1 {}",
-                    primary.port
-                ))
+                .contains(&back)
                 .then_some(()))
             .is_some(),
-            "the Sentinel did not see the primary again after the heal"
+            "the cut-off Sentinel did not see the primary again after the heal"
         );
         client.stop();
-        for s in &sentinels {
-            let log = s.log();
+        let logs = others.iter().map(RedisSentinel::log).chain([lonely.log()]);
+        for (log, &s) in logs.zip(&ports) {
             assert!(
                 !log.contains("+switch-master") && !log.contains("+odown"),
-                "sentinel {}: a failover from a minority:\n{log}",
-                s.port
+                "sentinel {s}: a failover from a minority:\n{log}"
             );
-            assert_eq!(named_primary(s.port), Some(primary.port));
+            assert_eq!(named_primary(s), Some(primary.port));
         }
         assert_eq!(role(primary.port).map(|r| r.0).as_deref(), Some("master"));
         println!(
-            "one Sentinel of three cut off for {during:?}: it saw the primary down, no failover; the client kept {} checks answered, {} failed",
+            "one Sentinel of three cut off for {during:?}: it saw the primary down, no failover; {} checks answered, {} failed",
             client.with(|s| s.allowed.len() as u64 + s.denied),
             client.with(|s| s.failed)
         );

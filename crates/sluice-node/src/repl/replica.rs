@@ -231,6 +231,9 @@ async fn stream_from(
         stream.local_addr().map_err(|e| e.to_string())?,
     );
     master.set_kind(crate::clients::ClientKind::Master);
+    // The silence allowed runs from the last read, not from each wait: the acks sent every
+    // ACK_EVERY end a wait early, and must not restart it.
+    let mut silent_until = tokio::time::Instant::now() + timeout;
     let result = async {
         loop {
             let mut ack_now = false;
@@ -261,12 +264,15 @@ async fn stream_from(
                 buf.reserve(64 * 1024);
             }
             tokio::select! {
-                read = tokio::time::timeout(timeout, stream.read_buf(&mut buf)) => {
+                read = tokio::time::timeout_at(silent_until, stream.read_buf(&mut buf)) => {
                     match read {
                         Err(_) => return Err(format!("no data from the primary for {} s (repl-timeout)", timeout.as_secs())),
                         Ok(Err(e)) => return Err(e.to_string()),
                         Ok(Ok(0)) => return Err("primary closed the connection".into()),
-                        Ok(Ok(_)) => shared.repl.inner.lock().last_io = Instant::now(),
+                        Ok(Ok(_)) => {
+                            shared.repl.inner.lock().last_io = Instant::now();
+                            silent_until = tokio::time::Instant::now() + timeout;
+                        }
                     }
                 }
                 _ = ack_tick.tick() => {
