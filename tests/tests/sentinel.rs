@@ -1,5 +1,5 @@
 //! Failover by the real `redis-sentinel`: one primary, two replicas, three sentinels (quorum 2,
-//! `down-after-milliseconds 1000`), and a Sentinel-aware client (redis-rs, `sentinel` feature)
+//! `down-after-milliseconds 2000`), and a Sentinel-aware client (redis-rs, `sentinel` feature)
 //! checking all the way through a kill -9 of the primary.
 //!
 //! Asserted: Sentinel promotes a replica (ROLE says master), repoints the other one (INFO shows
@@ -19,6 +19,13 @@ use redis::sentinel::{SentinelClient, SentinelServerType};
 use sluice_tests::{RedisSentinel, Sluice, have_tool, rl_check, wait_until};
 
 const MASTER: &str = "mymaster";
+/// Sentinel's `down-after-milliseconds`. Not 1000: on `+switch-master` a Sentinel arms the new
+/// primary's down timer at once (`act_ping_time = now`) but may reconnect only a second after
+/// its last attempt on the dead primary (its reconnect period, `SENTINEL_PING_PERIOD`). With
+/// 1000 the first PONG could land just past the timer: `+sdown` on a healthy new primary, an
+/// instant `+odown` from the other Sentinels' stale votes, and a second failover (seen in
+/// this test's Sentinel logs about one run in ten). 2000 leaves a second of margin.
+const DOWN_AFTER_MS: u32 = 2000;
 /// The load loop's bounds: whichever comes first ends it.
 const LOAD_MAX_OPS: u64 = 500_000;
 const LOAD_MAX_TIME: Duration = Duration::from_secs(90);
@@ -425,7 +432,7 @@ fn await_link(r: &Sluice, primary_port: u16) {
 fn start_sentinels(primary_port: u16) -> Vec<RedisSentinel> {
     let config = format!(
         "sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
-         sentinel down-after-milliseconds {MASTER} 1000\n\
+         sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n\
          sentinel failover-timeout {MASTER} 10000\n\
          sentinel parallel-syncs {MASTER} 1"
     );
