@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use sluice_tests::{RedisSentinel, Sluice, have_tool, rl_check, wait_until};
 
-/// Set in the re-run test process: it is inside its own network namespace.
+/// Set in the re-run test process: it is inside its own namespace.
 const NETNS_ENV: &str = "SLUICE_TEST_IN_NETNS";
 const MASTER: &str = "mymaster";
 /// The gateway that still reaches a partitioned primary binds its source to this address.
@@ -51,8 +51,15 @@ const PARTITION: Duration = Duration::from_secs(8);
 /// loopback up and runs `body`. Where `unshare -n` is not permitted it says so and returns;
 /// with `CI=true` that is a failure.
 fn in_netns(test: &str, body: impl FnOnce()) {
-    if std::env::var_os(NETNS_ENV).is_some() {
+    in_namespace("-n", test, || {
         run(&["ip", "link", "set", "lo", "up"]);
+        body();
+    });
+}
+
+/// Runs `body` (in a copy of this test process) under `unshare FLAG`; see [`in_netns`].
+fn in_namespace(flag: &str, test: &str, body: impl FnOnce()) {
+    if std::env::var_os(NETNS_ENV).is_some() {
         body();
         return;
     }
@@ -60,26 +67,28 @@ fn in_netns(test: &str, body: impl FnOnce()) {
         return;
     }
     let permitted = Command::new("unshare")
-        .args(["-n", "true"])
+        .args([flag, "true"])
         .status()
         .is_ok_and(|s| s.success());
     if !permitted {
         assert!(
             std::env::var("CI").is_err(),
-            "unshare -n is not permitted here: the partition tests need a network namespace"
+            "unshare {flag} is not permitted here: the fault tests need a namespace"
         );
-        eprintln!("SKIPPED {test}: unshare -n is not permitted here (needs root or CAP_SYS_ADMIN)");
+        eprintln!(
+            "SKIPPED {test}: unshare {flag} is not permitted here (needs root or CAP_SYS_ADMIN)"
+        );
         return;
     }
     let exe = std::env::current_exe().expect("current_exe");
     let status = Command::new("unshare")
-        .arg("-n")
+        .arg(flag)
         .arg(exe)
         .args([test, "--exact", "--nocapture", "--test-threads", "1"])
         .env(NETNS_ENV, "1")
         .status()
-        .expect("run the test under unshare -n");
-    assert!(status.success(), "{test} failed in its network namespace");
+        .expect("run the test under unshare");
+    assert!(status.success(), "{test} failed in its namespace");
 }
 
 /// Runs a command that must succeed.
@@ -241,7 +250,7 @@ struct Side {
 
 impl Side {
     fn start(
-        key: &'static str,
+        key: String,
         source: [u8; 4],
         target: impl Fn() -> Option<u16> + Send + 'static,
     ) -> Side {
@@ -262,7 +271,7 @@ impl Side {
                     }
                     continue;
                 };
-                let answer = check(c, key);
+                let answer = check(c, &key);
                 let now = Instant::now();
                 let mut seen = out.lock().unwrap();
                 match answer {
@@ -565,9 +574,9 @@ fn partition_primary(flags: &[&str]) -> Figures {
     let old = primary.port;
     let sentinel_ports: Vec<u16> = sentinels.iter().map(|s| s.port).collect();
     let key = "part:bucket";
-    let mut gateway = Side::start(key, GATEWAY, move || Some(old));
+    let mut gateway = Side::start(key.into(), GATEWAY, move || Some(old));
     let follower_sentinels = sentinel_ports.clone();
-    let mut majority = Side::start(key, [127, 0, 0, 1], move || {
+    let mut majority = Side::start(key.into(), [127, 0, 0, 1], move || {
         follower_sentinels.iter().find_map(|&s| named_primary(s))
     });
     // Both sides check on the primary; the bucket is empty when the cut comes.
@@ -876,7 +885,7 @@ fn sentinel_minority_partitioned_no_failover() {
             );
         }
         let p = primary.port;
-        let mut client = Side::start("minority:bucket", [127, 0, 0, 1], move || Some(p));
+        let mut client = Side::start("minority:bucket".into(), [127, 0, 0, 1], move || Some(p));
         // Every connection the Sentinel's uid sends on is marked, then every packet of a
         // marked connection, either way, is dropped.
         let uid = LONELY_UID.to_string();
@@ -938,4 +947,194 @@ fn sentinel_minority_partitioned_no_failover() {
         );
         assert_eq!(client.with(|s| s.failed), 0);
     });
+}
+
+/// Where `sentinel` says the primary `name` is.
+fn named(sentinel: u16, name: &str) -> Option<u16> {
+    let addr: Vec<String> = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(name)
+        .query(&mut connect(sentinel)?)
+        .ok()?;
+    addr.get(1)?.parse().ok()
+}
+
+/// A key whose slot `slots` gives to `owner`.
+fn key_on(slots: &[sluice_tests::SlotsEntry], owner: u16, prefix: &str) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}:{i}"))
+        .find(|k| {
+            sluice_tests::owner_of(slots, sluice_tests::key_slot(k.as_bytes())) == Some(owner)
+        })
+        .expect("a key on the shard")
+}
+
+#[test]
+fn cluster_shard_primary_partitioned_others_unaffected() {
+    in_netns(
+        "cluster_shard_primary_partitioned_others_unaffected",
+        || {
+            let dir = sluice_tests::TempDir::new("cluster-partition");
+            let nodes = sluice_tests::two_shard_cluster(&dir, &[], &[]);
+            // Nodes 0 and 1 are the primaries, node 2 replicates node 0 and node 3 node 1.
+            let (p0, p1, r0) = (nodes[0].port, nodes[1].port, nodes[2].port);
+            let slots = sluice_tests::cluster_slots(p1).expect("CLUSTER SLOTS");
+            let other_key = key_on(&slots, p1, "other");
+            let cut_slot = sluice_tests::key_slot(key_on(&slots, p0, "cut").as_bytes());
+            let config = ["shard0", "shard1"]
+                .iter()
+                .zip([p0, p1])
+                .map(|(name, port)| {
+                    format!(
+                        "sentinel monitor {name} 127.0.0.1 {port} 2\n\
+                     sentinel down-after-milliseconds {name} 2000\n\
+                     sentinel failover-timeout {name} 10000\n"
+                    )
+                })
+                .collect::<String>();
+            let sentinels: Vec<RedisSentinel> =
+                (0..3).map(|_| RedisSentinel::start(&config)).collect();
+            for s in &sentinels {
+                let known = wait_until(Duration::from_secs(30), || {
+                    let c = |what: &str, name: &str| -> usize {
+                        connect(s.port)
+                            .and_then(|mut c| {
+                                redis::cmd("SENTINEL")
+                                    .arg(what)
+                                    .arg(name)
+                                    .query::<Vec<redis::Value>>(&mut c)
+                                    .ok()
+                            })
+                            .map_or(0, |v| v.len())
+                    };
+                    (["shard0", "shard1"]
+                        .iter()
+                        .all(|n| c("REPLICAS", n) == 1 && c("SENTINELS", n) == 2))
+                    .then_some(())
+                });
+                assert!(
+                    known.is_some(),
+                    "sentinel {} did not discover the topology",
+                    s.port
+                );
+            }
+            // A client of the other shard, straight to its primary, all through.
+            let mut other = Side::start(other_key, [127, 0, 0, 1], move || Some(p1));
+            assert!(
+                wait_until(Duration::from_secs(10), || (other.with(|s| s.denied) > 20)
+                    .then_some(()))
+                .is_some()
+            );
+
+            let mut cut = Partition::isolate_port(p0, None);
+            let t0 = Instant::now();
+            let promoted = wait_until(Duration::from_secs(30), || {
+                named(sentinels[0].port, "shard0").filter(|&p| p == r0)
+            });
+            assert!(
+                promoted.is_some(),
+                "Sentinel did not promote shard 0's replica"
+            );
+            let failover = t0.elapsed();
+            let moved = wait_until(Duration::from_secs(15), || {
+                sluice_tests::cluster_slots(p1)
+                    .filter(|s| sluice_tests::owner_of(s, cut_slot) == Some(r0))
+                    .map(|_| t0.elapsed())
+            });
+            assert!(
+                moved.is_some(),
+                "shard 1 never saw shard 0's new primary: {:?}",
+                sluice_tests::cluster_slots(p1)
+            );
+            // The rest of the partition: shard 1 keeps answering.
+            if let Some(rest) = PARTITION.checked_sub(t0.elapsed()) {
+                std::thread::sleep(rest);
+            }
+            cut.heal();
+            let healed = Instant::now();
+            let rejoined = wait_until(Duration::from_secs(60), || {
+                follows(p0, r0).then(|| healed.elapsed())
+            });
+            assert!(
+                rejoined.is_some(),
+                "shard 0's old primary did not become a replica: {:?}",
+                role(p0)
+            );
+            other.stop();
+            let owners: Vec<u16> = [p0, p1, r0, nodes[3].port]
+                .into_iter()
+                .filter_map(|p| sluice_tests::cluster_slots(p))
+                .map(|s| sluice_tests::owner_of(&s, cut_slot).unwrap_or(0))
+                .collect();
+            assert!(
+                owners.iter().all(|&o| o == r0),
+                "owners of shard 0's slot after the heal: {owners:?}"
+            );
+            let (answered, failed, refused) = other.with(|s| {
+                (
+                    s.allowed.len() as u64 + s.denied,
+                    s.failed,
+                    s.refused.clone(),
+                )
+            });
+            println!(
+                "cluster: shard 0's primary cut off; Sentinel promoted its replica {failover:?} after the cut, shard 1 saw the new owner after {:?}; the old primary rejoined as a replica {:?} after the heal; shard 1 answered {answered} checks with {failed} failures and refusals {refused:?}",
+                moved.unwrap(),
+                rejoined.unwrap()
+            );
+            assert_eq!((failed, refused.len()), (0, 0), "shard 1 was affected");
+        },
+    );
+}
+
+/// SAVE on a full disk: the snapshot directory is a 64 KiB tmpfs, mounted in a mount
+/// namespace of the test's own (`unshare -m`).
+#[test]
+fn save_on_a_full_disk_fails_cleanly_and_the_node_serves_on() {
+    in_namespace(
+        "-m",
+        "save_on_a_full_disk_fails_cleanly_and_the_node_serves_on",
+        || {
+            let dir = sluice_tests::TempDir::new("disk-full");
+            let d = dir.path().to_str().unwrap().to_string();
+            run(&["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", &d]);
+            let node = Sluice::start_with(&["--dir", &d, "--save-interval", "0"]);
+            let mut c = node.client();
+            rl_check(&mut c, &["disk:first", "10", "1h"]).unwrap();
+            let _: String = redis::cmd("SAVE").query(&mut c).unwrap();
+            let snap = dir.path().join("sluice.snap");
+            let good = std::fs::read(&snap).expect("the first snapshot");
+            // Far more buckets than 64 KiB holds.
+            let mut pipe = redis::pipe();
+            for i in 0..20_000 {
+                pipe.cmd("RL.CHECK")
+                    .arg(format!("disk:{i}"))
+                    .arg(10)
+                    .arg("1h")
+                    .ignore();
+            }
+            let _: () = pipe.query(&mut c).unwrap();
+            let failed: redis::RedisResult<String> = redis::cmd("SAVE").query(&mut c);
+            let err = failed.expect_err("SAVE succeeded on a full disk");
+            println!("SAVE on a full 64 KiB tmpfs: {err}");
+            assert_eq!(
+                std::fs::read(&snap).unwrap(),
+                good,
+                "the last good snapshot was changed"
+            );
+            let names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(names, ["sluice.snap"], "a temporary file was left behind");
+            let status =
+                info(node.port, "persistence").and_then(|i| field(&i, "rdb_last_bgsave_status"));
+            assert_eq!(status.as_deref(), Some("err"));
+            // The node serves on, writes included.
+            assert_eq!(rl_check(&mut c, &["disk:after", "10", "1h"]).unwrap()[0], 1);
+            assert_eq!(rl_check(&mut c, &["disk:1", "10", "1h"]).unwrap()[2], 8);
+            drop(node);
+            run(&["umount", &d]);
+        },
+    );
 }
