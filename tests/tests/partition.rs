@@ -1138,3 +1138,87 @@ fn save_on_a_full_disk_fails_cleanly_and_the_node_serves_on() {
         },
     );
 }
+
+/// `RL.RULE GET name`'s `version`.
+fn rule_version(c: &mut redis::Connection, name: &str) -> Option<i64> {
+    let v: redis::Value = redis::cmd("RL.RULE").arg("GET").arg(name).query(c).ok()?;
+    let redis::Value::Array(items) = v else {
+        return None;
+    };
+    let at = items
+        .iter()
+        .position(|i| matches!(i, redis::Value::BulkString(b) if b == b"version"))?;
+    redis::from_redis_value(items[at + 1].clone()).ok()
+}
+
+#[test]
+fn etcd_lost_checks_go_on_rule_changes_wait() {
+    in_netns("etcd_lost_checks_go_on_rule_changes_wait", || {
+        let etcd = sluice_tests::Etcd::start();
+        let url = etcd.url();
+        let nodes = [
+            Sluice::start_with(&["--rules-etcd", &url]),
+            Sluice::start_with(&["--rules-etcd", &url]),
+        ];
+        let mut a = nodes[0].client();
+        let mut b = nodes[1].client();
+        for c in [&mut a, &mut b] {
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        }
+        let v1: i64 = redis::cmd("RL.RULE")
+            .arg(&["SET", "api", "LIMIT", "1000", "PERIOD", "1s"])
+            .query(&mut a)
+            .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(10), || (rule_version(&mut b, "api")?
+                == v1)
+                .then_some(()))
+            .is_some()
+        );
+
+        let mut cut = Partition::isolate_port(etcd.port, None);
+        let t0 = Instant::now();
+        // Checks against the rule go on, on both nodes, for the whole cut.
+        let mut answered = 0;
+        while t0.elapsed() < Duration::from_secs(4) {
+            for c in [&mut a, &mut b] {
+                let r: Vec<i64> = redis::cmd("RL.HIT").arg("api").arg("u1").query(c).unwrap();
+                assert_eq!(r.len(), 5);
+                answered += 1;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // A rule change cannot be written: an error, not a change on one node only.
+        let asked = Instant::now();
+        let change: redis::RedisResult<i64> = redis::cmd("RL.RULE")
+            .arg(&["SET", "api", "LIMIT", "10", "PERIOD", "1s"])
+            .query(&mut a);
+        let refused_after = asked.elapsed();
+        assert!(
+            change.is_err(),
+            "RL.RULE SET succeeded without etcd: {change:?}"
+        );
+        assert_eq!(rule_version(&mut a, "api"), Some(v1));
+        cut.heal();
+        let healed = Instant::now();
+        let v2 = wait_until(Duration::from_secs(30), || {
+            redis::cmd("RL.RULE")
+                .arg(&["SET", "api", "LIMIT", "10", "PERIOD", "1s"])
+                .query::<i64>(&mut a)
+                .ok()
+        })
+        .expect("RL.RULE SET still failing after the heal");
+        let seen = wait_until(Duration::from_secs(30), || {
+            (rule_version(&mut b, "api")? == v2).then(|| healed.elapsed())
+        });
+        assert!(
+            seen.is_some(),
+            "the other node did not see the change after the heal"
+        );
+        println!(
+            "etcd cut off: {answered} rule checks answered on two nodes in 4 s, RL.RULE SET refused after {refused_after:?} ({}), written and seen by the other node {:?} after the heal",
+            change.unwrap_err(),
+            seen.unwrap()
+        );
+    });
+}
