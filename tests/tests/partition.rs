@@ -1063,7 +1063,7 @@ fn cluster_shard_primary_partitioned_others_unaffected() {
             other.stop();
             let owners: Vec<u16> = [p0, p1, r0, nodes[3].port]
                 .into_iter()
-                .filter_map(|p| sluice_tests::cluster_slots(p))
+                .filter_map(sluice_tests::cluster_slots)
                 .map(|s| sluice_tests::owner_of(&s, cut_slot).unwrap_or(0))
                 .collect();
             assert!(
