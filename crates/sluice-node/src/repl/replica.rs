@@ -1,6 +1,7 @@
 //! The replica's side: the link to the primary. Redis's handshake, then a full sync (the
 //! snapshot replaces the store) or a partial one (the store is kept), then the stream, applied
-//! record by record. The link acks its offset every second and whenever the primary asks.
+//! record by record. The link acks its offset every `ACK_EVERY` (200 ms) and whenever the
+//! primary asks.
 //!
 //! Garbage from the primary closes the link, never the node; the link retries every second
 //! until REPLICAOF changes, and the node keeps serving reads meanwhile.
