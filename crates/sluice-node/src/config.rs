@@ -99,7 +99,8 @@ pub struct Config {
     #[arg(long = "repl-flush-ms", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_FLUSH_MS))]
     pub repl_flush_ms: u64,
 
-    /// Seconds of silence after which a replica gives up on its primary's link and reconnects.
+    /// Seconds of silence after which a replica gives up on its primary's link and reconnects
+    /// (an idle primary sends a PING every second, so 2 or more).
     #[arg(long = "repl-timeout", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_SECONDS))]
     pub repl_timeout: u64,
 
