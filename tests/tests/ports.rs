@@ -1,7 +1,8 @@
 //! One process per port: a second `sluice` started on a port the first one listens on (the
 //! main port, whose workers bind with SO_REUSEPORT, the metrics port, the gRPC port) stops at
 //! once, non-zero, with Redis's message naming the port; the first keeps serving alone, so a
-//! limit of 3 stays 3 however many fresh connections ask.
+//! limit of 3 stays 3 however many fresh connections ask. A node also claims its address for
+//! its life, so two started at the same instant cannot both pass the check.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -113,4 +114,23 @@ fn a_node_restarts_on_its_own_port_at_once() {
         allowed_over_fresh_connections(&again, "ports:restart", 5),
         3
     );
+}
+
+/// Two nodes started at the same instant could both find the port free before either listens:
+/// each first claims the address (an abstract Unix socket named after it, see
+/// `sluice_node::server`), and the one that finds the claim taken stops. The claim is held
+/// here, as the other node would hold it.
+#[test]
+fn a_node_whose_address_is_claimed_stops() {
+    use std::os::linux::net::SocketAddrExt;
+    let port = free_port();
+    let name = std::os::unix::net::SocketAddr::from_abstract_name(format!(
+        "sluice-listen-127.0.0.1:{port}"
+    ))
+    .unwrap();
+    let held = std::os::unix::net::UnixListener::bind_addr(&name).expect("claim the address");
+    assert_refused(&["--port", &port.to_string()], port);
+    drop(held);
+    let node = Sluice::start_on(port, &[]);
+    assert_eq!(allowed_over_fresh_connections(&node, "ports:claimed", 5), 3);
 }

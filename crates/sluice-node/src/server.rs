@@ -33,6 +33,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Server {
     pub shared: Arc<Shared>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// This process's claim on its port, held for its life (see [`bind_all`]).
+    _claim: Option<std::os::unix::net::UnixListener>,
 }
 
 impl Server {
@@ -46,7 +48,7 @@ impl Server {
                 config.bind
             ));
         }
-        let listeners = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
+        let (listeners, claim) = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
         let local_addr = listeners[0].local_addr()?;
         // Bound before anything slow, so a taken port fails the start at once, not a thread later.
         let side_port = |port: Option<u16>| {
@@ -107,6 +109,7 @@ impl Server {
         Ok(Server {
             shared,
             threads: handles,
+            _claim: claim,
         })
     }
 
@@ -161,12 +164,21 @@ fn raise_open_files_limit(maxclients: usize) {
 /// port, as root or the same user, and the kernel would then split new connections between
 /// two independent stores. So a fixed port is first probed without SO_REUSEPORT: any listener
 /// there, of any process, makes that bind fail, and the start fails with Redis's message.
-/// (Two processes started within the same millisecond could both pass the probe; an operator
-/// starting a second node on a running one's port cannot.)
-fn bind_all(addr: SocketAddr, n: usize) -> io::Result<Vec<StdListener>> {
-    if addr.port() != 0 {
+/// Two nodes started at the same instant could both pass the probe before either listens, so
+/// each also claims the address by binding an abstract Unix socket named after it (per network
+/// namespace, as ports are, and released by the kernel when the process ends): only one node
+/// holds it.
+fn bind_all(
+    addr: SocketAddr,
+    n: usize,
+) -> io::Result<(Vec<StdListener>, Option<std::os::unix::net::UnixListener>)> {
+    let claim = if addr.port() != 0 {
+        let claim = claim(addr)?;
         drop(bind_one(addr)?);
-    }
+        Some(claim)
+    } else {
+        None
+    };
     let mut listeners = Vec::with_capacity(n);
     let mut addr = addr;
     for _ in 0..n {
@@ -180,7 +192,14 @@ fn bind_all(addr: SocketAddr, n: usize) -> io::Result<Vec<StdListener>> {
         addr = listener.local_addr()?;
         listeners.push(listener);
     }
-    Ok(listeners)
+    Ok((listeners, claim))
+}
+
+/// The abstract Unix socket `sluice-listen-ADDR`, bound: this process's claim on `addr`.
+fn claim(addr: SocketAddr) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = std::os::unix::net::SocketAddr::from_abstract_name(format!("sluice-listen-{addr}"))?;
+    std::os::unix::net::UnixListener::bind_addr(&name).map_err(|e| bind_error(addr, e))
 }
 
 /// One listener of this process alone on `addr` (SO_REUSEADDR, so sockets in TIME_WAIT do not
