@@ -15,10 +15,17 @@
 //!   the old primary becomes a replica and one primary is left.
 //! - `partitioned_replica_resyncs_partially`: a replica cut off past its `--repl-timeout`
 //!   comes back with `+CONTINUE` (no full sync) and the primary's state.
-//! - `sentinel_minority_partitioned_no_failover`: one Sentinel of three cut off sees the
-//!   primary down, but cannot fail over alone.
+//! - `sentinel_minority_partitioned_no_failover`: one Sentinel of three cut off (it runs as
+//!   another user; its connections are marked and dropped both ways) sees the primary down,
+//!   but cannot fail over alone.
+//! - `cluster_shard_primary_partitioned_others_unaffected`: one shard's primary cut off; the
+//!   other shard answers every check, the slot table follows Sentinel's promotion, the old
+//!   primary rejoins as a replica.
+//! - `etcd_lost_checks_go_on_rule_changes_wait`: etcd cut off from two `--rules-etcd` nodes.
+//! - `save_on_a_full_disk_fails_cleanly_and_the_node_serves_on` (a mount namespace,
+//!   `unshare -m`, with a 64 KiB tmpfs): SAVE fails, the last snapshot stays, the node serves.
 //!
-//! Skipped with a message where `unshare -n` is not permitted; under `CI=true` that fails.
+//! Skipped with a message where `unshare` is not permitted; under `CI=true` that fails.
 //! `cargo test -p sluice-tests --test partition -- --nocapture` prints the figures.
 
 use std::collections::HashMap;
