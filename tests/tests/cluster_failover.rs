@@ -1,6 +1,6 @@
 //! A cluster shard's failover by the real `redis-sentinel`: two primaries with one replica
 //! each (`sluice cluster create --replicas 1` on four nodes), three sentinels watching both
-//! primaries (two `sentinel monitor` names, quorum 2, `down-after-milliseconds 1000`), and a
+//! primaries (two `sentinel monitor` names, quorum 2, `down-after-milliseconds 2000`), and a
 //! kill -9 of one primary.
 //!
 //! Asserted: Sentinel promotes that shard's replica; every remaining node's CLUSTER SLOTS
@@ -233,11 +233,11 @@ fn preload_and_wait(rt: &tokio::runtime::Runtime, urls: Vec<String>, primaries: 
 fn start_sentinels(p0: u16, p1: u16) -> Vec<RedisSentinel> {
     let sentinel_config = format!(
         "sentinel monitor {} 127.0.0.1 {p0} 2\n\
-         sentinel down-after-milliseconds {0} 1000\n\
+         sentinel down-after-milliseconds {0} 2000\n\
          sentinel failover-timeout {0} 10000\n\
          sentinel parallel-syncs {0} 1\n\
          sentinel monitor {} 127.0.0.1 {p1} 2\n\
-         sentinel down-after-milliseconds {1} 1000\n\
+         sentinel down-after-milliseconds {1} 2000\n\
          sentinel failover-timeout {1} 10000\n\
          sentinel parallel-syncs {1} 1",
         SHARDS[0], SHARDS[1]

@@ -1,5 +1,5 @@
 //! Failover by the real `redis-sentinel`: one primary, two replicas, three sentinels (quorum 2,
-//! `down-after-milliseconds 1000`), and a Sentinel-aware client (redis-rs, `sentinel` feature)
+//! `down-after-milliseconds 2000`), and a Sentinel-aware client (redis-rs, `sentinel` feature)
 //! checking all the way through a kill -9 of the primary.
 //!
 //! Asserted: Sentinel promotes a replica (ROLE says master), repoints the other one (INFO shows
@@ -19,6 +19,13 @@ use redis::sentinel::{SentinelClient, SentinelServerType};
 use sluice_tests::{RedisSentinel, Sluice, have_tool, rl_check, wait_until};
 
 const MASTER: &str = "mymaster";
+/// Sentinel's `down-after-milliseconds`. Not 1000: on `+switch-master` a Sentinel arms the new
+/// primary's down timer at once (`act_ping_time = now`) but may reconnect only a second after
+/// its last attempt on the dead primary (its reconnect period, `SENTINEL_PING_PERIOD`). With
+/// 1000 the first PONG could land just past the timer: `+sdown` on a healthy new primary, an
+/// instant `+odown` from the other Sentinels' stale votes, and a second failover (seen in
+/// this test's Sentinel logs about one run in ten). 2000 leaves a second of margin.
+const DOWN_AFTER_MS: u32 = 2000;
 /// The load loop's bounds: whichever comes first ends it.
 const LOAD_MAX_OPS: u64 = 500_000;
 const LOAD_MAX_TIME: Duration = Duration::from_secs(90);
@@ -58,6 +65,29 @@ fn follows(replica: &Sluice, primary_port: u16) -> bool {
             && info_field(&i, "master_port") == Some(primary_port.to_string())
             && info_field(&i, "master_link_status").as_deref() == Some("up")
     })
+}
+
+/// The primary every sentinel names, once they agree.
+fn agreed_primary(sentinels: &[RedisSentinel]) -> Option<u16> {
+    let first = master_port(&sentinels[0])?;
+    sentinels[1..]
+        .iter()
+        .all(|s| master_port(s) == Some(first))
+        .then_some(first)
+}
+
+/// Prints the nodes' logs if the test fails: with the Sentinels' logs (printed by their
+/// guards), they show who stopped answering whom.
+struct LogsOnPanic<'a>(&'a [Sluice]);
+
+impl Drop for LogsOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for n in self.0 {
+                eprintln!("--- sluice :{} log ---\n{}", n.port, n.log());
+            }
+        }
+    }
 }
 
 /// Where `sentinel` says the primary is.
@@ -214,6 +244,7 @@ fn sentinel_fails_over_under_load() {
     let primary_port = primary.port;
     let master_arg = format!("127.0.0.1:{primary_port}");
     let replicas = [start_replica(&master_arg), start_replica(&master_arg)];
+    let _logs = LogsOnPanic(&replicas);
     for r in &replicas {
         await_link(r, primary_port);
     }
@@ -245,9 +276,9 @@ fn sentinel_fails_over_under_load() {
         "the primary did not die"
     );
 
-    // Sentinel promotes one replica.
+    // Sentinel promotes one replica: the test follows the primary every Sentinel names.
     let new_port = wait_until(Duration::from_secs(30), || {
-        master_port(&sentinels[0]).filter(|&p| p != primary_port)
+        agreed_primary(&sentinels).filter(|&p| p != primary_port)
     })
     .expect("Sentinel did not fail over within 30 s");
     let switched = killed.elapsed();
@@ -311,7 +342,25 @@ fn sentinel_fails_over_under_load() {
         "the client stopped checking"
     );
     stop_and_report(&mut load, primary_port, new_port, other.port);
+    one_failover_only(&sentinels, new_port, new_primary);
     println!("test took {:?}", started.elapsed());
+}
+
+/// Every sentinel switched once, and none ever saw the promoted node down: a second failover
+/// loses quota for nothing, and is the sign of a new primary that stopped answering.
+fn one_failover_only(sentinels: &[RedisSentinel], new_port: u16, new_primary: &Sluice) {
+    let sdown = format!("+sdown master {MASTER} 127.0.0.1 {new_port}");
+    for s in sentinels {
+        let log = s.log();
+        let switches = log.matches("+switch-master").count();
+        assert!(
+            switches == 1 && !log.contains(&sdown),
+            "sentinel {}: {switches} switches, new primary seen down: {}\nnew primary's log:\n{}",
+            s.port,
+            log.contains(&sdown),
+            new_primary.log()
+        );
+    }
 }
 
 /// Sentinel turns the restarted old primary into a replica of the new one. It notices the
@@ -383,7 +432,7 @@ fn await_link(r: &Sluice, primary_port: u16) {
 fn start_sentinels(primary_port: u16) -> Vec<RedisSentinel> {
     let config = format!(
         "sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
-         sentinel down-after-milliseconds {MASTER} 1000\n\
+         sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n\
          sentinel failover-timeout {MASTER} 10000\n\
          sentinel parallel-syncs {MASTER} 1"
     );

@@ -99,9 +99,22 @@ pub struct Config {
     #[arg(long = "repl-flush-ms", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_FLUSH_MS))]
     pub repl_flush_ms: u64,
 
-    /// Seconds of silence after which a replica gives up on its primary's link and reconnects.
+    /// Seconds of silence after which a replica gives up on its primary's link and reconnects
+    /// (an idle primary sends a PING every second, so 2 or more).
     #[arg(long = "repl-timeout", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_SECONDS))]
     pub repl_timeout: u64,
+
+    /// A primary refuses every write (`-NOREPLICAS`) unless at least this many replicas acked
+    /// within `--min-replicas-max-lag` seconds (also `CONFIG SET min-replicas-to-write`).
+    /// A primary cut off from its replicas then stops granting quota that a promoted replica
+    /// grants again. 0: off.
+    #[arg(long = "min-replicas-to-write", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_SECONDS))]
+    pub min_replicas_to_write: u64,
+
+    /// The seconds within which a replica must have acked to count for
+    /// `--min-replicas-to-write` (0: off, as in Redis).
+    #[arg(long = "min-replicas-max-lag", default_value_t = 10, value_parser = seconds())]
+    pub min_replicas_max_lag: u64,
 
     /// Sentinel promotes the replica with the lowest priority first; 0 = never promote.
     #[arg(long = "replica-priority", default_value_t = 100)]

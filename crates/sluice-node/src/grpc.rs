@@ -207,6 +207,9 @@ impl Service {
                 Err(cmd::Refusal::ReadOnly) => {
                     Step::Done(Err("READONLY this node is a read-only replica".into()))
                 }
+                Err(cmd::Refusal::NoReplicas) => {
+                    Step::Done(Err("NOREPLICAS Not enough good replicas to write.".into()))
+                }
                 Ok(()) => {
                     let params = Params {
                         limit: c.limit,

@@ -33,6 +33,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Server {
     pub shared: Arc<Shared>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// This process's claim on its port, held for its life (see [`bind_all`]).
+    _claim: Option<std::os::unix::net::UnixListener>,
 }
 
 impl Server {
@@ -46,8 +48,15 @@ impl Server {
                 config.bind
             ));
         }
-        let listeners = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
+        let (listeners, claim) = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
         let local_addr = listeners[0].local_addr()?;
+        // Bound before anything slow, so a taken port fails the start at once, not a thread later.
+        let side_port = |port: Option<u16>| {
+            port.map(|p| bind_one(SocketAddr::new(config.bind, p)))
+                .transpose()
+        };
+        let metrics = side_port(config.metrics_port)?;
+        let grpc = side_port(config.grpc_port)?;
         let shared = Arc::new(Shared::new(config, local_addr, crate::cmd::STATS_ROWS)?);
         let started = std::time::Instant::now();
         match crate::persist::load(&shared.persist, &shared.store, shared.clock.now()) {
@@ -62,13 +71,6 @@ impl Server {
             let n = crate::rules::file::load(&shared, &path).map_err(io::Error::other)?;
             sluice_log::log(&format!("rules file {} loaded: {n} rules", path.display()));
         }
-        // Bound here, so a taken port fails the start rather than a thread later.
-        let side_port = |port: Option<u16>| {
-            port.map(|p| StdListener::bind(SocketAddr::new(shared.config.bind, p)))
-                .transpose()
-        };
-        let metrics = side_port(shared.config.metrics_port)?;
-        let grpc = side_port(shared.config.grpc_port)?;
         let envoy = match &shared.config.envoy_config {
             Some(dir) => Some(crate::grpc::EnvoyConfig::open(dir)?),
             None => None,
@@ -107,6 +109,7 @@ impl Server {
         Ok(Server {
             shared,
             threads: handles,
+            _claim: claim,
         })
     }
 
@@ -156,7 +159,26 @@ fn raise_open_files_limit(maxclients: usize) {
 
 /// Binds `n` listeners to the same address with SO_REUSEPORT. With port 0 the first one picks
 /// the port and the others join it.
-fn bind_all(addr: SocketAddr, n: usize) -> io::Result<Vec<StdListener>> {
+///
+/// SO_REUSEPORT would also let this process join the listeners of another process on the same
+/// port, as root or the same user, and the kernel would then split new connections between
+/// two independent stores. So a fixed port is first probed without SO_REUSEPORT: any listener
+/// there, of any process, makes that bind fail, and the start fails with Redis's message.
+/// Two nodes started at the same instant could both pass the probe before either listens, so
+/// each also claims the address by binding an abstract Unix socket named after it (per network
+/// namespace, as ports are, and released by the kernel when the process ends): only one node
+/// holds it.
+fn bind_all(
+    addr: SocketAddr,
+    n: usize,
+) -> io::Result<(Vec<StdListener>, Option<std::os::unix::net::UnixListener>)> {
+    let claim = if addr.port() != 0 {
+        let claim = claim(addr)?;
+        drop(bind_one(addr)?);
+        Some(claim)
+    } else {
+        None
+    };
     let mut listeners = Vec::with_capacity(n);
     let mut addr = addr;
     for _ in 0..n {
@@ -164,13 +186,38 @@ fn bind_all(addr: SocketAddr, n: usize) -> io::Result<Vec<StdListener>> {
         socket.set_reuse_address(true)?;
         socket.set_reuse_port(true)?;
         socket.set_nonblocking(true)?;
-        socket.bind(&addr.into())?;
+        socket.bind(&addr.into()).map_err(|e| bind_error(addr, e))?;
         socket.listen(1024)?;
         let listener: StdListener = socket.into();
         addr = listener.local_addr()?;
         listeners.push(listener);
     }
-    Ok(listeners)
+    Ok((listeners, claim))
+}
+
+/// The abstract Unix socket `sluice-listen-ADDR`, bound: this process's claim on `addr`.
+fn claim(addr: SocketAddr) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = std::os::unix::net::SocketAddr::from_abstract_name(format!("sluice-listen-{addr}"))?;
+    std::os::unix::net::UnixListener::bind_addr(&name).map_err(|e| bind_error(addr, e))
+}
+
+/// One listener of this process alone on `addr` (SO_REUSEADDR, so sockets in TIME_WAIT do not
+/// block a restart, but no SO_REUSEPORT, so any other listener there does).
+fn bind_one(addr: SocketAddr) -> io::Result<StdListener> {
+    StdListener::bind(addr).map_err(|e| bind_error(addr, e))
+}
+
+/// Redis's words for a listening socket that cannot be bound, naming the address.
+fn bind_error(addr: SocketAddr, e: io::Error) -> io::Error {
+    let why = match e.kind() {
+        io::ErrorKind::AddrInUse => "Address already in use".to_string(),
+        _ => e.to_string(),
+    };
+    io::Error::new(
+        e.kind(),
+        format!("Could not create server TCP listening socket {addr}: bind: {why}"),
+    )
 }
 
 fn thread_main(index: usize, threads: usize, listener: StdListener, shared: Arc<Shared>) {

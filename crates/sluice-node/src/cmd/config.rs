@@ -1,6 +1,7 @@
 //! `CONFIG GET pattern [pattern ...]`, `CONFIG SET name value [name value ...]`,
 //! `CONFIG RESETSTAT` — for the settings that exist. `requirepass`, `maxclients`, `timeout`,
-//! `maxmemory` and `maxmemory-policy` change at run time; the others answer as Redis does for
+//! `maxmemory`, `maxmemory-policy`, `min-replicas-to-write` and `min-replicas-max-lag` change
+//! at run time; the others answer as Redis does for
 //! an immutable setting.
 
 use sluice_resp::reply;
@@ -33,6 +34,8 @@ enum Change {
     Policy(sluice_store::EvictionPolicy),
     RequirePass(Option<String>),
     Timeout(u64),
+    MinReplicasToWrite(u64),
+    MinReplicasMaxLag(u64),
 }
 
 impl Change {
@@ -45,8 +48,46 @@ impl Change {
             Change::Policy(p) => s.store.set_policy(p),
             Change::RequirePass(p) => *s.requirepass.write() = p,
             Change::Timeout(secs) => s.timeout_secs.store(secs, Relaxed),
+            Change::MinReplicasToWrite(n) => {
+                s.repl.min_replicas.set_to_write(n);
+                s.repl.refresh_good_replicas();
+            }
+            Change::MinReplicasMaxLag(secs) => {
+                s.repl.min_replicas.set_max_lag_secs(secs);
+                s.repl.refresh_good_replicas();
+            }
         }
     }
+}
+
+/// An integer from 0 to [`crate::config::MAX_SECONDS`], in Redis's words when it is not.
+fn bounded(v: &str) -> Result<u64, String> {
+    let n: u64 = v
+        .parse()
+        .map_err(|_| "argument couldn't be parsed into an integer")?;
+    if n > crate::config::MAX_SECONDS {
+        return Err(format!(
+            "argument must be between 0 and {} inclusive",
+            crate::config::MAX_SECONDS
+        ));
+    }
+    Ok(n)
+}
+
+fn min_replicas_max_lag(s: &Shared) -> String {
+    s.repl.min_replicas.max_lag_secs().to_string()
+}
+
+fn min_replicas_to_write(s: &Shared) -> String {
+    s.repl.min_replicas.to_write().to_string()
+}
+
+fn set_min_replicas_max_lag(v: &str) -> Result<Change, String> {
+    bounded(v).map(Change::MinReplicasMaxLag)
+}
+
+fn set_min_replicas_to_write(v: &str) -> Result<Change, String> {
+    bounded(v).map(Change::MinReplicasToWrite)
 }
 
 // Replication settings answer under their old `slave-` names too, as Redis's do.
@@ -117,6 +158,26 @@ const SETTINGS: &[Setting] = &[
         name: "maxmemory-policy",
         get: |s| crate::config::policy_name(s.store.policy()).into(),
         set: Some(|v| crate::config::parse_policy(v).map(Change::Policy)),
+    },
+    Setting {
+        name: "min-replicas-max-lag",
+        get: min_replicas_max_lag,
+        set: Some(set_min_replicas_max_lag),
+    },
+    Setting {
+        name: "min-replicas-to-write",
+        get: min_replicas_to_write,
+        set: Some(set_min_replicas_to_write),
+    },
+    Setting {
+        name: "min-slaves-max-lag",
+        get: min_replicas_max_lag,
+        set: Some(set_min_replicas_max_lag),
+    },
+    Setting {
+        name: "min-slaves-to-write",
+        get: min_replicas_to_write,
+        set: Some(set_min_replicas_to_write),
     },
     Setting {
         name: "port",
@@ -202,18 +263,7 @@ const SETTINGS: &[Setting] = &[
     Setting {
         name: "timeout",
         get: |s| s.timeout_secs.load(Relaxed).to_string(),
-        set: Some(|v| {
-            let n: u64 = v
-                .parse()
-                .map_err(|_| "argument couldn't be parsed into an integer")?;
-            if n > crate::config::MAX_SECONDS {
-                return Err(format!(
-                    "argument must be between 0 and {} inclusive",
-                    crate::config::MAX_SECONDS
-                ));
-            }
-            Ok(Change::Timeout(n))
-        }),
+        set: Some(|v| bounded(v).map(Change::Timeout)),
     },
 ];
 

@@ -18,6 +18,8 @@ pub enum CmdError {
     Arity,
     /// `READONLY You can't write against a read only replica.`
     ReadOnly,
+    /// `NOREPLICAS Not enough good replicas to write.`
+    NoReplicas,
     /// Not served here: `MOVED`, `CROSSSLOT`, `CLUSTERDOWN` or `TRYAGAIN`.
     Redirect(crate::cluster::Redirect),
     /// A full error line, prefix included (`ERR ...`, `NOPROTO ...`).
@@ -40,6 +42,7 @@ impl CmdError {
             CmdError::Overflow => "ERR increment or decrement would overflow".into(),
             CmdError::Arity => format!("ERR wrong number of arguments for '{command}' command"),
             CmdError::ReadOnly => "READONLY You can't write against a read only replica.".into(),
+            CmdError::NoReplicas => "NOREPLICAS Not enough good replicas to write.".into(),
             CmdError::Redirect(r) => redirect_text(r),
             CmdError::Msg(m) => m.to_string(),
         }
@@ -53,9 +56,12 @@ impl From<sluice_core::spec::SpecError> for CmdError {
 }
 
 impl CmdError {
-    /// Refused before it ran (a redirect, a read-only replica): counted as rejected, not failed.
+    /// Refused before it ran (a redirect, a read-only replica, too few good replicas): counted as rejected, not failed.
     pub fn refused(&self) -> bool {
-        matches!(self, CmdError::ReadOnly | CmdError::Redirect(_))
+        matches!(
+            self,
+            CmdError::ReadOnly | CmdError::NoReplicas | CmdError::Redirect(_)
+        )
     }
 }
 

@@ -118,6 +118,14 @@ fn replication(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Resu
         }
     }
     write!(t, "connected_slaves:{}\r\n", inner.replicas().count())?;
+    // As Redis: shown while min-replicas-to-write and min-replicas-max-lag are both set.
+    if shared.repl.min_replicas.enabled() {
+        write!(
+            t,
+            "min_slaves_good_slaves:{}\r\n",
+            shared.repl.min_replicas.good()
+        )?;
+    }
     for (i, r) in inner.replicas().enumerate() {
         write!(
             t,

@@ -11,11 +11,14 @@ pub enum Refusal {
     Redirect(crate::cluster::Redirect),
     /// A write on a read-only replica.
     ReadOnly,
+    /// A write on a primary with too few replicas acked within `min-replicas-max-lag`.
+    NoReplicas,
 }
 
 /// Whether this node serves a call on `keys` that does or does not `write`: the cluster's slot
 /// check (MOVED, CROSSSLOT, CLUSTERDOWN, TRYAGAIN), then a read-only replica's refusal of
-/// writes. The one place both are decided, for every RESP command and for Envoy's service.
+/// writes, then a primary's refusal of writes with too few good replicas
+/// (`min-replicas-to-write`). The one place these are decided, for every RESP command and for Envoy's service.
 ///
 /// `view` is the caller's cached table; `readonly_conn` whether it sent READONLY (a replica
 /// then serves its shard's reads).
@@ -37,6 +40,9 @@ pub fn may_serve<'k>(
     if write && shared.repl.is_readonly() {
         return Err(Refusal::ReadOnly);
     }
+    if write && shared.repl.min_replicas.refuses_writes() {
+        return Err(Refusal::NoReplicas);
+    }
     Ok(())
 }
 
@@ -57,5 +63,6 @@ pub(super) fn check_serve<'k>(
     .map_err(|r| match r {
         Refusal::Redirect(r) => CmdError::Redirect(r),
         Refusal::ReadOnly => CmdError::ReadOnly,
+        Refusal::NoReplicas => CmdError::NoReplicas,
     })
 }

@@ -17,6 +17,7 @@
 //!
 //! [`Repl`] is the state both paths and the commands (ROLE, INFO, WAIT, REPLICAOF) share.
 
+pub mod min_replicas;
 pub mod primary;
 pub mod replica;
 pub mod skew;
@@ -39,8 +40,10 @@ use crate::config::Config;
 /// How often an idle stream carries a PING (Redis: repl-ping-replica-period, 10 s; shorter
 /// here so `master_last_io_seconds_ago` stays small and a dead primary shows quickly).
 pub const PING_EVERY: Duration = Duration::from_secs(1);
-/// How often a replica acks its offset.
-pub const ACK_EVERY: Duration = Duration::from_secs(1);
+/// How often a replica acks its offset (Redis: every second). Five times a second here, so
+/// `--min-replicas-max-lag 1` holds with room to spare and a primary cut off from its
+/// replicas learns it within the lag, not a second later.
+pub const ACK_EVERY: Duration = Duration::from_millis(200);
 
 pub use crate::config::MasterAddr;
 
@@ -171,6 +174,8 @@ pub struct Repl {
     /// Work for the replication thread.
     pub jobs: crate::jobs::Jobs<Job>,
     pub stats: ReplStats,
+    /// `min-replicas-to-write` / `min-replicas-max-lag`: whether writes answer `-NOREPLICAS`.
+    pub min_replicas: min_replicas::MinReplicas,
     /// Worker 0's runtime: the flusher and the streams to replicas run there, between that
     /// worker's batches, so a flush costs no thread switch (on a busy core, waking another
     /// thread every millisecond preempts the worker mid-batch and stalls its clients).
@@ -226,6 +231,10 @@ impl Repl {
             backlog_created: Notify::new(),
             jobs: crate::jobs::Jobs::default(),
             stats: ReplStats::default(),
+            min_replicas: min_replicas::MinReplicas::new(
+                config.min_replicas_to_write,
+                config.min_replicas_max_lag,
+            ),
             stream_runtime: std::sync::OnceLock::new(),
             backlog_size: usize::try_from(config.repl_backlog_size).unwrap_or(usize::MAX),
             replica_output_limit: usize::try_from(config.client_output_buffer_limit_replica)
@@ -236,7 +245,19 @@ impl Repl {
         if master.is_some() {
             sluice_log::set_role(b'S');
         }
+        repl.refresh_good_replicas();
         repl
+    }
+
+    /// Counts the replicas that acked within `min-replicas-max-lag` and decides whether writes
+    /// answer `-NOREPLICAS` ([`min_replicas`]).
+    pub fn refresh_good_replicas(&self) {
+        let inner = self.inner.lock();
+        self.min_replicas.refresh(
+            inner.master.is_none(),
+            inner.replicas().map(|r| (r.online, r.last_ack)),
+            Instant::now(),
+        );
     }
 
     /// True when writes must answer `-READONLY` (a replica with `replica-read-only yes`).
@@ -332,6 +353,7 @@ impl Repl {
         self.readonly
             .store(to.is_some() && self.replica_read_only, Relaxed);
         drop(inner);
+        self.refresh_good_replicas();
         self.target.send_replace(to);
         true
     }
@@ -461,6 +483,7 @@ impl Repl {
 
     fn set_online(&self, client: u64) {
         self.with_replica(client, |r| r.online = true);
+        self.refresh_good_replicas();
     }
 
     fn ack(&self, client: u64, offset: u64) {
@@ -468,11 +491,13 @@ impl Repl {
             r.ack = r.ack.max(offset);
             r.last_ack = Instant::now();
         });
+        self.refresh_good_replicas();
         self.acks.send_modify(|n| *n += 1);
     }
 
     fn detach(&self, client: u64) {
         self.inner.lock().replicas.retain(|r| r.client != client);
+        self.refresh_good_replicas();
     }
 
     fn target(&self) -> watch::Receiver<Option<MasterAddr>> {

@@ -1,6 +1,7 @@
 //! The replica's side: the link to the primary. Redis's handshake, then a full sync (the
 //! snapshot replaces the store) or a partial one (the store is kept), then the stream, applied
-//! record by record. The link acks its offset every second and whenever the primary asks.
+//! record by record. The link acks its offset every `ACK_EVERY` (200 ms) and whenever the
+//! primary asks.
 //!
 //! Garbage from the primary closes the link, never the node; the link retries every second
 //! until REPLICAOF changes, and the node keeps serving reads meanwhile.
@@ -239,6 +240,9 @@ async fn stream_from(
     );
     master.set_kind(crate::clients::ClientKind::Master);
     let skew = shared.repl.inner.lock().skew;
+    // The silence allowed runs from the last read, not from each wait: the acks sent every
+    // ACK_EVERY end a wait early, and must not restart it.
+    let mut silent_until = tokio::time::Instant::now() + timeout;
     let result = async {
         loop {
             let mut ack_now = false;
@@ -269,12 +273,15 @@ async fn stream_from(
                 buf.reserve(64 * 1024);
             }
             tokio::select! {
-                read = tokio::time::timeout(timeout, stream.read_buf(&mut buf)) => {
+                read = tokio::time::timeout_at(silent_until, stream.read_buf(&mut buf)) => {
                     match read {
                         Err(_) => return Err(format!("no data from the primary for {} s (repl-timeout)", timeout.as_secs())),
                         Ok(Err(e)) => return Err(e.to_string()),
                         Ok(Ok(0)) => return Err("primary closed the connection".into()),
-                        Ok(Ok(_)) => shared.repl.inner.lock().last_io = Instant::now(),
+                        Ok(Ok(_)) => {
+                            shared.repl.inner.lock().last_io = Instant::now();
+                            silent_until = tokio::time::Instant::now() + timeout;
+                        }
                     }
                 }
                 _ = ack_tick.tick() => {

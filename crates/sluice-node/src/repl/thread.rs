@@ -34,9 +34,12 @@ async fn run(shared: Arc<Shared>) {
     let flusher = streams.spawn(primary::flusher(shared.clone()));
     let mut feeds = Vec::new();
     let link = tokio::spawn(replica::link(shared.clone()));
+    let mut refresh = tokio::time::interval(super::min_replicas::REFRESH_EVERY);
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => break,
+            _ = refresh.tick() => shared.repl.refresh_good_replicas(),
             job = jobs.recv() => match job {
                 Some(Job::Feed(h)) => {
                     feeds.retain(|f: &tokio::task::JoinHandle<()>| !f.is_finished());
