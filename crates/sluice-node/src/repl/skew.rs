@@ -72,7 +72,7 @@ impl Skew {
         {
             sluice_log::log(&format!(
                 "Clock of {sender} is {} ms {} ours: times from it are moved by the difference",
-                ahead.unsigned_abs() / 1_000_000,
+                (ahead.unsigned_abs() + 500_000) / 1_000_000,
                 if ahead > 0 { "behind" } else { "ahead of" }
             ));
         }
