@@ -17,9 +17,11 @@
 //!   SLIDING=3: start:u64 prev:u32 curr:u32
 //!   FIXED=4:   start:u64 count:u64
 //!   LOG=5:     capacity:u32 n:u32 n×timestamp:u64
+//!   LEASE=7:   n:u32 n×(id:u64 expiry:u64)                 ids strictly increasing
 //! varint  := LEB128 (7 bits a byte, low first; a frame length takes at most 5 bytes)
 //! delta   := varint of zigzag(deadline − base), wrapping: base is the state's first time
-//!            (tat, start, the oldest timestamp of a LOG) or 0 (COUNTER, an empty LOG)
+//!            (tat, start, the oldest timestamp of a LOG, the first lease's expiry) or 0
+//!            (COUNTER, an empty LOG)
 //! ```
 //!
 //! Version 2 is version 1 made short, because the stream is most of what replication costs a
@@ -35,6 +37,7 @@
 //! means the same whenever it is applied, and expiry needs no record of its own.
 
 use sluice_core::fixed::Fixed;
+use sluice_core::lease::LeaseSet;
 use sluice_core::log::LogRing;
 use sluice_core::sliding::Sliding;
 use sluice_core::{Nanos, State};
@@ -55,6 +58,7 @@ const TAG_SLIDING: u8 = 3;
 const TAG_FIXED: u8 = 4;
 const TAG_LOG: u8 = 5;
 const TAG_LEAKY: u8 = 6;
+const TAG_LEASE: u8 = 7;
 
 /// The longest frame a decoder accepts: a key at Redis's 512 MB bulk limit plus its state.
 pub const MAX_FRAME: usize = 512 * 1024 * 1024 + 1024;
@@ -173,6 +177,7 @@ fn base(state: &State) -> Nanos {
         State::Sliding(s) => s.start,
         State::Fixed(s) => s.start,
         State::Log(ring) => ring.iter().next().unwrap_or(Nanos(0)),
+        State::Lease(set) => set.iter().next().map_or(Nanos(0), |(_, expiry)| expiry),
     }
 }
 
@@ -238,6 +243,14 @@ pub fn encode_limiter(out: &mut Vec<u8>, key: &[u8], deadline: Nanos, state: &St
             out.extend_from_slice(&(ring.len() as u32).to_le_bytes());
             for t in ring.iter() {
                 out.extend_from_slice(&t.0.to_le_bytes());
+            }
+        }
+        State::Lease(set) => {
+            out.push(TAG_LEASE);
+            out.extend_from_slice(&(set.len() as u32).to_le_bytes());
+            for (id, expiry) in set.iter() {
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&expiry.0.to_le_bytes());
             }
         }
     }
@@ -468,6 +481,16 @@ impl<'a> Reader<'a> {
                     .collect::<Result<_, _>>()?;
                 State::Log(LogRing::from_timestamps(capacity, &ts).ok_or(DecodeError::BadState)?)
             }
+            TAG_LEASE => {
+                let n = self.u32()? as usize;
+                if self.0.len() < n.saturating_mul(16) {
+                    return Err(DecodeError::BadState);
+                }
+                let leases: Vec<(u64, Nanos)> = (0..n)
+                    .map(|_| Ok((self.u64()?, Nanos(self.u64()?))))
+                    .collect::<Result<_, _>>()?;
+                State::Lease(LeaseSet::from_leases(&leases).ok_or(DecodeError::BadState)?)
+            }
             other => return Err(DecodeError::UnknownOp(other)),
         })
     }
@@ -502,6 +525,10 @@ mod tests {
                     State::Log(LogRing::from_timestamps(cap, &ts).unwrap())
                 }
             ),
+            proptest::collection::btree_map(any::<u64>(), any::<u64>(), 0..40).prop_map(|m| {
+                let leases: Vec<(u64, Nanos)> = m.into_iter().map(|(id, e)| (id, Nanos(e))).collect();
+                State::Lease(LeaseSet::from_leases(&leases).unwrap())
+            }),
         ]
     }
 
