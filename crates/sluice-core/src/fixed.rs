@@ -57,9 +57,7 @@ fn window(state: Option<Fixed>, params: &Params, now: Nanos) -> (Nanos, Nanos, u
     let now128 = u128::from(now.0);
     let start = now128 - now128 % p;
     let count = match state {
-        Some(s) if u128::from(s.start.0) >= start => {
-            s.count.min(params.limit.saturating_mul(2))
-        }
+        Some(s) if u128::from(s.start.0) >= start => s.count.min(params.limit.saturating_mul(2)),
         _ => 0,
     };
     // `start ≤ now`, so it fits in u64.

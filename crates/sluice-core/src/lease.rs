@@ -177,7 +177,8 @@ impl LeaseSet {
 
     fn remove(&mut self, i: usize) {
         let len = self.len();
-        self.buf.copy_within(1 + 2 * (i + 1)..1 + 2 * len, 1 + 2 * i);
+        self.buf
+            .copy_within(1 + 2 * (i + 1)..1 + 2 * len, 1 + 2 * i);
         self.set_len(len - 1);
         self.shrink();
     }
@@ -284,7 +285,11 @@ mod tests {
         assert_eq!(c.retry_after, Some(Nanos::from_secs(7)));
         assert_eq!(c.retry_after_ms(), 7000);
         // The first lease expires at 10 s, not a nanosecond before.
-        assert!(!acquire(&mut set, 2, ttl, Nanos(at(10).0 - 1)).unwrap().allowed);
+        assert!(
+            !acquire(&mut set, 2, ttl, Nanos(at(10).0 - 1))
+                .unwrap()
+                .allowed
+        );
         assert!(acquire(&mut set, 2, ttl, at(10)).unwrap().allowed);
     }
 
@@ -354,7 +359,12 @@ mod tests {
         let mut set = None;
         let ttl = Nanos::from_secs(10);
         let ids: Vec<u64> = (0..100)
-            .map(|_| acquire(&mut set, 100, ttl, at(0)).unwrap().lease_id.unwrap())
+            .map(|_| {
+                acquire(&mut set, 100, ttl, at(0))
+                    .unwrap()
+                    .lease_id
+                    .unwrap()
+            })
             .collect();
         let big = set.as_ref().unwrap().heap_bytes();
         assert!(big >= 100 * 16);
@@ -365,7 +375,10 @@ mod tests {
         assert!(s.heap_bytes() < big / 4);
         let kept: Vec<u64> = s.iter().map(|(id, _)| id).collect();
         assert_eq!(kept, ids[95..]);
-        assert_eq!(LeaseSet::from_leases(&s.iter().collect::<Vec<_>>()).as_ref(), Some(s));
+        assert_eq!(
+            LeaseSet::from_leases(&s.iter().collect::<Vec<_>>()).as_ref(),
+            Some(s)
+        );
     }
 
     #[test]

@@ -158,7 +158,8 @@ pub fn check(
         // Entries beyond the newest `limit` are dropped: a lowered limit caps the state.
         Some(r) => (
             r.len(),
-            r.first_live(p, now).max(r.len().saturating_sub(2 * limit_n)),
+            r.first_live(p, now)
+                .max(r.len().saturating_sub(2 * limit_n)),
         ),
     };
     let live = len - start;
@@ -237,7 +238,11 @@ pub fn settle(
     let limit_n = limit as usize;
     let p = u128::from(params.period.0.max(1));
     let (len, start) = ring.as_ref().map_or((0, 0), |r| {
-        (r.len(), r.first_live(p, now).max(r.len().saturating_sub(2 * limit_n)))
+        (
+            r.len(),
+            r.first_live(p, now)
+                .max(r.len().saturating_sub(2 * limit_n)),
+        )
     });
     let live = len - start;
     let live_after = if actual >= reserved {
@@ -262,7 +267,10 @@ pub fn settle(
         // Past the limit: a request of cost 1 fits once the oldest `live_after − limit + 1`
         // entries have expired.
         retry_after: (!allowed).then(|| expiry(r.get(live_after - limit_n))),
-        reset_after: r.len().checked_sub(1).map_or(Nanos::ZERO, |i| expiry(r.get(i))),
+        reset_after: r
+            .len()
+            .checked_sub(1)
+            .map_or(Nanos::ZERO, |i| expiry(r.get(i))),
     };
     *ring = (!r.is_empty()).then_some(r);
     Ok(decision)

@@ -129,7 +129,9 @@ impl Window {
 
 /// The most a count may be: two limits (one of debt), within the `u32` a count is stored in.
 fn debt_cap(limit: u64) -> u128 {
-    u128::from(limit).saturating_mul(2).min(u128::from(u32::MAX))
+    u128::from(limit)
+        .saturating_mul(2)
+        .min(u128::from(u32::MAX))
 }
 
 /// The time until neither count weighs anything.

@@ -149,7 +149,9 @@ fn with_leases<T>(
 ) -> Result<(T, Nanos), CheckError> {
     let mut set = take_leases(slot)?;
     let result = f(&mut set);
-    let left = set.as_ref().map_or(Nanos::ZERO, |s| s.deadline().saturating_sub(now));
+    let left = set
+        .as_ref()
+        .map_or(Nanos::ZERO, |s| s.deadline().saturating_sub(now));
     *slot = set.map(State::Lease);
     result.map(|r| (r, left))
 }

@@ -73,7 +73,9 @@ pub(crate) fn sat(x: u128) -> Nanos {
 #[inline]
 fn read_tat(tat: Option<Nanos>, tau: u128, now: Nanos) -> Nanos {
     match tat {
-        Some(stored) => stored.min(now.saturating_add(sat(tau.saturating_mul(2)))).max(now),
+        Some(stored) => stored
+            .min(now.saturating_add(sat(tau.saturating_mul(2))))
+            .max(now),
         None => now,
     }
 }

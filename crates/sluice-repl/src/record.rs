@@ -526,7 +526,8 @@ mod tests {
                 }
             ),
             proptest::collection::btree_map(any::<u64>(), any::<u64>(), 0..40).prop_map(|m| {
-                let leases: Vec<(u64, Nanos)> = m.into_iter().map(|(id, e)| (id, Nanos(e))).collect();
+                let leases: Vec<(u64, Nanos)> =
+                    m.into_iter().map(|(id, e)| (id, Nanos(e))).collect();
                 State::Lease(LeaseSet::from_leases(&leases).unwrap())
             }),
         ]
