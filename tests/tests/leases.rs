@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::Connection;
-use sluice_tests::{Sluice, TempDir, rl_check, wait_until};
+use sluice_tests::{
+    Sluice, TempDir, cluster_node, cluster_slots, key_slot, owner_of, rl_check, sluice_cluster,
+    try_connect, wait_until,
+};
 
 /// `[allowed, max, in_flight, retry_after_ms, lease_id | nil]`.
 type Acquired = (i64, i64, i64, i64, Option<i64>);
@@ -362,4 +365,51 @@ fn leases_survive_a_failover_to_the_replica_and_the_lag_is_measured() {
     let (ok, _, _, _, id) = acquire(&mut r, "report", 3, "1m");
     assert_eq!(ok, 1);
     assert!(id.unwrap() > ids[2], "ids keep growing on the new primary");
+}
+
+fn admin_ok(args: &[&str]) {
+    let out = sluice_cluster(args);
+    assert!(
+        out.status.success(),
+        "sluice cluster {args:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn leases_move_with_their_slot_when_a_node_joins() {
+    let dir = TempDir::new("lease-cluster");
+    let nodes: Vec<Sluice> = (0..2)
+        .map(|i| cluster_node(0, &dir.path().join(format!("nodes-{i}.conf")), &[]))
+        .collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    admin_ok(&["create", &addrs[0]]);
+    let mut first = try_connect(nodes[0].port).unwrap();
+    let keys: Vec<String> = (0..64).map(|i| format!("report:{i}")).collect();
+    let ids: Vec<i64> = keys
+        .iter()
+        .map(|k| acquire(&mut first, k, 2, "10m").4.unwrap())
+        .collect();
+    admin_ok(&["add-node", &addrs[1], &addrs[0]]);
+    let slots = wait_until(Duration::from_secs(20), || {
+        cluster_slots(nodes[1].port).filter(|s| s.len() > 1)
+    })
+    .expect("the new node's table");
+    let mut second = try_connect(nodes[1].port).unwrap();
+    let moved: Vec<usize> = (0..keys.len())
+        .filter(|&i| owner_of(&slots, key_slot(keys[i].as_bytes())) == Some(nodes[1].port))
+        .collect();
+    assert!(!moved.is_empty(), "no key moved");
+    for &i in &moved {
+        // The lease came along: one of two is held, and its id releases it on the new owner.
+        let (ok, _, in_flight, _, id) = acquire(&mut second, &keys[i], 2, "10m");
+        assert_eq!((ok, in_flight), (1, 2), "{}", keys[i]);
+        assert!(id.unwrap() > ids[i]);
+        assert_eq!(acquire(&mut second, &keys[i], 2, "10m").0, 0);
+        assert_eq!(release(&mut second, &keys[i], ids[i]), 1);
+    }
 }
