@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 
-CONNS, DEPTH, KEYS = 4, 16, 10_000
+CONNS, DEPTH, KEYS = 4, 64, 10_000
 
 
 def command(*words):
@@ -70,7 +70,8 @@ def worker(port, mode, units, sha, conn_no, granted):
     done, batch, ok = 0, 0, 0
     while done < units:
         n = min(DEPTH, units - done)
-        keys = [b"lease:%d" % ((conn_no * 7919 + batch * DEPTH + i) % KEYS) for i in range(n)]
+        keys = [b"%s:%d" % (mode.encode(), (conn_no * 7919 + batch * DEPTH + i) % KEYS)
+                for i in range(n)]
         if mode == "check":
             sock.sendall(b"".join(command("RL.CHECK", k, 1000000, 100000000) for k in keys))
             ok += sum(replies.read()[0] for _ in keys)
