@@ -41,7 +41,10 @@ fn behaviour(slot: &Option<State>, algo: Algo, p: Params, now: Nanos) -> Vec<Dec
     out
 }
 
-fn case() -> impl Strategy<Value = (usize, u64, u64, u64, Vec<(u64, u64)>, u64, u64)> {
+/// (algorithm index, limit, period, burst, history of (advance, cost), reserved, actual).
+type Case = (usize, u64, u64, u64, Vec<(u64, u64)>, u64, u64);
+
+fn case() -> impl Strategy<Value = Case> {
     (
         0..SETTLED.len(),
         1u64..=50,

@@ -871,7 +871,10 @@ mod tests {
         );
         store.set_maxmemory(store.used_memory());
         assert_eq!(acquire(b"new"), Err(StoreError::OutOfMemory));
-        assert!(acquire(b"big").unwrap().allowed, "existing keys keep working");
+        assert!(
+            acquire(b"big").unwrap().allowed,
+            "existing keys keep working"
+        );
         // Every lease expired: the key is fresh and gone.
         assert_eq!(store.len(now.saturating_add(ttl)), 0);
     }
