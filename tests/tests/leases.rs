@@ -404,6 +404,8 @@ fn leases_move_with_their_slot_when_a_node_joins() {
         .filter(|&i| owner_of(&slots, key_slot(keys[i].as_bytes())) == Some(nodes[1].port))
         .collect();
     assert!(!moved.is_empty(), "no key moved");
+    let stale = err_text(&["RL.RELEASE", &keys[moved[0]], "1"], &mut first);
+    assert!(stale.starts_with("MOVED"), "{stale}");
     for &i in &moved {
         // The lease came along: one of two is held, and its id releases it on the new owner.
         let (ok, _, in_flight, _, id) = acquire(&mut second, &keys[i], 2, "10m");

@@ -14,7 +14,7 @@
 //!   [`leaky`].
 //! - [`lease`]: in-flight leases (`RL.ACQUIRE`, `RL.RELEASE`, `RL.RENEW`), the one state that
 //!   is not a rate limit.
-//! - [`settle`]: `RL.SETTLE`, correcting a check of an estimated cost by the actual one.
+//! - [`settle`](mod@settle): `RL.SETTLE`, correcting a check of an estimated cost by the actual one.
 //! - [`compat`]: redis-cell `CL.THROTTLE` and Redis `GCRA` replies on top of the GCRA core.
 
 pub mod compat;

@@ -1,7 +1,9 @@
 //! # sluice-store — the buckets of one node
 //!
-//! A [`Store`] maps binary keys to rate-limiter state ([`sluice_core::State`]) or to plain-string
-//! counters (the Redis `GET`/`SET`/`INCR` subset), shared by every server thread.
+//! A [`Store`] maps binary keys to rate-limiter state ([`sluice_core::State`], which also holds a
+//! key's in-flight leases) or to plain-string counters (the Redis `GET`/`SET`/`INCR` subset),
+//! shared by every server thread. Leases and LOG rings live in the entry's box, like any state
+//! that does not fit a slot, and are counted, replicated and snapshotted as buckets are.
 //!
 //! # Layout
 //! - `key`: how a key sits in a slot: up to 16 bytes inline, longer ones on the heap.
