@@ -41,6 +41,11 @@ pub fn settle(
     if algo == Algo::Leaky {
         return Err(CheckError::SettleNotApplicable);
     }
+    if algo == Algo::Sliding && params.limit > sliding::SLIDING_LIMIT_MAX {
+        return Err(CheckError::LimitTooLarge {
+            max: sliding::SLIDING_LIMIT_MAX,
+        });
+    }
     if reserved > capacity(algo, params) {
         return Err(CheckError::CostExceedsCapacity);
     }

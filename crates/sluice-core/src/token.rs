@@ -194,9 +194,12 @@ pub fn settle(
     let t = emission_interval(params.limit, params.period);
     let tau = u128::from(params.burst) * t;
     let debt = u128::from(read_tat(tat, tau, now).saturating_sub(now).0);
+    // Capped at one capacity of debt, and at what an instant can say (only reachable with
+    // parameters the server refuses).
     let after = if actual >= reserved {
         debt.saturating_add(u128::from(actual - reserved) * t)
             .min(tau.saturating_mul(2))
+            .min(u128::from(u64::MAX))
     } else {
         debt.saturating_sub(u128::from(reserved - actual) * t)
     };

@@ -134,6 +134,26 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+    /// Any `u64` inputs, in range or not: an answer or an error, never a panic or an overflow.
+    #[test]
+    fn never_panics(
+        algo in 0..SETTLED.len(), limit in 1u64.., period in 1u64.., burst in 1u64..,
+        reserved in any::<u64>(), actual in any::<u64>(), now in any::<u64>(), first in any::<u64>(),
+    ) {
+        let algo = SETTLED[algo];
+        let limit = if algo == Algo::Log { limit % 50 + 1 } else { limit };
+        let p = params(limit, period, burst, 0);
+        let mut slot = None;
+        let _ = check(&mut slot, algo, &Params { cost: first % (burst.min(limit)) + 1, ..p }, Nanos(now / 2), false);
+        let _ = settle(&mut slot, algo, &p, reserved, actual, Nanos(now));
+        let _ = settle(&mut slot, algo, &p, reserved % (burst.min(limit)) , actual, Nanos(now));
+        let _ = check(&mut slot, algo, &Params { cost: 1, ..p }, Nanos(now), false);
+    }
+}
+
 fn run(slot: &mut Option<State>, algo: Algo, p: Params, r: u64, a: u64, now: u64) -> Decision {
     settle(slot, algo, &p, r, a, Nanos(now)).unwrap()
 }
