@@ -272,14 +272,28 @@ fn put_tat(out: &mut Vec<u8>, tag: u8, tat: Nanos) {
 /// The key of the LIMITER frame at the start of `frame`, if it is one with one-byte length
 /// fields (every frame `encode_limiter` writes in place): what a journal compares to coalesce
 /// a key's consecutive records.
+///
+/// Longer frames (a key's lease set, a LOG ring) are read with their varint lengths, so that a
+/// hot key's large state is coalesced too: it is what such a key costs the stream.
 #[inline]
 pub fn limiter_key(frame: &[u8]) -> Option<&[u8]> {
     match frame {
         [len, OP_LIMITER, keylen, rest @ ..] if *len < 0x80 && *keylen < 0x80 => {
             rest.get(..usize::from(*keylen))
         }
-        _ => None,
+        _ => long_limiter_key(frame),
     }
+}
+
+/// [`limiter_key`] for frames whose lengths take more than a byte.
+#[cold]
+fn long_limiter_key(frame: &[u8]) -> Option<&[u8]> {
+    let mut r = Reader(frame);
+    r.varint().ok()?;
+    if r.u8().ok()? != OP_LIMITER {
+        return None;
+    }
+    r.key().ok()
 }
 
 /// Appends a COUNTER frame.
@@ -531,6 +545,20 @@ mod tests {
                 State::Lease(LeaseSet::from_leases(&leases).unwrap())
             }),
         ]
+    }
+
+    #[test]
+    fn long_limiter_frames_name_their_key() {
+        let key = vec![b'k'; 300];
+        let leases: Vec<(u64, Nanos)> = (1..=40).map(|i| (i, Nanos(i * 1000))).collect();
+        let state = State::Lease(LeaseSet::from_leases(&leases).unwrap());
+        for key in [&key[..], b"short"] {
+            let mut out = Vec::new();
+            encode_limiter(&mut out, key, Nanos(5), &state);
+            assert!(out.len() > 0x80);
+            assert_eq!(limiter_key(&out), Some(key));
+        }
+        assert_eq!(limiter_key(&Record::Del { key: &key }.to_bytes()), None);
     }
 
     proptest! {
