@@ -49,12 +49,12 @@ pub struct RlAcquire<'a> {
 impl<'a> Command<'a> for RlAcquire<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
-        let max = spec::positive(args.key()?)
+        let max = spec::positive(args.required()?)
             .filter(|&m| m <= LEASE_MAX)
             .ok_or_else(|| {
                 CmdError::msg(format!("ERR max must be an integer from 1 to {LEASE_MAX}"))
             })?;
-        let ttl = ttl(args.key()?)?;
+        let ttl = ttl(args.required()?)?;
         args.finish()?;
         Ok(RlAcquire { key, max, ttl })
     }
@@ -88,7 +88,7 @@ pub struct RlRelease<'a> {
 impl<'a> Command<'a> for RlRelease<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
-        let id = lease_id(args.key()?)?;
+        let id = lease_id(args.required()?)?;
         args.finish()?;
         Ok(RlRelease { key, id })
     }
@@ -115,8 +115,8 @@ pub struct RlRenew<'a> {
 impl<'a> Command<'a> for RlRenew<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
-        let id = lease_id(args.key()?)?;
-        let ttl = ttl(args.key()?)?;
+        let id = lease_id(args.required()?)?;
+        let ttl = ttl(args.required()?)?;
         args.finish()?;
         Ok(RlRenew { key, id, ttl })
     }

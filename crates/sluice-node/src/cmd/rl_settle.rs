@@ -34,10 +34,10 @@ fn cost(arg: &[u8], name: &str) -> Result<u64, CmdError> {
 impl<'a> Command<'a> for RlSettle<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
-        let limit = count(args.key()?, "limit")?;
-        let period = parse_period(args.key()?).map_err(SpecError::from)?;
-        let reserved = cost(args.key()?, "reserved")?;
-        let actual = cost(args.key()?, "actual")?;
+        let limit = count(args.required()?, "limit")?;
+        let period = parse_period(args.required()?).map_err(SpecError::from)?;
+        let reserved = cost(args.required()?, "reserved")?;
+        let actual = cost(args.required()?, "actual")?;
         let (mut burst, mut algo) = (None, Algo::Token);
         while let Some(opt) = args.next() {
             let mut value = |name| args.next().ok_or(SpecError::NeedsValue(name));
