@@ -3,7 +3,8 @@
 //!
 //! # Invariants
 //! - The state is `{window start, count}`, 16 bytes; a key with count 0 is fresh and not stored.
-//! - `count ≤ limit` always: a count written under a larger limit is capped (grandfathered).
+//! - `count ≤ 2·limit`: past `limit` is a debt `RL.SETTLE` charged (see [`settle`]); a count
+//!   written under a larger limit is capped to the same bound (grandfathered).
 //! - A window start written under another period counts as the current window while it is not
 //!   before the current window's start, and as expired otherwise.
 //! - `COST > limit` is an error; `COST 0` only reads.
@@ -29,20 +30,13 @@ pub fn check(
     if cost > limit {
         return Err(CheckError::CostExceedsCapacity);
     }
-    let p = u128::from(params.period.0.max(1));
-    let now128 = u128::from(now.0);
-    let start = now128 - now128 % p;
-    let window_end = sat(start + p);
-    let count = match state {
-        Some(s) if u128::from(s.start.0) >= start => s.count.min(limit),
-        _ => 0,
-    };
-    let allowed = cost <= limit - count;
+    let (start, window_end, count) = window(state, params, now);
+    let allowed = cost <= limit.saturating_sub(count);
     let count_after = if allowed { count + cost } else { count };
     let decision = Decision {
         allowed,
         limit,
-        remaining: limit - count_after,
+        remaining: limit.saturating_sub(count_after),
         retry_after: (!allowed).then(|| window_end.saturating_sub(now)),
         reset_after: if count_after > 0 {
             window_end.saturating_sub(now)
@@ -50,10 +44,53 @@ pub fn check(
             Nanos::ZERO
         },
     };
-    // `start ≤ now`, so it fits in u64.
     let new = (count_after > 0).then_some(Fixed {
-        start: sat(start),
+        start,
         count: count_after,
     });
     Ok((decision, new))
+}
+
+/// The current window's start and end, and its count (capped at two limits).
+fn window(state: Option<Fixed>, params: &Params, now: Nanos) -> (Nanos, Nanos, u64) {
+    let p = u128::from(params.period.0.max(1));
+    let now128 = u128::from(now.0);
+    let start = now128 - now128 % p;
+    let count = match state {
+        Some(s) if u128::from(s.start.0) >= start => s.count.min(params.limit.saturating_mul(2)),
+        _ => 0,
+    };
+    // `start ≤ now`, so it fits in u64.
+    (sat(start), sat(start + p), count)
+}
+
+/// FIXED `RL.SETTLE`: the current window's count moves by `actual − reserved`, never below 0
+/// and at most to two limits (one limit of debt, which ends with the window). A reservation
+/// made in a window that has ended is not refunded: that window is over.
+pub fn settle(
+    state: Option<Fixed>,
+    params: &Params,
+    reserved: u64,
+    actual: u64,
+    now: Nanos,
+) -> (Decision, Option<Fixed>) {
+    let limit = params.limit;
+    let (start, window_end, count) = window(state, params, now);
+    let count = if actual >= reserved {
+        count
+            .saturating_add(actual - reserved)
+            .min(limit.saturating_mul(2))
+    } else {
+        count.saturating_sub(reserved - actual)
+    };
+    let allowed = count <= limit;
+    let left = window_end.saturating_sub(now);
+    let decision = Decision {
+        allowed,
+        limit,
+        remaining: limit.saturating_sub(count),
+        retry_after: (!allowed).then_some(left),
+        reset_after: if count > 0 { left } else { Nanos::ZERO },
+    };
+    (decision, (count > 0).then_some(Fixed { start, count }))
 }

@@ -12,14 +12,19 @@
 //! - [`state`]: `State`, the per-key state of each algorithm, and [`check`], the dispatcher.
 //! - one module per algorithm: [`token`] (TOKEN and GCRA), [`sliding`], [`fixed`], [`log`],
 //!   [`leaky`].
+//! - [`lease`]: in-flight leases (`RL.ACQUIRE`, `RL.RELEASE`, `RL.RENEW`), the one state that
+//!   is not a rate limit.
+//! - [`settle`](mod@settle): `RL.SETTLE`, correcting a check of an estimated cost by the actual one.
 //! - [`compat`]: redis-cell `CL.THROTTLE` and Redis `GCRA` replies on top of the GCRA core.
 
 pub mod compat;
 pub mod decision;
 pub mod fixed;
 pub mod leaky;
+pub mod lease;
 pub mod log;
 pub mod params;
+pub mod settle;
 pub mod sliding;
 pub mod spec;
 pub mod state;
@@ -27,7 +32,9 @@ pub mod time;
 pub mod token;
 
 pub use decision::Decision;
+pub use lease::LEASE_MAX;
 pub use log::LOG_LIMIT_MAX;
 pub use params::{Algo, CheckError, MAX_SPAN, Params};
-pub use state::{State, check};
+pub use settle::settle;
+pub use state::{State, acquire, check, release, renew};
 pub use time::Nanos;

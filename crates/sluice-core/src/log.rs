@@ -6,12 +6,14 @@
 //! A [`LogRing`]: one boxed slice per key, holding `limit` timestamps in a ring, oldest first
 //! (timestamps never go backwards: an entry is stamped `max(now, newest)`, so the ring stays
 //! sorted and the expired prefix is found by binary search). Memory grows with `limit`, so
-//! `limit` is capped at [`LOG_LIMIT_MAX`].
+//! `limit` is capped at [`LOG_LIMIT_MAX`]. A ring holds between `limit` and `2·limit`
+//! timestamps: past `limit` is a debt `RL.SETTLE` charged (see [`settle`]), and a key called
+//! with a lowered `limit` keeps its newest `2·limit` entries (grandfathered, capped).
 //!
 //! # Invariants
 //! - No allocation on the check path except creating a key's ring (and rebuilding it when a key
-//!   is called with a new `limit`, which keeps the newest `min(live, limit)` entries: grandfathered
-//!   and capped).
+//!   is called with a new `limit`, which keeps the newest `min(live, 2·limit)` entries:
+//!   grandfathered and capped).
 //! - `dry` and `COST 0` read without touching the ring (not even pruning).
 //! - `retry_after` is when the oldest entries that must go have expired; `reset_after` is when
 //!   the newest has.
@@ -68,7 +70,7 @@ impl LogRing {
     /// capacity is outside `1..=LOG_LIMIT_MAX`.
     pub fn from_timestamps(capacity: usize, timestamps: &[Nanos]) -> Option<LogRing> {
         if capacity == 0
-            || capacity as u64 > LOG_LIMIT_MAX
+            || capacity as u64 > 2 * LOG_LIMIT_MAX
             || timestamps.len() > capacity
             || timestamps.windows(2).any(|w| w[0] > w[1])
         {
@@ -89,6 +91,12 @@ impl LogRing {
     /// Bytes owned on the heap, for memory accounting.
     pub fn heap_bytes(&self) -> usize {
         self.buf.len() * size_of::<u64>()
+    }
+
+    fn drop_newest(&mut self, n: usize) {
+        let (head, len) = (self.head(), self.len());
+        let left = len - n.min(len);
+        self.set(if left == 0 { 0 } else { head }, left);
     }
 
     fn drop_oldest(&mut self, n: usize) {
@@ -150,20 +158,22 @@ pub fn check(
         // Entries beyond the newest `limit` are dropped: a lowered limit caps the state.
         Some(r) => (
             r.len(),
-            r.first_live(p, now).max(r.len().saturating_sub(limit_n)),
+            r.first_live(p, now)
+                .max(r.len().saturating_sub(2 * limit_n)),
         ),
     };
     let live = len - start;
     let newest = ring.as_ref().filter(|_| live > 0).map(|r| r.get(len - 1));
     let expiry = |t: Nanos| sat(u128::from(t.0) + p).saturating_sub(now);
-    let allowed = live + cost <= limit_n;
+    // COST 0 only reads: allowed even in debt, as for every algorithm.
+    let allowed = cost == 0 || live + cost <= limit_n;
     let stamp = newest.map_or(now, |t| t.max(now));
     let decision = if allowed {
         let newest_after = if cost > 0 { Some(stamp) } else { newest };
         Decision {
             allowed,
             limit,
-            remaining: (limit_n - live - cost) as u64,
+            remaining: limit_n.saturating_sub(live + cost) as u64,
             retry_after: None,
             reset_after: newest_after.map_or(Nanos::ZERO, expiry),
         }
@@ -174,7 +184,7 @@ pub fn check(
         Decision {
             allowed,
             limit,
-            remaining: (limit_n - live) as u64,
+            remaining: limit_n.saturating_sub(live) as u64,
             retry_after: Some(expiry(r.get(start + must_go - 1))),
             reset_after: newest.map_or(Nanos::ZERO, expiry),
         }
@@ -182,25 +192,86 @@ pub fn check(
     if dry || cost == 0 {
         return Ok(decision);
     }
-    let mut r = match ring.take() {
-        Some(r) if r.capacity() == limit_n => {
-            let mut r = r;
+    let mut r = live_ring(ring.take(), start, limit_n, live);
+    if allowed {
+        r.push(stamp, cost);
+    }
+    *ring = (!r.is_empty()).then_some(r);
+    Ok(decision)
+}
+
+/// `old`'s live entries (from index `start`) in a ring of `capacity` between `limit_n` and
+/// `2·limit_n`: the same ring when its capacity is in that range and holds `want` entries,
+/// else a new one.
+fn live_ring(old: Option<LogRing>, start: usize, limit_n: usize, want: usize) -> LogRing {
+    match old {
+        Some(mut r) if (limit_n.max(want)..=2 * limit_n).contains(&r.capacity()) => {
             r.drop_oldest(start);
             r
         }
         old => {
-            let mut fresh = LogRing::with_capacity(limit_n);
+            let mut fresh = LogRing::with_capacity(limit_n.max(want));
             if let Some(old) = old {
-                for i in start..len {
+                for i in start..old.len() {
                     fresh.push(old.get(i), 1);
                 }
             }
             fresh
         }
-    };
-    if allowed {
-        r.push(stamp, cost);
     }
+}
+
+/// LOG `RL.SETTLE`: giving back removes the newest entries (never more than are live); an
+/// extra charge adds entries stamped as a check's would be, until `2·limit` are live (one limit
+/// of debt, paid off as the entries expire).
+pub fn settle(
+    ring: &mut Option<LogRing>,
+    params: &Params,
+    reserved: u64,
+    actual: u64,
+    now: Nanos,
+) -> Result<Decision, CheckError> {
+    let limit = params.limit;
+    if limit > LOG_LIMIT_MAX {
+        return Err(CheckError::LimitTooLarge { max: LOG_LIMIT_MAX });
+    }
+    let limit_n = limit as usize;
+    let p = u128::from(params.period.0.max(1));
+    let (len, start) = ring.as_ref().map_or((0, 0), |r| {
+        (
+            r.len(),
+            r.first_live(p, now)
+                .max(r.len().saturating_sub(2 * limit_n)),
+        )
+    });
+    let live = len - start;
+    let live_after = if actual >= reserved {
+        // Both sides ≤ 2·LOG_LIMIT_MAX once capped.
+        live + (actual - reserved).min((2 * limit_n - live) as u64) as usize
+    } else {
+        live - (reserved - actual).min(live as u64) as usize
+    };
+    let mut r = live_ring(ring.take(), start, limit_n, live_after.max(live));
+    if live_after > live {
+        let newest = r.len().checked_sub(1).map(|i| r.get(i));
+        r.push(newest.map_or(now, |t| t.max(now)), live_after - live);
+    } else {
+        r.drop_newest(live - live_after);
+    }
+    let expiry = |t: Nanos| sat(u128::from(t.0) + p).saturating_sub(now);
+    let allowed = live_after <= limit_n;
+    let decision = Decision {
+        allowed,
+        limit,
+        remaining: limit_n.saturating_sub(live_after) as u64,
+        // Past the limit: a request of cost 1 fits once the oldest `live_after − limit + 1`
+        // entries have expired.
+        retry_after: (!allowed).then(|| expiry(r.get(live_after - limit_n))),
+        reset_after: r
+            .len()
+            .checked_sub(1)
+            .map_or(Nanos::ZERO, |i| expiry(r.get(i))),
+    };
     *ring = (!r.is_empty()).then_some(r);
     Ok(decision)
 }

@@ -73,6 +73,9 @@ pub enum CheckError {
     WrongType,
     /// `cost` is larger than the capacity: no wait would ever let it through.
     CostExceedsCapacity,
-    /// `limit` is above what this algorithm stores (LOG keeps one timestamp per unit).
+    /// `limit` is above what this algorithm stores (LOG keeps one timestamp per unit), or an
+    /// acquire's `max` above [`LEASE_MAX`](crate::LEASE_MAX).
     LimitTooLarge { max: u64 },
+    /// `RL.SETTLE` on an algorithm where a cost cannot be corrected afterwards (LEAKY).
+    SettleNotApplicable,
 }

@@ -13,7 +13,8 @@
 //! # Invariants
 //! - State is 16 bytes: counts are `u32`, so `limit` is capped at [`SLIDING_LIMIT_MAX`]
 //!   (larger limits answer [`CheckError::LimitTooLarge`]).
-//! - Counts are capped to the current `limit` (grandfathered state never exceeds capacity).
+//! - Counts are capped to twice the current `limit`: past `limit` is a debt `RL.SETTLE` charged
+//!   (see [`settle`]), and grandfathered state is capped to the same bound.
 //!   A window start written under another period is the current window if it is not before the
 //!   current window's start, the previous one if it is within one period before, else expired.
 //! - Both counts zero = fresh = not stored. `reset_after` is the time until neither count weighs
@@ -52,61 +53,149 @@ pub fn check(
     if params.cost > limit {
         return Err(CheckError::CostExceedsCapacity);
     }
-    let p = u128::from(params.period.0.max(1));
     let (l, cost) = (u128::from(limit), u128::from(params.cost));
-    let now128 = u128::from(now.0);
-    let start = now128 - now128 % p;
-    let elapsed = now128 - start;
-    let (prev, curr) = match state {
-        None => (0, 0),
-        Some(s) => {
-            let (sp, sc) = (u128::from(s.prev).min(l), u128::from(s.curr).min(l));
-            let s_start = u128::from(s.start.0);
-            if s_start >= start {
-                (sp, sc)
-            } else if s_start + p >= start {
-                (sc, 0)
-            } else {
-                (0, 0)
-            }
-        }
-    };
-    // The previous window's weight, scaled by P: P − elapsed ∈ [1, P].
+    let Window {
+        p,
+        start,
+        elapsed,
+        prev,
+        curr,
+    } = Window::read(state, params, now);
     let weight = p - elapsed;
     let used = curr * p + prev * weight;
-    let allowed = used + cost * p <= l * p;
+    // COST 0 only reads: allowed even in debt, as for every algorithm.
+    let allowed = cost == 0 || used + cost * p <= l * p;
     let (prev_after, curr_after) = if allowed {
         (prev, curr + cost)
     } else {
         (prev, curr)
     };
     let remaining = if allowed {
-        (l * p - used - cost * p) / p
+        (l * p).saturating_sub(used + cost * p) / p
     } else {
         (l * p).saturating_sub(used) / p
     };
     let retry_after = (!allowed).then(|| sat(retry(prev, curr, cost, l, p, elapsed)));
-    let reset_after = if curr_after > 0 {
-        sat(2 * p - elapsed)
-    } else if prev_after > 0 {
-        sat(weight)
-    } else {
-        Nanos::ZERO
-    };
     let decision = Decision {
         allowed,
         limit,
         remaining: sat(remaining).0,
         retry_after,
-        reset_after,
+        reset_after: reset_after(prev_after, curr_after, p, elapsed),
     };
-    // Counts are ≤ limit ≤ u32::MAX, and start ≤ now fits in u64.
-    let new = (prev_after + curr_after > 0).then(|| Sliding {
+    Ok((decision, stored(start, prev_after, curr_after)))
+}
+
+/// The current window as a key's state reads at `now`.
+struct Window {
+    /// The period, at least 1 ns.
+    p: u128,
+    start: u128,
+    elapsed: u128,
+    /// Counts of the previous and the current window, capped at [`debt_cap`].
+    prev: u128,
+    curr: u128,
+}
+
+impl Window {
+    fn read(state: Option<Sliding>, params: &Params, now: Nanos) -> Window {
+        let p = u128::from(params.period.0.max(1));
+        let now128 = u128::from(now.0);
+        let start = now128 - now128 % p;
+        let cap = debt_cap(params.limit);
+        let (prev, curr) = match state {
+            None => (0, 0),
+            Some(s) => {
+                let (sp, sc) = (u128::from(s.prev).min(cap), u128::from(s.curr).min(cap));
+                let s_start = u128::from(s.start.0);
+                if s_start >= start {
+                    (sp, sc)
+                } else if s_start + p >= start {
+                    (sc, 0)
+                } else {
+                    (0, 0)
+                }
+            }
+        };
+        Window {
+            p,
+            start,
+            elapsed: now128 - start,
+            prev,
+            curr,
+        }
+    }
+}
+
+/// The most a count may be: two limits (one of debt), within the `u32` a count is stored in.
+fn debt_cap(limit: u64) -> u128 {
+    u128::from(limit)
+        .saturating_mul(2)
+        .min(u128::from(u32::MAX))
+}
+
+/// The time until neither count weighs anything.
+fn reset_after(prev: u128, curr: u128, p: u128, elapsed: u128) -> Nanos {
+    if curr > 0 {
+        sat(2 * p - elapsed)
+    } else if prev > 0 {
+        sat(p - elapsed)
+    } else {
+        Nanos::ZERO
+    }
+}
+
+/// The state to store for these counts (`None` = fresh). Counts are ≤ [`debt_cap`] ≤
+/// `u32::MAX`, and `start ≤ now` fits in u64.
+fn stored(start: u128, prev: u128, curr: u128) -> Option<Sliding> {
+    (prev + curr > 0).then(|| Sliding {
         start: sat(start),
-        prev: prev_after as u32,
-        curr: curr_after as u32,
-    });
-    Ok((decision, new))
+        prev: prev as u32,
+        curr: curr as u32,
+    })
+}
+
+/// SLIDING `RL.SETTLE`: the counts move by `actual − reserved`. A charge goes into the current
+/// window, until the weighted estimate is two limits (one limit of debt, which decays as the
+/// windows move on); a refund comes off the current window, then the previous one (the
+/// reservation may have been counted there if the window rolled over since), never below 0.
+pub fn settle(
+    state: Option<Sliding>,
+    params: &Params,
+    reserved: u64,
+    actual: u64,
+    now: Nanos,
+) -> (Decision, Option<Sliding>) {
+    let limit = params.limit;
+    let l = u128::from(limit);
+    let Window {
+        p,
+        start,
+        elapsed,
+        prev,
+        curr,
+    } = Window::read(state, params, now);
+    let weight = p - elapsed;
+    let (prev, curr) = if actual >= reserved {
+        let used = curr * p + prev * weight;
+        let room = (2 * l * p).saturating_sub(used) / p;
+        let extra = u128::from(actual - reserved).min(room);
+        (prev, (curr + extra).min(debt_cap(limit)))
+    } else {
+        let give = u128::from(reserved - actual);
+        let from_curr = give.min(curr);
+        (prev - (give - from_curr).min(prev), curr - from_curr)
+    };
+    let used = curr * p + prev * weight;
+    let allowed = used <= l * p;
+    let decision = Decision {
+        allowed,
+        limit,
+        remaining: sat((l * p).saturating_sub(used) / p).0,
+        retry_after: (!allowed).then(|| sat(retry(prev, curr, 1, l, p, elapsed))),
+        reset_after: reset_after(prev, curr, p, elapsed),
+    };
+    (decision, stored(start, prev, curr))
 }
 
 /// The first offset from now at which `cost` fits, given it does not fit now.

@@ -9,10 +9,14 @@
 //!   again; `reset_after == 0` means fresh now.
 //! - `Err(WrongType)` when `slot` holds another algorithm's state; errors change nothing.
 //!
+//! - [`settle`](crate::settle()), [`acquire`], [`release`] and [`renew`] follow the same shape:
+//!   they change `slot` in place and say how long the key now lives.
+//!
 //! TOKEN and GCRA share their math but are distinct variants, so that a key made by one and
 //! called with the other answers `WRONGTYPE` (as a Redis key of another type would).
 
 use crate::fixed::{self, Fixed};
+use crate::lease::{self, Acquire, LeaseSet};
 use crate::log::{self, LogRing};
 use crate::sliding::{self, Sliding};
 use crate::{Algo, CheckError, Decision, Nanos, Params, leaky, token};
@@ -33,18 +37,22 @@ pub enum State {
     Log(LogRing),
     /// LEAKY: the instant the queue is empty.
     Leaky { tat: Nanos },
+    /// In-flight leases (`RL.ACQUIRE`): not a rate limit, so no [`Algo`].
+    Lease(LeaseSet),
 }
 
 impl State {
-    pub fn algo(&self) -> Algo {
-        match self {
+    /// The rate-limit algorithm this state belongs to; `None` for leases.
+    pub fn algo(&self) -> Option<Algo> {
+        Some(match self {
             State::Token { .. } => Algo::Token,
             State::Gcra { .. } => Algo::Gcra,
             State::Sliding(_) => Algo::Sliding,
             State::Fixed(_) => Algo::Fixed,
             State::Log(_) => Algo::Log,
             State::Leaky { .. } => Algo::Leaky,
-        }
+            State::Lease(_) => return None,
+        })
     }
 
     /// This state with every instant in it moved by `by` nanoseconds (see
@@ -81,6 +89,7 @@ impl State {
     pub fn heap_bytes(&self) -> usize {
         match self {
             State::Log(ring) => ring.heap_bytes(),
+            State::Lease(set) => set.heap_bytes(),
             _ => 0,
         }
     }
@@ -94,7 +103,7 @@ pub fn check(
     now: Nanos,
     dry: bool,
 ) -> Result<Decision, CheckError> {
-    if slot.as_ref().is_some_and(|s| s.algo() != algo) {
+    if slot.as_ref().is_some_and(|s| s.algo() != Some(algo)) {
         return Err(CheckError::WrongType);
     }
     let commit = !dry && params.cost != 0;
@@ -149,4 +158,58 @@ pub fn check(
             result
         }
     }
+}
+
+/// The leases `slot` holds, moved out for a lease operation; `WrongType` (changing nothing) if
+/// it holds a rate limit.
+fn take_leases(slot: &mut Option<State>) -> Result<Option<LeaseSet>, CheckError> {
+    match slot.take() {
+        None => Ok(None),
+        Some(State::Lease(set)) => Ok(Some(set)),
+        Some(other) => {
+            *slot = Some(other);
+            Err(CheckError::WrongType)
+        }
+    }
+}
+
+/// Runs a lease operation on `slot` and returns the time until its last lease expires
+/// (zero when it holds none: fresh, not stored), for the store's deadline.
+fn with_leases<T>(
+    slot: &mut Option<State>,
+    now: Nanos,
+    f: impl FnOnce(&mut Option<LeaseSet>) -> Result<T, CheckError>,
+) -> Result<(T, Nanos), CheckError> {
+    let mut set = take_leases(slot)?;
+    let result = f(&mut set);
+    let left = set
+        .as_ref()
+        .map_or(Nanos::ZERO, |s| s.deadline().saturating_sub(now));
+    *slot = set.map(State::Lease);
+    result.map(|r| (r, left))
+}
+
+/// `RL.ACQUIRE` on `slot` (see [`lease::acquire`]), with the time until the key is fresh.
+pub fn acquire(
+    slot: &mut Option<State>,
+    max: u64,
+    ttl: Nanos,
+    now: Nanos,
+) -> Result<(Acquire, Nanos), CheckError> {
+    with_leases(slot, now, |set| lease::acquire(set, max, ttl, now))
+}
+
+/// `RL.RELEASE` on `slot` (see [`lease::release`]), with the time until the key is fresh.
+pub fn release(slot: &mut Option<State>, id: u64, now: Nanos) -> Result<(bool, Nanos), CheckError> {
+    with_leases(slot, now, |set| Ok(lease::release(set, id, now)))
+}
+
+/// `RL.RENEW` on `slot` (see [`lease::renew`]), with the time until the key is fresh.
+pub fn renew(
+    slot: &mut Option<State>,
+    id: u64,
+    ttl: Nanos,
+    now: Nanos,
+) -> Result<(bool, Nanos), CheckError> {
+    with_leases(slot, now, |set| Ok(lease::renew(set, id, ttl, now)))
 }

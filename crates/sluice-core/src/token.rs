@@ -23,8 +23,9 @@
 //! # Invariants
 //! - `c > B` is an error ([`CheckError::CostExceedsCapacity`]), not a denial.
 //! - `COST 0` is always allowed and changes nothing.
-//! - A `tat` written under other parameters is kept (grandfathered) but capped to `now + τ`
-//!   under the current ones, so the bucket is never "more than empty".
+//! - A `tat` written under other parameters is kept (grandfathered) but capped to `now + 2τ`
+//!   under the current ones: at most one capacity of debt past empty, the bound `RL.SETTLE`
+//!   charges an overrun to (see [`settle`]).
 //! - Nothing overflows or panics for any `u64` inputs: products are `u128`
 //!   (`u64 · u64 < 2^128`), and instants saturate at `u64::MAX`.
 
@@ -67,6 +68,30 @@ pub(crate) fn sat(x: u128) -> Nanos {
     Nanos(u64::try_from(x).unwrap_or(u64::MAX))
 }
 
+/// The stored `tat` as the current parameters read it: a full bucket is `now`, and a debt is
+/// capped at one capacity (`τ`) past empty.
+#[inline]
+fn read_tat(tat: Option<Nanos>, tau: u128, now: Nanos) -> Nanos {
+    match tat {
+        Some(stored) => stored
+            .min(now.saturating_add(sat(tau.saturating_mul(2))))
+            .max(now),
+        None => now,
+    }
+}
+
+/// A time until full on the exact scale P/L (see the module docs): ≤ the integer one. When L
+/// divides P (T is exact) the two scales agree and no division is needed.
+#[inline]
+fn exact_scale(debt: u128, limit: u64, period: Nanos, t: u128) -> Nanos {
+    let (l, p) = (u128::from(limit.max(1)), u128::from(period.0.max(1)));
+    if l * t == p {
+        sat(debt)
+    } else {
+        sat((debt * p).div_ceil(l * t))
+    }
+}
+
 /// One GCRA step with capacity `burst` units. The caller has checked `cost ≤ burst`.
 pub(crate) fn gcra(
     tat: Option<Nanos>,
@@ -80,25 +105,12 @@ pub(crate) fn gcra(
     let (b, c) = (u128::from(burst), u128::from(cost));
     debug_assert!(c <= b);
     let tau = b * t;
-    let tat0 = match tat {
-        Some(stored) => stored.min(now.saturating_add(sat(tau))).max(now),
-        None => now,
-    };
+    let tat0 = read_tat(tat, tau, now);
     let wait = tat0.saturating_sub(now);
     let debt = u128::from(wait.0);
     // What the debt may be before this request for it to fit.
     let room = (b - c) * t;
-    // The time until full on the exact scale P/L (see the module docs): ≤ the integer one.
-    let (l, p) = (u128::from(limit.max(1)), u128::from(period.0.max(1)));
-    // When L divides P (T is exact) the two scales agree and no division is needed.
-    let exact = l * t == p;
-    let reset = |debt: u128| {
-        if exact {
-            sat(debt)
-        } else {
-            sat((debt * p).div_ceil(l * t))
-        }
-    };
+    let reset = |debt: u128| exact_scale(debt, limit, period, t);
     if c == 0 || debt <= room {
         let new_tat = tat0.saturating_add(sat(c * t));
         let after = u128::from(new_tat.saturating_sub(now).0);
@@ -165,4 +177,41 @@ pub(crate) fn bucket_check(
         reset_after: g.reset_after,
     };
     Ok((decision, g.tat))
+}
+
+/// TOKEN/GCRA `RL.SETTLE`: moves the stored `tat` by `(actual − reserved)·T`. A refund stops at
+/// a full bucket (`tat = now`); a charge may pass empty, up to one capacity of debt
+/// (`tat ≤ now + 2τ`). The decision is the bucket's after the correction: allowed while it is
+/// not past empty (then exactly what a check of `actual` would have answered), else denied with
+/// the time until a request of cost 1 fits.
+pub fn settle(
+    tat: Option<Nanos>,
+    params: &Params,
+    reserved: u64,
+    actual: u64,
+    now: Nanos,
+) -> (Decision, Option<Nanos>) {
+    let t = emission_interval(params.limit, params.period);
+    let tau = u128::from(params.burst) * t;
+    let debt = u128::from(read_tat(tat, tau, now).saturating_sub(now).0);
+    // Capped at one capacity of debt, and at what an instant can say (only reachable with
+    // parameters the server refuses).
+    let after = if actual >= reserved {
+        debt.saturating_add(u128::from(actual - reserved) * t)
+            .min(tau.saturating_mul(2))
+            .min(u128::from(u64::MAX))
+    } else {
+        debt.saturating_sub(u128::from(reserved - actual) * t)
+    };
+    let allowed = after <= tau;
+    let decision = Decision {
+        allowed,
+        limit: params.burst,
+        remaining: sat(div(tau.saturating_sub(after), t)).0,
+        // Past empty: a request of cost 1 fits once the debt is down to (B − 1)·T.
+        retry_after: (!allowed).then(|| sat(after - (tau - t))),
+        reset_after: exact_scale(after, params.limit, params.period, t),
+    };
+    let new_tat = now.saturating_add(sat(after));
+    (decision, (new_tat > now).then_some(new_tat))
 }

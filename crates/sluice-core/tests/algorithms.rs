@@ -130,19 +130,21 @@ fn token_limit_change_keeps_state_capped_to_new_capacity() {
         (d.allowed, d.remaining, d.retry_after_ms()),
         (false, 0, 1000)
     );
-    // Lowered to 1 per second: the 10 s debt is capped to one emission interval.
+    // Lowered to 1 per second: the 10 s debt is capped to one capacity past empty (the bound
+    // RL.SETTLE's debt has), two emission intervals.
     let d = run(&mut slot, Algo::Token, p(1, SEC, 1, 1), T0);
     assert_eq!(
         (d.allowed, d.retry_after_ms(), d.reset_after_ms()),
-        (false, 1000, 1000)
+        (false, 2000, 2000)
     );
     assert_eq!(
         slot,
         Some(State::Token {
-            tat: Nanos(T0 + SEC)
+            tat: Nanos(T0 + 2 * SEC)
         })
     );
-    assert!(run(&mut slot, Algo::Token, p(1, SEC, 1, 1), T0 + SEC).allowed);
+    assert!(!run(&mut slot, Algo::Token, p(1, SEC, 1, 1), T0 + 2 * SEC - 1).allowed);
+    assert!(run(&mut slot, Algo::Token, p(1, SEC, 1, 1), T0 + 2 * SEC).allowed);
 }
 
 #[test]
@@ -276,7 +278,7 @@ fn wrong_type_between_every_pair() {
     for made in Algo::ALL {
         let mut slot = None;
         run(&mut slot, made, p(3, SEC, 3, 1), T0);
-        assert_eq!(slot.as_ref().map(State::algo), Some(made));
+        assert_eq!(slot.as_ref().and_then(State::algo), Some(made));
         for called in Algo::ALL.into_iter().filter(|&a| a != made) {
             let before = slot.clone();
             assert_eq!(
@@ -457,11 +459,12 @@ fn log_limit_change_rebuilds_the_ring() {
     assert_eq!((d.allowed, d.remaining), (true, 0));
     let d = run(&mut slot, Algo::Log, p(2, 10 * SEC, 2, 1), T0 + 5);
     assert!(!d.allowed);
-    // Only the newest two were kept: the older of them (T0 + 3) expires first.
+    // Only the newest four (two limits: one of debt) were kept, T0 + 1 to T0 + 4: three must go
+    // before one more fits, the third of them (T0 + 3) last.
     assert_eq!(d.retry_after, Some(Nanos(10 * SEC - 2)));
-    assert_eq!(slot.as_ref().map(State::heap_bytes), Some(3 * 8));
+    assert_eq!(slot.as_ref().map(State::heap_bytes), Some(5 * 8));
     let d = run(&mut slot, Algo::Log, p(8, 10 * SEC, 8, 1), T0 + 5);
-    assert_eq!((d.allowed, d.remaining), (true, 5));
+    assert_eq!((d.allowed, d.remaining), (true, 3));
 }
 
 #[test]

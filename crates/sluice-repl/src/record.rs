@@ -19,9 +19,11 @@
 //!   SLIDING=3: start:u64 prev:u32 curr:u32
 //!   FIXED=4:   start:u64 count:u64
 //!   LOG=5:     capacity:u32 n:u32 n×timestamp:u64
+//!   LEASE=7:   n:u32 n×(id:u64 expiry:u64)                 ids strictly increasing
 //! varint  := LEB128 (7 bits a byte, low first; a frame length takes at most 5 bytes)
 //! delta   := varint of zigzag(deadline − base), wrapping: base is the state's first time
-//!            (tat, start, the oldest timestamp of a LOG) or 0 (COUNTER, an empty LOG)
+//!            (tat, start, the oldest timestamp of a LOG, the first lease's expiry) or 0
+//!            (COUNTER, an empty LOG)
 //! ```
 //!
 //! Version 2 is version 1 made short, because the stream is most of what replication costs a
@@ -39,6 +41,7 @@
 //! ([`Record::shifted`]; a node measures a peer's clock when it links to it).
 
 use sluice_core::fixed::Fixed;
+use sluice_core::lease::LeaseSet;
 use sluice_core::log::LogRing;
 use sluice_core::sliding::Sliding;
 use sluice_core::{Nanos, State};
@@ -60,6 +63,7 @@ const TAG_SLIDING: u8 = 3;
 const TAG_FIXED: u8 = 4;
 const TAG_LOG: u8 = 5;
 const TAG_LEAKY: u8 = 6;
+const TAG_LEASE: u8 = 7;
 
 /// The longest frame a decoder accepts: a key at Redis's 512 MB bulk limit plus its state.
 pub const MAX_FRAME: usize = 512 * 1024 * 1024 + 1024;
@@ -180,6 +184,7 @@ fn base(state: &State) -> Nanos {
         State::Sliding(s) => s.start,
         State::Fixed(s) => s.start,
         State::Log(ring) => ring.iter().next().unwrap_or(Nanos(0)),
+        State::Lease(set) => set.iter().next().map_or(Nanos(0), |(_, expiry)| expiry),
     }
 }
 
@@ -247,6 +252,14 @@ pub fn encode_limiter(out: &mut Vec<u8>, key: &[u8], deadline: Nanos, state: &St
                 out.extend_from_slice(&t.0.to_le_bytes());
             }
         }
+        State::Lease(set) => {
+            out.push(TAG_LEASE);
+            out.extend_from_slice(&(set.len() as u32).to_le_bytes());
+            for (id, expiry) in set.iter() {
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&expiry.0.to_le_bytes());
+            }
+        }
     }
     put_varint(out, delta(deadline, base(state)));
     end(out, at);
@@ -266,14 +279,28 @@ fn put_tat(out: &mut Vec<u8>, tag: u8, tat: Nanos) {
 /// The key of the LIMITER frame at the start of `frame`, if it is one with one-byte length
 /// fields (every frame `encode_limiter` writes in place): what a journal compares to coalesce
 /// a key's consecutive records.
+///
+/// Longer frames (a key's lease set, a LOG ring) are read with their varint lengths, so that a
+/// hot key's large state is coalesced too: it is what such a key costs the stream.
 #[inline]
 pub fn limiter_key(frame: &[u8]) -> Option<&[u8]> {
     match frame {
         [len, OP_LIMITER, keylen, rest @ ..] if *len < 0x80 && *keylen < 0x80 => {
             rest.get(..usize::from(*keylen))
         }
-        _ => None,
+        _ => long_limiter_key(frame),
     }
+}
+
+/// [`limiter_key`] for frames whose lengths take more than a byte.
+#[cold]
+fn long_limiter_key(frame: &[u8]) -> Option<&[u8]> {
+    let mut r = Reader(frame);
+    r.varint().ok()?;
+    if r.u8().ok()? != OP_LIMITER {
+        return None;
+    }
+    r.key().ok()
 }
 
 /// Appends a COUNTER frame.
@@ -507,6 +534,16 @@ impl<'a> Reader<'a> {
                     .collect::<Result<_, _>>()?;
                 State::Log(LogRing::from_timestamps(capacity, &ts).ok_or(DecodeError::BadState)?)
             }
+            TAG_LEASE => {
+                let n = self.u32()? as usize;
+                if self.0.len() < n.saturating_mul(16) {
+                    return Err(DecodeError::BadState);
+                }
+                let leases: Vec<(u64, Nanos)> = (0..n)
+                    .map(|_| Ok((self.u64()?, Nanos(self.u64()?))))
+                    .collect::<Result<_, _>>()?;
+                State::Lease(LeaseSet::from_leases(&leases).ok_or(DecodeError::BadState)?)
+            }
             other => return Err(DecodeError::UnknownOp(other)),
         })
     }
@@ -541,7 +578,26 @@ mod tests {
                     State::Log(LogRing::from_timestamps(cap, &ts).unwrap())
                 }
             ),
+            proptest::collection::btree_map(any::<u64>(), any::<u64>(), 0..40).prop_map(|m| {
+                let leases: Vec<(u64, Nanos)> =
+                    m.into_iter().map(|(id, e)| (id, Nanos(e))).collect();
+                State::Lease(LeaseSet::from_leases(&leases).unwrap())
+            }),
         ]
+    }
+
+    #[test]
+    fn long_limiter_frames_name_their_key() {
+        let key = vec![b'k'; 300];
+        let leases: Vec<(u64, Nanos)> = (1..=40).map(|i| (i, Nanos(i * 1000))).collect();
+        let state = State::Lease(LeaseSet::from_leases(&leases).unwrap());
+        for key in [&key[..], b"short"] {
+            let mut out = Vec::new();
+            encode_limiter(&mut out, key, Nanos(5), &state);
+            assert!(out.len() > 0x80);
+            assert_eq!(limiter_key(&out), Some(key));
+        }
+        assert_eq!(limiter_key(&Record::Del { key: &key }.to_bytes()), None);
     }
 
     proptest! {

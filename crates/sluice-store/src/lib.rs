@@ -1,7 +1,9 @@
 //! # sluice-store — the buckets of one node
 //!
-//! A [`Store`] maps binary keys to rate-limiter state ([`sluice_core::State`]) or to plain-string
-//! counters (the Redis `GET`/`SET`/`INCR` subset), shared by every server thread.
+//! A [`Store`] maps binary keys to rate-limiter state ([`sluice_core::State`], which also holds a
+//! key's in-flight leases) or to plain-string counters (the Redis `GET`/`SET`/`INCR` subset),
+//! shared by every server thread. Leases and LOG rings live in the entry's box, like any state
+//! that does not fit a slot, and are counted, replicated and snapshotted as buckets are.
 //!
 //! # Layout
 //! - `key`: how a key sits in a slot: up to 16 bytes inline, longer ones on the heap.
@@ -840,5 +842,42 @@ mod tests {
         );
         assert_eq!(left(&store, b"old", 5, now), 4);
         assert!(!store.exists(b"new", now));
+    }
+
+    #[test]
+    fn leases_are_counted_in_memory_and_refused_past_maxmemory() {
+        let store = Store::new(StoreConfig {
+            shards: 1,
+            maxmemory: 0,
+            policy: EvictionPolicy::Reject,
+        });
+        let now = Nanos::from_secs(1_000);
+        let ttl = Nanos::from_secs(60);
+        let acquire = |key: &[u8]| {
+            store.limiter(key, now, |slot| {
+                let (a, left) = sluice_core::acquire(slot, 1000, ttl, now)?;
+                Ok((a, Some(left)))
+            })
+        };
+        let empty = store.used_memory();
+        for _ in 0..500 {
+            assert!(acquire(b"big").unwrap().allowed);
+        }
+        // 500 leases of 16 bytes are on the books, with the key's box.
+        let held = store.used_memory() - empty;
+        assert!(held >= 500 * 16, "{held}");
+        assert_eq!(
+            store.snapshot_into(&mut SnapshotWriter::new(), now),
+            1,
+            "one key, in the snapshot"
+        );
+        store.set_maxmemory(store.used_memory());
+        assert_eq!(acquire(b"new"), Err(StoreError::OutOfMemory));
+        assert!(
+            acquire(b"big").unwrap().allowed,
+            "existing keys keep working"
+        );
+        // Every lease expired: the key is fresh and gone.
+        assert_eq!(store.len(now.saturating_add(ttl)), 0);
     }
 }

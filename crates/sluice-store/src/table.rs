@@ -303,7 +303,7 @@ fn pack(value: &Value, form: u16, deadline: Nanos, filed: SlotId) -> Option<Pack
             wide(SLIDING, s.start, s.prev | (s.curr << SLIDING_COUNT_BITS))
         }
         State::Fixed(f) => wide(FIXED, f.start, u32::try_from(f.count).ok()?),
-        State::Log(_) => None,
+        State::Log(_) | State::Lease(_) => None,
     }
 }
 

@@ -540,6 +540,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         reset::Reset
     ),
     spec!(
+        "rl.acquire",
+        4,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "ratelimit",
+        "0.1.0",
+        "Takes an in-flight lease if fewer than max are held.",
+        "key max ttl",
+        rl_lease::RlAcquire
+    ),
+    spec!(
         "rl.check",
         -4,
         [WRITE, DENYOOM, FAST],
@@ -573,6 +584,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         rl_hit::RlHits
     ),
     spec!(
+        "rl.release",
+        3,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "ratelimit",
+        "0.1.0",
+        "Ends an in-flight lease.",
+        "key lease_id",
+        rl_lease::RlRelease
+    ),
+    spec!(
+        "rl.renew",
+        4,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "ratelimit",
+        "0.1.0",
+        "Extends an in-flight lease to expire ttl from now.",
+        "key lease_id ttl",
+        rl_lease::RlRenew
+    ),
+    spec!(
         "rl.rule",
         -2,
         [ADMIN, NOSCRIPT, LOADING, STALE],
@@ -582,6 +615,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Sets, reads, lists, deletes and rolls back named rules.",
         "SET|GET|DEL|LIST|HISTORY|ROLLBACK [name] [argument ...]",
         rl_rule::RlRule
+    ),
+    spec!(
+        "rl.settle",
+        -6,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "ratelimit",
+        "0.1.0",
+        "Corrects a check of an estimated cost by the actual cost.",
+        "key limit period reserved actual [BURST burst] [ALGO algo]",
+        rl_settle::RlSettle
     ),
     spec!(
         "role",
