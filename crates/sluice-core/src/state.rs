@@ -82,6 +82,12 @@ impl State {
                 LogRing::from_timestamps(ring.capacity(), &times)
                     .map_or_else(|| self.clone(), State::Log)
             }
+            // Ids are names, not times: only the expiries move.
+            State::Lease(set) => {
+                let leases: Vec<(u64, Nanos)> =
+                    set.iter().map(|(id, exp)| (id, exp.shifted(by))).collect();
+                LeaseSet::from_leases(&leases).map_or_else(|| self.clone(), State::Lease)
+            }
         }
     }
 

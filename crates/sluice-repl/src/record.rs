@@ -19,7 +19,7 @@
 //!   SLIDING=3: start:u64 prev:u32 curr:u32
 //!   FIXED=4:   start:u64 count:u64
 //!   LOG=5:     capacity:u32 n:u32 n×timestamp:u64
-//!   LEASE=7:   n:u32 n×(id:u64 expiry:u64)                 ids strictly increasing
+//!   LEASE=7:   n:u32 n×(id:u64 expiry:u64)                 ids strictly increasing (version 3)
 //! varint  := LEB128 (7 bits a byte, low first; a frame length takes at most 5 bytes)
 //! delta   := varint of zigzag(deadline − base), wrapping: base is the state's first time
 //!            (tat, start, the oldest timestamp of a LOG, the first lease's expiry) or 0
@@ -29,7 +29,8 @@
 //! Version 2 is version 1 made short, because the stream is most of what replication costs a
 //! primary: a bucket's deadline is its `tat` (to within nanoseconds), so as a delta from it it
 //! takes one byte instead of eight, and lengths below 128 take one byte instead of four. A
-//! TOKEN check on a 15-byte key journals 28 bytes instead of 41.
+//! TOKEN check on a 15-byte key journals 28 bytes instead of 41. Version 3 added the TIME
+//! record and the LEASE state; a version 3 node reads version 2 snapshots.
 //!
 //! A slot migration feed carries only the records of the moving slots, so its own byte count
 //! means nothing to the source; after each chunk it says with OFFSET where in the source's
