@@ -610,3 +610,63 @@ fn replica_authenticates_with_masterauth() {
     let mut r = right.client();
     assert!(wait_until(20, || link_up(&mut r)), "{}", right.log());
 }
+
+/// A primary killed and restarted from a snapshot older than what its replica holds: the
+/// replica refuses the full sync that would wipe its newer buckets (and says why), and the
+/// primary says which replica is ahead of it. Without the refusal, every unit spent after the
+/// snapshot would be handed out again by both.
+#[test]
+fn a_primary_restarted_from_an_old_snapshot_does_not_wipe_a_replica_ahead_of_it() {
+    let dir = sluice_tests::TempDir::new("restart-behind");
+    let dir_arg = dir.path().to_str().unwrap().to_string();
+    let mut primary = Sluice::start_with(&["--dir", &dir_arg]);
+    let port = primary.port;
+    let replica = replica_of(&primary, &[]);
+    let mut p = primary.client();
+    let mut r = replica.client();
+    assert!(wait_until(20, || link_up(&mut r)));
+    rl_check(&mut p, &["k", "100", "1d", "COST", "10"]).unwrap();
+    assert_eq!(wait(&mut p, 1), 1);
+    let () = redis::cmd("SAVE").query(&mut p).unwrap();
+    rl_check(&mut p, &["k", "100", "1d", "COST", "50"]).unwrap();
+    assert_eq!(wait(&mut p, 1), 1);
+    assert_eq!(rl_check(&mut r, &["k", "100", "1d", "DRY"]).unwrap()[2], 39);
+    // kill -9: no final save, so the snapshot on disk holds only the first 10.
+    primary.signal(libc::SIGKILL);
+    assert!(primary.wait_exit(Duration::from_secs(10)).is_some());
+    let restarted = Sluice::start_on(port, &["--dir", &dir_arg]);
+    assert!(
+        replica.wait_for_log("refusing a full sync: the primary restarted from a snapshot"),
+        "{}",
+        replica.log()
+    );
+    assert!(
+        restarted.wait_for_log("ahead of this node"),
+        "{}",
+        restarted.log()
+    );
+    let mut p = restarted.client();
+    assert_eq!(
+        rl_check(&mut p, &["k", "100", "1d", "DRY"]).unwrap()[2],
+        89,
+        "the restarted primary holds its snapshot's state"
+    );
+    assert_eq!(
+        rl_check(&mut r, &["k", "100", "1d", "DRY"]).unwrap()[2],
+        39,
+        "the replica was wiped by the restarted primary"
+    );
+    // The operator's way to keep the newer buckets: promote the replica, then follow it.
+    let () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut r)
+        .unwrap();
+    let _: String = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(replica.port)
+        .query(&mut p)
+        .unwrap();
+    assert!(wait_until(20, || link_up(&mut p)), "{}", restarted.log());
+    assert_eq!(rl_check(&mut p, &["k", "100", "1d", "DRY"]).unwrap()[2], 39);
+}

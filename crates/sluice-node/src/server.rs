@@ -60,10 +60,18 @@ impl Server {
         let shared = Arc::new(Shared::new(config, local_addr, crate::cmd::STATS_ROWS)?);
         let started = std::time::Instant::now();
         match crate::persist::load(&shared.persist, &shared.store, shared.clock.now()) {
-            Ok(Some(n)) => sluice_log::log(&format!(
-                "snapshot loaded: {n} entries in {} ms",
-                started.elapsed().as_millis()
-            )),
+            Ok(Some(loaded)) => {
+                sluice_log::log(&format!(
+                    "snapshot loaded: {} entries in {} ms",
+                    loaded.entries,
+                    started.elapsed().as_millis()
+                ));
+                if let Some(origin) = loaded.origin
+                    && shared.config.replicaof.is_none()
+                {
+                    shared.repl.restarted_from(origin);
+                }
+            }
             Ok(None) => {}
             Err(e) => return Err(io::Error::other(e)),
         }
@@ -128,7 +136,9 @@ impl Server {
         if persist.enabled() && !persist.skip_shutdown_save.load(Relaxed) {
             crate::persist::log_save(
                 "Saving the final snapshot",
-                persist.save(&self.shared.store, self.shared.clock.now()),
+                persist.save(&self.shared.store, self.shared.clock.now(), || {
+                    self.shared.repl.origin(&self.shared.store)
+                }),
             );
         }
     }

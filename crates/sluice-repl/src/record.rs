@@ -14,6 +14,9 @@
 //!                                                         its source's stream (see below)
 //! TIME    := op=8 now:u64                                 the writer's clock (version 3): first
 //!                                                         in a snapshot saved to disk
+//! ORIGIN  := op=9 offset:u64 replid                       a snapshot on disk saved by a primary
+//!                                                         (version 3): its stream's id and end,
+//!                                                         after the entries; replid: the rest
 //! state   := tag:u8 payload
 //!   TOKEN=1, GCRA=2, LEAKY=6: tat:u64
 //!   SLIDING=3: start:u64 prev:u32 curr:u32
@@ -55,6 +58,7 @@ const OP_PING: u8 = 5;
 const OP_GETACK: u8 = 6;
 const OP_OFFSET: u8 = 7;
 const OP_TIME: u8 = 8;
+const OP_ORIGIN: u8 = 9;
 /// Used only by snapshots: the trailer (see `snapshot`).
 pub(crate) const OP_END: u8 = 0x7f;
 
@@ -96,6 +100,9 @@ pub enum Record<'a> {
     Offset(u64),
     /// The writer's clock when it wrote what follows.
     Time(Nanos),
+    /// A snapshot saved by a primary: its replication id and its stream's end after the save,
+    /// which no entry of the snapshot is newer than.
+    Origin { replid: &'a [u8], offset: u64 },
 }
 
 /// Why bytes are not a record. The replica closes the link on any of these.
@@ -353,6 +360,12 @@ impl Record<'_> {
                 out.extend_from_slice(&now.0.to_le_bytes());
                 end(out, at);
             }
+            Record::Origin { replid, offset } => {
+                let at = begin(out, OP_ORIGIN);
+                out.extend_from_slice(&offset.to_le_bytes());
+                out.extend_from_slice(replid);
+                end(out, at);
+            }
         }
     }
 
@@ -446,6 +459,10 @@ fn decode_body(op: u8, body: &[u8]) -> Result<Record<'_>, DecodeError> {
         OP_GETACK => Record::GetAck,
         OP_OFFSET => Record::Offset(r.u64()?),
         OP_TIME => Record::Time(Nanos(r.u64()?)),
+        OP_ORIGIN => Record::Origin {
+            offset: r.u64()?,
+            replid: r.rest(),
+        },
         other => return Err(DecodeError::UnknownOp(other)),
     };
     if !r.0.is_empty() {

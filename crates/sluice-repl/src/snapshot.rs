@@ -5,6 +5,7 @@
 //! ```text
 //! snapshot := "SLUICESNAP" version:u16 frame* trailer
 //! frame    := a LIMITER or COUNTER record (see `record`); since version 3 a TIME record first
+//!             and, from a primary, an ORIGIN record last
 //! trailer  := len=13 op=0x7f count:u64 crc32:u32    count of frames; CRC-32 of every byte before the trailer
 //! ```
 //!
@@ -46,6 +47,12 @@ impl SnapshotWriter {
     /// can tell the two apart. Written first.
     pub fn time(&mut self, now: Nanos) {
         Record::Time(now).encode(&mut self.out);
+        self.count += 1;
+    }
+
+    /// A primary's replication id and stream end (an ORIGIN record), after the entries.
+    pub fn origin(&mut self, replid: &[u8], offset: u64) {
+        Record::Origin { replid, offset }.encode(&mut self.out);
         self.count += 1;
     }
 
@@ -169,7 +176,10 @@ impl<'a> SnapshotReader<'a> {
             }
             Some(match record::decode(rest) {
                 Ok(Some((
-                    rec @ (Record::Limiter { .. } | Record::Counter { .. } | Record::Time(_)),
+                    rec @ (Record::Limiter { .. }
+                    | Record::Counter { .. }
+                    | Record::Time(_)
+                    | Record::Origin { .. }),
                     used,
                 ))) => {
                     rest = &rest[used..];

@@ -641,7 +641,11 @@ impl Store {
                 self.del(key, now);
             }
             Record::Flush => self.flush(),
-            Record::Ping | Record::GetAck | Record::Offset(_) | Record::Time(_) => {}
+            Record::Ping
+            | Record::GetAck
+            | Record::Offset(_)
+            | Record::Time(_)
+            | Record::Origin { .. } => {}
         }
     }
 

@@ -149,7 +149,17 @@ fn replication(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Resu
         inner.offset,
         inner.second_offset,
         shared.config.repl_backlog_size,
-    )
+    )?;
+    // Sluice's own: where the snapshot a restarted primary loaded stands in its previous
+    // stream, so that a replica ahead of it refuses to be wiped (see `repl::replica`).
+    if let Some(o) = &inner.restarted {
+        write!(
+            t,
+            "snapshot_replid:{}\r\nsnapshot_repl_offset:{}\r\n",
+            o.replid, o.offset
+        )?;
+    }
+    Ok(())
 }
 
 /// Every counters' row with calls since the last CONFIG RESETSTAT, with its name.

@@ -29,7 +29,9 @@ impl Command<'_> for Save {
             return Err(CmdError::msg(OFF));
         }
         persist
-            .save(&ctx.shared.store, ctx.shared.clock.now())
+            .save(&ctx.shared.store, ctx.shared.clock.now(), || {
+                ctx.shared.repl.origin(&ctx.shared.store)
+            })
             .map_err(|e| CmdError::msg(format!("ERR snapshot not saved: {e}")))?;
         reply::simple(ctx.out, "OK");
         Ok(())

@@ -49,6 +49,23 @@ pub struct Persist {
     pub skip_shutdown_save: AtomicBool,
 }
 
+/// Where a primary's snapshot stands in its replication stream: its id, and the stream's end
+/// once the snapshot was taken. A node restarted from the snapshot knows its old stream up to
+/// there, so it can tell a replica that holds more of it (and must not be wiped by a full
+/// sync) from one that holds less.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    pub replid: String,
+    pub offset: u64,
+}
+
+/// What a load found: entries loaded, and the origin if a primary saved it.
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    pub entries: u64,
+    pub origin: Option<Origin>,
+}
+
 /// What one save wrote.
 #[derive(Clone, Copy, Debug)]
 pub struct Saved {
@@ -98,8 +115,15 @@ impl Persist {
         self.bg.load(Ordering::Relaxed)
     }
 
-    /// Writes the store to the snapshot file now (one save at a time).
-    pub fn save(&self, store: &Store, now: Nanos) -> io::Result<Saved> {
+    /// Writes the store to the snapshot file now (one save at a time). `origin` is asked
+    /// after the entries are written: a primary's replication id and stream end, which no entry
+    /// is newer than (see [`Origin`]).
+    pub fn save(
+        &self,
+        store: &Store,
+        now: Nanos,
+        origin: impl FnOnce() -> Option<Origin>,
+    ) -> io::Result<Saved> {
         let Some(dir) = &self.dir else {
             return Err(io::Error::other("snapshots are off (start with --dir)"));
         };
@@ -108,6 +132,9 @@ impl Persist {
         let mut w = SnapshotWriter::new();
         w.time(now);
         let entries = store.snapshot_into(&mut w, now);
+        if let Some(o) = origin() {
+            w.origin(o.replid.as_bytes(), o.offset);
+        }
         let bytes = w.finish();
         let result = write_atomically(dir, &bytes);
         self.last_ok.store(result.is_ok(), Ordering::Relaxed);
@@ -161,7 +188,7 @@ fn write_atomically(dir: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Loads the snapshot into `store` at start. `Ok(None)` if there is none; an error names the
 /// file and what is wrong with it, and nothing was loaded.
-pub fn load(persist: &Persist, store: &Store, now: Nanos) -> Result<Option<u64>, String> {
+pub fn load(persist: &Persist, store: &Store, now: Nanos) -> Result<Option<Loaded>, String> {
     let Some(path) = persist.path() else {
         return Ok(None);
     };
@@ -176,7 +203,7 @@ pub fn load(persist: &Persist, store: &Store, now: Nanos) -> Result<Option<u64>,
             path.display()
         )
     })?;
-    let mut loaded = 0;
+    let mut loaded = Loaded::default();
     // A snapshot saved "later" than now was saved under a clock ahead of this one (the wall
     // clock stepped back while the node was down): its times are moved back so that it counts
     // as saved now, and no bucket stays spent for the step. One saved earlier is taken as it
@@ -195,9 +222,15 @@ pub fn load(persist: &Persist, store: &Store, now: Nanos) -> Result<Option<u64>,
                 ));
             }
             sluice_repl::Record::Time(_) => {}
+            sluice_repl::Record::Origin { replid, offset } => {
+                loaded.origin = Some(Origin {
+                    replid: String::from_utf8_lossy(replid).into_owned(),
+                    offset,
+                });
+            }
             rec => {
                 store.apply(rec.shifted(back), now);
-                loaded += 1;
+                loaded.entries += 1;
             }
         }
     }

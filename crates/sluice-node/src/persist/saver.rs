@@ -33,11 +33,15 @@ pub fn start(shared: Arc<Shared>) -> io::Result<Option<std::thread::JoinHandle<(
                 if persist.bg.load(Ordering::Acquire) {
                     log_save(
                         "Background saving",
-                        persist.save(&shared.store, shared.clock.now()),
+                        persist.save(&shared.store, shared.clock.now(), || {
+                            shared.repl.origin(&shared.store)
+                        }),
                     );
                     persist.bg.store(false, Ordering::Release);
                 } else if next.is_some_and(|n| Instant::now() >= n) {
-                    if let Err(e) = persist.save(&shared.store, shared.clock.now()) {
+                    if let Err(e) = persist.save(&shared.store, shared.clock.now(), || {
+                        shared.repl.origin(&shared.store)
+                    }) {
                         sluice_log::log(&format!("periodic save failed: {e}"));
                     }
                 } else {

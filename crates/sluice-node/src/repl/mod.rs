@@ -117,6 +117,9 @@ pub struct Inner {
     /// The size of the last flush: the next one's buffer starts that large, so draining the
     /// journals copies each record once instead of regrowing the buffer.
     flush_hint: usize,
+    /// As a primary restarted from a snapshot it saved: its previous stream's id and the
+    /// snapshot's offset in it (INFO `snapshot_replid`, `snapshot_repl_offset`).
+    pub restarted: Option<crate::persist::Origin>,
     /// As a replica: how far our clock is ahead of the primary's, measured when the link
     /// came up (`master_clock_offset_ms`).
     pub skew: skew::Skew,
@@ -223,6 +226,7 @@ impl Repl {
                 synced: false,
                 flush_hint: 0,
                 skew: skew::Skew::default(),
+                restarted: None,
             }),
             readonly: AtomicBool::new(false),
             replica_read_only: config.replica_read_only,
@@ -305,6 +309,35 @@ impl Repl {
         let inner = self.inner.lock();
         let feeds = inner.replicas.iter().filter(|r| r.filter.is_some());
         feeds.fold((0, u64::MAX), |(n, min), r| (n + 1, min.min(r.ack)))
+    }
+
+    /// Where a snapshot taken now stands in this primary's stream (`None` on a replica): the
+    /// stream's end after the journals were flushed, so no entry written is newer.
+    pub fn origin(&self, store: &Store) -> Option<crate::persist::Origin> {
+        let mut inner = self.inner.lock();
+        if inner.master.is_some() {
+            return None;
+        }
+        let offset = self.flush_locked(&mut inner, store, false);
+        Some(crate::persist::Origin {
+            replid: inner.replid.clone(),
+            offset,
+        })
+    }
+
+    /// A primary restarted from a snapshot of `origin`: it knows its old stream up to there
+    /// (`master_replid2`, `second_repl_offset`), and goes on from there under a new id. A
+    /// replica holding more of the old stream sees that it is ahead of this node.
+    pub fn restarted_from(&self, origin: crate::persist::Origin) {
+        let mut inner = self.inner.lock();
+        sluice_log::log(&format!(
+            "This node's previous stream {} is known up to offset {} (the snapshot): a replica holding more of it is ahead of this node and will not be wiped",
+            origin.replid, origin.offset
+        ));
+        inner.replid2 = origin.replid.clone();
+        inner.second_offset = origin.offset as i64 + 1;
+        inner.offset = origin.offset;
+        inner.restarted = Some(origin);
     }
 
     /// Closes every slot migration feed (its slots were handed over, or the move failed),
@@ -425,6 +458,15 @@ impl Repl {
         let end = self.flush_locked(&mut inner, store, false);
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
+        if let Some(o) = &inner.restarted
+            && h.replid == o.replid.as_bytes()
+            && h.offset > o.offset as i64
+        {
+            sluice_log::log(&format!(
+                "Replica {} holds offset {} of this node's previous stream, past the snapshot this node restarted from (offset {}): it is ahead of this node and will refuse a full sync. To keep its newer buckets, promote it (REPLICAOF NO ONE there, then REPLICAOF it here)",
+                h.peer, h.offset, o.offset
+            ));
+        }
         let wants_continue =
             h.filter.is_none() && h.replid == inner.replid.as_bytes() && h.offset >= 0;
         let partial = if wants_continue {

@@ -245,7 +245,7 @@ fn filter_chunk(chunk: &[u8], filter: &super::SlotFilter, out: &mut Vec<u8>) {
                 filter[usize::from(sluice_cluster::key_slot(key))]
             }
             Record::Ping | Record::GetAck => true,
-            Record::Flush | Record::Offset(_) | Record::Time(_) => false,
+            Record::Flush | Record::Offset(_) | Record::Time(_) | Record::Origin { .. } => false,
         };
         if keep {
             out.extend_from_slice(&rest[..used]);

@@ -117,6 +117,7 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     }
     let skew = super::skew::Skew::measure(&mut peer, &shared.clock, "MASTER").await;
     shared.repl.inner.lock().skew = skew;
+    refuse_a_primary_behind_us(shared, &mut peer).await?;
     let (replid, offset) = {
         let inner = shared.repl.inner.lock();
         if inner.synced {
@@ -188,6 +189,40 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
         addr.host, addr.port
     ));
     stream_from(shared, peer.stream, peer.buf).await
+}
+
+/// Refuses to sync from a primary that restarted from a snapshot older than what this replica
+/// holds of the primary's previous stream: a full sync would wipe the newer buckets (every
+/// client spent since the snapshot would get that quota again). The primary says where its
+/// snapshot stands in `INFO replication` (`snapshot_replid`, `snapshot_repl_offset`). A
+/// replica ahead of a newly promoted one is not refused: Sentinel promotes the furthest.
+async fn refuse_a_primary_behind_us(shared: &Arc<Shared>, peer: &mut Peer) -> LinkResult<()> {
+    let (ours, applied) = {
+        let inner = shared.repl.inner.lock();
+        if !inner.synced {
+            return Ok(());
+        }
+        (inner.replid.clone(), inner.offset)
+    };
+    let Ok(Value::Bulk(info)) = peer.call(&[b"INFO", b"replication"]).await else {
+        return Ok(());
+    };
+    let info = String::from_utf8_lossy(&info);
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let snapshot_at = field("snapshot_repl_offset").and_then(|o| o.parse::<u64>().ok());
+    if field("snapshot_replid") == Some(ours.as_str())
+        && let Some(at) = snapshot_at
+        && applied > at
+    {
+        return Err(format!(
+            "refusing a full sync: the primary restarted from a snapshot at offset {at} of its previous stream, and this replica holds up to {applied}; keeping the newer buckets (promote this replica to keep them, or REPLICAOF NO ONE then REPLICAOF to take the primary's)"
+        ));
+    }
+    Ok(())
 }
 
 /// The most a snapshot read reserves ahead of the bytes that arrived.
