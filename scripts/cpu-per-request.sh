@@ -68,19 +68,6 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-cpu.XXXXXX")
 TICK_NS=$((1000000000 / $(getconf CLK_TCK)))
 LIMIT=1000000 PERIOD_S=100000000 PERIOD_MS=100000000000
 
-# start CPUS NAME COMMAND...: starts a server pinned to CPUS on a free port; sets PORT_<NAME>
-# and PID_<NAME>.
-start() {
-  local cpus=$1 name=$2 pid
-  shift 2
-  free_port
-  taskset -c "$cpus" "$@" --port "$PORT" >"$WORK/$name.log" 2>&1 &
-  pid=$!
-  PIDS+=("$pid")
-  wait_ready "$PORT" "$pid" || { cat "$WORK/$name.log" >&2; die "$name did not start"; }
-  printf -v "PORT_$name" %s "$PORT"
-  printf -v "PID_$name" %s "$pid"
-}
 
 # measure LABEL PID PORT CLIENT_CPUS N CMD...: server CPU ns per request over one run of N
 # requests, appended to $WORK/LABEL.
@@ -104,10 +91,10 @@ expect_allowed() { # PORT CMD...
 }
 
 STARTED=$SECONDS
-start 0 redis redis-server --bind 127.0.0.1 --save '' --appendonly no --protected-mode no \
+start_pinned 0 redis redis-server --bind 127.0.0.1 --save '' --appendonly no --protected-mode no \
   --dir "$WORK"
-start 0 sluice "$SLUICE" --bind 127.0.0.1 --threads 1
-[ -z "$BEFORE" ] || start 0 before "$BEFORE" --bind 127.0.0.1 --threads 1
+start_pinned 0 sluice "$SLUICE" --bind 127.0.0.1 --threads 1
+[ -z "$BEFORE" ] || start_pinned 0 before "$BEFORE" --bind 127.0.0.1 --threads 1
 SHA=$(redis-cli -p "$PORT_redis" SCRIPT LOAD "$(cat "$ROOT/scripts/lua/token_bucket.lua")")
 [ ${#SHA} = 40 ] || die "SCRIPT LOAD failed: $SHA"
 log "preloading $KEYS buckets into each server"
@@ -141,7 +128,7 @@ stop "$PID_sluice"
 [ -z "$BEFORE" ] || stop "$PID_before"
 
 log "--threads 2: server and client on CPUs 0-1"
-start 0,1 sluice2 "$SLUICE" --bind 127.0.0.1 --threads 2
+start_pinned 0,1 sluice2 "$SLUICE" --bind 127.0.0.1 --threads 2
 preload "$PORT_sluice2" "$KEYS" rlt: RL.CHECK KEY "$LIMIT" "$PERIOD_S" COST 1000
 for round in $(seq 1 "$ROUNDS"); do
   measure sluice-t2-PING "$PID_sluice2" "$PORT_sluice2" 0,1 "$REQUESTS" PING

@@ -55,18 +55,6 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-lease.XXXXXX")
 TICK_NS=$((1000000000 / $(getconf CLK_TCK)))
 LOAD="$ROOT/scripts/lease-load.py"
 
-# start NAME COMMAND...: a server pinned to CPU 0 on a free port; sets PORT_<NAME>, PID_<NAME>.
-start() {
-  local name=$1 pid
-  shift
-  free_port
-  taskset -c 0 "$@" --port "$PORT" >"$WORK/$name.log" 2>&1 &
-  pid=$!
-  PIDS+=("$pid")
-  wait_ready "$PORT" "$pid" || { cat "$WORK/$name.log" >&2; die "$name did not start"; }
-  printf -v "PORT_$name" %s "$PORT"
-  printf -v "PID_$name" %s "$pid"
-}
 
 # measure LABEL PID PORT MODE [SHA]: server CPU ns per unit over one run of UNITS units,
 # appended to $WORK/LABEL.
@@ -81,8 +69,8 @@ measure() {
 }
 
 STARTED=$SECONDS
-start redis redis-server --bind 127.0.0.1 --save '' --appendonly no --protected-mode no --dir "$WORK"
-start sluice "$SLUICE" --bind 127.0.0.1 --threads 1
+start_pinned 0 redis redis-server --bind 127.0.0.1 --save '' --appendonly no --protected-mode no --dir "$WORK"
+start_pinned 0 sluice "$SLUICE" --bind 127.0.0.1 --threads 1
 CHECK_SHA=$(redis-cli -p "$PORT_redis" SCRIPT LOAD "$(cat "$ROOT/scripts/lua/token_bucket.lua")")
 LEASE_SHA=$(redis-cli -p "$PORT_redis" SCRIPT LOAD "$(cat "$ROOT/scripts/lua/lease_acquire.lua")")
 [ ${#CHECK_SHA} = 40 ] && [ ${#LEASE_SHA} = 40 ] || die "SCRIPT LOAD failed: $CHECK_SHA $LEASE_SHA"

@@ -127,6 +127,20 @@ wait_ready() {
   return 1
 }
 
+# start_pinned CPUS NAME COMMAND...: a server pinned to CPUS (taskset) on a free port, its log
+# in $WORK/NAME.log; sets PORT_<NAME> and PID_<NAME>, and stops it on exit (PIDS).
+start_pinned() {
+  local cpus=$1 name=$2 pid
+  shift 2
+  free_port
+  taskset -c "$cpus" "$@" --port "$PORT" >"$WORK/$name.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  wait_ready "$PORT" "$pid" || { cat "$WORK/$name.log" >&2; die "$name did not start"; }
+  printf -v "PORT_$name" %s "$PORT"
+  printf -v "PID_$name" %s "$pid"
+}
+
 # wait_serving PORT PID LOG: wait_ready, or dies with the server's LOG on the terminal.
 wait_serving() {
   wait_ready "$1" "$2" && return 0

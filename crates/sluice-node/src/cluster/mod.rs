@@ -234,30 +234,30 @@ impl Cluster {
     /// Whether this node serves any slot of `ranges` as their primary, without holding it:
     /// an import of them that still streams is too late, and ends.
     pub fn serves_unheld(&self, ranges: &[(u16, u16)]) -> bool {
-        let Some(v) = self.view() else {
-            return false;
-        };
-        let Some(me) = v.my_shard.filter(|_| v.primary) else {
-            return false;
-        };
-        ranges
-            .iter()
-            .flat_map(|&(a, b)| a..=b)
-            .any(|s| v.table.owner(s) == me && !self.hold.holds(s))
+        self.serving(ranges)
+            .is_some_and(|mut slots| slots.any(|(s, mine)| mine && !self.hold.holds(s)))
     }
 
     /// Whether this node serves every slot of `ranges` as their primary.
     pub fn serves_all(&self, ranges: &[(u16, u16)]) -> bool {
-        let Some(v) = self.view() else {
-            return false;
-        };
-        let Some(me) = v.my_shard.filter(|_| v.primary) else {
-            return false;
-        };
-        ranges
-            .iter()
-            .flat_map(|&(a, b)| a..=b)
-            .all(|s| v.table.owner(s) == me)
+        self.serving(ranges)
+            .is_some_and(|mut slots| slots.all(|(_, mine)| mine))
+    }
+
+    /// Each slot of `ranges` and whether this node serves it as its primary under the current
+    /// table; `None` when it is no shard's primary.
+    fn serving<'r>(
+        &self,
+        ranges: &'r [(u16, u16)],
+    ) -> Option<impl Iterator<Item = (u16, bool)> + 'r> {
+        let v = self.view()?;
+        let me = v.my_shard.filter(|_| v.primary)?;
+        Some(
+            ranges
+                .iter()
+                .flat_map(|&(a, b)| a..=b)
+                .map(move |s| (s, v.table.owner(s) == me)),
+        )
     }
 
     /// Ends the hold on `ranges`: their import ended.
