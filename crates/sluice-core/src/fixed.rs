@@ -65,8 +65,10 @@ fn window(state: Option<Fixed>, params: &Params, now: Nanos) -> (Nanos, Nanos, u
 }
 
 /// FIXED `RL.SETTLE`: the current window's count moves by `actual − reserved`, never below 0
-/// and at most to two limits (one limit of debt, which ends with the window). A reservation
-/// made in a window that has ended is not refunded: that window is over.
+/// and at most to two limits (one limit of debt, which ends with the window). The count moved
+/// is the current window's: a refund after the check's window ended comes off the new one
+/// (the node cannot tell which window the reservation was in), and may allow up to
+/// `reserved − actual` more there.
 pub fn settle(
     state: Option<Fixed>,
     params: &Params,

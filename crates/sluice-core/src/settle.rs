@@ -15,8 +15,9 @@
 //! (`tests/settle.rs` and `tests/props.rs` check it); in debt, `allowed` is 0, `remaining` 0 and
 //! `retry_after` the time until a request of cost 1 fits.
 //!
-//! Per algorithm: TOKEN and GCRA move the `tat`; SLIDING and FIXED the window counts (a
-//! reservation in a window that has ended is not refunded: that window is over); LOG removes its
+//! Per algorithm: TOKEN and GCRA move the `tat`; SLIDING and FIXED the current window counts
+//! (a refund after the check's window ended comes off the new window, which the node cannot
+//! tell apart: it may allow up to `reserved − actual` more there); LOG removes its
 //! newest entries or adds entries at now. LEAKY is refused ([`CheckError::SettleNotApplicable`]):
 //! the requests queued behind this one were already told when to leave, and a new cost for it
 //! would make those answers wrong.

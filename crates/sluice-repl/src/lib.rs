@@ -31,5 +31,10 @@ pub const FORMAT_VERSION: u16 = 3;
 /// The oldest snapshot version this build reads: version 3 only added the TIME record.
 pub const OLDEST_READ_VERSION: u16 = 2;
 
-/// The `REPLCONF capa` word a replica of this version sends.
+/// The `REPLCONF capa` word a replica of this version sends, and a primary of this version
+/// requires (its stream may carry what older versions do not read).
 pub const CAPA: &str = "sluice-v3";
+
+/// The word of the version before, which a replica of this version also sends: it reads that
+/// version's stream, so replicas can be upgraded before their primary.
+pub const OLDER_CAPA: &str = "sluice-v2";

@@ -372,6 +372,9 @@ impl Record<'_> {
     /// This record with every instant in it moved by `by` nanoseconds: read under a clock
     /// that is `by` ahead of the writer's.
     pub fn shifted(self, by: i64) -> Self {
+        if by == 0 {
+            return self;
+        }
         match self {
             Record::Limiter {
                 key,

@@ -74,7 +74,7 @@ pub async fn run(
     };
     cluster.imports.update(index, |s| s.state = state);
     cluster.release(&ranges);
-    keep_or_drop(&shared, cluster, &ranges, table_wait).await;
+    keep_or_drop(&shared, cluster, index, &ranges, table_wait).await;
 }
 
 /// The table gave this node the slots but the old owner still feeds them a second later:
@@ -118,10 +118,12 @@ async fn abandoned(
 }
 
 /// Keeps the copies if the slots are this node's, waiting out a table still on its way; else
-/// drops them, so an abandoned import holds no memory.
+/// drops them, so an abandoned import holds no memory. Slots that another import (number
+/// `index` is this one) is still filling are left to it.
 async fn keep_or_drop(
     shared: &Shared,
     cluster: &super::Cluster,
+    index: usize,
     ranges: &[(u16, u16)],
     table_wait: Duration,
 ) {
@@ -133,9 +135,13 @@ async fn keep_or_drop(
         return;
     }
     let view = cluster.view();
+    // A later import of the same slots (a rerun) is filling them now: its copies stay.
+    let others = cluster.imports.active_slots_except(index);
     let mine = |slot: u16| {
-        view.as_ref()
-            .is_some_and(|v| v.primary && v.my_shard == Some(v.table.owner(slot)))
+        others[usize::from(slot)]
+            || view
+                .as_ref()
+                .is_some_and(|v| v.primary && v.my_shard == Some(v.table.owner(slot)))
     };
     let dropped = shared.store.delete_where(shared.clock.now(), |k| {
         let s = sluice_cluster::key_slot(k);

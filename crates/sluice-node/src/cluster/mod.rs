@@ -53,6 +53,8 @@ pub struct Cluster {
     /// [`sluice_cluster::MAX_PAUSE_MS`].
     hold: window::SlotWindow,
     pub imports: Imports,
+    /// Held through [`Cluster::install`].
+    installing: Mutex<()>,
     /// Work for the control loop.
     pub jobs: crate::jobs::Jobs<Job>,
     /// Per worker thread: set while it runs a batch of commands. A pause waits until every
@@ -119,6 +121,7 @@ impl Cluster {
             pauses: AtomicU64::new(0),
             hold: window::SlotWindow::default(),
             imports: Imports::default(),
+            installing: Mutex::new(()),
             jobs: crate::jobs::Jobs::default(),
             in_batch: (0..threads.max(1))
                 .map(|_| crossbeam_utils::CachePadded::new(AtomicBool::new(false)))
@@ -176,6 +179,9 @@ impl Cluster {
     /// Slots it gives this node that an import is still streaming are held (see `hold`) from
     /// before the table is served.
     pub fn install(&self, table: SlotTable) -> Result<(), String> {
+        // One install at a time: the epoch check, the file and the view move together even
+        // when the admin tool, etcd's watch and a peer's push bring tables at once.
+        let _one = self.installing.lock();
         let current = self.epoch();
         if table.epoch <= current {
             return Err(format!(
@@ -227,7 +233,10 @@ impl Cluster {
                 .iter()
                 .flat_map(|&(a, b)| a..=b)
                 .filter(|&s| table.owner(s) == me && !served_before(s));
-            self.hold.open(arriving.map(|s| (s, s)), until);
+            let arriving: Vec<(u16, u16)> = arriving.map(|s| (s, s)).collect();
+            if !arriving.is_empty() {
+                self.hold.open(arriving, until);
+            }
         }
     }
 
@@ -435,6 +444,19 @@ impl Imports {
 
     pub fn all(&self) -> Vec<ImportState> {
         self.0.lock().clone()
+    }
+
+    /// The slots of every import still loading or streaming, but import number `except`.
+    pub fn active_slots_except(&self, except: usize) -> Box<[bool; sluice_cluster::SLOTS]> {
+        let mut slots = Box::new([false; sluice_cluster::SLOTS]);
+        for (i, import) in self.0.lock().iter().enumerate() {
+            if i != except && import.is_active() {
+                for &(a, b) in &import.ranges {
+                    slots[usize::from(a)..=usize::from(b)].fill(true);
+                }
+            }
+        }
+        slots
     }
 }
 

@@ -49,10 +49,10 @@ pub struct Persist {
     pub skip_shutdown_save: AtomicBool,
 }
 
-/// Where a primary's snapshot stands in its replication stream: its id, and the stream's end
-/// once the snapshot was taken. A node restarted from the snapshot knows its old stream up to
-/// there, so it can tell a replica that holds more of it (and must not be wiped by a full
-/// sync) from one that holds less.
+/// Where a primary's snapshot stands in its replication stream: its id, and the stream's
+/// position when the snapshot was begun. A node restarted from the snapshot knows its old
+/// stream up to there, so it can tell a replica that holds more of it (which may hold newer
+/// buckets, and must not be wiped by a full sync) from one that holds less.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Origin {
     pub replid: String,
@@ -116,8 +116,8 @@ impl Persist {
     }
 
     /// Writes the store to the snapshot file now (one save at a time). `origin` is asked
-    /// after the entries are written: a primary's replication id and stream end, which no entry
-    /// is newer than (see [`Origin`]).
+    /// before the entries are read: a primary's replication id and stream position, which every
+    /// entry is at least as new as (see [`Origin`]).
     pub fn save(
         &self,
         store: &Store,
@@ -131,8 +131,11 @@ impl Persist {
         let started = Instant::now();
         let mut w = SnapshotWriter::new();
         w.time(now);
+        // The stream's position before the scan: every entry is at least that new, so a
+        // replica that applied more may hold something newer and refuses to be wiped by it.
+        let origin = origin();
         let entries = store.snapshot_into(&mut w, now);
-        if let Some(o) = origin() {
+        if let Some(o) = origin {
             w.origin(o.replid.as_bytes(), o.offset);
         }
         let bytes = w.finish();

@@ -311,8 +311,9 @@ impl Repl {
         feeds.fold((0, u64::MAX), |(n, min), r| (n + 1, min.min(r.ack)))
     }
 
-    /// Where a snapshot taken now stands in this primary's stream (`None` on a replica): the
-    /// stream's end after the journals were flushed, so no entry written is newer.
+    /// Where a snapshot begun now stands in this primary's stream (`None` on a replica): the
+    /// stream's end after the journals were flushed, which every entry read after is at least
+    /// as new as.
     pub fn origin(&self, store: &Store) -> Option<crate::persist::Origin> {
         let mut inner = self.inner.lock();
         if inner.master.is_some() {

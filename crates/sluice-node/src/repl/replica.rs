@@ -110,6 +110,8 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
             b"psync2",
             b"capa",
             capa,
+            b"capa",
+            sluice_repl::OLDER_CAPA.as_bytes(),
         ])
         .await?;
     if !reply.is_ok() {
