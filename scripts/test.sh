@@ -5,7 +5,7 @@
 # The tests drive real programs: redis-cli and redis-benchmark as clients, redis-server and
 # redis-sentinel for the Sentinel tests, etcd for the cluster table and the rules, nginx and
 # iptables for the gateway tests, unshare, ip and iptables for the partition tests (each in a
-# network namespace of its own). Whichever is missing is installed from Debian packages (as
+# network namespace of its own), libfaketime (package faketime) to jump a node's wall clock. Whichever is missing is installed from Debian packages (as
 # root, or through sudo), after saying which. Then `cargo test --workspace` runs with CI=true,
 # so a test whose tool is still missing fails instead of skipping and passing.
 set -euo pipefail
@@ -29,6 +29,7 @@ nginx nginx
 iptables iptables
 ip iproute2
 unshare util-linux
+faketime faketime
 TOOLS
 
 if [ ${#need[@]} -gt 0 ]; then

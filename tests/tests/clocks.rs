@@ -161,3 +161,85 @@ fn a_restart_under_a_clock_stepped_back_does_not_lock_log_clients_out() {
         "the LOG client was still locked out 8 s after a 2 s period, two minutes of clock step on"
     );
 }
+
+/// libfaketime, from Debian's `faketime` package: moves the wall clock of the process it is
+/// preloaded into, here read from a file at every call, and leaves the monotonic clock alone.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// The hour of a log line (`PID:R DD Mon YYYY HH:MM:SS.mmm * ...`).
+fn log_hour(line: &str) -> u32 {
+    let time = line.split_whitespace().nth(4).expect("time field");
+    time[..2].parse().expect("hour")
+}
+
+/// The wall clock of a running node jumps two hours forwards, then back: a spent bucket stays
+/// spent (a jump forwards refills nothing), and a LOG key frees up after its period as usual (a
+/// jump back freezes nothing). The limiter reads only the monotonic clock after start.
+#[test]
+fn a_wall_clock_jump_on_a_running_node_neither_refills_nor_freezes_buckets() {
+    if !std::path::Path::new(LIBFAKETIME).exists() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "{LIBFAKETIME} is missing (scripts/test.sh installs the faketime package)"
+        );
+        eprintln!("SKIPPED: libfaketime not installed");
+        return;
+    }
+    let dir = TempDir::new("clock-jump");
+    let offset = dir.path().join("offset");
+    std::fs::write(&offset, "+0\n").unwrap();
+    let dir_arg = dir.path().to_str().unwrap().to_string();
+    let offset_arg = offset.to_str().unwrap().to_string();
+    let node = Sluice::start_on_env(
+        0,
+        &["--dir", &dir_arg],
+        &[
+            ("LD_PRELOAD", LIBFAKETIME),
+            ("FAKETIME_TIMESTAMP_FILE", &offset_arg),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("DONT_FAKE_MONOTONIC", "1"),
+        ],
+    );
+    let mut c = node.client();
+    let r = rl_check(&mut c, &["k", "10", "1h", "COST", "10"]).unwrap();
+    assert_eq!((r[0], r[2]), (1, 0));
+    for _ in 0..3 {
+        assert_eq!(
+            rl_check(&mut c, &["log", "3", "2s", "ALGO", "LOG"]).unwrap()[0],
+            1
+        );
+    }
+    let started = log_hour(node.log().lines().next().unwrap());
+
+    // Two hours forwards: the node's own log shows the jump, the bucket does not.
+    std::fs::write(&offset, "+2h\n").unwrap();
+    let _: String = redis::cmd("BGSAVE").query(&mut c).unwrap();
+    assert!(node.wait_for_log("Background saving"), "{}", node.log());
+    let log = node.log();
+    let saved = log
+        .lines()
+        .find(|l| l.contains("Background saving"))
+        .map(log_hour)
+        .unwrap();
+    assert_eq!(
+        (saved + 24 - started) % 24,
+        2,
+        "the wall clock did not jump:\n{}",
+        node.log()
+    );
+    let after = rl_check(&mut c, &["k", "10", "1h", "DRY"]).unwrap();
+    assert_eq!(
+        after[0], 0,
+        "a wall-clock jump forwards refilled a bucket: {after:?}"
+    );
+
+    // Two hours back: the LOG key frees up after its 2 s period, not two hours on.
+    std::fs::write(&offset, "-2h\n").unwrap();
+    let allowed = wait_until(Duration::from_secs(8), || {
+        let d = rl_check(&mut c, &["log", "3", "2s", "ALGO", "LOG", "DRY"]).ok()?;
+        (d[0] == 1).then_some(())
+    });
+    assert!(allowed.is_some(), "a wall-clock jump back froze a LOG key");
+    let still = rl_check(&mut c, &["k", "10", "1h", "DRY"]).unwrap();
+    assert_eq!(still[0], 0);
+}
