@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::{Mutex, RwLock};
 use sluice_core::{Nanos, Params, State};
 use tokio::sync::Notify;
-use tokio::time::Instant;
+use tokio::time::{Instant, timeout_at};
 
 use crate::limit::{Decision, FailMode, Limit, Source};
 use crate::local::Expiring;
@@ -110,19 +110,64 @@ enum Route {
 }
 
 /// Approximate-mode state of one key on this gateway.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Approx {
     /// The node's last answer: remaining after the last sync, its reset and retry times.
     remaining: u64,
     reset_after_ms: i64,
     retry_after_ms: i64,
+    /// What this gateway may admit before it syncs again ([`Limit::approx_share`]).
+    share: u64,
     /// Units admitted here since the last completed sync (including those being synced).
     count: u64,
     /// Units admitted here that a denied sync could not charge; admit nothing while owed.
     debt: u64,
     syncing: bool,
     scheduled: bool,
-    last_sync: Option<Instant>,
+    /// The last sync could not reach the node: callers waiting for one get the fail mode.
+    unreachable: bool,
+    last_sync: Instant,
+    /// Bumped when a sync ends; callers waiting for a share watch it.
+    synced: tokio::sync::watch::Sender<u64>,
+}
+
+impl Approx {
+    fn new(d: &Decision, share: u64, now: Instant) -> Approx {
+        Approx {
+            remaining: d.remaining,
+            reset_after_ms: d.reset_after_ms,
+            retry_after_ms: d.retry_after_ms,
+            share,
+            count: 0,
+            debt: 0,
+            syncing: false,
+            scheduled: false,
+            unreachable: false,
+            last_sync: now,
+            synced: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    /// Takes a node's answer (a sync's or an exact check's) as the new global view.
+    fn learn(&mut self, d: &Decision, share: u64, now: Instant) {
+        self.remaining = if d.allowed { d.remaining } else { 0 };
+        self.retry_after_ms = d.retry_after_ms;
+        self.reset_after_ms = d.reset_after_ms;
+        self.share = share;
+        self.last_sync = now;
+        self.unreachable = false;
+    }
+}
+
+/// What approximate mode does with one request.
+enum Step {
+    Answer(Decision),
+    /// Wait for the sync in flight (its generation now), then decide again.
+    Wait(tokio::sync::watch::Receiver<u64>),
+    /// Ask the node with this request's cost (first sight, a stale view, a cost over the share).
+    Exact,
+    /// The node could not be reached for the last sync.
+    Fail,
 }
 
 #[derive(Debug)]
@@ -228,10 +273,20 @@ impl Client {
                 source: Source::BlockedCache,
             });
         }
-        if limit.approximate.is_some()
-            && let Some(d) = self.approximate(key, &limit, cost, now)
-        {
-            return Ok(d);
+        if limit.approximate.is_some() {
+            loop {
+                match self.approximate(key, &limit, cost, Instant::now()) {
+                    Step::Answer(d) => return Ok(d),
+                    Step::Fail => return Ok(inner.fail(key, &limit, cost)),
+                    Step::Exact => break,
+                    Step::Wait(mut synced) => {
+                        // A sync that ends (or an entry that goes: the sender drops) wakes us.
+                        if timeout_at(deadline, synced.changed()).await.is_err() {
+                            return Ok(inner.fail(key, &limit, cost));
+                        }
+                    }
+                }
+            }
         }
         let result = inner
             .call_key(key, rl_check_frame(key, &limit, cost), deadline)
@@ -246,17 +301,7 @@ impl Client {
                     inner.blocked.lock().insert(key, 0, until, now);
                 }
                 if limit.approximate.is_some() {
-                    let mut table = inner.approx.lock();
-                    let state = Approx {
-                        remaining: d.remaining,
-                        reset_after_ms: d.reset_after_ms,
-                        retry_after_ms: d.retry_after_ms,
-                        last_sync: Some(Instant::now()),
-                        ..Approx::default()
-                    };
-                    let ttl =
-                        Duration::from_millis(d.reset_after_ms.max(0) as u64).max(limit.period);
-                    table.insert(Bytes::copy_from_slice(key), state, now + ttl, now);
+                    inner.learn_exact(key, &limit, &d, now);
                 }
                 Ok(d)
             }
@@ -264,75 +309,95 @@ impl Client {
         }
     }
 
-    /// Approximate mode: a local answer if this key has a global answer to go on; `None` to ask
-    /// the node (first sight of the key).
-    fn approximate(&self, key: &[u8], limit: &Limit, cost: u64, now: Instant) -> Option<Decision> {
-        let quota = limit.approx_quota()?;
-        let a = limit.approximate?;
-        let mut table = self.inner.approx.lock();
-        let (st, expires) = table.get_mut(key, now)?;
-        let cap = st.remaining.min(quota);
-        let allowed = st.debt == 0 && st.count + cost <= cap;
-        if allowed {
-            st.count += cost;
-        }
-        *expires = (*expires).max(now + limit.period);
-        let since = st.last_sync.map_or(a.sync_every, |t| now - t);
-        // By time; or early, once the local count reaches `sync_every_n` or the quota (a key
-        // with nothing left and nothing counted waits for the interval: no call per denial).
-        let due = since >= a.sync_every
-            || (a.sync_every_n > 0 && st.count >= a.sync_every_n)
-            || (st.count > 0 && st.count >= cap);
-        let mut spawn_now = false;
-        if !st.syncing && due && (st.count > 0 || st.debt > 0 || !allowed) {
-            st.syncing = true;
-            spawn_now = true;
-        } else if !st.syncing && !st.scheduled && st.count > 0 {
-            st.scheduled = true;
-            let client = Arc::downgrade(&self.inner);
-            let (key, limit) = (Bytes::copy_from_slice(key), *limit);
-            tokio::spawn(async move {
-                tokio::time::sleep(a.sync_every.saturating_sub(since)).await;
-                if let Some(inner) = client.upgrade() {
-                    let go = {
-                        let mut t = inner.approx.lock();
-                        match t.get_mut(&key, Instant::now()) {
-                            Some((st, _)) => {
-                                st.scheduled = false;
-                                let go = !st.syncing && (st.count > 0 || st.debt > 0);
-                                st.syncing |= go;
-                                go
-                            }
-                            None => false,
-                        }
-                    };
-                    if go {
-                        inner.sync(key, limit).await;
-                    }
-                }
-            });
-        }
-        let d = Decision {
-            allowed,
-            limit: limit.capacity(),
-            remaining: cap.saturating_sub(st.count),
-            retry_after_ms: if allowed {
-                -1
-            } else {
-                st.retry_after_ms
-                    .max(a.sync_every.saturating_sub(since).as_millis() as i64)
-                    .max(1)
-            },
-            reset_after_ms: st.reset_after_ms,
-            source: Source::Approximate,
+    /// Approximate mode's step for one request: a local answer, a wait for the sync in flight,
+    /// or the node (first sight of the key, a view older than an interval, a cost over the
+    /// share). Never a local denial while the node may have room, except for one interval after
+    /// the node itself said it had none (see [`Limit::undershoot_bound`]).
+    fn approximate(&self, key: &[u8], limit: &Limit, cost: u64, now: Instant) -> Step {
+        let Some(a) = limit.approximate else {
+            return Step::Exact;
         };
-        drop(table);
-        if spawn_now {
+        let mut table = self.inner.approx.lock();
+        let Some((st, expires)) = table.get_mut(key, now) else {
+            return Step::Exact;
+        };
+        *expires = (*expires).max(now + limit.period);
+        let since = now.saturating_duration_since(st.last_sync);
+        let fresh = since < a.sync_every;
+        let fits = st.debt == 0 && st.count + cost <= st.share && (fresh || st.count > 0);
+        let mut sync_now = false;
+        let step = if fits {
+            st.count += cost;
+            let used = st.count >= st.share || (a.sync_every_n > 0 && st.count >= a.sync_every_n);
+            if used && !st.syncing {
+                sync_now = true;
+            } else if !st.syncing && !st.scheduled {
+                st.scheduled = true;
+                self.schedule_sync(key, limit, a.sync_every.saturating_sub(since));
+            }
+            Step::Answer(Decision {
+                allowed: true,
+                limit: limit.capacity(),
+                remaining: st.remaining.saturating_sub(st.count),
+                retry_after_ms: -1,
+                reset_after_ms: st.reset_after_ms,
+                source: Source::Approximate,
+            })
+        } else if st.syncing {
+            Step::Wait(st.synced.subscribe())
+        } else if st.unreachable && now.saturating_duration_since(st.last_sync) < a.sync_every {
+            Step::Fail
+        } else if st.count > 0 || (st.debt > 0 && !fresh) {
+            // The share is used up (or the debt is due again): sync now and wait for it.
+            sync_now = true;
+            Step::Wait(st.synced.subscribe())
+        } else if (st.debt > 0 || st.remaining == 0) && fresh {
+            Step::Answer(Decision {
+                allowed: false,
+                limit: limit.capacity(),
+                remaining: 0,
+                retry_after_ms: st
+                    .retry_after_ms
+                    .max(a.sync_every.saturating_sub(since).as_millis() as i64)
+                    .max(1),
+                reset_after_ms: st.reset_after_ms,
+                source: Source::Approximate,
+            })
+        } else {
+            Step::Exact
+        };
+        if sync_now {
+            st.syncing = true;
+            drop(table);
             let inner = self.inner.clone();
             let (key, limit) = (Bytes::copy_from_slice(key), *limit);
             tokio::spawn(async move { inner.sync(key, limit).await });
         }
-        Some(d)
+        step
+    }
+
+    /// A sync of `key` after `wait`, if there is still something to charge then.
+    fn schedule_sync(&self, key: &[u8], limit: &Limit, wait: Duration) {
+        let client = Arc::downgrade(&self.inner);
+        let (key, limit) = (Bytes::copy_from_slice(key), *limit);
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let Some(inner) = client.upgrade() else {
+                return;
+            };
+            let go = match inner.approx.lock().get_mut(&key, Instant::now()) {
+                Some((st, _)) => {
+                    st.scheduled = false;
+                    let go = !st.syncing && (st.count > 0 || st.debt > 0);
+                    st.syncing |= go;
+                    go
+                }
+                None => false,
+            };
+            if go {
+                inner.sync(key, limit).await;
+            }
+        });
     }
 
     /// Raw passthrough of a keyed command (CL.THROTTLE, GCRA) to the key's owner, within the
@@ -530,6 +595,12 @@ impl Inner {
                     self.refresh.notify_one();
                     addr = to;
                 }
+                Ok(Value::Error(e)) if cannot_answer(&e) => {
+                    // A replica, a loading node, a primary without its replicas, a cluster that
+                    // is down: this node cannot decide now. Look the primary up again.
+                    self.refresh.notify_one();
+                    return Err(CallError::Unavailable);
+                }
                 Ok(v) => return Ok((v, addr)),
                 Err(e) => {
                     if !matches!(self.config.topology, Topology::Single(_)) {
@@ -660,14 +731,37 @@ impl Inner {
         let mut t = self.approx.lock();
         if let Some((st, _)) = t.get_mut(&key, now) {
             st.syncing = false;
-            if let Some(d) = last {
-                // Everything sent is now either charged or owed.
-                st.count = st.count.saturating_sub(sent);
-                st.debt = sent + owed - charged;
-                st.remaining = if d.allowed { d.remaining } else { 0 };
-                st.retry_after_ms = d.retry_after_ms;
-                st.reset_after_ms = d.reset_after_ms;
-                st.last_sync = Some(now);
+            match last {
+                Some(d) => {
+                    // Everything sent is now either charged or owed.
+                    st.count = st.count.saturating_sub(sent);
+                    st.debt = sent + owed - charged;
+                    let left = if d.allowed { d.remaining } else { 0 };
+                    st.learn(&d, limit.approx_share(left, self.config.gateways), now);
+                }
+                None => {
+                    st.unreachable = true;
+                    st.last_sync = now;
+                }
+            }
+            st.synced.send_modify(|g| *g = g.wrapping_add(1));
+        }
+    }
+
+    /// An exact answer for an approximate key (first sight, a stale view): the new global view;
+    /// what was counted here and not yet charged stays counted.
+    fn learn_exact(&self, key: &[u8], limit: &Limit, d: &Decision, since: Instant) {
+        let now = Instant::now();
+        let left = if d.allowed { d.remaining } else { 0 };
+        let share = limit.approx_share(left, self.config.gateways);
+        let mut table = self.approx.lock();
+        match table.get_mut(key, now) {
+            Some((st, _)) => st.learn(d, share, now),
+            None => {
+                let ttl = Duration::from_millis(d.reset_after_ms.max(0) as u64).max(limit.period);
+                let mut st = Approx::new(d, share, now);
+                st.learn(d, share, now);
+                table.insert(Bytes::copy_from_slice(key), st, now + ttl, since);
             }
         }
     }
@@ -750,6 +844,17 @@ async fn ask_sentinel(sentinel: &str, frame: &[u8]) -> Option<String> {
         },
         _ => None,
     }
+}
+
+/// The error replies that mean "this node cannot decide now" rather than "this request is
+/// wrong": the rule's fail mode applies to them. `WRONGTYPE`, `ERR` and the rest are the
+/// request's own fault and are passed on.
+pub fn cannot_answer(error: &str) -> bool {
+    let class = error.split(' ').next().unwrap_or_default();
+    matches!(
+        class,
+        "NOREPLICAS" | "READONLY" | "LOADING" | "MASTERDOWN" | "CLUSTERDOWN"
+    )
 }
 
 /// `CLUSTER SLOTS` as 16384 owners.

@@ -47,6 +47,9 @@ pub enum CallError {
     Timeout,
     /// The breaker is open: the call was not attempted.
     Open,
+    /// The node answered that it cannot decide now (`READONLY`, `LOADING`, `NOREPLICAS`,
+    /// `MASTERDOWN`, `CLUSTERDOWN`): see [`crate::client::cannot_answer`].
+    Unavailable,
 }
 
 /// Connection and breaker settings.
