@@ -15,6 +15,7 @@ use tokio::time::{Instant, timeout_at};
 use crate::limit::{Decision, FailMode, Limit, Source};
 use crate::local::Expiring;
 use crate::node::{BreakerState, CallError, Node, NodeOptions};
+
 use sluice_resp::value::{self, Value};
 
 /// Where the nodes are.
@@ -260,18 +261,8 @@ impl Client {
             (key, *limit)
         };
         let now = Instant::now();
-        if limit.blocked_cache
-            && let Some((_, until)) = inner.blocked.lock().get_mut(key, now)
-        {
-            let wait = until.saturating_duration_since(now);
-            return Ok(Decision {
-                allowed: false,
-                limit: limit.capacity(),
-                remaining: 0,
-                retry_after_ms: wait.as_millis() as i64 + 1,
-                reset_after_ms: limit.period_ms() as i64,
-                source: Source::BlockedCache,
-            });
+        if let Some(d) = inner.blocked(key, &limit, now) {
+            return Ok(d);
         }
         if limit.approximate.is_some() {
             loop {
@@ -295,11 +286,7 @@ impl Client {
         match result {
             Ok((v, addr)) => {
                 let d = decision_from(&v, Source::Node(addr))?;
-                if limit.blocked_cache && !d.allowed && d.retry_after_ms > 0 {
-                    let until = Instant::now() + Duration::from_millis(d.retry_after_ms as u64);
-                    let key = Bytes::copy_from_slice(key);
-                    inner.blocked.lock().insert(key, 0, until, now);
-                }
+                inner.learn_denial(key, &limit, &d, now);
                 if limit.approximate.is_some() {
                     inner.learn_exact(key, &limit, &d, now);
                 }
@@ -455,6 +442,51 @@ impl Client {
     }
 }
 
+/// The sidecar's pipelined path: it sends a whole read's worth of plain checks to a node in one
+/// batch ([`Node::send_raw`]) and forwards the replies as they came, so these pieces of
+/// [`Client::check`] are offered one by one. Each counts its decision as `check` would.
+impl Client {
+    /// The connection to the node that owns `key` now, if one is known.
+    pub fn node_for(&self, key: &[u8]) -> Option<Arc<Node>> {
+        self.inner.owner(key).map(|addr| self.inner.node(&addr))
+    }
+
+    /// The deadline of a call that starts now.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + self.inner.config.deadline
+    }
+
+    /// A denial from the blocked cache, if `key` is in it.
+    pub fn cached_denial(&self, key: &[u8], limit: &Limit) -> Option<Decision> {
+        let d = self.inner.blocked(key, limit, Instant::now())?;
+        self.count(&d);
+        Some(d)
+    }
+
+    /// A node's answer to a check sent outside [`Client::check`]: counted, and kept in the
+    /// blocked cache when it denies.
+    pub fn learn(&self, key: &[u8], limit: &Limit, d: &Decision) {
+        self.inner.node_calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.learn_denial(key, limit, d, Instant::now());
+        self.count(d);
+    }
+
+    /// The limit's fail mode for a node that could not answer; with `unavailable` (a node that
+    /// answered READONLY, LOADING...), the topology is looked up again.
+    pub fn fail_mode(&self, key: &[u8], limit: &Limit, cost: u64, unavailable: bool) -> Decision {
+        if unavailable {
+            self.inner.refresh.notify_one();
+        }
+        let d = self.inner.fail(key, limit, cost);
+        self.count(&d);
+        d
+    }
+
+    fn count(&self, d: &Decision) {
+        self.inner.decisions[d.source.index()].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// `RL.CHECK key limit <period>ms [BURST b] COST c ALGO a`, written straight into one buffer
 /// (this runs on every check that reaches a node).
 fn rl_check_frame(key: &[u8], limit: &Limit, cost: u64) -> Bytes {
@@ -528,6 +560,33 @@ fn decision_from(v: &Value, source: Source) -> Result<Decision, ReplyError> {
 }
 
 impl Inner {
+    /// A denial cached from the node's last answer for `key`, if it still holds.
+    fn blocked(&self, key: &[u8], limit: &Limit, now: Instant) -> Option<Decision> {
+        if !limit.blocked_cache {
+            return None;
+        }
+        let mut blocked = self.blocked.lock();
+        let (_, until) = blocked.get_mut(key, now)?;
+        let wait = until.saturating_duration_since(now);
+        Some(Decision {
+            allowed: false,
+            limit: limit.capacity(),
+            remaining: 0,
+            retry_after_ms: wait.as_millis() as i64 + 1,
+            reset_after_ms: limit.period_ms() as i64,
+            source: Source::BlockedCache,
+        })
+    }
+
+    /// Keeps a node's denial of `key` in the blocked cache until its `retry_after`.
+    fn learn_denial(&self, key: &[u8], limit: &Limit, d: &Decision, now: Instant) {
+        if limit.blocked_cache && !d.allowed && d.retry_after_ms > 0 {
+            let until = Instant::now() + Duration::from_millis(d.retry_after_ms as u64);
+            let key = Bytes::copy_from_slice(key);
+            self.blocked.lock().insert(key, 0, until, now);
+        }
+    }
+
     fn random(&self) -> u64 {
         // splitmix64 over a shared counter: good enough to spread sub-keys.
         let mut z = self

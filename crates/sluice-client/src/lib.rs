@@ -42,8 +42,9 @@ pub mod client;
 pub mod limit;
 mod local;
 pub mod node;
+pub mod raw;
 
-pub use client::{Client, Config, ReplyError, Topology, Upstream};
+pub use client::{Client, Config, ReplyError, Topology, Upstream, cannot_answer};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};
-pub use node::{BreakerState, CallError, NodeOptions};
+pub use node::{BreakerState, CallError, Node, NodeOptions, RawReplies};
 pub use sluice_core::Algo;

@@ -254,7 +254,8 @@ mod tests {
     #[test]
     fn shares_and_both_bounds() {
         // 1000/min synced every 50 ms: Q = ⌈1000 × 0.05 ÷ 60⌉ = 1.
-        let min = Limit::new(1000, Duration::from_secs(60)).approximate(Duration::from_millis(50), 0);
+        let min =
+            Limit::new(1000, Duration::from_secs(60)).approximate(Duration::from_millis(50), 0);
         assert_eq!(min.approx_quota(), Some(1));
         assert_eq!(min.approx_share(1000, 4), 250);
         assert_eq!(min.approx_share(3, 4), 1, "at least min(remaining, Q)");
@@ -263,7 +264,8 @@ mod tests {
         assert_eq!(min.overshoot_bound(1), 1000);
         assert_eq!(min.undershoot_bound(4), 1);
         // 1000/s every 50 ms: Q = 50, the floor of every share.
-        let sec = Limit::new(1000, Duration::from_secs(1)).approximate(Duration::from_millis(50), 0);
+        let sec =
+            Limit::new(1000, Duration::from_secs(1)).approximate(Duration::from_millis(50), 0);
         assert_eq!(sec.approx_share(120, 4), 50);
         assert_eq!(sec.approx_share(30, 4), 30);
         assert_eq!(sec.undershoot_bound(4), 50);
@@ -273,7 +275,10 @@ mod tests {
         assert_eq!(capped.overshoot_bound(4), 80);
         // Exact: no share, no bounds to speak of.
         let exact = Limit::new(10, Duration::from_secs(1));
-        assert_eq!((exact.overshoot_bound(8), exact.undershoot_bound(8)), (0, 0));
+        assert_eq!(
+            (exact.overshoot_bound(8), exact.undershoot_bound(8)),
+            (0, 0)
+        );
     }
 
     #[test]

@@ -106,8 +106,35 @@ enum Breaker {
 
 struct Request {
     frame: Bytes,
-    reply: oneshot::Sender<Result<Value, CallError>>,
+    reply: Waiter,
 }
+
+/// Who gets the reply: one caller gets one decoded value; a batch of `n` commands gets its `n`
+/// replies as the bytes they came in (the sidecar forwards them as they are).
+enum Waiter {
+    One(oneshot::Sender<Result<Value, CallError>>),
+    Raw(usize, oneshot::Sender<Result<Bytes, CallError>>),
+}
+
+impl Waiter {
+    fn is_closed(&self) -> bool {
+        match self {
+            Waiter::One(tx) => tx.is_closed(),
+            Waiter::Raw(_, tx) => tx.is_closed(),
+        }
+    }
+
+    fn fail(self, e: CallError) {
+        match self {
+            Waiter::One(tx) => drop(tx.send(Err(e))),
+            Waiter::Raw(_, tx) => drop(tx.send(Err(e))),
+        }
+    }
+}
+
+/// The replies of a batch sent with [`Node::send_raw`], on their way.
+#[derive(Debug)]
+pub struct RawReplies(Option<oneshot::Receiver<Result<Bytes, CallError>>>);
 
 /// A node's connection (a task on the runtime that made it) and its breaker. Dropping the last
 /// handle ends the task.
@@ -154,9 +181,45 @@ impl Node {
             return Err(CallError::Open);
         }
         let (reply, rx) = oneshot::channel();
+        let reply = Waiter::One(reply);
         let result = match self.tx.send(Request { frame, reply }) {
             Err(_) => Err(CallError::Down),
             Ok(()) => match timeout_at(deadline, rx).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(CallError::Down),
+                Err(_) => Err(CallError::Timeout),
+            },
+        };
+        self.record(result.is_ok());
+        result
+    }
+
+    /// Sends `n` encoded commands in one go; [`Node::wait_raw`] gets their replies, as bytes.
+    /// The batch is written whole, so its replies arrive together and in order.
+    pub fn send_raw(&self, frames: Bytes, n: usize) -> RawReplies {
+        if !self.admit(Instant::now()) {
+            return RawReplies(None);
+        }
+        let (tx, rx) = oneshot::channel();
+        let reply = Waiter::Raw(n, tx);
+        match self.tx.send(Request {
+            frame: frames,
+            reply,
+        }) {
+            Ok(()) => RawReplies(Some(rx)),
+            Err(_) => RawReplies(None),
+        }
+    }
+
+    /// The replies of a [`Node::send_raw`] batch, all of them, by `deadline`.
+    pub async fn wait_raw(
+        &self,
+        replies: RawReplies,
+        deadline: Instant,
+    ) -> Result<Bytes, CallError> {
+        let result = match replies.0 {
+            None => Err(CallError::Open),
+            Some(rx) => match timeout_at(deadline, rx).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(_)) => Err(CallError::Down),
                 Err(_) => Err(CallError::Timeout),
@@ -247,7 +310,7 @@ async fn refuse_for(wait: Duration, rx: &mut mpsc::UnboundedReceiver<Request>) -
             _ = &mut end => return true,
             r = rx.recv() => match r {
                 Some(req) => {
-                    let _ = req.reply.send(Err(CallError::Down));
+                    req.reply.fail(CallError::Down);
                 }
                 None => return false,
             },
@@ -266,13 +329,13 @@ async fn serve(
     options: &NodeOptions,
 ) -> Result<(), ()> {
     let (mut rd, mut wr) = stream.into_split();
-    let mut inflight: VecDeque<oneshot::Sender<Result<Value, CallError>>> = VecDeque::new();
+    let mut inflight: VecDeque<Waiter> = VecDeque::new();
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
     let mut progress = Instant::now();
-    let fail = |inflight: &mut VecDeque<oneshot::Sender<_>>, e: CallError| {
-        for tx in inflight.drain(..) {
-            let _ = tx.send(Err(e));
+    let fail = |inflight: &mut VecDeque<Waiter>, e: CallError| {
+        for w in inflight.drain(..) {
+            w.fail(e);
         }
         Err(())
     };
@@ -283,18 +346,8 @@ async fn serve(
                     Ok(0) | Err(_) => return fail(&mut inflight, CallError::Down),
                     Ok(_) => progress = Instant::now(),
                 }
-                loop {
-                    match value::decode(&mut rbuf) {
-                        Ok(Some(v)) => match inflight.pop_front() {
-                            Some(tx) => {
-                                let _ = tx.send(Ok(v));
-                            }
-                            // A reply nobody asked for: the stream is not what we think.
-                            None => return fail(&mut inflight, CallError::Garbage),
-                        },
-                        Ok(None) => break,
-                        Err(_) => return fail(&mut inflight, CallError::Garbage),
-                    }
+                if deliver(&mut rbuf, &mut inflight).is_err() {
+                    return fail(&mut inflight, CallError::Garbage);
                 }
             }
             req = rx.recv() => {
@@ -325,6 +378,39 @@ async fn serve(
             }
             _ = sleep_until(progress + options.stall), if !inflight.is_empty() => {
                 return fail(&mut inflight, CallError::Timeout);
+            }
+        }
+    }
+}
+
+/// Hands every complete reply at the front of `rbuf` to its waiter, in order. `Err` when the
+/// stream is not RESP or holds a reply nobody asked for.
+fn deliver(rbuf: &mut BytesMut, inflight: &mut VecDeque<Waiter>) -> Result<(), value::Garbage> {
+    loop {
+        match inflight.front() {
+            // A reply nobody asked for: the stream is not what we think.
+            None if !rbuf.is_empty() => return Err(value::Garbage),
+            None => return Ok(()),
+            Some(Waiter::One(_)) => match value::decode(rbuf)? {
+                Some(v) => {
+                    if let Some(Waiter::One(tx)) = inflight.pop_front() {
+                        let _ = tx.send(Ok(v));
+                    }
+                }
+                None => return Ok(()),
+            },
+            Some(&Waiter::Raw(n, _)) => {
+                let mut at = 0;
+                for _ in 0..n {
+                    match crate::raw::reply_end(rbuf, at)? {
+                        Some(end) => at = end,
+                        None => return Ok(()),
+                    }
+                }
+                let replies = rbuf.split_to(at).freeze();
+                if let Some(Waiter::Raw(_, tx)) = inflight.pop_front() {
+                    let _ = tx.send(Ok(replies));
+                }
             }
         }
     }
