@@ -135,7 +135,7 @@ struct Approx {
 impl Approx {
     fn new(d: &Decision, share: u64, now: Instant) -> Approx {
         Approx {
-            remaining: d.remaining,
+            remaining: if d.allowed { d.remaining } else { 0 },
             reset_after_ms: d.reset_after_ms,
             retry_after_ms: d.retry_after_ms,
             share,
@@ -283,16 +283,20 @@ impl Client {
             .call_key(key, rl_check_frame(key, &limit, cost), deadline)
             .await;
         inner.node_calls.fetch_add(1, Ordering::Relaxed);
-        match result {
-            Ok((v, addr)) => {
-                let d = decision_from(&v, Source::Node(addr))?;
+        let decided = match result {
+            Ok((v, addr)) => decision_from(&v, Source::Node(addr)).map(Some),
+            Err(_) => Ok(None),
+        };
+        if limit.approximate.is_some() {
+            let learned = decided.as_ref().ok().and_then(Option::as_ref);
+            inner.learn_exact(key, &limit, learned, now);
+        }
+        match decided? {
+            Some(d) => {
                 inner.learn_denial(key, &limit, &d, now);
-                if limit.approximate.is_some() {
-                    inner.learn_exact(key, &limit, &d, now);
-                }
                 Ok(d)
             }
-            Err(_) => Ok(inner.fail(key, &limit, cost)),
+            None => Ok(inner.fail(key, &limit, cost)),
         }
     }
 
@@ -306,17 +310,30 @@ impl Client {
         };
         let mut table = self.inner.approx.lock();
         let Some((st, expires)) = table.get_mut(key, now) else {
+            // First sight: this request asks the node; the others wait for its answer.
+            let mut st = Approx::new(&Decision::unknown(), 0, now);
+            st.syncing = true;
+            let ttl = limit.period.max(a.sync_every);
+            table.insert(Bytes::copy_from_slice(key), st, now + ttl, now);
             return Step::Exact;
         };
         *expires = (*expires).max(now + limit.period);
         let since = now.saturating_duration_since(st.last_sync);
         let fresh = since < a.sync_every;
         let fits = st.debt == 0 && st.count + cost <= st.share && (fresh || st.count > 0);
+        // What the node had at the last answer, less what was admitted here since.
+        let known_left = if st.debt > 0 {
+            0
+        } else {
+            st.remaining.saturating_sub(st.count)
+        };
         let mut sync_now = false;
         let step = if fits {
             st.count += cost;
             let used = st.count >= st.share || (a.sync_every_n > 0 && st.count >= a.sync_every_n);
-            if used && !st.syncing {
+            // Share used and the node had more: sync at once. Everything the node had is used:
+            // the interval's sync charges it (nothing more can be known earlier).
+            if used && st.remaining > st.count && !st.syncing {
                 sync_now = true;
             } else if !st.syncing && !st.scheduled {
                 st.scheduled = true;
@@ -332,13 +349,11 @@ impl Client {
             })
         } else if st.syncing {
             Step::Wait(st.synced.subscribe())
-        } else if st.unreachable && now.saturating_duration_since(st.last_sync) < a.sync_every {
+        } else if st.unreachable && fresh {
             Step::Fail
-        } else if st.count > 0 || (st.debt > 0 && !fresh) {
-            // The share is used up (or the debt is due again): sync now and wait for it.
-            sync_now = true;
-            Step::Wait(st.synced.subscribe())
-        } else if (st.debt > 0 || st.remaining == 0) && fresh {
+        } else if known_left < cost && fresh {
+            // The node had nothing more for this request at its last answer, less than an
+            // interval ago: since then it gained at most one interval's refill.
             Step::Answer(Decision {
                 allowed: false,
                 limit: limit.capacity(),
@@ -350,7 +365,13 @@ impl Client {
                 reset_after_ms: st.reset_after_ms,
                 source: Source::Approximate,
             })
+        } else if st.count > 0 || st.debt > 0 {
+            // The share is used up and the node had more (or the view is old): sync, and wait.
+            sync_now = true;
+            Step::Wait(st.synced.subscribe())
         } else {
+            // An old view and nothing to charge: this request asks the node; others wait.
+            st.syncing = true;
             Step::Exact
         };
         if sync_now {
@@ -807,22 +828,41 @@ impl Inner {
         }
     }
 
-    /// An exact answer for an approximate key (first sight, a stale view): the new global view;
-    /// what was counted here and not yet charged stays counted.
-    fn learn_exact(&self, key: &[u8], limit: &Limit, d: &Decision, since: Instant) {
+    /// The answer to an approximate key's exact check (first sight, an old view): the new
+    /// global view, or (`None`: no answer) the node marked unreachable for an interval. What
+    /// was counted here and not yet charged stays counted. Wakes the requests that waited.
+    fn learn_exact(&self, key: &[u8], limit: &Limit, d: Option<&Decision>, since: Instant) {
         let now = Instant::now();
-        let left = if d.allowed { d.remaining } else { 0 };
-        let share = limit.approx_share(left, self.config.gateways);
         let mut table = self.approx.lock();
-        match table.get_mut(key, now) {
-            Some((st, _)) => st.learn(d, share, now),
+        let st = match table.get_mut(key, now) {
+            Some((st, _)) => st,
             None => {
+                let Some(d) = d else { return };
                 let ttl = Duration::from_millis(d.reset_after_ms.max(0) as u64).max(limit.period);
-                let mut st = Approx::new(d, share, now);
-                st.learn(d, share, now);
-                table.insert(Bytes::copy_from_slice(key), st, now + ttl, since);
+                table.insert(
+                    Bytes::copy_from_slice(key),
+                    Approx::new(d, 0, now),
+                    now + ttl,
+                    since,
+                );
+                let Some((st, _)) = table.get_mut(key, now) else {
+                    return;
+                };
+                st
+            }
+        };
+        st.syncing = false;
+        match d {
+            Some(d) => {
+                let left = if d.allowed { d.remaining } else { 0 };
+                st.learn(d, limit.approx_share(left, self.config.gateways), now);
+            }
+            None => {
+                st.unreachable = true;
+                st.last_sync = now;
             }
         }
+        st.synced.send_modify(|g| *g = g.wrapping_add(1));
     }
 
     /// Resolves the topology once: the cluster's slot map, or the Sentinel's primary.

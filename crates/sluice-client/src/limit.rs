@@ -234,6 +234,18 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// No answer yet: denied, nothing known (a placeholder until the node says).
+    pub(crate) fn unknown() -> Decision {
+        Decision {
+            allowed: false,
+            limit: 0,
+            remaining: 0,
+            retry_after_ms: -1,
+            reset_after_ms: 0,
+            source: Source::Approximate,
+        }
+    }
+
     /// The five integers of an `RL.CHECK` reply.
     pub fn fields(&self) -> [i64; 5] {
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
