@@ -280,6 +280,35 @@ fn write_in(v: &Value, proto: Proto, as_map: bool, out: &mut BytesMut) {
     }
 }
 
+/// Most commands queued in one MULTI.
+const MAX_QUEUED: usize = 10_000;
+
+/// One request, answered here or put in the batch.
+fn request(
+    proxy: &Arc<Proxy>,
+    name: &[u8],
+    req: &Request,
+    session: &mut Session,
+    batch: &mut Batch,
+) {
+    let start = batch.ready.len();
+    match session::answer(
+        name,
+        req,
+        session,
+        proxy.requirepass.as_deref(),
+        &mut batch.ready,
+    ) {
+        session::Local::Done => {
+            batch.items.push(Item::Ready(start..batch.ready.len()));
+            if name == b"QUIT" {
+                batch.close();
+            }
+        }
+        session::Local::NotMine => proxy.dispatch(name, req, session.proto, batch),
+    }
+}
+
 /// Serves one client until it closes, sends QUIT, or breaks the protocol.
 pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Proxy>, id: u64) {
     let (mut rd, mut wr) = stream.into_split();
@@ -289,6 +318,8 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
     let mut out = BytesMut::with_capacity(4096);
     let mut batch = Batch::default();
     let mut req = Request::default();
+    // MULTI ... EXEC: the commands queued, run as one pipeline at EXEC.
+    let mut multi: Option<Vec<Request>> = None;
     loop {
         match rd.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
@@ -305,22 +336,43 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
                         return;
                     }
                     let name = name.to_ascii_uppercase();
-                    let mut local = BytesMut::new();
-                    match session::answer(
-                        &name,
-                        &req,
-                        &mut session,
-                        proxy.requirepass.as_deref(),
-                        &mut local,
-                    ) {
-                        session::Local::Done => {
-                            batch.ready(|o| o.extend_from_slice(&local));
-                            if name == b"QUIT" {
-                                batch.close();
+                    if let Some(queued) = multi.as_mut() {
+                        match name.as_slice() {
+                            b"EXEC" => {
+                                let queued = multi.take().unwrap_or_default();
+                                batch.ready(|o| reply::array(o, queued.len()));
+                                for q in &queued {
+                                    let n = q.arg(0).unwrap_or_default().to_ascii_uppercase();
+                                    request(&proxy, &n, q, &mut session, &mut batch);
+                                }
+                            }
+                            b"DISCARD" => {
+                                multi = None;
+                                batch.ready(|o| reply::simple(o, "OK"));
+                            }
+                            b"MULTI" => batch.error("ERR MULTI calls can not be nested"),
+                            _ if queued.len() >= MAX_QUEUED => {
+                                multi = None;
+                                batch.error("EXECABORT Transaction discarded: more than 10000 commands queued.");
+                            }
+                            _ => {
+                                queued.push(req.clone());
+                                batch.ready(|o| reply::simple(o, "QUEUED"));
                             }
                         }
-                        session::Local::NotMine => {
-                            proxy.dispatch(&name, &req, session.proto, &mut batch)
+                    } else {
+                        match name.as_slice() {
+                            b"MULTI" if session.authenticated => {
+                                multi = Some(Vec::new());
+                                batch.ready(|o| reply::simple(o, "OK"));
+                            }
+                            b"EXEC" if session.authenticated => {
+                                batch.error("ERR EXEC without MULTI")
+                            }
+                            b"DISCARD" if session.authenticated => {
+                                batch.error("ERR DISCARD without MULTI")
+                            }
+                            _ => request(&proxy, &name, &req, &mut session, &mut batch),
                         }
                     }
                     if batch.close {
