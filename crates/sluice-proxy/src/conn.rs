@@ -280,6 +280,19 @@ fn write_in(v: &Value, proto: Proto, as_map: bool, out: &mut BytesMut) {
     }
 }
 
+/// A command name in upper case, on the stack (no allocation per request); a name longer than
+/// any command is left as it is (it matches nothing, and errors quote the original).
+fn upper_name<'a>(name: &'a [u8], buf: &'a mut [u8; 32]) -> &'a [u8] {
+    match buf.get_mut(..name.len()) {
+        Some(dst) => {
+            dst.copy_from_slice(name);
+            dst.make_ascii_uppercase();
+            dst
+        }
+        None => name,
+    }
+}
+
 /// Most commands queued in one MULTI.
 const MAX_QUEUED: usize = 10_000;
 
@@ -335,15 +348,17 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
                         ));
                         return;
                     }
-                    let name = name.to_ascii_uppercase();
+                    let mut upper = [0u8; 32];
+                    let name = upper_name(name, &mut upper);
                     if let Some(queued) = multi.as_mut() {
-                        match name.as_slice() {
+                        match name {
                             b"EXEC" => {
                                 let queued = multi.take().unwrap_or_default();
                                 batch.ready(|o| reply::array(o, queued.len()));
                                 for q in &queued {
-                                    let n = q.arg(0).unwrap_or_default().to_ascii_uppercase();
-                                    request(&proxy, &n, q, &mut session, &mut batch);
+                                    let mut upper = [0u8; 32];
+                                    let n = upper_name(q.arg(0).unwrap_or_default(), &mut upper);
+                                    request(&proxy, n, q, &mut session, &mut batch);
                                 }
                             }
                             b"DISCARD" => {
@@ -361,7 +376,7 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
                             }
                         }
                     } else {
-                        match name.as_slice() {
+                        match name {
                             b"MULTI" if session.authenticated => {
                                 multi = Some(Vec::new());
                                 batch.ready(|o| reply::simple(o, "OK"));
@@ -372,7 +387,7 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
                             b"DISCARD" if session.authenticated => {
                                 batch.error("ERR DISCARD without MULTI")
                             }
-                            _ => request(&proxy, &name, &req, &mut session, &mut batch),
+                            _ => request(&proxy, name, &req, &mut session, &mut batch),
                         }
                     }
                     if batch.close {
