@@ -265,20 +265,60 @@ impl Client {
             return Ok(d);
         }
         if limit.approximate.is_some() {
-            loop {
-                match self.approximate(key, &limit, cost, Instant::now()) {
-                    Step::Answer(d) => return Ok(d),
-                    Step::Fail => return Ok(inner.fail(key, &limit, cost)),
-                    Step::Exact => break,
-                    Step::Wait(mut synced) => {
-                        // A sync that ends (or an entry that goes: the sender drops) wakes us.
-                        if timeout_at(deadline, synced.changed()).await.is_err() {
-                            return Ok(inner.fail(key, &limit, cost));
-                        }
+            let first = self.approximate(key, &limit, cost, now);
+            if let Some(d) = self.approx_steps(key, &limit, cost, deadline, first).await {
+                return Ok(d);
+            }
+        }
+        self.exact(key, &limit, cost, deadline, now).await
+    }
+
+    /// Approximate mode from `step` on: `None` when the node is to be asked with this request.
+    async fn approx_steps(
+        &self,
+        key: &[u8],
+        limit: &Limit,
+        cost: u64,
+        deadline: Instant,
+        mut step: Step,
+    ) -> Option<Decision> {
+        loop {
+            match step {
+                Step::Answer(d) => return Some(d),
+                Step::Fail => return Some(self.inner.fail(key, limit, cost)),
+                Step::Exact => return None,
+                Step::Wait(mut synced) => {
+                    // A sync that ends (or an entry that goes: the sender drops) wakes us. A
+                    // sync still in flight at the deadline (a busy gateway, not a dead node:
+                    // that ends the sync) is a denial, never the fail mode: the share is used,
+                    // and admitting more unseen would break the overshoot bound.
+                    if timeout_at(deadline, synced.changed()).await.is_err() {
+                        return Some(Decision {
+                            allowed: false,
+                            limit: limit.capacity(),
+                            remaining: 0,
+                            retry_after_ms: 1,
+                            reset_after_ms: limit.period_ms() as i64,
+                            source: Source::Approximate,
+                        });
                     }
                 }
             }
+            step = self.approximate(key, limit, cost, Instant::now());
         }
+    }
+
+    /// The node's answer to this check (or its fail mode), learned by the local maps.
+    async fn exact(
+        &self,
+        key: &[u8],
+        limit: &Limit,
+        cost: u64,
+        deadline: Instant,
+        now: Instant,
+    ) -> Result<Decision, ReplyError> {
+        let inner = &self.inner;
+        let limit = *limit;
         let result = inner
             .call_key(key, rl_check_frame(key, &limit, cost), deadline)
             .await;
@@ -460,6 +500,69 @@ impl Client {
             self.inner.blocked.lock().len(),
             self.inner.approx.lock().len(),
         )
+    }
+}
+
+/// A check's first step, taken without waiting ([`Client::check_now`]).
+#[derive(Debug)]
+pub enum Quick {
+    /// Decided here: the blocked cache, or approximate mode's local answer.
+    Now(Decision),
+    /// It needs the node, or a sync in flight: finish it with [`Client::check_later`].
+    Later(Later),
+}
+
+/// Where a check stands that [`Client::check_now`] could not decide.
+pub struct Later(Option<Step>);
+
+impl std::fmt::Debug for Later {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Later")
+    }
+}
+
+impl Client {
+    /// [`Client::check`] as far as it goes without waiting: most checks of an approximate key
+    /// are decided here, with no task and no await (what the sidecar does per request).
+    pub fn check_now(&self, key: &[u8], limit: &Limit, cost: u64) -> Quick {
+        if limit.split > 1 && limit.sub_keys() > 1 {
+            return Quick::Later(Later(None));
+        }
+        let now = Instant::now();
+        let d = match self.inner.blocked(key, limit, now) {
+            Some(d) => d,
+            None if limit.approximate.is_some() => match self.approximate(key, limit, cost, now) {
+                Step::Answer(d) => d,
+                Step::Fail => self.inner.fail(key, limit, cost),
+                step => return Quick::Later(Later(Some(step))),
+            },
+            None => return Quick::Later(Later(None)),
+        };
+        self.count(&d);
+        Quick::Now(d)
+    }
+
+    /// Finishes a check that [`Client::check_now`] left for later, within the deadline.
+    pub async fn check_later(
+        &self,
+        key: &[u8],
+        limit: &Limit,
+        cost: u64,
+        later: Later,
+    ) -> Result<Decision, ReplyError> {
+        let Some(step) = later.0 else {
+            return self.check(key, limit, cost).await;
+        };
+        let deadline = Instant::now() + self.inner.config.deadline;
+        let d = match self.approx_steps(key, limit, cost, deadline, step).await {
+            Some(d) => d,
+            None => {
+                self.exact(key, limit, cost, deadline, Instant::now())
+                    .await?
+            }
+        };
+        self.count(&d);
+        Ok(d)
     }
 }
 

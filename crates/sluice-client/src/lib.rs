@@ -48,7 +48,7 @@ mod local;
 pub mod node;
 pub mod raw;
 
-pub use client::{Client, Config, ReplyError, Topology, Upstream, cannot_answer};
+pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream, cannot_answer};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};
 pub use node::{BreakerState, CallError, Node, NodeOptions, RawReplies};
 pub use sluice_core::Algo;

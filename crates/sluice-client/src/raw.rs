@@ -72,8 +72,14 @@ fn end(buf: &[u8], at: usize, depth: usize) -> Result<Option<usize>, Garbage> {
 
 fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
     let rest = buf.get(at..)?;
-    let cr = rest.windows(2).position(|w| w == b"\r\n")?;
-    Some((&rest[..cr], at + cr + 2))
+    let mut from = 0;
+    loop {
+        let cr = from + rest.get(from..)?.iter().position(|&b| b == b'\r')?;
+        if *rest.get(cr + 1)? == b'\n' {
+            return Some((&rest[..cr], at + cr + 2));
+        }
+        from = cr + 1;
+    }
 }
 
 /// A `$`/`*` length: `None` for -1 (null), an error past the bound.

@@ -101,6 +101,16 @@ impl Batch {
         self.items.push(Item::Node { send, then });
     }
 
+    /// The connection to the node that owns `key`: one already in this batch if it is the
+    /// same node (no lookup in the client's node map), else the client's.
+    pub fn node_for(&self, client: &sluice_client::Client, key: &[u8]) -> Option<Arc<Node>> {
+        let addr = client.owner(key)?;
+        match self.sends.iter().find(|s| **s.node.addr() == *addr) {
+            Some(s) => Some(s.node.clone()),
+            None => client.node_for(key),
+        }
+    }
+
     /// A reply that a task makes.
     pub fn task(&mut self, t: JoinHandle<BytesMut>) {
         self.items.push(Item::Task(t));

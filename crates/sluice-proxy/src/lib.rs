@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use sluice_client::{Client, Config, Decision, FailMode, Limit, Source, Topology};
+use sluice_client::{Client, Config, Decision, FailMode, Limit, Quick, Source, Topology};
 use sluice_resp::Request;
 use sluice_resp::reply::{self, Proto};
 use tokio::net::TcpListener;
@@ -275,7 +275,7 @@ impl Proxy {
     /// To the owner of the request's key, or through the library's path when no owner is known.
     fn forward(self: &Arc<Self>, req: &Request, then: Then, batch: &mut Batch) {
         let key = route_key(req);
-        match self.client.node_for(&key) {
+        match batch.node_for(&self.client, &key) {
             Some(node) => batch.upstream(node, req.args(), then),
             None => {
                 let (proxy, req) = (self.clone(), req.clone());
@@ -311,14 +311,22 @@ impl Proxy {
                 self.count(&d);
                 return batch.ready(|out| reply::int_array(out, &d.fields()));
             }
-            if let Some(node) = self.client.node_for(&key) {
+            if let Some(node) = batch.node_for(&self.client, &key) {
                 return batch.upstream(node, req.args(), Then::Check { key, limit, cost });
             }
         }
+        // APPROX, SPLIT, or no owner known yet: the library's path, on a task only if it waits.
+        let later = match self.client.check_now(&key, &limit, cost) {
+            Quick::Now(d) => {
+                self.count(&d);
+                return batch.ready(|out| reply::int_array(out, &d.fields()));
+            }
+            Quick::Later(later) => later,
+        };
         let proxy = self.clone();
         batch.task(tokio::spawn(async move {
             let mut out = BytesMut::new();
-            match proxy.client.check(&key, &limit, cost).await {
+            match proxy.client.check_later(&key, &limit, cost, later).await {
                 Ok(d) => {
                     proxy.count(&d);
                     reply::int_array(&mut out, &d.fields());
