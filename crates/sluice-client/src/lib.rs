@@ -50,5 +50,5 @@ pub mod raw;
 
 pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream, cannot_answer};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};
-pub use node::{BreakerState, CallError, Node, NodeOptions, RawReplies};
+pub use node::{BreakerState, CallError, Node, NodeOptions, RawBatch, RawReplies};
 pub use sluice_core::Algo;

@@ -113,28 +113,42 @@ struct Request {
 /// replies as the bytes they came in (the sidecar forwards them as they are).
 enum Waiter {
     One(oneshot::Sender<Result<Value, CallError>>),
-    Raw(usize, oneshot::Sender<Result<Bytes, CallError>>),
+    Raw(RawWait),
+}
+
+/// A batch's replies as they come: where each found so far ends (scanned once, as bytes arrive).
+struct RawWait {
+    n: usize,
+    ends: Vec<usize>,
+    tx: oneshot::Sender<Result<RawBatch, CallError>>,
+}
+
+/// A batch's replies: the bytes of all of them, and where each one ends in them.
+#[derive(Debug)]
+pub struct RawBatch {
+    pub bytes: Bytes,
+    pub ends: Vec<usize>,
 }
 
 impl Waiter {
     fn is_closed(&self) -> bool {
         match self {
             Waiter::One(tx) => tx.is_closed(),
-            Waiter::Raw(_, tx) => tx.is_closed(),
+            Waiter::Raw(w) => w.tx.is_closed(),
         }
     }
 
     fn fail(self, e: CallError) {
         match self {
             Waiter::One(tx) => drop(tx.send(Err(e))),
-            Waiter::Raw(_, tx) => drop(tx.send(Err(e))),
+            Waiter::Raw(w) => drop(w.tx.send(Err(e))),
         }
     }
 }
 
 /// The replies of a batch sent with [`Node::send_raw`], on their way.
 #[derive(Debug)]
-pub struct RawReplies(Option<oneshot::Receiver<Result<Bytes, CallError>>>);
+pub struct RawReplies(Option<oneshot::Receiver<Result<RawBatch, CallError>>>);
 
 /// A node's connection (a task on the runtime that made it) and its breaker. Dropping the last
 /// handle ends the task.
@@ -201,7 +215,11 @@ impl Node {
             return RawReplies(None);
         }
         let (tx, rx) = oneshot::channel();
-        let reply = Waiter::Raw(n, tx);
+        let reply = Waiter::Raw(RawWait {
+            n,
+            ends: Vec::with_capacity(n),
+            tx,
+        });
         match self.tx.send(Request {
             frame: frames,
             reply,
@@ -216,7 +234,7 @@ impl Node {
         &self,
         replies: RawReplies,
         deadline: Instant,
-    ) -> Result<Bytes, CallError> {
+    ) -> Result<RawBatch, CallError> {
         let result = match replies.0 {
             None => Err(CallError::Open),
             Some(rx) => match timeout_at(deadline, rx).await {
@@ -399,17 +417,23 @@ fn deliver(rbuf: &mut BytesMut, inflight: &mut VecDeque<Waiter>) -> Result<(), v
                 }
                 None => return Ok(()),
             },
-            Some(&Waiter::Raw(n, _)) => {
-                let mut at = 0;
-                for _ in 0..n {
+            Some(Waiter::Raw(_)) => {
+                let Some(Waiter::Raw(w)) = inflight.front_mut() else {
+                    return Ok(());
+                };
+                while w.ends.len() < w.n {
+                    let at = w.ends.last().copied().unwrap_or(0);
                     match crate::raw::reply_end(rbuf, at)? {
-                        Some(end) => at = end,
+                        Some(end) => w.ends.push(end),
                         None => return Ok(()),
                     }
                 }
-                let replies = rbuf.split_to(at).freeze();
-                if let Some(Waiter::Raw(_, tx)) = inflight.pop_front() {
-                    let _ = tx.send(Ok(replies));
+                if let Some(Waiter::Raw(w)) = inflight.pop_front() {
+                    let bytes = rbuf.split_to(w.ends.last().copied().unwrap_or(0)).freeze();
+                    let _ = w.tx.send(Ok(RawBatch {
+                        bytes,
+                        ends: w.ends,
+                    }));
                 }
             }
         }

@@ -110,12 +110,34 @@ pub fn five_ints(reply: &[u8]) -> Option<[i64; 5]> {
     let mut rest = reply.strip_prefix(b"*5\r\n")?;
     let mut out = [0i64; 5];
     for slot in &mut out {
-        let body = rest.strip_prefix(b":")?;
-        let cr = body.iter().position(|&b| b == b'\r')?;
-        *slot = integer(&body[..cr])?;
-        rest = body.get(cr + 2..)?;
+        let (n, after) = int_line(rest)?;
+        *slot = n;
+        rest = after;
     }
     rest.is_empty().then_some(out)
+}
+
+/// `:<digits>\r\n` at the front of `b`: its value and what follows. One pass, no search.
+fn int_line(b: &[u8]) -> Option<(i64, &[u8])> {
+    let b = b.strip_prefix(b":")?;
+    let (neg, b) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    let mut n: i64 = 0;
+    let mut i = 0;
+    while let Some(&d) = b.get(i) {
+        if !d.is_ascii_digit() {
+            break;
+        }
+        n = n.checked_mul(10)?.checked_add(i64::from(d - b'0'))?;
+        i += 1;
+    }
+    if i == 0 {
+        return None;
+    }
+    let rest = b[i..].strip_prefix(b"\r\n")?;
+    Some((if neg { -n } else { n }, rest))
 }
 
 /// The text of an error reply (`-ERR x\r\n` → `ERR x`), else `None`.

@@ -19,7 +19,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use sluice_client::raw::{error_text, five_ints, reply_end};
+use sluice_client::raw::{error_text, five_ints};
 use sluice_client::{Decision, Limit, Node, Source, cannot_answer};
 use sluice_resp::reply::{self, Proto};
 use sluice_resp::value::{self, Value};
@@ -77,13 +77,8 @@ impl Batch {
         self.ready(|out| reply::error(out, msg));
     }
 
-    /// A request for `node`, encoded from `args`.
-    pub fn upstream<'a>(
-        &mut self,
-        node: Arc<Node>,
-        args: impl ExactSizeIterator<Item = &'a [u8]>,
-        then: Then,
-    ) {
+    /// A request for `node`: its frame as it came (or encoded again, if it came inline).
+    pub fn upstream(&mut self, node: Arc<Node>, req: &Request, then: Then) {
         let send = match self.sends.iter().position(|s| Arc::ptr_eq(&s.node, &node)) {
             Some(i) => i,
             None => {
@@ -96,7 +91,10 @@ impl Batch {
             }
         };
         let s = &mut self.sends[send];
-        encode_args(&mut s.frames, args);
+        match req.wire_frame() {
+            Some(frame) => s.frames.extend_from_slice(frame),
+            None => encode_args(&mut s.frames, req.args()),
+        }
         s.n += 1;
         self.items.push(Item::Node { send, then });
     }
@@ -142,13 +140,13 @@ impl Batch {
                     Err(_) => reply::error(out, "ERR internal error"),
                 },
                 Item::Node { send, then } => {
-                    let (result, at, addr) = &mut replies[send];
+                    let (result, i, addr) = &mut replies[send];
                     let reply = match result {
-                        Ok(bytes) => {
-                            let end = reply_end(bytes, *at).ok().flatten().unwrap_or(bytes.len());
-                            let r = bytes.slice(*at..end);
-                            *at = end;
-                            Ok(r)
+                        Ok(batch) => {
+                            let start = i.checked_sub(1).map_or(0, |p| batch.ends[p]);
+                            let end = batch.ends.get(*i).copied().unwrap_or(start);
+                            *i += 1;
+                            Ok(batch.bytes.slice(start..end))
                         }
                         Err(_) => Err(()),
                     };

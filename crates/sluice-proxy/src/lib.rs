@@ -276,7 +276,7 @@ impl Proxy {
     fn forward(self: &Arc<Self>, req: &Request, then: Then, batch: &mut Batch) {
         let key = route_key(req);
         match batch.node_for(&self.client, &key) {
-            Some(node) => batch.upstream(node, req.args(), then),
+            Some(node) => batch.upstream(node, req, then),
             None => {
                 let (proxy, req) = (self.clone(), req.clone());
                 batch.task(tokio::spawn(async move {
@@ -312,7 +312,7 @@ impl Proxy {
                 return batch.ready(|out| reply::int_array(out, &d.fields()));
             }
             if let Some(node) = batch.node_for(&self.client, &key) {
-                return batch.upstream(node, req.args(), Then::Check { key, limit, cost });
+                return batch.upstream(node, req, Then::Check { key, limit, cost });
             }
         }
         // APPROX, SPLIT, or no owner known yet: the library's path, on a task only if it waits.
