@@ -587,12 +587,25 @@ impl Client {
         Some(d)
     }
 
-    /// A node's answer to a check sent outside [`Client::check`]: counted, and kept in the
-    /// blocked cache when it denies.
-    pub fn learn(&self, key: &[u8], limit: &Limit, d: &Decision) {
-        self.inner.node_calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.learn_denial(key, limit, d, Instant::now());
-        self.count(d);
+    /// A node's answer to a check sent outside [`Client::check`] (with the blocked cache on):
+    /// counted as the node's decision, and a denial kept in the blocked cache until
+    /// `retry_after_ms`. Only the two fields it needs, read from the reply in place.
+    pub fn learn(&self, key: &[u8], allowed: bool, retry_after_ms: i64) {
+        let inner = &self.inner;
+        inner.node_calls.fetch_add(1, Ordering::Relaxed);
+        inner.decisions[0].fetch_add(1, Ordering::Relaxed);
+        if !allowed && retry_after_ms > 0 {
+            let now = Instant::now();
+            let until = now + Duration::from_millis(retry_after_ms as u64);
+            let key = Bytes::copy_from_slice(key);
+            inner.blocked.lock().insert(key, 0, until, now);
+        }
+    }
+
+    /// Whether `key` is in the blocked cache now (the sidecar asks before it parses a check).
+    pub fn is_blocked(&self, key: &[u8]) -> bool {
+        let mut blocked = self.inner.blocked.lock();
+        blocked.len() > 0 && blocked.get_mut(key, Instant::now()).is_some()
     }
 
     /// The limit's fail mode for a node that could not answer; with `unavailable` (a node that

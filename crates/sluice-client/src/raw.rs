@@ -20,7 +20,10 @@ const MAX_LINE: usize = 64 << 10;
 
 /// The offset just past the reply that starts at `at`; `Ok(None)` until it is all buffered.
 pub fn reply_end(buf: &[u8], at: usize) -> Result<Option<usize>, Garbage> {
-    end(buf, at, 0)
+    match int_array_end(buf, at) {
+        Some(e) => Ok(Some(e)),
+        None => end(buf, at, 0),
+    }
 }
 
 fn end(buf: &[u8], at: usize, depth: usize) -> Result<Option<usize>, Garbage> {
@@ -105,6 +108,16 @@ fn integer(text: &[u8]) -> Option<i64> {
     Some(if neg { -n } else { n })
 }
 
+/// RL.CHECK's `allowed` and `retry_after_ms` (fields 1 and 4 of its `*5` of integers), read
+/// in place; `None` for anything else (an error).
+pub fn allowed_and_retry(reply: &[u8]) -> Option<(bool, i64)> {
+    let rest = reply.strip_prefix(b"*5\r\n")?;
+    let (allowed, rest) = int_line(rest)?;
+    let rest = skip_int(skip_int(rest)?)?;
+    let (retry, rest) = int_line(rest)?;
+    skip_int(rest)?.is_empty().then_some((allowed == 1, retry))
+}
+
 /// RL.CHECK's reply (`*5` of integers) read in place; `None` for anything else (an error).
 pub fn five_ints(reply: &[u8]) -> Option<[i64; 5]> {
     let mut rest = reply.strip_prefix(b"*5\r\n")?;
@@ -117,6 +130,26 @@ pub fn five_ints(reply: &[u8]) -> Option<[i64; 5]> {
     rest.is_empty().then_some(out)
 }
 
+/// Past one `:<integer>\r\n` line without reading its value.
+fn skip_int(b: &[u8]) -> Option<&[u8]> {
+    let b = b.strip_prefix(b":")?;
+    let cr = b.iter().position(|&c| c == b'\r')?;
+    b[cr..].strip_prefix(b"\r\n")
+}
+
+/// The end of `*<n>\r\n` (one digit) followed by `n` integer lines at `at` (RL.CHECK's and
+/// CL.THROTTLE's replies): the common case, read without the general scanner's calls. `None`:
+/// not that shape, or not all there yet.
+fn int_array_end(buf: &[u8], at: usize) -> Option<usize> {
+    let b = buf.get(at..)?.strip_prefix(b"*")?;
+    let n = usize::from(b.first().filter(|d| d.is_ascii_digit())? - b'0');
+    let mut rest = b.get(1..)?.strip_prefix(b"\r\n")?;
+    for _ in 0..n {
+        rest = skip_int(rest)?;
+    }
+    Some(buf.len() - rest.len())
+}
+
 /// `:<digits>\r\n` at the front of `b`: its value and what follows. One pass, no search.
 fn int_line(b: &[u8]) -> Option<(i64, &[u8])> {
     let b = b.strip_prefix(b":")?;
@@ -126,11 +159,9 @@ fn int_line(b: &[u8]) -> Option<(i64, &[u8])> {
     };
     let mut n: i64 = 0;
     let mut i = 0;
-    while let Some(&d) = b.get(i) {
-        if !d.is_ascii_digit() {
-            break;
-        }
-        n = n.checked_mul(10)?.checked_add(i64::from(d - b'0'))?;
+    // At most 18 digits: no overflow.
+    while let Some(&d) = b.get(i).filter(|d| d.is_ascii_digit() && i < 18) {
+        n = n * 10 + i64::from(d - b'0');
         i += 1;
     }
     if i == 0 {

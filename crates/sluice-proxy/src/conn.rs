@@ -19,8 +19,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use sluice_client::raw::{error_text, five_ints};
-use sluice_client::{Decision, Limit, Node, Source, cannot_answer};
+use sluice_client::raw::{allowed_and_retry, error_text};
+use sluice_client::{Limit, Node, cannot_answer};
 use sluice_resp::reply::{self, Proto};
 use sluice_resp::value::{self, Value};
 use sluice_resp::{Limits, Parser, Request};
@@ -35,13 +35,38 @@ use crate::session::{self, Session};
 /// What to do with a node's reply.
 pub enum Then {
     /// A plain RL.CHECK: learn the answer (blocked cache), or the fail mode.
-    Check { key: Bytes, limit: Limit, cost: u64 },
+    Check { key: Bytes, check: PlainCheck },
     /// RL.HIT / RL.HITS: the rules' fail modes when the node cannot answer.
     Hits { plan: HitPlan, req: Request },
     /// Forwarded as it is; `-TRYAGAIN` when the node cannot answer.
     Raw { req: Request },
     /// RL.RULE GET: a map for a RESP3 client.
     RuleGet { req: Request },
+}
+
+/// A plain RL.CHECK's arguments: parsed, or kept as the frame they came in, to be parsed only
+/// if the node does not answer (most never need their limit on the sidecar).
+pub enum PlainCheck {
+    Parsed(Limit, u64),
+    Frame(Bytes),
+}
+
+impl PlainCheck {
+    fn resolve(self, default_mode: sluice_client::FailMode) -> Result<(Limit, u64), String> {
+        match self {
+            PlainCheck::Parsed(limit, cost) => Ok((limit, cost)),
+            PlainCheck::Frame(frame) => {
+                let mut buf = BytesMut::from(&frame[..]);
+                let req = Parser::new(Limits::default())
+                    .parse(&mut buf)
+                    .ok()
+                    .flatten()
+                    .ok_or("ERR internal error: the request cannot be read again")?;
+                let (_, limit, cost, _) = crate::parse_rl_check(&req, default_mode)?;
+                Ok((limit, cost))
+            }
+        }
+    }
 }
 
 enum Item {
@@ -129,8 +154,7 @@ impl Batch {
             .collect();
         let mut replies = Vec::with_capacity(pending.len());
         for (s, p) in self.sends.iter().zip(pending) {
-            let addr = s.node.addr().clone();
-            replies.push((s.node.wait_raw(p, deadline).await, 0usize, addr));
+            replies.push((s.node.wait_raw(p, deadline).await, 0usize));
         }
         for item in self.items.drain(..) {
             match item {
@@ -140,7 +164,7 @@ impl Batch {
                     Err(_) => reply::error(out, "ERR internal error"),
                 },
                 Item::Node { send, then } => {
-                    let (result, i, addr) = &mut replies[send];
+                    let (result, i) = &mut replies[send];
                     let reply = match result {
                         Ok(batch) => {
                             let start = i.checked_sub(1).map_or(0, |p| batch.ends[p]);
@@ -150,7 +174,7 @@ impl Batch {
                         }
                         Err(_) => Err(()),
                     };
-                    answer(proxy, then, reply, addr, proto, out).await;
+                    answer(proxy, then, reply, proto, out).await;
                 }
             }
         }
@@ -178,7 +202,6 @@ async fn answer(
     proxy: &Arc<Proxy>,
     then: Then,
     reply: Result<Bytes, ()>,
-    addr: &Arc<str>,
     proto: Proto,
     out: &mut BytesMut,
 ) {
@@ -187,31 +210,30 @@ async fn answer(
     let unavailable = err.is_some_and(cannot_answer);
     let moved = err.is_some_and(|e| e.starts_with("MOVED ") || e.starts_with("ASK "));
     match then {
-        Then::Check { key, limit, cost } => {
-            let d = match &reply {
-                Ok(r) if !unavailable && !moved => match five_ints(r) {
-                    Some([allowed, l, remaining, retry, reset]) => {
-                        let d = Decision {
-                            allowed: allowed == 1,
-                            limit: l.max(0) as u64,
-                            remaining: remaining.max(0) as u64,
-                            retry_after_ms: retry,
-                            reset_after_ms: reset,
-                            source: Source::Node(addr.clone()),
-                        };
-                        client.learn(&key, &limit, &d);
-                        proxy.count(&d);
-                        out.extend_from_slice(r);
-                        return;
-                    }
-                    // WRONGTYPE, a syntax error: the request's own fault, passed on.
-                    None => return out.extend_from_slice(r),
-                },
-                Ok(_) if moved => match client.check(&key, &limit, cost).await {
+        Then::Check { key, check } => {
+            if let Ok(r) = &reply
+                && !unavailable
+                && !moved
+            {
+                // Anything else (WRONGTYPE, a syntax error) is the request's own fault: passed on.
+                if let Some((allowed, retry)) = allowed_and_retry(r) {
+                    client.learn(&key, allowed, retry);
+                    proxy.count_one(allowed);
+                }
+                return out.extend_from_slice(r);
+            }
+            // Parsed only now, when its limit is needed: a MOVED, or the fail mode.
+            let (limit, cost) = match check.resolve(proxy.default_mode) {
+                Ok(c) => c,
+                Err(e) => return reply::error(out, &e),
+            };
+            let d = if moved {
+                match client.check(&key, &limit, cost).await {
                     Ok(d) => d,
                     Err(e) => return reply::error(out, &e.0),
-                },
-                _ => client.fail_mode(&key, &limit, cost, unavailable),
+                }
+            } else {
+                client.fail_mode(&key, &limit, cost, unavailable)
             };
             proxy.count(&d);
             reply::int_array(out, &d.fields());

@@ -52,7 +52,7 @@ mod conn;
 mod rules;
 mod session;
 
-use conn::{Batch, Then};
+use conn::{Batch, PlainCheck, Then};
 use rules::{HitPlan, RuleBook, bucket_key};
 
 /// `sluice proxy` flags.
@@ -230,11 +230,11 @@ pub(crate) fn route_key(req: &Request) -> Bytes {
 
 impl Proxy {
     fn count(&self, d: &Decision) {
-        let counter = if d.allowed {
-            &self.allowed
-        } else {
-            &self.denied
-        };
+        self.count_one(d.allowed);
+    }
+
+    fn count_one(&self, allowed: bool) {
+        let counter = if allowed { &self.allowed } else { &self.denied };
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -299,6 +299,16 @@ impl Proxy {
     /// [APPROX ms]`. A plain check goes to the node as it came (a node accepts and ignores the
     /// gateway options); `APPROX` and `SPLIT` take the library's path; `DRY` is forwarded.
     fn rl_check(self: &Arc<Self>, req: &Request, batch: &mut Batch) {
+        // The common case, without parsing the arguments here (the node does): a multibulk
+        // check with no sidecar-side option, on a key not in the blocked cache.
+        if let (Some(frame), Some(key)) = (req.wire_frame(), req.arg_bytes(1))
+            && is_plain_check(req)
+            && !self.client.is_blocked(&key)
+            && let Some(node) = batch.node_for(&self.client, &key)
+        {
+            let check = PlainCheck::Frame(frame.clone());
+            return batch.upstream(node, req, Then::Check { key, check });
+        }
         let (key, limit, cost, dry) = match parse_rl_check(req, self.default_mode) {
             Ok(p) => p,
             Err(e) => return batch.error(&e),
@@ -312,7 +322,8 @@ impl Proxy {
                 return batch.ready(|out| reply::int_array(out, &d.fields()));
             }
             if let Some(node) = batch.node_for(&self.client, &key) {
-                return batch.upstream(node, req, Then::Check { key, limit, cost });
+                let check = PlainCheck::Parsed(limit, cost);
+                return batch.upstream(node, req, Then::Check { key, check });
             }
         }
         // APPROX, SPLIT, or no owner known yet: the library's path, on a task only if it waits.
@@ -461,9 +472,21 @@ fn keys_checks(triples: &[&[u8]], mode: FailMode) -> Option<Vec<rules::Check>> {
         .collect()
 }
 
+/// An RL.CHECK the node can answer as it is: key, limit and period, and none of the options
+/// that change what the sidecar does (`DRY` is forwarded, `APPROX` and `SPLIT` are the
+/// library's). An option's value is a number or a name, never one of these words.
+fn is_plain_check(req: &Request) -> bool {
+    req.len() >= 4
+        && !req.args_from(4).any(|a| {
+            a.eq_ignore_ascii_case(b"DRY")
+                || a.eq_ignore_ascii_case(b"APPROX")
+                || a.eq_ignore_ascii_case(b"SPLIT")
+        })
+}
+
 type Parsed = (bytes::Bytes, Limit, u64, bool);
 
-fn parse_rl_check(req: &Request, default_mode: FailMode) -> Result<Parsed, String> {
+pub(crate) fn parse_rl_check(req: &Request, default_mode: FailMode) -> Result<Parsed, String> {
     let err = |e: SpecError| format!("ERR {e}");
     let key = req.arg_bytes(1).ok_or_else(|| err(SpecError::Arity))?;
     let spec = CheckArgs::parse(req.args_from(2)).map_err(err)?;
