@@ -300,7 +300,7 @@ async fn forward_slowly(
 fn write_in(v: &Value, proto: Proto, as_map: bool, out: &mut BytesMut) {
     match (v, proto) {
         (Value::Nil, Proto::Resp3) => out.extend_from_slice(b"_\r\n"),
-        (Value::Array(items), Proto::Resp3) if as_map && items.len() % 2 == 0 => {
+        (Value::Array(items), Proto::Resp3) if as_map && items.len().is_multiple_of(2) => {
             reply::map(out, proto, items.len() / 2);
             for i in items {
                 i.write(out);

@@ -458,7 +458,7 @@ impl Proxy {
 /// `RL.HITS KEYS key limit period ...`: plain buckets with the sidecar's default fail mode;
 /// `None` if a triple does not parse (the node will say why).
 fn keys_checks(triples: &[&[u8]], mode: FailMode) -> Option<Vec<rules::Check>> {
-    if triples.is_empty() || triples.len() % 3 != 0 {
+    if triples.is_empty() || !triples.len().is_multiple_of(3) {
         return None;
     }
     triples
