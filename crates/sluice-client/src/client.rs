@@ -393,7 +393,12 @@ impl Client {
             Step::Fail
         } else if known_left < cost && fresh {
             // The node had nothing more for this request at its last answer, less than an
-            // interval ago: since then it gained at most one interval's refill.
+            // interval ago: since then it gained at most one interval's refill, which a sync at
+            // the interval's end (asked for here, if none is due) learns, traffic or not.
+            if !st.scheduled {
+                st.scheduled = true;
+                self.schedule_sync(key, limit, a.sync_every.saturating_sub(since));
+            }
             Step::Answer(Decision {
                 allowed: false,
                 limit: limit.capacity(),
@@ -424,7 +429,8 @@ impl Client {
         step
     }
 
-    /// A sync of `key` after `wait`, if there is still something to charge then.
+    /// A sync of `key` after `wait`, if there is still something to charge then, or the key
+    /// is being denied because the node had nothing left.
     fn schedule_sync(&self, key: &[u8], limit: &Limit, wait: Duration) {
         let client = Arc::downgrade(&self.inner);
         let (key, limit) = (Bytes::copy_from_slice(key), *limit);
@@ -436,7 +442,8 @@ impl Client {
             let go = match inner.approx.lock().get_mut(&key, Instant::now()) {
                 Some((st, _)) => {
                     st.scheduled = false;
-                    let go = !st.syncing && (st.count > 0 || st.debt > 0);
+                    // Something to charge, or a key denied for want of news (a `COST 0` read).
+                    let go = !st.syncing && (st.count > 0 || st.debt > 0 || st.remaining == 0);
                     st.syncing |= go;
                     go
                 }

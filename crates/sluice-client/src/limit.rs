@@ -176,6 +176,11 @@ impl Limit {
     /// units, and those units stay in the bucket for the next sync (the interval is shorter than
     /// the bucket's refill time whenever `Q` < capacity). Shares are not reservations: what one
     /// gateway has not used is still in the node for the others. `0` when exact.
+    ///
+    /// Measured (tests/tests/gateway_approx.rs, bursts every 50 ms at 1000/s through one
+    /// sidecar), the deficit reached up to `Q` plus most of one more interval's refill: the
+    /// interval restarts when a sync completes, so the refill not yet learned can span an
+    /// interval plus a sync's round trip and the wait for the next request.
     pub fn undershoot_bound(&self, _gateways: u32) -> u64 {
         self.approx_quota().unwrap_or(0)
     }
