@@ -367,3 +367,81 @@ fn a_second_sidecar_on_a_taken_port_exits_and_the_first_keeps_serving() {
         assert_eq!(r[0], i64::from(i < 5), "check {i}: {r:?}");
     }
 }
+
+/// `SENTINEL FAILOVER`: the old primary becomes a replica (answering READONLY, which the
+/// library takes as "cannot answer": the fail mode, never an error) and the library, asking
+/// Sentinel again, sends its checks to the new primary. (Whether a check meets the READONLY
+/// window depends on timing; the replica test above meets it for certain.)
+#[test]
+fn after_a_sentinel_failover_checks_reach_the_new_primary_without_an_error() {
+    use sluice_client::{Client, Config, FailMode, Limit, Source, Topology};
+    use sluice_tests::{RedisSentinel, have_tool};
+    if !have_tool("redis-sentinel") {
+        return;
+    }
+    let primary = Sluice::start();
+    let replica = Sluice::start_with(&["--replicaof", &format!("127.0.0.1:{}", primary.port)]);
+    let sentinel = RedisSentinel::start(&format!(
+        "sentinel monitor gw 127.0.0.1 {} 1\nsentinel down-after-milliseconds gw 5000\nsentinel failover-timeout gw 10000",
+        primary.port
+    ));
+    wait_until(Duration::from_secs(20), || {
+        let mut c = sentinel.client();
+        let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+            .arg(&["REPLICAS", "gw"])
+            .query(&mut c)
+            .ok()?;
+        (!replicas.is_empty()).then_some(())
+    })
+    .expect("Sentinel discovered the replica");
+    let rt = sluice_tests::runtime();
+    let (old, new) = (
+        format!("127.0.0.1:{}", primary.port),
+        format!("127.0.0.1:{}", replica.port),
+    );
+    rt.block_on(async {
+        let client = Client::connect(Config::new(Topology::Sentinel {
+            sentinels: vec![format!("127.0.0.1:{}", sentinel.port)],
+            master_name: "gw".into(),
+        }))
+        .await;
+        let limit = Limit::new(1_000_000, Duration::from_secs(3600)).fail_mode(FailMode::Closed);
+        let d = client.check(b"k", &limit, 1).await.unwrap();
+        assert_eq!(d.source, Source::Node(old.as_str().into()));
+        // Sentinel promotes a replica only once it has its INFO (NOGOODSLAVE until then).
+        let port = sentinel.port;
+        tokio::task::spawn_blocking(move || {
+            wait_until(Duration::from_secs(30), || {
+                let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                    .ok()?
+                    .get_connection()
+                    .ok()?;
+                let r: redis::RedisResult<String> = redis::cmd("SENTINEL")
+                    .arg(&["FAILOVER", "gw"])
+                    .query(&mut c);
+                r.ok().filter(|ok| ok == "OK")
+            })
+        })
+        .await
+        .unwrap()
+        .expect("SENTINEL FAILOVER accepted");
+        let started = Instant::now();
+        let mut seen = Vec::new();
+        loop {
+            // Never an error: READONLY from the old primary is the fail mode.
+            let d = client.check(b"k", &limit, 1).await.unwrap();
+            if seen.last() != Some(&d.source) {
+                seen.push(d.source.clone());
+            }
+            if d.source == Source::Node(new.as_str().into()) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no check reached the new primary: {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        eprintln!("after SENTINEL FAILOVER, decisions by source in order: {seen:?}");
+    });
+}
