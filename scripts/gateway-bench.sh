@@ -13,7 +13,7 @@
 #    for N checks straight to the node vs through the sidecar's blocked cache.
 # 4. Approximate mode, one hot key through two sidecars (--gateways 2) at once, APPROX 50:
 #    calls reaching the node vs the same checks exact; both bounds (overshoot
-#    gateways × max(⌊burst ÷ gateways⌋, min(burst, Q)), undershoot Q, Q = ⌈rate × interval⌉)
+#    gateways × max(⌊burst ÷ gateways⌋, min(burst, Q)), undershoot 2 × Q, Q = ⌈rate × interval⌉)
 #    and the measured difference (allowed − (burst + rate × T), T the wall span of both runs).
 #    At 1000/s, 1000/min and 1000/h. (tests/tests/gateway_approx.rs compares against the exact
 #    limiter over the same traffic at the same moments, through 1 and 4 sidecars.)
@@ -192,7 +192,7 @@ approx() {
     over = 2 * share  # gateways × max(floor(burst ÷ gateways), min(burst, Q))
     ideal = limit + limit * (us / 1000) / pms
     printf "   calls reaching the node: exact %d, approximate %d: %.0f× fewer\n", exact, approx, exact / approx
-    printf "   allowed %d in %.3f s (the wall span of both runs); the exact limiter allows at most %.1f in it; difference %+.1f (bounds -%d / +%d)\n", allowed, us / 1e6, ideal, allowed - ideal, q, over }'
+    printf "   allowed %d in %.3f s (the wall span of both runs); the exact limiter allows at most %.1f in it; difference %+.1f (bounds -%d / +%d)\n", allowed, us / 1e6, ideal, allowed - ideal, 2 * q, over }'
 }
 approx 1000 1s 1000
 approx 1000 1m 60000

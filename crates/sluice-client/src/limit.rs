@@ -167,22 +167,19 @@ impl Limit {
 
     /// The undershoot bound of approximate mode, for any split of traffic over any number of
     /// gateways: the exact limiter admits at most this many more than approximate mode over any
-    /// span: `Q = ⌈limit × sync_every ÷ period⌉`, one interval's refill.
+    /// span: `2 × Q`, `Q = ⌈limit × sync_every ÷ period⌉` being one interval's refill.
     ///
     /// Why: a gateway whose share is used up does not deny: it syncs at once and the request
     /// waits for that sync's answer (within its deadline). A gateway denies locally only when
-    /// the node itself answered "nothing left" (or denied a sync) less than one interval ago;
-    /// since then the node can only have gained its refill over that interval, at most `Q`
-    /// units, and those units stay in the bucket for the next sync (the interval is shorter than
-    /// the bucket's refill time whenever `Q` < capacity). Shares are not reservations: what one
-    /// gateway has not used is still in the node for the others. `0` when exact.
-    ///
-    /// Measured (tests/tests/gateway_approx.rs, bursts every 50 ms at 1000/s through one
-    /// sidecar), the deficit reached up to `Q` plus most of one more interval's refill: the
-    /// interval restarts when a sync completes, so the refill not yet learned can span an
-    /// interval plus a sync's round trip and the wait for the next request.
+    /// the node itself answered "nothing left" (or denied a sync) less than one interval ago,
+    /// and a key denied so is synced at the interval's end, traffic or not; so the refill a
+    /// gateway has not yet learned is at most one interval's, `Q`. The second `Q`: units a
+    /// gateway admitted are charged on the node up to one interval later, and while they are
+    /// uncharged a bucket the node thinks full loses its refill to the capacity (the exact
+    /// limiter would have taken them at once and made room). Shares are not reservations: what
+    /// one gateway has not used is still in the node for the others. `0` when exact.
     pub fn undershoot_bound(&self, _gateways: u32) -> u64 {
-        self.approx_quota().unwrap_or(0)
+        self.approx_quota().map_or(0, |q| q.saturating_mul(2))
     }
 }
 
@@ -279,13 +276,13 @@ mod tests {
         assert_eq!(min.approx_share(0, 4), 0);
         assert_eq!(min.overshoot_bound(4), 1000);
         assert_eq!(min.overshoot_bound(1), 1000);
-        assert_eq!(min.undershoot_bound(4), 1);
+        assert_eq!(min.undershoot_bound(4), 2);
         // 1000/s every 50 ms: Q = 50, the floor of every share.
         let sec =
             Limit::new(1000, Duration::from_secs(1)).approximate(Duration::from_millis(50), 0);
         assert_eq!(sec.approx_share(120, 4), 50);
         assert_eq!(sec.approx_share(30, 4), 30);
-        assert_eq!(sec.undershoot_bound(4), 50);
+        assert_eq!(sec.undershoot_bound(4), 100);
         // sync_every_n caps the share, and so the overshoot.
         let capped = sec.approximate(Duration::from_millis(50), 20);
         assert_eq!(capped.approx_share(1000, 4), 20);
