@@ -130,6 +130,24 @@ fn redis_rs_in_its_default_settings_and_in_resp3_runs_checks_and_a_pipeline() {
         }
         let rs: Vec<Vec<i64>> = tx.query(&mut c).unwrap();
         assert_eq!(rs.iter().map(|r| r[0]).collect::<Vec<_>>(), [1, 1, 0]);
+        let e = redis::cmd("EXEC")
+            .query::<redis::Value>(&mut c)
+            .unwrap_err();
+        assert!(e.to_string().contains("EXEC without MULTI"), "{e}");
+        // RESET inside MULTI leaves the transaction: the queued check never runs.
+        let _: () = redis::cmd("MULTI").query(&mut c).unwrap();
+        let q: String = redis::cmd("RL.CHECK")
+            .arg(&[&format!("rs:reset:{name}"), "1", "1h"])
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(q, "QUEUED");
+        let r: String = redis::cmd("RESET").query(&mut c).unwrap();
+        assert_eq!(r, "RESET");
+        let r: Vec<i64> = redis::cmd("RL.CHECK")
+            .arg(&[&format!("rs:reset:{name}"), "1", "1h"])
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(r[0], 1, "the queued check did not run");
         // RESP3 types where a node uses them: INFO is a verbatim string, a null is a null.
         let info: String = redis::cmd("INFO").query(&mut c).unwrap();
         assert!(info.contains("checks_allowed:"), "{name}: {info}");

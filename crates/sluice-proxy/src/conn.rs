@@ -396,6 +396,11 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
                                 batch.ready(|o| reply::simple(o, "OK"));
                             }
                             b"MULTI" => batch.error("ERR MULTI calls can not be nested"),
+                            // As Redis: RESET and QUIT leave the transaction, not join it.
+                            b"RESET" | b"QUIT" => {
+                                multi = None;
+                                request(&proxy, name, &req, &mut session, &mut batch);
+                            }
                             _ if queued.len() >= MAX_QUEUED => {
                                 multi = None;
                                 batch.error("EXECABORT Transaction discarded: more than 10000 commands queued.");
