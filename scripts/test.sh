@@ -26,6 +26,9 @@ redis-sentinel redis-sentinel
 etcd etcd-server
 nginx nginx
 iptables iptables
+node nodejs
+npm npm
+pip3 python3-pip
 TOOLS
 
 if [ ${#need[@]} -gt 0 ]; then
