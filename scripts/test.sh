@@ -5,8 +5,9 @@
 # The tests drive real programs: redis-cli and redis-benchmark as clients, redis-server and
 # redis-sentinel for the Sentinel tests, etcd for the cluster table and the rules, nginx and
 # iptables for the gateway tests, unshare, ip and iptables for the partition tests (each in a
-# network namespace of its own), libfaketime (package faketime) to jump a node's wall clock. Whichever is missing is installed from Debian packages (as
-# root, or through sudo), after saying which. Then `cargo test --workspace` runs with CI=true,
+# network namespace of its own), libfaketime (package faketime) to jump a node's wall clock,
+# redis-py 8 (pip) and ioredis (npm) for the sidecar's clients. Whichever is missing is
+# installed from Debian packages (as root, or through sudo), after saying which. Then `cargo test --workspace` runs with CI=true,
 # so a test whose tool is still missing fails instead of skipping and passing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,9 @@ iptables iptables
 ip iproute2
 unshare util-linux
 faketime faketime
+node nodejs
+npm npm
+pip3 python3-pip
 TOOLS
 
 if [ ${#need[@]} -gt 0 ]; then
@@ -60,6 +64,19 @@ if [ ${#need[@]} -gt 0 ]; then
         "${sudo[@]}" systemctl stop "$svc" 2>/dev/null ||
             "${sudo[@]}" service "$svc" stop 2>/dev/null || true
     done
+fi
+
+# The real clients the sidecar tests drive in their default settings: redis-py 8 (it opens with
+# HELLO 3) and ioredis (installed into tests/js, where tests/js/sidecar_client.js finds it).
+if ! python3 -c 'import redis, sys; sys.exit(int(redis.__version__.split(".")[0]) < 8)' 2>/dev/null; then
+    say "installing redis-py 8: pip install 'redis>=8'"
+    python3 -m pip install -q 'redis>=8' ||
+        python3 -m pip install -q --break-system-packages 'redis>=8'
+fi
+if ! [ -d tests/js/node_modules/ioredis ]; then
+    command -v npm >/dev/null || { say "the tests need npm (for ioredis)"; exit 1; }
+    say "installing ioredis: npm install in tests/js"
+    (cd tests/js && npm install --silent --no-audit --no-fund)
 fi
 
 export CI=true

@@ -265,10 +265,11 @@ fn approximate_mode_overshoot_stays_under_the_computed_bound() {
     let node = Sluice::start();
     let rt = runtime();
     const GATEWAYS: u32 = 4;
-    // 400/s, synced every 50 ms: Q = 20 per gateway, bound = 80.
+    // 400/s, synced every 50 ms: Q = 20; a share is at most max(400 ÷ 4, 20) = 100, the
+    // bound 4 × 100 (the library-level twin of tests/tests/gateway_approx.rs).
     let limit = Limit::new(400, Duration::from_secs(1)).approximate(Duration::from_millis(50), 0);
     let bound = limit.overshoot_bound(GATEWAYS);
-    assert_eq!(bound, 80);
+    assert_eq!(bound, 400);
     let before = info_field(node.port, "total_commands_processed").unwrap();
     let (allowed, checks, elapsed, calls, reached) = rt.block_on(async {
         let mut clients = Vec::new();

@@ -3,7 +3,7 @@
 //! A tokio client for Rust gateways, and the engine of the `sluice proxy` sidecar. It keeps what
 //! a gateway needs besides the node's answer: a deadline per check (20 ms by default), a fail
 //! mode when the node cannot answer in time, a cache of hot denied keys, key splitting for
-//! whales, and approximate counting with a computed overshoot bound.
+//! whales, and approximate counting with computed overshoot and undershoot bounds.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), sluice_client::ReplyError> {
@@ -23,16 +23,20 @@
 //! - Commands go out and replies come in through `sluice_resp::value`, the one RESP client
 //!   codec (shared with the admin tool and the nodes' calls to each other).
 //! - [`node`]: one node's multiplexed, pipelined connection, reconnect with backoff, and its
-//!   circuit breaker.
-//! - [`limit`]: [`Limit`] and its options, [`Decision`] and its [`Source`], the overshoot bound.
-//! - [`client`]: [`Client`]: routing (single node, cluster slots and MOVED, Sentinel) and the
-//!   check path.
+//!   circuit breaker; single calls (a decoded reply) and batches (their replies as bytes).
+//! - [`raw`]: where a reply ends and RL.CHECK's fields, read in place (the sidecar's batches).
+//! - [`limit`]: [`Limit`] and its options, [`Decision`] and its [`Source`], approximate mode's
+//!   shares and bounds.
+//! - [`client`]: [`Client`]: routing (single node, cluster slots and MOVED, Sentinel), the
+//!   check path, and its pieces for the sidecar's batches.
 //! - `local` (private): the bounded, expiring maps behind the local buckets, the blocked cache
 //!   and approximate counting.
 //!
 //! # Invariants
 //! - A check answers within its deadline, whatever the node does (refuse, reset, half-open,
-//!   garbage, silence); only the node's own refusal of the arguments is an `Err`.
+//!   garbage, silence, or an answer that it cannot decide now: READONLY, LOADING, NOREPLICAS,
+//!   MASTERDOWN, CLUSTERDOWN); only the node's own refusal of the request (bad arguments,
+//!   WRONGTYPE) is an `Err`.
 //! - Replies are matched to requests in FIFO order per connection; a caller that gave up does
 //!   not desynchronise anyone.
 //! - Local state is bounded: every map expires its entries and holds at most
@@ -42,8 +46,9 @@ pub mod client;
 pub mod limit;
 mod local;
 pub mod node;
+pub mod raw;
 
-pub use client::{Client, Config, ReplyError, Topology, Upstream};
+pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream, cannot_answer};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};
-pub use node::{BreakerState, CallError, NodeOptions};
+pub use node::{BreakerState, CallError, Node, NodeOptions, RawBatch, RawReplies};
 pub use sluice_core::Algo;

@@ -119,37 +119,67 @@ impl Limit {
         (self.period.as_millis() as u64).max(1)
     }
 
-    /// In approximate mode, the most one gateway admits without the node having counted it:
-    /// `Q = min(sync_every_n, ⌈limit × sync_every ÷ period⌉)` (the first term only when
-    /// `sync_every_n > 0`), at least 1. `None` when exact.
+    /// In approximate mode, one interval's worth of the steady rate:
+    /// `Q = ⌈limit × sync_every ÷ period⌉`, at least 1. `None` when exact.
+    ///
+    /// It is the floor of a gateway's share (so a drained key refills in one sync, not in a
+    /// geometric tail of smaller and smaller shares) and the undershoot bound.
     pub fn approx_quota(&self) -> Option<u64> {
         let a = self.approximate?;
         let per_interval = (u128::from(self.limit) * a.sync_every.as_nanos())
             .div_ceil(self.period.as_nanos().max(1));
-        let mut q = u64::try_from(per_interval).unwrap_or(u64::MAX);
+        Some(u64::try_from(per_interval).unwrap_or(u64::MAX).max(1))
+    }
+
+    /// In approximate mode, what one of `gateways` gateways may admit locally after the node
+    /// answered `remaining`: its share of it, `⌊remaining ÷ gateways⌋`, but at least
+    /// `min(remaining, Q)` ([`Limit::approx_quota`]), and at most `sync_every_n` when that is
+    /// set. `0` when exact or when the node had nothing left.
+    pub fn approx_share(&self, remaining: u64, gateways: u32) -> u64 {
+        let (Some(a), Some(q)) = (self.approximate, self.approx_quota()) else {
+            return 0;
+        };
+        let mut share = (remaining / u64::from(gateways.max(1))).max(remaining.min(q));
         if a.sync_every_n > 0 {
-            q = q.min(a.sync_every_n);
+            share = share.min(a.sync_every_n);
         }
-        Some(q.max(1))
+        share
     }
 
     /// The overshoot bound of approximate mode with `gateways` gateways on one key: at most this
     /// many requests are admitted beyond what the exact limiter would have admitted over any
-    /// span, `gateways × Q` with `Q` from [`Limit::approx_quota`] — that is, gateways × sync
-    /// interval × rate, rounded up, or gateways × `sync_every_n` if that is smaller.
+    /// span: `gateways × S`, where `S = approx_share(capacity)` is the largest share a gateway
+    /// can hold, `max(⌊capacity ÷ gateways⌋, min(capacity, Q))` (capped by `sync_every_n`).
     ///
-    /// Why: the node counts every request it is sent and admits at most what the exact limiter
-    /// would. A gateway admits locally only while its count not yet charged on the node (local
-    /// count since the last completed sync, plus the debt of a sync the node denied) is under
-    /// `Q`, and admits nothing while it owes; a denied sync drains what the node still has and
-    /// carries the rest as debt, sent again at every sync until the node has taken it. So at any
-    /// instant each gateway holds at most `Q` admitted-but-uncharged units, and the fleet at most
-    /// `gateways × Q`. `0` when exact. (It assumes the key stays in the gateway's approximate
-    /// map: a gateway tracking more hot keys than `Config::max_local_keys` forgets some, with
-    /// their uncharged count.)
+    /// Why: the node counts every unit it is sent and admits at most what the exact limiter
+    /// would. A gateway admits locally only while its count not yet charged on the node is
+    /// within its share, and admits nothing while it owes (a sync the node denied drains what
+    /// the node still has and carries the rest as debt, sent again at every sync). So each
+    /// gateway holds at most `S` admitted-but-uncharged units at any instant, and the fleet at
+    /// most `gateways × S`. The worst case is real: one gateway drains the key through early
+    /// syncs while the others still hold shares they were given from the full bucket.
+    /// (It assumes the key stays in the gateway's approximate map: a gateway tracking more hot
+    /// keys than `Config::max_local_keys` forgets some, with their uncharged count.) `0` when exact.
     pub fn overshoot_bound(&self, gateways: u32) -> u64 {
-        self.approx_quota()
-            .map_or(0, |q| q.saturating_mul(u64::from(gateways.max(1))))
+        self.approx_share(self.capacity(), gateways)
+            .saturating_mul(u64::from(gateways.max(1)))
+    }
+
+    /// The undershoot bound of approximate mode, for any split of traffic over any number of
+    /// gateways: the exact limiter admits at most this many more than approximate mode over any
+    /// span: `2 × Q`, `Q = ⌈limit × sync_every ÷ period⌉` being one interval's refill.
+    ///
+    /// Why: a gateway whose share is used up does not deny: it syncs at once and the request
+    /// waits for that sync's answer (within its deadline). A gateway denies locally only when
+    /// the node itself answered "nothing left" (or denied a sync) less than one interval ago,
+    /// and a key denied so is synced at the interval's end, traffic or not; so the refill a
+    /// gateway has not yet learned is at most one interval's, `Q`. The second `Q`: units a
+    /// gateway admitted are charged on the node up to one interval later, and while they are
+    /// uncharged a bucket the node thinks full loses its refill to the capacity (the exact
+    /// limiter would have taken them at once and made room). Shares are not reservations: what
+    /// one gateway has not used is still in the node for the others. `0` when exact.
+    pub fn undershoot_bound(&self, _gateways: u32) -> u64 {
+        self.approx_quota().map_or(0, |q| q.saturating_mul(2))
     }
 }
 
@@ -206,6 +236,18 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// No answer yet: denied, nothing known (a placeholder until the node says).
+    pub(crate) fn unknown() -> Decision {
+        Decision {
+            allowed: false,
+            limit: 0,
+            remaining: 0,
+            retry_after_ms: -1,
+            reset_after_ms: 0,
+            source: Source::Approximate,
+        }
+    }
+
     /// The five integers of an `RL.CHECK` reply.
     pub fn fields(&self) -> [i64; 5] {
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -224,18 +266,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn overshoot_bound_is_gateways_times_interval_times_rate() {
-        // 1000/s synced every 50 ms: 50 per gateway per interval, 4 gateways: 200.
-        let l = Limit::new(1000, Duration::from_secs(1)).approximate(Duration::from_millis(50), 0);
-        assert_eq!(l.approx_quota(), Some(50));
-        assert_eq!(l.overshoot_bound(4), 200);
-        // sync_every_n caps the quota.
-        let l = l.approximate(Duration::from_millis(50), 20);
-        assert_eq!(l.overshoot_bound(4), 80);
-        // Rounded up, never zero: 10/min synced every 100 ms.
-        let l = Limit::new(10, Duration::from_secs(60)).approximate(Duration::from_millis(100), 0);
-        assert_eq!(l.approx_quota(), Some(1));
-        assert_eq!(Limit::new(10, Duration::from_secs(1)).overshoot_bound(8), 0);
+    fn shares_and_both_bounds() {
+        // 1000/min synced every 50 ms: Q = ⌈1000 × 0.05 ÷ 60⌉ = 1.
+        let min =
+            Limit::new(1000, Duration::from_secs(60)).approximate(Duration::from_millis(50), 0);
+        assert_eq!(min.approx_quota(), Some(1));
+        assert_eq!(min.approx_share(1000, 4), 250);
+        assert_eq!(min.approx_share(3, 4), 1, "at least min(remaining, Q)");
+        assert_eq!(min.approx_share(0, 4), 0);
+        assert_eq!(min.overshoot_bound(4), 1000);
+        assert_eq!(min.overshoot_bound(1), 1000);
+        assert_eq!(min.undershoot_bound(4), 2);
+        // 1000/s every 50 ms: Q = 50, the floor of every share.
+        let sec =
+            Limit::new(1000, Duration::from_secs(1)).approximate(Duration::from_millis(50), 0);
+        assert_eq!(sec.approx_share(120, 4), 50);
+        assert_eq!(sec.approx_share(30, 4), 30);
+        assert_eq!(sec.undershoot_bound(4), 100);
+        // sync_every_n caps the share, and so the overshoot.
+        let capped = sec.approximate(Duration::from_millis(50), 20);
+        assert_eq!(capped.approx_share(1000, 4), 20);
+        assert_eq!(capped.overshoot_bound(4), 80);
+        // Exact: no share, no bounds to speak of.
+        let exact = Limit::new(10, Duration::from_secs(1));
+        assert_eq!(
+            (exact.overshoot_bound(8), exact.undershoot_bound(8)),
+            (0, 0)
+        );
     }
 
     #[test]

@@ -32,8 +32,10 @@ impl<V> Expiring<V> {
 
     /// The live entry for `key` and its expiry; an expired one is removed.
     pub fn get_mut(&mut self, key: &[u8], now: Instant) -> Option<(&mut V, &mut Instant)> {
-        if self.map.get(key).is_some_and(|(_, exp)| *exp <= now) {
+        // One lookup for a miss (the common case of the blocked cache), two for a hit.
+        if self.map.get(key)?.1 <= now {
             self.map.remove(key);
+            return None;
         }
         self.map.get_mut(key).map(|(v, exp)| (v, exp))
     }

@@ -47,6 +47,9 @@ pub enum CallError {
     Timeout,
     /// The breaker is open: the call was not attempted.
     Open,
+    /// The node answered that it cannot decide now (`READONLY`, `LOADING`, `NOREPLICAS`,
+    /// `MASTERDOWN`, `CLUSTERDOWN`): see [`crate::client::cannot_answer`].
+    Unavailable,
 }
 
 /// Connection and breaker settings.
@@ -103,8 +106,49 @@ enum Breaker {
 
 struct Request {
     frame: Bytes,
-    reply: oneshot::Sender<Result<Value, CallError>>,
+    reply: Waiter,
 }
+
+/// Who gets the reply: one caller gets one decoded value; a batch of `n` commands gets its `n`
+/// replies as the bytes they came in (the sidecar forwards them as they are).
+enum Waiter {
+    One(oneshot::Sender<Result<Value, CallError>>),
+    Raw(RawWait),
+}
+
+/// A batch's replies as they come: where each found so far ends (scanned once, as bytes arrive).
+struct RawWait {
+    n: usize,
+    ends: Vec<usize>,
+    tx: oneshot::Sender<Result<RawBatch, CallError>>,
+}
+
+/// A batch's replies: the bytes of all of them, and where each one ends in them.
+#[derive(Debug)]
+pub struct RawBatch {
+    pub bytes: Bytes,
+    pub ends: Vec<usize>,
+}
+
+impl Waiter {
+    fn is_closed(&self) -> bool {
+        match self {
+            Waiter::One(tx) => tx.is_closed(),
+            Waiter::Raw(w) => w.tx.is_closed(),
+        }
+    }
+
+    fn fail(self, e: CallError) {
+        match self {
+            Waiter::One(tx) => drop(tx.send(Err(e))),
+            Waiter::Raw(w) => drop(w.tx.send(Err(e))),
+        }
+    }
+}
+
+/// The replies of a batch sent with [`Node::send_raw`], on their way.
+#[derive(Debug)]
+pub struct RawReplies(Option<oneshot::Receiver<Result<RawBatch, CallError>>>);
 
 /// A node's connection (a task on the runtime that made it) and its breaker. Dropping the last
 /// handle ends the task.
@@ -151,9 +195,49 @@ impl Node {
             return Err(CallError::Open);
         }
         let (reply, rx) = oneshot::channel();
+        let reply = Waiter::One(reply);
         let result = match self.tx.send(Request { frame, reply }) {
             Err(_) => Err(CallError::Down),
             Ok(()) => match timeout_at(deadline, rx).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(CallError::Down),
+                Err(_) => Err(CallError::Timeout),
+            },
+        };
+        self.record(result.is_ok());
+        result
+    }
+
+    /// Sends `n` encoded commands in one go; [`Node::wait_raw`] gets their replies, as bytes.
+    /// The batch is written whole, so its replies arrive together and in order.
+    pub fn send_raw(&self, frames: Bytes, n: usize) -> RawReplies {
+        if !self.admit(Instant::now()) {
+            return RawReplies(None);
+        }
+        let (tx, rx) = oneshot::channel();
+        let reply = Waiter::Raw(RawWait {
+            n,
+            ends: Vec::with_capacity(n),
+            tx,
+        });
+        match self.tx.send(Request {
+            frame: frames,
+            reply,
+        }) {
+            Ok(()) => RawReplies(Some(rx)),
+            Err(_) => RawReplies(None),
+        }
+    }
+
+    /// The replies of a [`Node::send_raw`] batch, all of them, by `deadline`.
+    pub async fn wait_raw(
+        &self,
+        replies: RawReplies,
+        deadline: Instant,
+    ) -> Result<RawBatch, CallError> {
+        let result = match replies.0 {
+            None => Err(CallError::Open),
+            Some(rx) => match timeout_at(deadline, rx).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(_)) => Err(CallError::Down),
                 Err(_) => Err(CallError::Timeout),
@@ -244,7 +328,7 @@ async fn refuse_for(wait: Duration, rx: &mut mpsc::UnboundedReceiver<Request>) -
             _ = &mut end => return true,
             r = rx.recv() => match r {
                 Some(req) => {
-                    let _ = req.reply.send(Err(CallError::Down));
+                    req.reply.fail(CallError::Down);
                 }
                 None => return false,
             },
@@ -263,13 +347,13 @@ async fn serve(
     options: &NodeOptions,
 ) -> Result<(), ()> {
     let (mut rd, mut wr) = stream.into_split();
-    let mut inflight: VecDeque<oneshot::Sender<Result<Value, CallError>>> = VecDeque::new();
+    let mut inflight: VecDeque<Waiter> = VecDeque::new();
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
     let mut progress = Instant::now();
-    let fail = |inflight: &mut VecDeque<oneshot::Sender<_>>, e: CallError| {
-        for tx in inflight.drain(..) {
-            let _ = tx.send(Err(e));
+    let fail = |inflight: &mut VecDeque<Waiter>, e: CallError| {
+        for w in inflight.drain(..) {
+            w.fail(e);
         }
         Err(())
     };
@@ -280,18 +364,8 @@ async fn serve(
                     Ok(0) | Err(_) => return fail(&mut inflight, CallError::Down),
                     Ok(_) => progress = Instant::now(),
                 }
-                loop {
-                    match value::decode(&mut rbuf) {
-                        Ok(Some(v)) => match inflight.pop_front() {
-                            Some(tx) => {
-                                let _ = tx.send(Ok(v));
-                            }
-                            // A reply nobody asked for: the stream is not what we think.
-                            None => return fail(&mut inflight, CallError::Garbage),
-                        },
-                        Ok(None) => break,
-                        Err(_) => return fail(&mut inflight, CallError::Garbage),
-                    }
+                if deliver(&mut rbuf, &mut inflight).is_err() {
+                    return fail(&mut inflight, CallError::Garbage);
                 }
             }
             req = rx.recv() => {
@@ -322,6 +396,45 @@ async fn serve(
             }
             _ = sleep_until(progress + options.stall), if !inflight.is_empty() => {
                 return fail(&mut inflight, CallError::Timeout);
+            }
+        }
+    }
+}
+
+/// Hands every complete reply at the front of `rbuf` to its waiter, in order. `Err` when the
+/// stream is not RESP or holds a reply nobody asked for.
+fn deliver(rbuf: &mut BytesMut, inflight: &mut VecDeque<Waiter>) -> Result<(), value::Garbage> {
+    loop {
+        match inflight.front() {
+            // A reply nobody asked for: the stream is not what we think.
+            None if !rbuf.is_empty() => return Err(value::Garbage),
+            None => return Ok(()),
+            Some(Waiter::One(_)) => match value::decode(rbuf)? {
+                Some(v) => {
+                    if let Some(Waiter::One(tx)) = inflight.pop_front() {
+                        let _ = tx.send(Ok(v));
+                    }
+                }
+                None => return Ok(()),
+            },
+            Some(Waiter::Raw(_)) => {
+                let Some(Waiter::Raw(w)) = inflight.front_mut() else {
+                    return Ok(());
+                };
+                while w.ends.len() < w.n {
+                    let at = w.ends.last().copied().unwrap_or(0);
+                    match crate::raw::reply_end(rbuf, at)? {
+                        Some(end) => w.ends.push(end),
+                        None => return Ok(()),
+                    }
+                }
+                if let Some(Waiter::Raw(w)) = inflight.pop_front() {
+                    let bytes = rbuf.split_to(w.ends.last().copied().unwrap_or(0)).freeze();
+                    let _ = w.tx.send(Ok(RawBatch {
+                        bytes,
+                        ends: w.ends,
+                    }));
+                }
             }
         }
     }

@@ -8,12 +8,22 @@
 //! ```text
 //! sluice proxy [--port 6390] (--upstream HOST:PORT[,...] | --sentinel HOST:PORT[,...] --master-name NAME)
 //!              [--bind 127.0.0.1] [--timeout-ms 20] [--gateways N] [--fail-mode open|closed|local]
+//!              [--requirepass PASS]
 //! ```
 //! One upstream is a single node; several are the seeds of a cluster. Commands: `RL.CHECK` (with
-//! `FAILMODE open|closed|local`, `SPLIT k`, `APPROX ms`, stripped before forwarding),
-//! `CL.THROTTLE` and `GCRA` (forwarded as they are), `RL.WHERE key`, `PING`, `ECHO`, `INFO`,
-//! `CLIENT`, `COMMAND`, `CONFIG GET`, `HELLO 2`, `SELECT 0`, `QUIT`. Anything else is an error
-//! naming the sidecar's commands.
+//! `FAILMODE open|closed|local`, `SPLIT k`, `APPROX ms`), `RL.HIT` and `RL.HITS` (each rule's
+//! fail mode when the node cannot answer), `RL.RULE GET|LIST|HISTORY`, `CL.THROTTLE` and `GCRA`
+//! (forwarded as they are), `RL.WHERE key`, `INFO`, and what clients send on connect (`HELLO 2|3`
+//! with `AUTH` and `SETNAME`, `AUTH`, `CLIENT ...`, `SELECT 0`, `READONLY`, `PING`, `ECHO`,
+//! `COMMAND`, `CONFIG GET`, `QUIT`, `RESET`). Anything else is an error naming the sidecar's
+//! commands.
+//!
+//! # Layout
+//! - `lib.rs`: flags, the listener, and dispatch of each request to what answers it.
+//! - `conn`: one connection's loop: a read's requests become one batch per node, replies are
+//!   forwarded as bytes in request order.
+//! - `session`: the connection commands the sidecar answers itself, in RESP2 or RESP3.
+//! - `rules`: the named rules learned from the nodes, for RL.HIT's fail modes.
 //!
 //! Why a crate of its own and not part of `sluice-client`: it is a program (a subcommand of the
 //! `sluice` binary) where the library is not; it reuses the node's request parser and reply
@@ -21,9 +31,8 @@
 //! clap out of the library.
 //!
 //! # Invariants
-//! - Each client connection is served by its own task, and each upstream call by its own task:
-//!   a slow upstream delays only the replies queued behind it on the same connection (RESP
-//!   order), never another client.
+//! - Each client connection is served by its own task; a slow upstream delays only the replies
+//!   queued behind it on the same connection (RESP order), never another client.
 //! - The sidecar runs on one thread (a current-thread runtime): a sidecar is one per gateway
 //!   host, and its CPU per check is what it costs.
 
@@ -31,15 +40,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::BytesMut;
-use sluice_client::{Client, Config, FailMode, Limit, Source, Topology};
-use sluice_resp::{Limits, Parser, Request, reply};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use bytes::{Bytes, BytesMut};
+use sluice_client::{Client, Config, Decision, FailMode, Limit, Quick, Source, Topology};
+use sluice_resp::Request;
+use sluice_resp::reply::{self, Proto};
+use tokio::net::TcpListener;
 
 use sluice_core::spec::{CheckArgs, SpecError};
+
+mod conn;
+mod rules;
+mod session;
+
+use conn::{Batch, PlainCheck, Then};
+use rules::{HitPlan, RuleBook, bucket_key};
 
 /// `sluice proxy` flags.
 #[derive(clap::Args, Debug, Clone)]
@@ -72,6 +86,9 @@ pub struct ProxyConfig {
     /// Most keys held in each local map (local buckets, blocked cache, approximate counters).
     #[arg(long, default_value_t = 100_000)]
     pub max_local_keys: usize,
+    /// Require clients to authenticate (AUTH or HELLO AUTH) with this password.
+    #[arg(long)]
+    pub requirepass: Option<String>,
 }
 
 impl ProxyConfig {
@@ -112,10 +129,25 @@ pub fn main(config: ProxyConfig) -> i32 {
     match runtime.block_on(run(config)) {
         Ok(()) => 0,
         Err(e) => {
-            sluice_log::log(&format!("fatal: {e}"));
+            sluice_log::log(&e);
             1
         }
     }
+}
+
+/// Binds the listening socket. A port another process listens on is refused with Redis's
+/// words (no `SO_REUSEPORT` here: the kernel refuses a second listener on the port).
+async fn listen(bind: &str, port: u16) -> Result<TcpListener, String> {
+    TcpListener::bind((bind, port)).await.map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::AddrInUse {
+            "Address already in use".to_string()
+        } else {
+            e.to_string()
+        };
+        format!(
+            "Warning: Could not create server TCP listening socket {bind}:{port}: bind: {why}\nFailed listening on port {port} (tcp), aborting."
+        )
+    })
 }
 
 /// Runs the sidecar until SIGTERM or SIGINT.
@@ -124,13 +156,14 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
     sluice_log::set_role(b'P');
     let client_config = config.client_config()?;
     let default_mode = FailMode::parse(config.fail_mode.as_bytes()).unwrap_or_default();
-    let listener = TcpListener::bind((config.bind.as_str(), config.port))
-        .await
-        .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
+    let listener = listen(&config.bind, config.port).await?;
     let client = Client::connect(client_config).await;
+    let rules = rules::start(&client);
     let state = Arc::new(Proxy {
         client,
         default_mode,
+        requirepass: config.requirepass.clone(),
+        rules,
         allowed: AtomicU64::new(0),
         denied: AtomicU64::new(0),
     });
@@ -144,12 +177,14 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
         config.gateways,
         default_mode.name()
     ));
+    let mut next_id = 0u64;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((stream, peer)) = accepted {
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve(stream, peer, state.clone()));
+                    next_id += 1;
+                    tokio::spawn(conn::serve(stream, peer, state.clone(), next_id));
                 }
             }
             _ = term.recv() => break,
@@ -161,247 +196,222 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
 }
 
 #[derive(Debug)]
-struct Proxy {
+pub(crate) struct Proxy {
     client: Client,
     default_mode: FailMode,
+    requirepass: Option<String>,
+    rules: Arc<RuleBook>,
     /// RL.CHECK answers (not DRY) that allowed and that denied, whatever their source.
     allowed: AtomicU64,
     denied: AtomicU64,
 }
 
-/// A reply, ready now or from an upstream call.
-enum Pending {
-    Ready(BytesMut),
-    Upstream(JoinHandle<BytesMut>),
-}
+const NOT_A_PROXY: &str = "this is sluice proxy, a rate-limit sidecar, not a general Redis proxy: it answers RL.CHECK, RL.HIT, RL.HITS, RL.RULE GET|LIST|HISTORY, CL.THROTTLE, GCRA, RL.WHERE, INFO and the connection commands (HELLO, AUTH, CLIENT, SELECT 0, READONLY, PING, ECHO, COMMAND, CONFIG GET, QUIT, RESET)";
 
-/// Serves one client: the reader parses and starts each request; the writer sends the replies
-/// in request order, as many as are ready in one write.
-async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Proxy>) {
-    let (mut rd, mut wr) = stream.into_split();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
-    let writer = tokio::spawn(async move {
-        let mut out = BytesMut::with_capacity(4096);
-        while let Some(first) = rx.recv().await {
-            let mut next = Some(first);
-            while let Some(p) = next.take() {
-                match p {
-                    Pending::Ready(b) => out.extend_from_slice(&b),
-                    Pending::Upstream(h) => match h.await {
-                        Ok(b) => out.extend_from_slice(&b),
-                        Err(_) => reply::error(&mut out, "ERR internal error"),
-                    },
-                }
-                next = rx.try_recv().ok();
-            }
-            if wr.write_all(&out).await.is_err() {
-                return;
-            }
-            out.clear();
+/// The key a request is routed by: RL.HIT's and RL.HITS's first bucket (`rule:subject`), a
+/// rule's name for RL.RULE, else the first argument.
+pub(crate) fn route_key(req: &Request) -> Bytes {
+    let arg = |i| req.arg_bytes(i).unwrap_or_default();
+    let name = req.arg(0).unwrap_or_default();
+    if name.eq_ignore_ascii_case(b"RL.HIT") {
+        Bytes::from(bucket_key(&arg(1), &arg(2)))
+    } else if name.eq_ignore_ascii_case(b"RL.HITS") {
+        if arg(1).eq_ignore_ascii_case(b"KEYS") {
+            arg(2)
+        } else {
+            Bytes::from(bucket_key(&arg(2), &arg(1)))
         }
-    });
-    let mut parser = Parser::new(Limits::default());
-    let mut buf = BytesMut::with_capacity(4096);
-    'conn: loop {
-        match rd.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        loop {
-            match parser.parse(&mut buf) {
-                Ok(Some(req)) => {
-                    let name = req.arg(0).unwrap_or_default();
-                    if sluice_resp::is_http_request(name) {
-                        sluice_log::log(&format!(
-                            "Possible SECURITY ATTACK detected: POST or Host: sent to the sidecar (Cross Protocol Scripting). Connection from {peer} aborted."
-                        ));
-                        break 'conn;
-                    }
-                    let quit = name.eq_ignore_ascii_case(b"QUIT");
-                    if tx.send(proxy.clone().handle(req)).is_err() || quit {
-                        break 'conn;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    let mut out = BytesMut::new();
-                    e.write_reply(&mut out);
-                    let _ = tx.send(Pending::Ready(out));
-                    break 'conn;
-                }
-            }
-        }
+    } else if name.eq_ignore_ascii_case(b"RL.RULE") {
+        arg(2)
+    } else {
+        arg(1)
     }
-    drop(tx);
-    let _ = writer.await;
 }
-
-fn error(msg: &str) -> Pending {
-    let mut out = BytesMut::new();
-    reply::error(&mut out, msg);
-    Pending::Ready(out)
-}
-
-fn ready(f: impl FnOnce(&mut BytesMut)) -> Pending {
-    let mut out = BytesMut::new();
-    f(&mut out);
-    Pending::Ready(out)
-}
-
-const NOT_A_PROXY: &str = "this is sluice proxy, a rate-limit sidecar, not a general Redis proxy: it answers RL.CHECK, CL.THROTTLE, GCRA, RL.WHERE, PING, ECHO, INFO, CLIENT, COMMAND, CONFIG GET, HELLO, SELECT 0 and QUIT";
 
 impl Proxy {
-    fn handle(self: Arc<Self>, req: Request) -> Pending {
-        let name = req.arg(0).unwrap_or_default().to_ascii_uppercase();
+    fn count(&self, d: &Decision) {
+        self.count_one(d.allowed);
+    }
+
+    fn count_one(&self, allowed: bool) {
+        let counter = if allowed { &self.allowed } else { &self.denied };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Puts a request that the connection layer did not answer into `batch`.
+    fn dispatch(self: &Arc<Self>, name: &[u8], req: &Request, proto: Proto, batch: &mut Batch) {
         let argc = req.len();
-        match name.as_slice() {
-            b"RL.CHECK" => self.rl_check(req),
-            b"CL.THROTTLE" | b"GCRA" => {
-                let Some(key) = req.arg_bytes(1) else {
-                    return error(&format!(
-                        "ERR wrong number of arguments for '{}' command",
-                        String::from_utf8_lossy(&name).to_lowercase()
-                    ));
-                };
-                Pending::Upstream(tokio::spawn(async move {
-                    let args: Vec<&[u8]> = req.args().collect();
-                    let mut out = BytesMut::new();
-                    match self.client.command(&key, &args).await {
-                        Ok(v) => v.write(&mut out),
-                        Err(e) => reply::error(
-                            &mut out,
-                            &format!(
-                                "TRYAGAIN upstream unavailable ({e:?}); fail modes apply to RL.CHECK only"
-                            ),
-                        ),
-                    }
-                    out
-                }))
+        match name {
+            b"RL.CHECK" => self.rl_check(req, batch),
+            b"CL.THROTTLE" | b"GCRA" if argc >= 2 => {
+                self.forward(req, Then::Raw { req: req.clone() }, batch)
             }
+            b"RL.HIT" if argc >= 3 => self.hits(req, false, batch),
+            b"RL.HITS" if argc >= 3 => self.hits(req, true, batch),
+            b"RL.RULE" if argc >= 2 => self.rule(req, batch),
             b"RL.WHERE" if argc == 2 => {
                 let owner = self.client.owner(req.arg(1).unwrap_or_default());
-                ready(|out| match owner {
+                batch.ready(|out| match owner {
                     Some(a) => reply::bulk(out, a.as_bytes()),
-                    None => reply::null(out, reply::Proto::Resp2),
+                    None => reply::null(out, proto),
                 })
             }
-            b"PING" if argc <= 2 => ready(|out| match req.arg(1) {
-                Some(m) => reply::bulk(out, m),
-                None => reply::simple(out, "PONG"),
-            }),
-            b"ECHO" if argc == 2 => ready(|out| reply::bulk(out, req.arg(1).unwrap_or_default())),
-            b"INFO" => ready(|out| reply::bulk(out, self.info().as_bytes())),
-            b"QUIT" => ready(|out| reply::simple(out, "OK")),
-            b"SELECT" if argc == 2 && req.arg(1) == Some(b"0") => {
-                ready(|out| reply::simple(out, "OK"))
+            b"INFO" => {
+                let text = self.info();
+                batch.ready(|out| reply::verbatim(out, proto, "txt", text.as_bytes()))
             }
-            b"HELLO" => match req.arg(1) {
-                None | Some(b"2") => ready(|out| {
-                    reply::array(out, 14);
-                    for (k, v) in [
-                        ("server", "sluice-proxy"),
-                        ("version", env!("CARGO_PKG_VERSION")),
-                    ] {
-                        reply::bulk(out, k.as_bytes());
-                        reply::bulk(out, v.as_bytes());
-                    }
-                    reply::bulk(out, b"proto");
-                    reply::integer(out, 2);
-                    reply::bulk(out, b"id");
-                    reply::integer(out, 1);
-                    for (k, v) in [("mode", "standalone"), ("role", "master")] {
-                        reply::bulk(out, k.as_bytes());
-                        reply::bulk(out, v.as_bytes());
-                    }
-                    reply::bulk(out, b"modules");
-                    reply::array(out, 0);
-                }),
-                Some(_) => error("NOPROTO sluice proxy speaks RESP2 only"),
-            },
-            b"CLIENT" => {
-                let sub = req.arg(1).unwrap_or_default().to_ascii_uppercase();
-                match sub.as_slice() {
-                    b"SETNAME" | b"SETINFO" | b"NO-EVICT" | b"NO-TOUCH" | b"REPLY" => {
-                        ready(|out| reply::simple(out, "OK"))
-                    }
-                    b"GETNAME" => ready(|out| reply::null(out, reply::Proto::Resp2)),
-                    b"ID" => ready(|out| reply::integer(out, 1)),
-                    _ => error(
-                        "ERR sluice proxy answers CLIENT SETNAME, SETINFO, GETNAME and ID only",
-                    ),
-                }
-            }
-            b"COMMAND" => {
-                let sub = req.arg(1).unwrap_or_default().to_ascii_uppercase();
-                match sub.as_slice() {
-                    b"COUNT" => ready(|out| reply::integer(out, 0)),
-                    _ => ready(|out| reply::array(out, 0)),
-                }
-            }
-            b"CONFIG" if req.arg(1).is_some_and(|s| s.eq_ignore_ascii_case(b"GET")) => {
-                // What redis-benchmark asks at start; nothing else is configurable here.
-                let wanted = req.arg(2).unwrap_or_default().to_ascii_lowercase();
-                ready(|out| match wanted.as_slice() {
-                    b"save" | b"appendonly" => {
-                        reply::array(out, 2);
-                        reply::bulk(out, &wanted);
-                        reply::bulk(out, if wanted == b"save" { b"" } else { b"no" });
-                    }
-                    _ => reply::array(out, 0),
-                })
-            }
-            _ => error(&format!(
+            b"CL.THROTTLE" | b"GCRA" | b"RL.HIT" | b"RL.HITS" | b"RL.RULE" | b"RL.WHERE" => batch
+                .error(&format!(
+                    "ERR wrong number of arguments for '{}' command",
+                    String::from_utf8_lossy(name).to_lowercase()
+                )),
+            _ => batch.error(&format!(
                 "ERR unknown command '{}': {NOT_A_PROXY}",
                 String::from_utf8_lossy(req.arg(0).unwrap_or_default())
             )),
         }
     }
 
-    /// `RL.CHECK key limit period [BURST n] [COST n] [ALGO a] [DRY] [FAILMODE m] [SPLIT k]
-    /// [APPROX ms]`: the gateway options are taken here and stripped; `DRY` goes to the node as
-    /// is (it changes nothing, so no gateway option applies to it).
-    fn rl_check(self: Arc<Self>, req: Request) -> Pending {
-        let parsed = match parse_rl_check(&req, self.default_mode) {
-            Ok(p) => p,
-            Err(e) => return error(&e),
-        };
-        Pending::Upstream(tokio::spawn(async move {
-            let mut out = BytesMut::new();
-            let (key, limit, cost, dry) = parsed;
-            if dry {
-                let mut args: Vec<&[u8]> = vec![b"RL.CHECK"];
-                args.extend(req.args_from(1).take(3));
-                let (l, p, c) = (
-                    limit.burst.map(|b| b.to_string()),
-                    limit.algo.name(),
-                    cost.to_string(),
-                );
-                if let Some(b) = &l {
-                    args.extend([&b"BURST"[..], b.as_bytes()]);
-                }
-                args.extend([&b"COST"[..], c.as_bytes(), b"ALGO", p.as_bytes(), b"DRY"]);
-                match self.client.command(&key, &args).await {
-                    Ok(v) => v.write(&mut out),
-                    Err(e) => {
-                        reply::error(&mut out, &format!("TRYAGAIN upstream unavailable ({e:?})"))
+    /// To the owner of the request's key, or through the library's path when no owner is known.
+    fn forward(self: &Arc<Self>, req: &Request, then: Then, batch: &mut Batch) {
+        let key = route_key(req);
+        match batch.node_for(&self.client, &key) {
+            Some(node) => batch.upstream(node, req, then),
+            None => {
+                let (proxy, req) = (self.clone(), req.clone());
+                batch.task(tokio::spawn(async move {
+                    let mut out = BytesMut::new();
+                    let args: Vec<&[u8]> = req.args().collect();
+                    match proxy.client.command(&key, &args).await {
+                        Ok(v) => v.write(&mut out),
+                        Err(e) => reply::error(
+                            &mut out,
+                            &format!("TRYAGAIN the node cannot answer now ({e:?})"),
+                        ),
                     }
-                }
-                return out;
+                    out
+                }));
             }
-            match self.client.check(&key, &limit, cost).await {
+        }
+    }
+
+    /// `RL.CHECK key limit period [BURST n] [COST n] [ALGO a] [DRY] [FAILMODE m] [SPLIT k]
+    /// [APPROX ms]`. A plain check goes to the node as it came (a node accepts and ignores the
+    /// gateway options); `APPROX` and `SPLIT` take the library's path; `DRY` is forwarded.
+    fn rl_check(self: &Arc<Self>, req: &Request, batch: &mut Batch) {
+        // The common case, without parsing the arguments here (the node does): a multibulk
+        // check with no sidecar-side option, on a key not in the blocked cache.
+        if let (Some(frame), Some(key)) = (req.wire_frame(), req.arg_bytes(1))
+            && is_plain_check(req)
+            && !self.client.is_blocked(&key)
+            && let Some(node) = batch.node_for(&self.client, &key)
+        {
+            let check = PlainCheck::Frame(frame.clone());
+            return batch.upstream(node, req, Then::Check { key, check });
+        }
+        let (key, limit, cost, dry) = match parse_rl_check(req, self.default_mode) {
+            Ok(p) => p,
+            Err(e) => return batch.error(&e),
+        };
+        if dry {
+            return self.forward(req, Then::Raw { req: req.clone() }, batch);
+        }
+        if limit.approximate.is_none() && limit.sub_keys() == 1 {
+            if let Some(d) = self.client.cached_denial(&key, &limit) {
+                self.count(&d);
+                return batch.ready(|out| reply::int_array(out, &d.fields()));
+            }
+            if let Some(node) = batch.node_for(&self.client, &key) {
+                let check = PlainCheck::Parsed(limit, cost);
+                return batch.upstream(node, req, Then::Check { key, check });
+            }
+        }
+        // APPROX, SPLIT, or no owner known yet: the library's path, on a task only if it waits.
+        let later = match self.client.check_now(&key, &limit, cost) {
+            Quick::Now(d) => {
+                self.count(&d);
+                return batch.ready(|out| reply::int_array(out, &d.fields()));
+            }
+            Quick::Later(later) => later,
+        };
+        let proxy = self.clone();
+        batch.task(tokio::spawn(async move {
+            let mut out = BytesMut::new();
+            match proxy.client.check_later(&key, &limit, cost, later).await {
                 Ok(d) => {
-                    let counter = if d.allowed {
-                        &self.allowed
-                    } else {
-                        &self.denied
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    reply::int_array(&mut out, &d.fields())
+                    proxy.count(&d);
+                    reply::int_array(&mut out, &d.fields());
                 }
                 Err(e) => reply::error(&mut out, &e.0),
             }
             out
-        }))
+        }));
+    }
+
+    /// `RL.HIT name subject [COST n]`, `RL.HITS subject rule... [COST n]`, `RL.HITS KEYS key
+    /// limit period... [COST n]`: forwarded; the plan says what each rule's fail mode answers.
+    fn hits(self: &Arc<Self>, req: &Request, multi: bool, batch: &mut Batch) {
+        let args: Vec<&[u8]> = req.args_from(1).collect();
+        let (body, cost) = match args.len() {
+            n if n >= 2 && args[n - 2].eq_ignore_ascii_case(b"COST") => (
+                &args[..n - 2],
+                sluice_core::spec::parse_u64(args[n - 1]).unwrap_or(1),
+            ),
+            _ => (&args[..], 1),
+        };
+        let checks = if !multi {
+            self.rule_checks(body.get(1).copied().unwrap_or_default(), &body[..1])
+        } else if body
+            .first()
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"KEYS"))
+        {
+            keys_checks(&body[1..], self.default_mode)
+        } else {
+            self.rule_checks(body.first().copied().unwrap_or_default(), &body[1..])
+        };
+        let then = match checks {
+            Some(checks) if !checks.is_empty() => Then::Hits {
+                plan: HitPlan {
+                    checks,
+                    cost,
+                    multi,
+                },
+                req: req.clone(),
+            },
+            // A rule the sidecar does not know, or arguments the node will refuse itself.
+            _ => Then::Raw { req: req.clone() },
+        };
+        self.forward(req, then, batch);
+    }
+
+    /// The checks of `subject` under each named rule; `None` if one is not known here.
+    fn rule_checks(&self, subject: &[u8], names: &[&[u8]]) -> Option<Vec<rules::Check>> {
+        names
+            .iter()
+            .map(|name| {
+                let rule = self.rules.get(name)?;
+                Some((
+                    bucket_key(name, subject),
+                    name.to_vec(),
+                    rule.limit,
+                    rule.shadow,
+                ))
+            })
+            .collect()
+    }
+
+    /// `RL.RULE GET|LIST|HISTORY`: read from a node (the one that owns the name's slot);
+    /// rules are written on the nodes, or in their rules file or etcd.
+    fn rule(self: &Arc<Self>, req: &Request, batch: &mut Batch) {
+        let sub = req.arg(1).unwrap_or_default().to_ascii_uppercase();
+        match sub.as_slice() {
+            b"GET" => self.forward(req, Then::RuleGet { req: req.clone() }, batch),
+            b"LIST" | b"HISTORY" => self.forward(req, Then::Raw { req: req.clone() }, batch),
+            _ => batch.error(&format!(
+                "ERR sluice proxy reads rules (RL.RULE GET, LIST, HISTORY); '{}' is done on the nodes, or in their rules file or etcd",
+                String::from_utf8_lossy(&sub)
+            )),
+        }
     }
 
     fn info(&self) -> String {
@@ -410,12 +420,13 @@ impl Proxy {
         let c = &self.client;
         let _ = write!(
             s,
-            "proxy_version:{}\r\ntopology:{:?}\r\ndeadline_ms:{}\r\ngateways:{}\r\ndefault_fail_mode:{}\r\n",
+            "proxy_version:{}\r\ntopology:{:?}\r\ndeadline_ms:{}\r\ngateways:{}\r\ndefault_fail_mode:{}\r\nrules_known:{}\r\nloading:0\r\n",
             env!("CARGO_PKG_VERSION"),
             c.config().topology,
             c.config().deadline.as_millis(),
             c.config().gateways,
-            self.default_mode.name()
+            self.default_mode.name(),
+            self.rules.len()
         );
         s.push_str("\r\n# Upstreams\r\n");
         for (i, u) in c.upstreams().iter().enumerate() {
@@ -444,9 +455,38 @@ impl Proxy {
     }
 }
 
+/// `RL.HITS KEYS key limit period ...`: plain buckets with the sidecar's default fail mode;
+/// `None` if a triple does not parse (the node will say why).
+fn keys_checks(triples: &[&[u8]], mode: FailMode) -> Option<Vec<rules::Check>> {
+    if triples.is_empty() || !triples.len().is_multiple_of(3) {
+        return None;
+    }
+    triples
+        .chunks(3)
+        .map(|t| {
+            let limit = sluice_core::spec::parse_u64(t[1]).filter(|&l| l > 0)?;
+            let period = sluice_core::spec::parse_period(t[2]).ok()?;
+            let limit = Limit::new(limit, Duration::from_nanos(period.0)).fail_mode(mode);
+            Some((t[0].to_vec(), t[0].to_vec(), limit, false))
+        })
+        .collect()
+}
+
+/// An RL.CHECK the node can answer as it is: key, limit and period, and none of the options
+/// that change what the sidecar does (`DRY` is forwarded, `APPROX` and `SPLIT` are the
+/// library's). An option's value is a number or a name, never one of these words.
+fn is_plain_check(req: &Request) -> bool {
+    req.len() >= 4
+        && !req.args_from(4).any(|a| {
+            a.eq_ignore_ascii_case(b"DRY")
+                || a.eq_ignore_ascii_case(b"APPROX")
+                || a.eq_ignore_ascii_case(b"SPLIT")
+        })
+}
+
 type Parsed = (bytes::Bytes, Limit, u64, bool);
 
-fn parse_rl_check(req: &Request, default_mode: FailMode) -> Result<Parsed, String> {
+pub(crate) fn parse_rl_check(req: &Request, default_mode: FailMode) -> Result<Parsed, String> {
     let err = |e: SpecError| format!("ERR {e}");
     let key = req.arg_bytes(1).ok_or_else(|| err(SpecError::Arity))?;
     let spec = CheckArgs::parse(req.args_from(2)).map_err(err)?;

@@ -174,6 +174,9 @@ pub struct Request {
     /// allocated once, and indexing it needs no inline-or-heap branch.
     args: Vec<(usize, usize)>,
     inline: bool,
+    /// `frame` is a whole multibulk frame as it arrived (not an inline line, nor arguments
+    /// joined by `from_args`).
+    wire: bool,
 }
 
 impl Request {
@@ -190,6 +193,7 @@ impl Request {
             frame: Bytes::from(frame),
             args: offsets,
             inline: false,
+            wire: false,
         }
     }
 
@@ -198,6 +202,7 @@ impl Request {
     pub fn clear(&mut self) {
         self.frame = Bytes::new();
         self.args.clear();
+        self.wire = false;
     }
 
     /// How many arguments, the command name included.
@@ -232,6 +237,13 @@ impl Request {
     pub fn arg_bytes(&self, i: usize) -> Option<Bytes> {
         let &(offset, len) = self.args.get(i)?;
         Some(self.frame.slice(offset..offset + len))
+    }
+
+    /// The whole multibulk frame as it arrived (`*N\r\n$len\r\narg\r\n...`), for a proxy
+    /// that forwards the request unchanged; `None` for an inline command or a request made
+    /// with [`Request::from_args`].
+    pub fn wire_frame(&self) -> Option<&Bytes> {
+        self.wire.then_some(&self.frame)
     }
 
     /// Whether this came as an inline command rather than a multibulk frame.
@@ -393,6 +405,7 @@ impl Parser {
                         if let Some(frame_len) = self.whole_multibulk(buf, request) {
                             request.frame = buf.split_to(frame_len).freeze();
                             request.inline = false;
+                            request.wire = true;
                             return Ok(true);
                         }
                         // From here on this frame takes the general, incremental path, so the
@@ -603,6 +616,7 @@ impl Parser {
             request.args.clear();
             request.args.extend_from_slice(&self.offsets);
             request.inline = inline;
+            request.wire = !inline;
         }
         self.reset();
         has_args
@@ -682,6 +696,25 @@ pub fn string2ll(s: &[u8]) -> Option<i64> {
         Some((v as i64).wrapping_neg())
     } else {
         i64::try_from(v).ok()
+    }
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use super::*;
+
+    #[test]
+    fn a_multibulk_frame_is_kept_whole_and_an_inline_one_is_not() {
+        let mut p = Parser::new(Limits::default());
+        let mut buf = BytesMut::from(&b"*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\nECHO hi\r\n"[..]);
+        let r = p.parse(&mut buf).unwrap().unwrap();
+        assert_eq!(
+            r.wire_frame().map(|f| &f[..]),
+            Some(&b"*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n"[..])
+        );
+        let r = p.parse(&mut buf).unwrap().unwrap();
+        assert!(r.is_inline() && r.wire_frame().is_none());
+        assert!(Request::from_args(&["ECHO", "hi"]).wire_frame().is_none());
     }
 }
 

@@ -1,0 +1,139 @@
+//! Approximate mode against the exact limiter, over the same traffic at the same moments:
+//! 1000/s, 1000/min and 1000/h, through 1 and through 4 real `sluice proxy` sidecars
+//! (`--gateways N`). Each gateway sends, every 50 ms, a pipeline of 100 `RL.CHECK ... APPROX 50`
+//! to its sidecar and the same pipeline without APPROX straight to the node on a twin key.
+//!
+//! What is asserted, per case:
+//! - exact − undershoot_bound − slack ≤ approximate allowed ≤ exact + overshoot_bound + slack,
+//!   with the bounds `sluice_client::Limit` computes (and prints), and `slack` the refill of one
+//!   round, 50 ms unless the machine fell behind (the two sides send a few ms apart inside each
+//!   round);
+//! - the node served at least 10× fewer calls for the approximate key than for the exact one
+//!   (counted on the node: everything the sidecars sent it, rule refreshes included).
+
+use std::time::{Duration, Instant};
+
+use sluice_client::Limit;
+use sluice_tests::{Sluice, info_field};
+
+const ROUNDS: u32 = 40;
+const ROUND: Duration = Duration::from_millis(50);
+const PIPELINE: usize = 100;
+const APPROX_MS: u64 = 50;
+
+struct Outcome {
+    approx_allowed: u64,
+    exact_allowed: u64,
+    approx_calls: u64,
+    exact_calls: u64,
+    /// The longest round (50 ms unless the machine fell behind the pacing).
+    longest_round: Duration,
+}
+
+/// Sends the traffic of one case and counts what each side allowed.
+fn run_case(node: &Sluice, proxies: &[Sluice], limit: u64, period: &str, tag: &str) -> Outcome {
+    let approx_key = format!("approx:{tag}");
+    let exact_key = format!("exact:{tag}");
+    let before = info_field(node.port, "total_commands_processed").unwrap();
+    let started = Instant::now();
+    let handles: Vec<_> = proxies
+        .iter()
+        .map(|p| {
+            let (mut side, mut direct) = (p.client(), node.client());
+            let (ak, ek, period) = (approx_key.clone(), exact_key.clone(), period.to_string());
+            std::thread::spawn(move || {
+                let (mut a, mut e) = (0u64, 0u64);
+                let mut longest = Duration::ZERO;
+                for round in 0..ROUNDS {
+                    let round_start = Instant::now();
+                    let mut pa = redis::pipe();
+                    let mut pe = redis::pipe();
+                    for _ in 0..PIPELINE {
+                        let args = [limit.to_string(), period.clone()];
+                        pa.cmd("RL.CHECK")
+                            .arg(&ak)
+                            .arg(&args)
+                            .arg(&["APPROX", &APPROX_MS.to_string()]);
+                        pe.cmd("RL.CHECK").arg(&ek).arg(&args);
+                    }
+                    let ra: Vec<Vec<i64>> = pa.query(&mut side).expect("approximate pipeline");
+                    let re: Vec<Vec<i64>> = pe.query(&mut direct).expect("exact pipeline");
+                    a += ra.iter().filter(|r| r[0] == 1).count() as u64;
+                    e += re.iter().filter(|r| r[0] == 1).count() as u64;
+                    // Paced traffic: the next round starts on its 50 ms tick (bounded: 40 rounds).
+                    let next = started + ROUND * (round + 1);
+                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                    longest = longest.max(round_start.elapsed());
+                }
+                (a, e, longest)
+            })
+        })
+        .collect();
+    let (mut approx_allowed, mut exact_allowed, mut longest_round) = (0, 0, ROUND);
+    for h in handles {
+        let (a, e, longest) = h.join().unwrap();
+        approx_allowed += a;
+        exact_allowed += e;
+        longest_round = longest_round.max(longest);
+    }
+    // The sidecars' last syncs land within one interval; then count what reached the node
+    // (minus the exact checks and this INFO itself).
+    std::thread::sleep(Duration::from_millis(APPROX_MS * 3));
+    let after = info_field(node.port, "total_commands_processed").unwrap();
+    let exact_calls = ROUNDS as u64 * PIPELINE as u64 * proxies.len() as u64;
+    Outcome {
+        approx_allowed,
+        exact_allowed,
+        approx_calls: after - before - 1 - exact_calls,
+        exact_calls,
+        longest_round,
+    }
+}
+
+#[test]
+fn approximate_mode_stays_within_both_bounds_of_the_exact_limiter_and_saves_10x_calls() {
+    let mut report = Vec::new();
+    for gateways in [1u32, 4] {
+        let node = Sluice::start();
+        let upstream = format!("127.0.0.1:{}", node.port);
+        let g = gateways.to_string();
+        let proxies: Vec<Sluice> = (0..gateways)
+            .map(|_| Sluice::start_proxy(&["--upstream", &upstream, "--gateways", &g]))
+            .collect();
+        for (period, secs) in [("1s", 1u64), ("1m", 60), ("1h", 3600)] {
+            let limit = Limit::new(1000, Duration::from_secs(secs))
+                .approximate(Duration::from_millis(APPROX_MS), 0);
+            let (over, under) = (
+                limit.overshoot_bound(gateways),
+                limit.undershoot_bound(gateways),
+            );
+            let o = run_case(&node, &proxies, 1000, period, &format!("{g}:{period}"));
+            // The two sides send a few ms apart inside a round: one round's refill.
+            let slack = (1000 * o.longest_round.as_millis() as u64).div_ceil(secs * 1000);
+            let line = format!(
+                "1000/{period} via {gateways} sidecar(s): approximate allowed {} vs exact {} (bounds -{under}/+{over}, slack {slack}); node calls {} vs {} ({:.0}x fewer)",
+                o.approx_allowed,
+                o.exact_allowed,
+                o.approx_calls,
+                o.exact_calls,
+                o.exact_calls as f64 / o.approx_calls.max(1) as f64
+            );
+            eprintln!("{line}");
+            report.push((line, o, over, under, slack));
+        }
+    }
+    for (line, o, over, under, slack) in &report {
+        assert!(
+            o.approx_allowed + under + slack >= o.exact_allowed,
+            "undershoot past its bound: {line}"
+        );
+        assert!(
+            o.approx_allowed <= o.exact_allowed + over + slack,
+            "overshoot past its bound: {line}"
+        );
+        assert!(
+            o.approx_calls * 10 <= o.exact_calls,
+            "less than 10x: {line}"
+        );
+    }
+}
