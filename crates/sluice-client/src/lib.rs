@@ -27,6 +27,8 @@
 //! - [`raw`]: where a reply ends and RL.CHECK's fields, read in place (the sidecar's batches).
 //! - [`limit`]: [`Limit`] and its options, [`Decision`] and its [`Source`], approximate mode's
 //!   shares and bounds.
+//! - [`lease`]: in-flight leases, [`Client::acquire`] and the [`Lease`] guard that releases
+//!   when dropped, with the fail modes.
 //! - [`client`]: [`Client`]: routing (single node, cluster slots and MOVED, Sentinel), the
 //!   check path, and its pieces for the sidecar's batches.
 //! - `local` (private): the bounded, expiring maps behind the local buckets, the blocked cache
@@ -43,12 +45,14 @@
 //!   `Config::max_local_keys`.
 
 pub mod client;
+pub mod lease;
 pub mod limit;
 mod local;
 pub mod node;
 pub mod raw;
 
 pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream, cannot_answer};
+pub use lease::{Concurrency, Lease, LeaseDecision};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};
 pub use node::{BreakerState, CallError, Node, NodeOptions, RawBatch, RawReplies};
 pub use sluice_core::Algo;
