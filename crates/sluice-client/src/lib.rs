@@ -30,7 +30,9 @@
 //! - [`lease`]: in-flight leases, [`Client::acquire`] and the [`Lease`] guard that releases
 //!   when dropped, with the fail modes.
 //! - [`client`]: [`Client`]: routing (single node, cluster slots and MOVED, Sentinel), the
-//!   check path, and its pieces for the sidecar's batches.
+//!   check path, and its pieces for the sidecar's batches; `client::approx` (private):
+//!   approximate mode's shares, syncs and waits, and the check's first step taken without
+//!   waiting ([`Quick`]).
 //! - `local` (private): the bounded, expiring maps behind the local buckets, the blocked cache
 //!   and approximate counting.
 //!
