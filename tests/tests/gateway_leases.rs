@@ -25,7 +25,11 @@ fn in_flight(node: &Sluice, key: &str) -> i64 {
     let (redis::Value::Int(n), redis::Value::Int(id)) = (&r[2], &r[4]) else {
         panic!("{r:?}");
     };
-    let _: i64 = redis::cmd("RL.RELEASE").arg(key).arg(*id).query(&mut c).unwrap();
+    let _: i64 = redis::cmd("RL.RELEASE")
+        .arg(key)
+        .arg(*id)
+        .query(&mut c)
+        .unwrap();
     n - 1
 }
 
@@ -103,24 +107,130 @@ fn fail_modes_when_the_node_is_gone() {
         let open = Concurrency::new(4, Duration::from_secs(1)).fail_mode(FailMode::Open);
         let (d, l) = client.acquire(b"k", &open).await.unwrap();
         assert!(d.allowed && d.source == Source::FailOpen, "{d:?}");
-        assert_eq!(l.as_ref().and_then(|l| l.id()), None);
+        assert_eq!(
+            l.as_ref().map(|l| l.id()),
+            Some(0),
+            "fail mode open's lease is id 0"
+        );
 
         let closed = Concurrency::new(4, Duration::from_secs(1)).fail_mode(FailMode::Closed);
         let (d, l) = client.acquire(b"k", &closed).await.unwrap();
-        assert!(!d.allowed && d.source == Source::FailClosed && l.is_none(), "{d:?}");
+        assert!(
+            !d.allowed && d.source == Source::FailClosed && l.is_none(),
+            "{d:?}"
+        );
 
         let local = Concurrency::new(4, Duration::from_secs(1)).fail_mode(FailMode::Local);
         let (a, la) = client.acquire(b"k", &local).await.unwrap();
         let (b, lb) = client.acquire(b"k", &local).await.unwrap();
         let (c, lc) = client.acquire(b"k", &local).await.unwrap();
-        assert!(a.allowed && b.allowed && !c.allowed && lc.is_none(), "{a:?} {b:?} {c:?}");
+        assert!(
+            a.allowed && b.allowed && !c.allowed && lc.is_none(),
+            "{a:?} {b:?} {c:?}"
+        );
         assert_eq!(c.source, Source::LocalBucket);
         // Another key has slots of its own.
         let (other, _lo) = client.acquire(b"other", &local).await.unwrap();
         assert!(other.allowed);
         drop(la);
         let (again, lagain) = client.acquire(b"k", &local).await.unwrap();
-        assert!(again.allowed && lagain.is_some(), "a dropped local lease kept its slot");
+        assert!(
+            again.allowed && lagain.is_some(),
+            "a dropped local lease kept its slot"
+        );
         drop(lb);
     });
+}
+
+/// `RL.ACQUIRE key max ttl` through the sidecar: the node's reply, field for field.
+fn acquire_via(
+    c: &mut redis::Connection,
+    key: &str,
+    max: u64,
+    ttl: &str,
+) -> (i64, i64, Option<i64>) {
+    let r: Vec<redis::Value> = redis::cmd("RL.ACQUIRE")
+        .arg(key)
+        .arg(max)
+        .arg(ttl)
+        .query(c)
+        .unwrap();
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(n) => Some(*n),
+        _ => None,
+    };
+    (int(&r[0]).unwrap(), int(&r[2]).unwrap(), int(&r[4]))
+}
+
+fn release_via(c: &mut redis::Connection, key: &str, id: i64) -> i64 {
+    redis::cmd("RL.RELEASE").arg(key).arg(id).query(c).unwrap()
+}
+
+/// Through `sluice proxy`: acquire, renew and release reach the node; with the node gone,
+/// `--fail-mode local` holds `max ÷ gateways` leases per key in the sidecar (released and renewed
+/// by their ids through it), and `--fail-mode closed` denies.
+#[test]
+fn leases_through_the_sidecar_and_its_fail_modes() {
+    let mut node = Sluice::start();
+    let upstream = format!("127.0.0.1:{}", node.port);
+    let local = Sluice::start_proxy(&[
+        "--upstream",
+        &upstream,
+        "--fail-mode",
+        "local",
+        "--gateways",
+        "2",
+    ]);
+    let closed = Sluice::start_proxy(&["--upstream", &upstream, "--fail-mode", "closed"]);
+    let mut c = local.client();
+    let (allowed, held, id) = acquire_via(&mut c, "job", 3, "30s");
+    assert_eq!((allowed, held), (1, 1));
+    let id = id.expect("a lease id");
+    assert!(id > 0, "a node's id");
+    assert_eq!(in_flight(&node, "job"), 1, "the lease is on the node");
+    let renewed: i64 = redis::cmd("RL.RENEW")
+        .arg("job")
+        .arg(id)
+        .arg("1m")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(renewed, 1);
+    assert_eq!(release_via(&mut c, "job", id), 1);
+    assert_eq!(release_via(&mut c, "job", id), 0, "released twice");
+    let e = redis::cmd("RL.ACQUIRE")
+        .arg("job")
+        .arg(0)
+        .arg("1s")
+        .query::<redis::Value>(&mut c);
+    assert!(
+        format!("{e:?}").contains("max must be an integer from 1 to 10000"),
+        "{e:?}"
+    );
+
+    node.signal(libc::SIGKILL);
+    assert!(node.wait_exit(Duration::from_secs(10)).is_some());
+    // Local: 4 ÷ 2 gateways = 2 leases of "job" here.
+    let (a, _, ida) = acquire_via(&mut c, "job", 4, "30s");
+    let (b, _, idb) = acquire_via(&mut c, "job", 4, "30s");
+    let (third, n, none) = acquire_via(&mut c, "job", 4, "30s");
+    assert_eq!((a, b, third, n, none), (1, 1, 0, 2, None));
+    let (ida, idb) = (ida.unwrap(), idb.unwrap());
+    assert!(
+        ida < 0 && idb < 0 && ida != idb,
+        "local ids have the top bit set: {ida} {idb}"
+    );
+    let renewed: i64 = redis::cmd("RL.RENEW")
+        .arg("job")
+        .arg(ida)
+        .arg("1m")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(renewed, 1);
+    assert_eq!(release_via(&mut c, "job", ida), 1);
+    let (again, _, _) = acquire_via(&mut c, "job", 4, "30s");
+    assert_eq!(again, 1, "a released local lease freed its slot");
+    // Closed: denied.
+    let mut cc = closed.client();
+    let (denied, _, none) = acquire_via(&mut cc, "job", 4, "30s");
+    assert_eq!((denied, none), (0, None));
 }

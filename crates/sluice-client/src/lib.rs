@@ -54,7 +54,7 @@ pub mod node;
 pub mod raw;
 
 pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream, cannot_answer};
-pub use lease::{Concurrency, Lease, LeaseDecision};
+pub use lease::{Concurrency, Lease, LeaseDecision, LocalLeases};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};
 pub use node::{BreakerState, CallError, Node, NodeOptions, RawBatch, RawReplies};
 pub use sluice_core::Algo;

@@ -25,6 +25,30 @@
 
 use crate::{CheckError, Nanos};
 
+/// The longest `ttl` a lease may have: a lease outliving its gateway by more is a leak, and
+/// work that runs longer renews.
+pub const LEASE_TTL_MAX: Nanos = Nanos::from_secs(86_400);
+
+/// `max` as `RL.ACQUIRE` takes it: an integer from 1 to [`LEASE_MAX`]; the error names both.
+pub fn parse_max(arg: &[u8]) -> Result<u64, String> {
+    crate::spec::positive(arg)
+        .filter(|&m| m <= LEASE_MAX)
+        .ok_or_else(|| format!("ERR max must be an integer from 1 to {LEASE_MAX}"))
+}
+
+/// `ttl` as `RL.ACQUIRE` and `RL.RENEW` take it: a duration as `period` is, at most a day.
+pub fn parse_ttl(arg: &[u8]) -> Result<Nanos, &'static str> {
+    match crate::spec::parse_period(arg) {
+        Ok(t) if t <= LEASE_TTL_MAX => Ok(t),
+        Ok(_) | Err(crate::spec::PeriodError::Overflow) => {
+            Err("ERR ttl must be at most 1 day (86400s); renew for longer work")
+        }
+        Err(crate::spec::PeriodError::Format) => Err(
+            "ERR ttl must be a positive number of seconds or a duration such as 500ms, 10s, 1m, 1h or 1d",
+        ),
+    }
+}
+
 /// The largest `max` an acquire accepts: each lease is 16 bytes of state and every operation
 /// scans the key's leases (160 KB and some microseconds at this bound).
 pub const LEASE_MAX: u64 = 10_000;

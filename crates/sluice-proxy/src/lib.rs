@@ -49,6 +49,7 @@ use tokio::net::TcpListener;
 use sluice_core::spec::{CheckArgs, SpecError};
 
 mod conn;
+mod leases;
 mod rules;
 mod session;
 
@@ -166,6 +167,7 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
         rules,
         allowed: AtomicU64::new(0),
         denied: AtomicU64::new(0),
+        leases: Arc::default(),
     });
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
@@ -204,9 +206,11 @@ pub(crate) struct Proxy {
     /// RL.CHECK answers (not DRY) that allowed and that denied, whatever their source.
     allowed: AtomicU64,
     denied: AtomicU64,
+    /// Fail mode `local`'s leases (RL.ACQUIRE when the node cannot answer).
+    leases: Arc<sluice_client::LocalLeases>,
 }
 
-const NOT_A_PROXY: &str = "this is sluice proxy, a rate-limit sidecar, not a general Redis proxy: it answers RL.CHECK, RL.HIT, RL.HITS, RL.RULE GET|LIST|HISTORY, CL.THROTTLE, GCRA, RL.WHERE, INFO and the connection commands (HELLO, AUTH, CLIENT, SELECT 0, READONLY, PING, ECHO, COMMAND, CONFIG GET, QUIT, RESET)";
+const NOT_A_PROXY: &str = "this is sluice proxy, a rate-limit sidecar, not a general Redis proxy: it answers RL.CHECK, RL.HIT, RL.HITS, RL.RULE GET|LIST|HISTORY, RL.ACQUIRE, RL.RELEASE, RL.RENEW, RL.SETTLE, CL.THROTTLE, GCRA, RL.WHERE, INFO and the connection commands (HELLO, AUTH, CLIENT, SELECT 0, READONLY, PING, ECHO, COMMAND, CONFIG GET, QUIT, RESET)";
 
 /// The key a request is routed by: RL.HIT's and RL.HITS's first bucket (`rule:subject`), a
 /// rule's name for RL.RULE, else the first argument.
@@ -249,6 +253,10 @@ impl Proxy {
             b"RL.HIT" if argc >= 3 => self.hits(req, false, batch),
             b"RL.HITS" if argc >= 3 => self.hits(req, true, batch),
             b"RL.RULE" if argc >= 2 => self.rule(req, batch),
+            b"RL.ACQUIRE" if argc == 4 => self.acquire(req, proto, batch),
+            b"RL.RELEASE" if argc == 3 => self.release_or_renew(req, false, batch),
+            b"RL.RENEW" if argc == 4 => self.release_or_renew(req, true, batch),
+            b"RL.SETTLE" if argc >= 6 => self.forward(req, Then::Raw { req: req.clone() }, batch),
             b"RL.WHERE" if argc == 2 => {
                 let owner = self.client.owner(req.arg(1).unwrap_or_default());
                 batch.ready(|out| match owner {
@@ -260,11 +268,11 @@ impl Proxy {
                 let text = self.info();
                 batch.ready(|out| reply::verbatim(out, proto, "txt", text.as_bytes()))
             }
-            b"CL.THROTTLE" | b"GCRA" | b"RL.HIT" | b"RL.HITS" | b"RL.RULE" | b"RL.WHERE" => batch
-                .error(&format!(
-                    "ERR wrong number of arguments for '{}' command",
-                    String::from_utf8_lossy(name).to_lowercase()
-                )),
+            b"CL.THROTTLE" | b"GCRA" | b"RL.HIT" | b"RL.HITS" | b"RL.RULE" | b"RL.WHERE"
+            | b"RL.ACQUIRE" | b"RL.RELEASE" | b"RL.RENEW" | b"RL.SETTLE" => batch.error(&format!(
+                "ERR wrong number of arguments for '{}' command",
+                String::from_utf8_lossy(name).to_lowercase()
+            )),
             _ => batch.error(&format!(
                 "ERR unknown command '{}': {NOT_A_PROXY}",
                 String::from_utf8_lossy(req.arg(0).unwrap_or_default())

@@ -8,30 +8,17 @@
 //! - `RL.RENEW key lease_id ttl` → `:1` renewed (it now expires `ttl` from now), `:0` unknown.
 //!
 //! `ttl` is a duration as RL.CHECK's `period` is (`30`, `500ms`, `10s`, `1m`), at most a day:
-//! longer work renews. `max` is at most [`LEASE_MAX`]. A key holding leases answers
+//! longer work renews. `max` is at most [`sluice_core::LEASE_MAX`]. A key holding leases answers
 //! `WRONGTYPE` to the rate-limit commands and back. The state and its rules are in
 //! [`sluice_core::lease`].
 
-use sluice_core::spec::{self, parse_period};
-use sluice_core::{LEASE_MAX, Nanos};
+use sluice_core::Nanos;
 use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx, parse_u64};
 
-/// The longest `ttl` a lease may have: a lease outliving its gateway by more is a leak, and
-/// work that runs longer renews.
-pub const LEASE_TTL_MAX: Nanos = Nanos::from_secs(86_400);
-
 fn ttl(arg: &[u8]) -> Result<Nanos, CmdError> {
-    match parse_period(arg) {
-        Ok(t) if t <= LEASE_TTL_MAX => Ok(t),
-        Ok(_) | Err(spec::PeriodError::Overflow) => Err(CmdError::msg(
-            "ERR ttl must be at most 1 day (86400s); renew for longer work",
-        )),
-        Err(spec::PeriodError::Format) => Err(CmdError::msg(
-            "ERR ttl must be a positive number of seconds or a duration such as 500ms, 10s, 1m, 1h or 1d",
-        )),
-    }
+    sluice_core::lease::parse_ttl(arg).map_err(CmdError::msg)
 }
 
 fn lease_id(arg: &[u8]) -> Result<u64, CmdError> {
@@ -49,11 +36,7 @@ pub struct RlAcquire<'a> {
 impl<'a> Command<'a> for RlAcquire<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
-        let max = spec::positive(args.required()?)
-            .filter(|&m| m <= LEASE_MAX)
-            .ok_or_else(|| {
-                CmdError::msg(format!("ERR max must be an integer from 1 to {LEASE_MAX}"))
-            })?;
+        let max = sluice_core::lease::parse_max(args.required()?).map_err(CmdError::msg)?;
         let ttl = ttl(args.required()?)?;
         args.finish()?;
         Ok(RlAcquire { key, max, ttl })
