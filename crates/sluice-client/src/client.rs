@@ -142,7 +142,7 @@ impl Client {
             Topology::Sentinel { .. } => String::new(),
         };
         let cap = config.max_local_keys;
-        let seed = Instant::now().elapsed().as_nanos() as u64 ^ (std::process::id() as u64) << 32;
+        let seed = fresh_seed();
         let inner = Arc::new(Inner {
             route: RwLock::new(Route::One(first.into())),
             nodes: Mutex::new(HashMap::new()),
@@ -706,6 +706,16 @@ pub fn cannot_answer(error: &str) -> bool {
     )
 }
 
+/// A seed that differs between processes and between clients of one process: the standard
+/// library's per-process random keys, hashed with a counter (a pid alone is the same in every
+/// container that runs the gateway as pid 1).
+fn fresh_seed() -> u64 {
+    use std::hash::BuildHasher;
+    static CLIENTS: AtomicU64 = AtomicU64::new(0);
+    std::collections::hash_map::RandomState::new()
+        .hash_one(CLIENTS.fetch_add(1, Ordering::Relaxed) ^ u64::from(std::process::id()))
+}
+
 /// `CLUSTER SLOTS` as 16384 owners.
 fn slot_owners(v: &Value) -> Option<Vec<Option<Arc<str>>>> {
     let Value::Array(ranges) = v else { return None };
@@ -742,5 +752,16 @@ async fn refresher(inner: Weak<Inner>) {
         strong.resolve().await;
         drop(strong);
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Two clients of one process (and so two gateways in containers that all run as pid 1)
+    /// draw different sub-keys: their seeds differ.
+    #[test]
+    fn seeds_differ_between_clients() {
+        let seeds: std::collections::HashSet<u64> = (0..64).map(|_| super::fresh_seed()).collect();
+        assert_eq!(seeds.len(), 64);
     }
 }

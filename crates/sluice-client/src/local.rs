@@ -2,9 +2,11 @@
 //!
 //! An entry lives until its own expiry (a bucket until it is full again, as on a node; a blocked
 //! key until its `retry_after`), and the map never holds more than its cap: at the cap it first
-//! drops every expired entry, then, if that freed less than an eighth of the cap, arbitrary live
-//! entries until an eighth is free (a gateway that sees more hot keys than its cap forgets some,
-//! which only costs a call to the node). Making room in eighths keeps the sweep, which visits
+//! drops every expired entry, then, if that freed less than an eighth of the cap, the live
+//! entries nearest their own expiry until an eighth is free: the local buckets nearest full
+//! again, the blocked keys nearest their retry, so forgetting them gives back the least (a
+//! gateway that sees more hot keys than its cap forgets some, which costs a call to the node,
+//! and at most what those entries still held back). Making room in eighths keeps the sweep, which visits
 //! every entry, to one per cap/8 inserts: a stream of new keys costs O(1) per insert.
 
 use std::collections::HashMap;
@@ -46,9 +48,18 @@ impl<V> Expiring<V> {
             self.map.retain(|_, (_, exp)| *exp > now);
             let room = self.cap.div_ceil(8);
             let excess = (self.map.len() + room).saturating_sub(self.cap);
-            let victims: Vec<Bytes> = self.map.keys().take(excess).cloned().collect();
-            for victim in victims {
-                self.map.remove(&victim);
+            if excess > 0 {
+                // The live entries nearest their own end go: a local bucket nearest full, a
+                // blocked key nearest its retry, a counter nearest its sync's end.
+                let mut by_end: Vec<(Instant, Bytes)> = self
+                    .map
+                    .iter()
+                    .map(|(k, (_, exp))| (*exp, k.clone()))
+                    .collect();
+                by_end.select_nth_unstable_by_key(excess - 1, |(exp, _)| *exp);
+                for (_, victim) in &by_end[..excess] {
+                    self.map.remove(victim);
+                }
             }
         }
         self.map.insert(key, (value, expires));
@@ -105,6 +116,28 @@ mod tests {
         assert!(m.get_mut(b"live", later).is_some());
         assert!(m.get_mut(b"new", later).is_some());
         assert_eq!(m.len(), 2);
+    }
+
+    /// At the cap, the entries nearest their end go, not arbitrary ones: a bucket spent for
+    /// an hour survives a crowd of buckets that are full again in a second.
+    #[test]
+    fn at_the_cap_the_entries_nearest_their_end_go_first() {
+        let now = Instant::now();
+        let mut m = Expiring::new(8);
+        let long = now + Duration::from_secs(3600);
+        m.insert(Bytes::from_static(b"spent"), 0, long, now);
+        for i in 0..7u8 {
+            let end = now + Duration::from_millis(1000 + u64::from(i));
+            m.insert(Bytes::from(vec![i]), 1, end, now);
+        }
+        let half = now + Duration::from_secs(1800);
+        for i in 100..2100u16 {
+            m.insert(Bytes::copy_from_slice(&i.to_be_bytes()), 2, half, now);
+            assert!(
+                m.get_mut(b"spent", now).is_some(),
+                "a long-spent bucket was evicted"
+            );
+        }
     }
 
     #[test]

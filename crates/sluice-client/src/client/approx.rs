@@ -15,6 +15,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::{Client, Inner, ReplyError, decision_from, rl_check_frame};
 use crate::limit::{Decision, Limit, Source};
+use crate::node::CallError;
 
 /// Approximate-mode state of one key on this gateway.
 #[derive(Debug)]
@@ -309,11 +310,16 @@ impl Inner {
             .call_key(&key, rl_check_frame(&key, &limit, charge), deadline)
             .await;
         self.node_calls.fetch_add(1, Ordering::Relaxed);
+        // A call that timed out (or whose reply was garbage) may have been applied: it is
+        // taken as charged, never sent again. That can under-charge by one sync, where sending
+        // it again could charge it twice.
+        let maybe_applied = matches!(first, Err(CallError::Timeout | CallError::Garbage));
         let reply = first
             .ok()
             .and_then(|(v, _)| decision_from(&v, Source::Approximate).ok());
         let (mut charged, mut last) = match reply {
             Some(d) if d.allowed => (charge, Some(d)),
+            None if maybe_applied => (charge, None),
             other => (0, other),
         };
         // Denied: take what the node still has, so the debt is as small as it can be.
@@ -352,6 +358,10 @@ impl Inner {
                     st.learn(&d, limit.approx_share(left, self.config.gateways), now);
                 }
                 None => {
+                    if charged > 0 {
+                        st.count = st.count.saturating_sub(sent);
+                        st.debt = sent + owed - charged;
+                    }
                     st.unreachable = true;
                     st.last_sync = now;
                 }

@@ -1,0 +1,98 @@
+//! The gateway's local maps, where quota could be lost or doubled:
+//! - approximate mode's syncs when the node answers too late: a sync whose reply misses its
+//!   deadline may still be applied by the node, so it must not be sent again. A real node is
+//!   stopped (`SIGSTOP`) while a sync is in flight and resumed after the deadline: it then
+//!   applies the sync it had read. Every allowed unit must be charged once, not twice;
+//! - a gateway over its cap of local keys forgets the buckets nearest full, not a spent one.
+//!
+//! Every wait has a deadline; every process is stopped by its PID when its guard drops.
+
+use std::time::Duration;
+
+use sluice_client::{Client, Config, FailMode, Limit, Source, Topology};
+use sluice_tests::{Sluice, rl_check, runtime};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[test]
+fn a_sync_that_times_out_is_not_charged_twice() {
+    let node = Sluice::start();
+    let rt = runtime();
+    let config = Config::new(Topology::Single(format!("127.0.0.1:{}", node.port)));
+    let client = rt.block_on(Client::connect(config));
+    let limit = Limit::new(100_000, HOUR).approximate(Duration::from_millis(50), 0);
+    let admitted = rt.block_on(async {
+        let mut admitted = 0u64;
+        let mut burst = async |n: usize| {
+            for _ in 0..n {
+                let d = client.check(b"k", &limit, 1).await.unwrap();
+                admitted += u64::from(d.allowed);
+            }
+        };
+        burst(200).await;
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        burst(200).await;
+        // The node stops with a sync due: the next checks start it, and it times out.
+        node.signal(libc::SIGSTOP);
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        burst(50).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        // Resumed, the node applies the sync it had read after the client gave up on it.
+        node.signal(libc::SIGCONT);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for _ in 0..6 {
+            burst(50).await;
+            tokio::time::sleep(Duration::from_millis(80)).await;
+        }
+        // A last sync of what is still counted here.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        burst(1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        admitted
+    });
+    let mut c = node.client();
+    let r = rl_check(&mut c, &["k", "100000", "1h", "DRY"]).unwrap();
+    let charged = 100_000 - r[2] - 1;
+    println!("admitted {admitted}, charged on the node {charged}");
+    assert!(
+        charged as u64 <= admitted,
+        "the node was charged {charged} for {admitted} admitted: a timed-out sync was sent again"
+    );
+    // What may be left uncharged: the last check's own unit, and at most one sync's count
+    // taken as charged when it timed out without being applied.
+    assert!(
+        admitted - (charged as u64) <= 260,
+        "{admitted} admitted, only {charged} charged"
+    );
+}
+
+/// Fail mode `local` with a cap of 16 local keys and the node gone: a key spent for the hour
+/// stays spent while 500 other keys pass through the map (each a unit short of full, for 3.6 s).
+#[test]
+fn a_gateway_over_its_local_map_cap_forgets_full_buckets_not_spent_ones() {
+    let mut node = Sluice::start();
+    let rt = runtime();
+    let mut config = Config::new(Topology::Single(format!("127.0.0.1:{}", node.port)));
+    config.max_local_keys = 16;
+    let client = rt.block_on(Client::connect(config));
+    node.signal(libc::SIGKILL);
+    assert!(node.wait_exit(Duration::from_secs(10)).is_some());
+    rt.block_on(async {
+        let spent = Limit::new(5, HOUR).fail_mode(FailMode::Local);
+        for _ in 0..5 {
+            let d = client.check(b"spent", &spent, 1).await.unwrap();
+            assert!(d.allowed && d.source == Source::LocalBucket, "{d:?}");
+        }
+        let quick = Limit::new(1000, HOUR).fail_mode(FailMode::Local);
+        for i in 0..500u32 {
+            let key = format!("crowd:{i}");
+            client.check(key.as_bytes(), &quick, 1).await.unwrap();
+            let d = client.check(b"spent", &spent, 1).await.unwrap();
+            assert!(
+                !d.allowed,
+                "the spent bucket was forgotten after {i} other keys: {d:?}"
+            );
+        }
+        assert!(client.local_keys().0 <= 16);
+    });
+}
