@@ -81,8 +81,12 @@ fi
 
 export CI=true
 cargo test --workspace "$@"
-# The million-bucket memory figures the README quotes: measured in release, one at a time (they
-# read the process's RSS). Only with no arguments, as the whole suite.
+# In release, only with no arguments (the whole suite): the million-bucket memory figures the
+# README quotes, one at a time (they read the process's RSS), and 100,000 lease acquire/release
+# pairs on one key against a release build of the server.
 if [ $# -eq 0 ]; then
     cargo test --release -p sluice-store --test memory -- --ignored million --test-threads 1
+    cargo build --release -p sluice
+    SLUICE_BIN="$PWD/target/release/sluice" \
+        cargo test -p sluice-tests --test leases one_key_takes_a_hundred_thousand_pairs
 fi

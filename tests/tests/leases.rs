@@ -214,7 +214,8 @@ fn thirty_two_clients_never_hold_more_than_five() {
 }
 
 /// 100 000 acquire/release pairs on one key from 4 clients (max 4: each is always granted).
-/// About 8 s against a debug build, so it runs with the suite.
+/// About 8 s against a debug build, so it runs with the suite; `scripts/test.sh` runs it again
+/// against a release build of the server.
 #[test]
 fn one_key_takes_a_hundred_thousand_pairs() {
     const PER_CLIENT: usize = 25_000;
