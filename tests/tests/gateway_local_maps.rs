@@ -96,3 +96,99 @@ fn a_gateway_over_its_local_map_cap_forgets_full_buckets_not_spent_ones() {
         assert!(client.local_keys().0 <= 16);
     });
 }
+
+/// Fail mode `local` with the node gone, a limit of 3 a minute and 8 gateways: the fleet does
+/// not allow one per gateway (8). Each starts with 3/8 of a unit, so none is allowed until the
+/// share's refill has made a whole one.
+#[test]
+fn a_limit_below_the_gateway_count_is_not_allowed_once_per_gateway() {
+    let mut node = Sluice::start();
+    let rt = runtime();
+    let clients: Vec<Client> = (0..8)
+        .map(|_| {
+            let mut config = Config::new(Topology::Single(format!("127.0.0.1:{}", node.port)));
+            config.gateways = 8;
+            rt.block_on(Client::connect(config))
+        })
+        .collect();
+    node.signal(libc::SIGKILL);
+    assert!(node.wait_exit(Duration::from_secs(10)).is_some());
+    let tiny = Limit::new(3, Duration::from_secs(60)).fail_mode(FailMode::Local);
+    let allowed: u64 = rt.block_on(async {
+        let mut n = 0;
+        for c in &clients {
+            for _ in 0..3 {
+                let d = c.check(b"tiny", &tiny, 1).await.unwrap();
+                assert_eq!(d.source, Source::LocalBucket);
+                n += u64::from(d.allowed);
+            }
+        }
+        n
+    });
+    println!("8 gateways, limit 3/min, node gone: {allowed} allowed");
+    assert!(
+        allowed <= 3,
+        "{allowed} allowed by the fleet for a limit of 3"
+    );
+}
+
+/// A key the node had nearly spent (10 of 100 left) when it went away: the local bucket starts
+/// from that, this gateway's half of it (5), not from a full share (50).
+#[test]
+fn a_local_bucket_starts_from_what_the_node_had_left() {
+    let mut node = Sluice::start();
+    let rt = runtime();
+    let mut config = Config::new(Topology::Single(format!("127.0.0.1:{}", node.port)));
+    config.gateways = 2;
+    let client = rt.block_on(Client::connect(config));
+    let limit = Limit::new(100, HOUR).fail_mode(FailMode::Local);
+    rt.block_on(async {
+        for _ in 0..90 {
+            let d = client.check(b"spent", &limit, 1).await.unwrap();
+            assert!(d.allowed && matches!(d.source, Source::Node(_)), "{d:?}");
+        }
+    });
+    node.signal(libc::SIGKILL);
+    assert!(node.wait_exit(Duration::from_secs(10)).is_some());
+    let allowed: u64 = rt.block_on(async {
+        let mut n = 0;
+        for _ in 0..60 {
+            let d = client.check(b"spent", &limit, 1).await.unwrap();
+            assert_eq!(d.source, Source::LocalBucket);
+            n += u64::from(d.allowed);
+        }
+        n
+    });
+    println!("10 of 100 left on the node, 2 gateways: {allowed} allowed locally");
+    assert_eq!(
+        allowed, 5,
+        "the local bucket did not start from the node's 10 left"
+    );
+}
+
+/// The same through `sluice proxy`, whose plain checks the node answers byte for byte: the
+/// sidecar reads what the key had left from those replies.
+#[test]
+fn the_sidecar_starts_local_buckets_from_what_the_node_had_left() {
+    let mut node = Sluice::start();
+    let upstream = format!("127.0.0.1:{}", node.port);
+    let proxy = Sluice::start_proxy(&[
+        "--upstream",
+        &upstream,
+        "--gateways",
+        "2",
+        "--fail-mode",
+        "local",
+    ]);
+    let mut c = proxy.client();
+    for _ in 0..90 {
+        assert_eq!(rl_check(&mut c, &["spent", "100", "1h"]).unwrap()[0], 1);
+    }
+    node.signal(libc::SIGKILL);
+    assert!(node.wait_exit(Duration::from_secs(10)).is_some());
+    let allowed: i64 = (0..60)
+        .map(|_| rl_check(&mut c, &["spent", "100", "1h"]).unwrap()[0])
+        .sum();
+    println!("through the sidecar, 10 of 100 left, 2 gateways: {allowed} allowed locally");
+    assert_eq!(allowed, 5);
+}

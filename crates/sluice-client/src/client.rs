@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::{Mutex, RwLock};
-use sluice_core::{Nanos, Params, State};
+use sluice_core::{Algo, Nanos, Params, State};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -124,6 +124,9 @@ struct Inner {
     local: Mutex<Expiring<Option<State>>>,
     blocked: Mutex<Expiring<i64>>,
     approx: Mutex<Expiring<Approx>>,
+    /// What the node last said a spent key had left (`remaining`, at that instant), until the
+    /// key would be full again: fail mode `local` starts its bucket from it.
+    last: Mutex<Expiring<(u64, Instant)>>,
     decisions: [AtomicU64; 6],
     /// RL.CHECK calls sent to a node (checks and syncs).
     node_calls: AtomicU64,
@@ -150,6 +153,7 @@ impl Client {
             local: Mutex::new(Expiring::new(cap)),
             blocked: Mutex::new(Expiring::new(cap)),
             approx: Mutex::new(Expiring::new(cap)),
+            last: Mutex::new(Expiring::new(cap)),
             decisions: Default::default(),
             node_calls: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -243,6 +247,7 @@ impl Client {
         match decided? {
             Some(d) => {
                 inner.learn_denial(key, &limit, &d, now);
+                inner.learn_left(key, d.limit, d.remaining, d.reset_after_ms, now);
                 Ok(d)
             }
             None => Ok(inner.fail(key, &limit, cost)),
@@ -326,18 +331,22 @@ impl Client {
     }
 
     /// A node's answer to a check sent outside [`Client::check`] (with the blocked cache on):
-    /// counted as the node's decision, and a denial kept in the blocked cache until
-    /// `retry_after_ms`. Only the two fields it needs, read from the reply in place.
-    pub fn learn(&self, key: &[u8], allowed: bool, retry_after_ms: i64) {
+    /// counted as the node's decision, a denial kept in the blocked cache until
+    /// `retry_after_ms`, and what a spent key has left kept for fail mode `local`. The reply's
+    /// five integers, read in place by the caller.
+    pub fn learn(&self, key: &[u8], reply: [i64; 5]) {
+        let [allowed, limit, remaining, retry_after_ms, reset_after_ms] = reply;
         let inner = &self.inner;
         inner.node_calls.fetch_add(1, Ordering::Relaxed);
         inner.decisions[0].fetch_add(1, Ordering::Relaxed);
-        if !allowed && retry_after_ms > 0 {
-            let now = Instant::now();
+        let now = Instant::now();
+        if allowed != 1 && retry_after_ms > 0 {
             let until = now + Duration::from_millis(retry_after_ms as u64);
             let key = Bytes::copy_from_slice(key);
             inner.blocked.lock().insert(key, 0, until, now);
         }
+        let (limit, remaining) = (limit.max(0) as u64, remaining.max(0) as u64);
+        inner.learn_left(key, limit, remaining, reset_after_ms, now);
     }
 
     /// Whether `key` is in the blocked cache now (the sidecar asks before it parses a check).
@@ -451,6 +460,42 @@ impl Inner {
             reset_after_ms: limit.period_ms() as i64,
             source: Source::BlockedCache,
         })
+    }
+
+    /// Keeps what the node said a spent key has left, until it would be full again: only for a
+    /// key spent by an eighth of its capacity or more ([`LEFT_WORTH_KEEPING`]), so that a stream
+    /// of keys checked once costs the request path nothing here.
+    fn learn_left(
+        &self,
+        key: &[u8],
+        limit: u64,
+        remaining: u64,
+        reset_after_ms: i64,
+        now: Instant,
+    ) {
+        let spent = limit.saturating_sub(remaining);
+        if spent == 0 || spent < limit / LEFT_WORTH_KEEPING || reset_after_ms <= 0 {
+            return;
+        }
+        let full_at = now + Duration::from_millis(reset_after_ms as u64);
+        let mut last = self.last.lock();
+        match last.get_mut(key, now) {
+            Some((left, until)) => {
+                *left = (remaining, now);
+                *until = full_at;
+            }
+            None => last.insert(Bytes::copy_from_slice(key), (remaining, now), full_at, now),
+        }
+    }
+
+    /// What the node last said `key` had left, and when; `None` if it said nothing lately or
+    /// the key has refilled since.
+    fn left(&self, key: &[u8], now: Instant) -> Option<(u64, Instant)> {
+        let mut last = self.last.lock();
+        if last.len() == 0 {
+            return None;
+        }
+        last.get_mut(key, now).map(|(v, _)| *v)
     }
 
     /// Keeps a node's denial of `key` in the blocked cache until its `retry_after`.
@@ -572,27 +617,21 @@ impl Inner {
         }
     }
 
-    /// Fail mode `local`: the same algorithm on an in-process bucket of limit ÷ gateways.
+    /// Fail mode `local`: an in-process token bucket of this gateway's share of the limit
+    /// ([`local_share`]), started from what the node last said the key had left
+    /// ([`local_start`]).
     fn local_bucket(&self, key: &[u8], limit: &Limit, cost: u64) -> Decision {
-        let g = u64::from(self.config.gateways.max(1));
-        let params = Params {
-            limit: (limit.limit / g).max(1),
-            period: Nanos(limit.period.as_nanos() as u64),
-            burst: (limit.capacity() / g).max(1),
-            cost,
-        };
+        let g = self.config.gateways;
+        let params = local_share(limit, g, cost);
         let now = Instant::now();
+        let left = self.left(key, now);
         let mut table = self.local.lock();
         let mut slot = table.get_mut(key, now).and_then(|(s, _)| s.take());
-        let result = sluice_core::check(&mut slot, limit.algo, &params, self.now_nanos(), false);
-        let denied = |retry| Decision {
-            allowed: false,
-            limit: params.burst,
-            remaining: 0,
-            retry_after_ms: retry,
-            reset_after_ms: limit.period_ms() as i64,
-            source: Source::LocalBucket,
-        };
+        if slot.is_none() {
+            let known = left.map(|(r, at)| (r, now.saturating_duration_since(at)));
+            slot = Some(local_start(limit, &params, g, known, self.now_nanos()));
+        }
+        let result = sluice_core::check(&mut slot, Algo::Token, &params, self.now_nanos(), false);
         match result {
             Ok(d) => {
                 if let Some(s) = slot {
@@ -611,7 +650,14 @@ impl Inner {
                 }
             }
             // A cost over the share's capacity: it can never fit here.
-            Err(_) => denied(limit.period_ms() as i64),
+            Err(_) => Decision {
+                allowed: false,
+                limit: params.burst,
+                remaining: 0,
+                retry_after_ms: limit.period_ms() as i64,
+                reset_after_ms: limit.period_ms() as i64,
+                source: Source::LocalBucket,
+            },
         }
     }
 
@@ -714,6 +760,56 @@ fn fresh_seed() -> u64 {
     static CLIENTS: AtomicU64 = AtomicU64::new(0);
     std::collections::hash_map::RandomState::new()
         .hash_one(CLIENTS.fetch_add(1, Ordering::Relaxed) ^ u64::from(std::process::id()))
+}
+
+/// A key's `remaining` is kept for fail mode `local` once it is spent by at least
+/// `capacity ÷ LEFT_WORTH_KEEPING`: a key spent by less starts its local bucket as a full one,
+/// at most an eighth of the capacity above what the node had left, across the fleet.
+const LEFT_WORTH_KEEPING: u64 = 8;
+
+/// Fail mode `local`'s token bucket on one gateway of `gateways`, whatever the limit's
+/// algorithm: the limit's rate divided exactly (the limit over `gateways` periods, so the
+/// fleet's rate is the limit's however small the limit is next to the fleet), and a capacity of
+/// `capacity ÷ gateways`, at least one unit.
+pub(crate) fn local_share(limit: &Limit, gateways: u32, cost: u64) -> Params {
+    let g = u64::from(gateways.max(1));
+    let period = u64::try_from(limit.period.as_nanos()).unwrap_or(u64::MAX);
+    Params {
+        limit: limit.limit.max(1),
+        period: Nanos(period.saturating_mul(g)),
+        burst: (limit.capacity() / g).max(1),
+        cost,
+    }
+}
+
+/// A new local bucket holds this gateway's share of what the node last said the key had left,
+/// plus the share's refill since (`known`: remaining, and how long ago), at most its capacity;
+/// for a key the node said nothing about lately (so full), `capacity ÷ gateways`, a fraction of
+/// a unit when the capacity is smaller than the fleet (the first unit then comes once the rest
+/// has refilled). Either way the fleet starts with at most what the node had.
+pub(crate) fn local_start(
+    limit: &Limit,
+    params: &Params,
+    gateways: u32,
+    known: Option<(u64, Duration)>,
+    now: Nanos,
+) -> State {
+    let g = u128::from(gateways.max(1));
+    // One unit of the share, in nanoseconds: `t`; everything below counts in 1/g units.
+    let t = u128::from(params.period.0) / u128::from(params.limit.max(1));
+    let capacity_g = u128::from(params.burst) * g;
+    let held_g = match known {
+        Some((remaining, ago)) => {
+            let refilled_g = (ago.as_nanos() * g).checked_div(t).unwrap_or(capacity_g);
+            u128::from(remaining) + refilled_g
+        }
+        None => u128::from(limit.capacity()),
+    }
+    .min(capacity_g);
+    let missing = (capacity_g - held_g) * t / g;
+    State::Token {
+        tat: Nanos(u64::try_from(u128::from(now.0) + missing).unwrap_or(u64::MAX)),
+    }
 }
 
 /// `CLUSTER SLOTS` as 16384 owners.

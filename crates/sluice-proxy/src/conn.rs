@@ -19,7 +19,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use sluice_client::raw::{allowed_and_retry, error_text};
+use sluice_client::raw::{error_text, five_ints};
 use sluice_client::{Limit, Node, cannot_answer};
 use sluice_resp::reply::{self, Proto};
 use sluice_resp::value::{self, Value};
@@ -216,9 +216,9 @@ async fn answer(
                 && !moved
             {
                 // Anything else (WRONGTYPE, a syntax error) is the request's own fault: passed on.
-                if let Some((allowed, retry)) = allowed_and_retry(r) {
-                    client.learn(&key, allowed, retry);
-                    proxy.count_one(allowed);
+                if let Some(fields) = five_ints(r) {
+                    client.learn(&key, fields);
+                    proxy.count_one(fields[0] == 1);
                 }
                 return out.extend_from_slice(r);
             }
