@@ -60,7 +60,7 @@ pub struct Config {
     pub topology: Topology,
     /// The per-call deadline: a check that the node has not answered by then gets its fail mode.
     pub deadline: Duration,
-    /// How many gateways share the limits (fail mode `local` holds limit ÷ gateways).
+    /// How many gateways share the limits (fail mode `local` holds a 1/gateways share of each).
     pub gateways: u32,
     pub node: NodeOptions,
     /// Most keys held in each of the local maps (local buckets, blocked cache, approximate).

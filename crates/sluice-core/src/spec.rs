@@ -347,8 +347,9 @@ pub enum FailMode {
     Open,
     /// Deny: for expensive or write routes.
     Closed,
-    /// An in-process bucket of limit ÷ gateways (and burst ÷ gateways), with the same algorithm:
-    /// the fleet as a whole stays near the limit while the node is away.
+    /// An in-process token bucket of the gateway's share (the rate ÷ gateways, and burst ÷
+    /// gateways), started from what the node last said: the fleet as a whole stays near the
+    /// limit while the node is away (`sluice-client`'s `local_bucket`).
     Local,
 }
 

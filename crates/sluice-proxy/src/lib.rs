@@ -78,7 +78,7 @@ pub struct ProxyConfig {
     /// Deadline of one check, in milliseconds.
     #[arg(long, default_value_t = 20)]
     pub timeout_ms: u64,
-    /// Gateways sharing the limits (fail mode local allows limit ÷ gateways here).
+    /// Gateways sharing the limits (fail mode local holds a 1/gateways share of each here).
     #[arg(long, default_value_t = 1)]
     pub gateways: u32,
     /// Fail mode of RL.CHECK without FAILMODE.
