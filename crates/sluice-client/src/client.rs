@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::limit::{Decision, FailMode, Limit, Source};
 use crate::local::Expiring;
-use crate::node::{BreakerState, CallError, Node, NodeOptions};
+use crate::node::{BreakerState, CallError, Node, NodeOptions, cannot_answer};
 
 mod approx;
 
@@ -739,17 +739,6 @@ async fn ask_sentinel(sentinel: &str, frame: &[u8]) -> Option<String> {
         },
         _ => None,
     }
-}
-
-/// The error replies that mean "this node cannot decide now" rather than "this request is
-/// wrong": the rule's fail mode applies to them. `WRONGTYPE`, `ERR` and the rest are the
-/// request's own fault and are passed on.
-pub fn cannot_answer(error: &str) -> bool {
-    let class = error.split(' ').next().unwrap_or_default();
-    matches!(
-        class,
-        "NOREPLICAS" | "READONLY" | "LOADING" | "MASTERDOWN" | "CLUSTERDOWN"
-    )
 }
 
 /// A seed that differs between processes and between clients of one process: the standard

@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 use sluice_core::spec::FailMode;
 use sluice_resp::value::Value;
 
-use crate::client::{Client, ReplyError, cannot_answer};
+use crate::client::{Client, ReplyError};
 use crate::limit::Source;
+use crate::node::cannot_answer;
 
 /// The top bit marks a lease of fail mode `local`.
 const LOCAL_ID: u64 = 1 << 63;

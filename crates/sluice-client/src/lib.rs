@@ -53,8 +53,8 @@ mod local;
 pub mod node;
 pub mod raw;
 
-pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream, cannot_answer};
+pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream};
 pub use lease::{Concurrency, Lease, LeaseDecision, LocalLeases};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};
-pub use node::{BreakerState, CallError, Node, NodeOptions, RawBatch, RawReplies};
+pub use node::{BreakerState, CallError, Node, NodeOptions, RawBatch, RawReplies, cannot_answer};
 pub use sluice_core::Algo;

@@ -48,8 +48,19 @@ pub enum CallError {
     /// The breaker is open: the call was not attempted.
     Open,
     /// The node answered that it cannot decide now (`READONLY`, `LOADING`, `NOREPLICAS`,
-    /// `MASTERDOWN`, `CLUSTERDOWN`): see [`crate::client::cannot_answer`].
+    /// `MASTERDOWN`, `CLUSTERDOWN`): see [`cannot_answer`].
     Unavailable,
+}
+
+/// The error replies that mean "this node cannot decide now" rather than "this request is
+/// wrong": the rule's fail mode applies to them. `WRONGTYPE`, `ERR` and the rest are the
+/// request's own fault and are passed on.
+pub fn cannot_answer(error: &str) -> bool {
+    let class = error.split(' ').next().unwrap_or_default();
+    matches!(
+        class,
+        "NOREPLICAS" | "READONLY" | "LOADING" | "MASTERDOWN" | "CLUSTERDOWN"
+    )
 }
 
 /// Connection and breaker settings.

@@ -9,7 +9,7 @@
 //!   again; `reset_after == 0` means fresh now.
 //! - `Err(WrongType)` when `slot` holds another algorithm's state; errors change nothing.
 //!
-//! - [`settle`](crate::settle()), [`acquire`], [`release`] and [`renew`] follow the same shape:
+//! - `settle` (in `settle.rs`), [`acquire`], [`release`] and [`renew`] follow the same shape:
 //!   they change `slot` in place and say how long the key now lives.
 //!
 //! TOKEN and GCRA share their math but are distinct variants, so that a key made by one and
