@@ -108,16 +108,6 @@ fn integer(text: &[u8]) -> Option<i64> {
     Some(if neg { -n } else { n })
 }
 
-/// RL.CHECK's `allowed` and `retry_after_ms` (fields 1 and 4 of its `*5` of integers), read
-/// in place; `None` for anything else (an error).
-pub fn allowed_and_retry(reply: &[u8]) -> Option<(bool, i64)> {
-    let rest = reply.strip_prefix(b"*5\r\n")?;
-    let (allowed, rest) = int_line(rest)?;
-    let rest = skip_int(skip_int(rest)?)?;
-    let (retry, rest) = int_line(rest)?;
-    skip_int(rest)?.is_empty().then_some((allowed == 1, retry))
-}
-
 /// RL.CHECK's reply (`*5` of integers) read in place; `None` for anything else (an error).
 pub fn five_ints(reply: &[u8]) -> Option<[i64; 5]> {
     let mut rest = reply.strip_prefix(b"*5\r\n")?;

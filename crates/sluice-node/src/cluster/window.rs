@@ -62,6 +62,20 @@ impl SlotWindow {
         }
     }
 
+    /// Whether any slot is held now (an expired window is closed here).
+    pub fn is_open(&self) -> bool {
+        if !self.open.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut held = self.held.lock();
+        if held.as_ref().is_some_and(|h| Instant::now() < h.until) {
+            return true;
+        }
+        *held = None;
+        self.open.store(false, Ordering::Release);
+        false
+    }
+
     /// Whether any slot of `ranges` is held now.
     pub fn holds_any(&self, ranges: &[(u16, u16)]) -> bool {
         ranges.iter().any(|&(a, b)| (a..=b).any(|s| self.holds(s)))
