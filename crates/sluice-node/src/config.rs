@@ -33,6 +33,11 @@ pub struct Config {
     #[arg(long)]
     pub requirepass: Option<String>,
 
+    /// Read the password from this file (its first line), so it is not seen in
+    /// `/proc/PID/cmdline` nor in the environment. Wins over `--requirepass`.
+    #[arg(long = "requirepass-file", value_name = "FILE")]
+    pub requirepass_file: Option<std::path::PathBuf>,
+
     /// Most connected clients; one more is answered `-ERR max number of clients reached`.
     #[arg(long, default_value_t = 10_000)]
     pub maxclients: usize,
@@ -187,6 +192,62 @@ pub struct Config {
     /// `-Remaining`, `-Reset`) or `x-ratelimit` (`X-RateLimit-...`).
     #[arg(long = "envoy-headers", default_value = "off", value_parser = ["off", "ratelimit", "x-ratelimit"])]
     pub envoy_headers: String,
+
+    /// Which log lines are written: `debug`, `verbose`, `notice` (default) or `warning`
+    /// (also `CONFIG SET loglevel`).
+    #[arg(long, default_value = "notice", value_parser = ["debug", "verbose", "notice", "warning"])]
+    pub loglevel: String,
+
+    /// Append log lines to this file instead of standard error (empty: standard error).
+    #[arg(long, value_name = "FILE")]
+    pub logfile: Option<std::path::PathBuf>,
+
+    /// `text`, Redis's line format, or `json`: one object a line with `time`, `ts`, `pid`,
+    /// `role`, `level` and `msg`.
+    #[arg(long = "log-format", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+
+    /// `systemd`: tell the service manager over `$NOTIFY_SOCKET` when the server is ready
+    /// (`READY=1`) and when it stops (`STOPPING=1`), for `Type=notify` units. `no`: don't.
+    #[arg(long, default_value = "no", value_parser = ["no", "systemd", "auto"])]
+    pub supervised: String,
+
+    /// Write the process id to this file once ready; removed at a clean exit.
+    #[arg(long, value_name = "FILE")]
+    pub pidfile: Option<std::path::PathBuf>,
+
+    /// SLOWLOG keeps commands that took longer than this many microseconds (0: every
+    /// command; -1: none). Also `CONFIG SET slowlog-log-slower-than`.
+    #[arg(long = "slowlog-log-slower-than", default_value_t = 10_000, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..=MAX_SECONDS as i64))]
+    pub slowlog_log_slower_than: i64,
+
+    /// The most entries SLOWLOG keeps (the oldest go first).
+    #[arg(long = "slowlog-max-len", default_value_t = 128, value_parser = clap::value_parser!(u64).range(0..=MAX_SLOWLOG_LEN))]
+    pub slowlog_max_len: u64,
+
+    /// The config file this server was started with (`sluice FILE`), which CONFIG REWRITE
+    /// rewrites; not a flag.
+    #[arg(skip)]
+    pub config_file: Option<std::path::PathBuf>,
+}
+
+/// The most SLOWLOG entries a server keeps: each holds up to 32 arguments of 128 bytes.
+pub const MAX_SLOWLOG_LEN: u64 = 1_000_000;
+
+/// `cmd` with every long flag also read from the environment variable `PREFIX` + its name in
+/// capitals (`--maxmemory-policy` from `SLUICE_MAXMEMORY_POLICY`), and a flag given twice
+/// taking its last value (a config file's directives come before the command line's flags).
+/// Generic over the flags, so a new flag gets its variable with no code.
+pub fn with_env(cmd: clap::Command, prefix: &str) -> clap::Command {
+    cmd.args_override_self(true).mut_args(|arg| {
+        match arg.get_long().filter(|l| !matches!(*l, "help" | "version")) {
+            Some(long) => {
+                let var = format!("{prefix}{}", long.to_ascii_uppercase().replace('-', "_"));
+                arg.env(&*Box::leak(var.into_boxed_str()))
+            }
+            None => arg,
+        }
+    })
 }
 
 /// The most seconds any setting takes: Redis's bound for its own (`INT_MAX`). Far past any
@@ -304,6 +365,30 @@ impl Config {
             max_multibulk_len: self.proto_max_multibulk_len,
             max_inline_len: clamp(self.proto_max_inline_len),
         }
+    }
+
+    /// Settles what flags leave open: the password from `--requirepass-file`, and an empty
+    /// password as none.
+    ///
+    /// # Errors
+    /// The password file cannot be read or is empty.
+    pub fn resolve(&mut self) -> Result<(), String> {
+        if let Some(path) = &self.requirepass_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read --requirepass-file {}: {e}", path.display()))?;
+            let pass = text.lines().next().unwrap_or_default();
+            if pass.is_empty() {
+                return Err(format!("--requirepass-file {} is empty", path.display()));
+            }
+            self.requirepass = Some(pass.to_string());
+        }
+        if self.requirepass.as_deref() == Some("") {
+            self.requirepass = None;
+        }
+        if self.masterauth.as_deref() == Some("") {
+            self.masterauth = None;
+        }
+        Ok(())
     }
 
     /// The defaults, as if started with no flags (for tests and embedding).

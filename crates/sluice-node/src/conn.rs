@@ -44,7 +44,7 @@ enum Close {
 
 pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thread: usize) {
     let _ = stream.set_nodelay(true);
-    let keepalive = shared.config.tcp_keepalive;
+    let keepalive = crate::live::Live::get(&shared.live.tcp_keepalive);
     if keepalive > 0 {
         let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive));
         let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&ka);

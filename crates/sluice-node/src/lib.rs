@@ -15,6 +15,9 @@
 //!   commands' side of the etcd thread.
 //! - [`persist`]: snapshots on disk (`--dir`).
 //! - [`jobs`]: a queue of work for one background loop.
+//! - [`conffile`]: the config file (redis.conf syntax), its reading and its rewrite.
+//! - [`live`], [`slowlog`], [`errorstats`]: settings CONFIG SET changes, SLOWLOG's entries,
+//!   INFO errorstats' counts.
 //!
 //! The composition: [`shared`] holds every feature's state ([`Shared`]) and imports only the
 //! modules above.
@@ -29,6 +32,7 @@
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
 //! - [`peer`]: a small async RESP client for node-to-node calls.
 //! - [`metrics`] and [`grpc`]: Prometheus over HTTP, and Envoy's rate limit service.
+//! - [`service`]: the pid file and systemd's readiness messages.
 //! - [`exec`]: the in-process executor (commands without a socket) for tests and fuzzing.
 //!
 //! The `sluice` binary (crate `sluice`) only parses flags and calls [`run`]; everything testable
@@ -39,12 +43,15 @@ pub mod clients;
 pub mod clock;
 pub mod cluster;
 pub mod cmd;
+pub mod conffile;
 pub mod config;
 pub mod conn;
+pub mod errorstats;
 pub mod exec;
 pub mod glob;
 pub mod grpc;
 pub mod jobs;
+pub mod live;
 pub mod metrics;
 pub mod peer;
 pub mod persist;
@@ -52,7 +59,9 @@ pub mod pubsub;
 pub mod repl;
 pub mod rules;
 pub mod server;
+pub mod service;
 pub mod shared;
+pub mod slowlog;
 pub mod stats;
 
 use std::io;
@@ -120,14 +129,22 @@ pub fn run(
     let _ = armed_rx.recv();
     let server = Server::start(config)?;
     let _ = server_tx.send(server.shared.clone());
+    let shared = server.shared.clone();
+    if let Err(e) = service::write_pidfile(&shared.config) {
+        server.shared.shutdown();
+        server.join();
+        return Err(io::Error::other(format!("cannot write --pidfile: {e}")));
+    }
     sluice_log::log(&format!(
         "Sluice {} ready to accept connections on {} (threads={}, shards={})",
         env!("CARGO_PKG_VERSION"),
         server.local_addr(),
-        server.shared.config.threads(),
-        server.shared.store.shard_count()
+        shared.config.threads(),
+        shared.store.shard_count()
     ));
+    service::notify(&shared.config, "READY=1");
     server.join();
+    service::remove_pidfile(&shared.config);
     sluice_log::log("Sluice stopped");
     Ok(())
 }

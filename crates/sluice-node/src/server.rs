@@ -58,6 +58,10 @@ impl Server {
         let metrics = side_port(config.metrics_port)?;
         let grpc = side_port(config.grpc_port)?;
         let shared = Arc::new(Shared::new(config, local_addr, crate::cmd::STATS_ROWS)?);
+        let _ = shared
+            .settings_at_start
+            .set(crate::cmd::config_values(&shared));
+        warn_unsafe_defaults(&shared.config);
         let started = std::time::Instant::now();
         match crate::persist::load(&shared.persist, &shared.store, shared.clock.now()) {
             Ok(Some(loaded)) => {
@@ -72,7 +76,14 @@ impl Server {
                     shared.repl.restarted_from(origin);
                 }
             }
-            Ok(None) => {}
+            Ok(None) => {
+                if let Some(dir) = &shared.config.dir {
+                    sluice_log::log(&format!(
+                        "no snapshot found in --dir {}: starting empty (every client has a fresh quota); check the path if a snapshot was expected",
+                        dir.display()
+                    ));
+                }
+            }
             Err(e) => return Err(io::Error::other(e)),
         }
         if let Some(path) = shared.config.rules.clone() {
@@ -132,6 +143,7 @@ impl Server {
         for t in self.threads {
             let _ = t.join();
         }
+        crate::service::notify(&self.shared.config, "STOPPING=1");
         let persist = &self.shared.persist;
         if persist.enabled() && !persist.skip_shutdown_save.load(Relaxed) {
             crate::persist::log_save(
@@ -141,6 +153,15 @@ impl Server {
                 }),
             );
         }
+    }
+}
+
+/// Warns at start about settings that surprise in production.
+fn warn_unsafe_defaults(config: &Config) {
+    if config.maxmemory == 0 {
+        sluice_log::warn(
+            "WARNING: no --maxmemory set: clients choose the keys, so memory grows with every new key until the system runs out. Set --maxmemory (and --maxmemory-policy) for production.",
+        );
     }
 }
 

@@ -48,6 +48,15 @@ pub struct Shared {
     pub rules_etcd: std::sync::OnceLock<crate::rules::handle::Handle>,
     /// Snapshots on disk (`--dir`).
     pub persist: crate::persist::Persist,
+    /// Settings CONFIG SET changes that no feature above holds.
+    pub live: crate::live::Live,
+    /// SLOWLOG's entries and threshold.
+    pub slowlog: crate::slowlog::SlowLog,
+    /// INFO errorstats.
+    pub errors: crate::errorstats::ErrorStats,
+    /// The settings' values at start, by name, as CONFIG GET gives them: CONFIG REWRITE adds a
+    /// line to the config file only for a setting changed since (set once by the server).
+    pub settings_at_start: std::sync::OnceLock<Vec<(String, String)>>,
     /// The address actually bound (the port is resolved when `--port 0`).
     pub local_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
@@ -98,6 +107,13 @@ impl Shared {
                 (None, None) => crate::rules::Source::Memory,
             }),
             rules_etcd: std::sync::OnceLock::new(),
+            live: crate::live::Live::new(&config),
+            slowlog: crate::slowlog::SlowLog::new(
+                config.slowlog_log_slower_than,
+                config.slowlog_max_len,
+            ),
+            errors: crate::errorstats::ErrorStats::default(),
+            settings_at_start: std::sync::OnceLock::new(),
             local_addr,
             shutdown,
             config,

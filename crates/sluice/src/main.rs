@@ -1,14 +1,15 @@
 //! # sluice — the binary
 //!
 //! One program, three modes, as clap subcommands:
-//! - `sluice [flags]`: a node ([`sluice_node`]), until SIGTERM, SIGINT or `SHUTDOWN`;
+//! - `sluice [CONFIG-FILE] [flags]`: a node ([`sluice_node`]), until SIGTERM, SIGINT or
+//!   `SHUTDOWN` (SIGHUP is logged and ignored, as Redis does);
 //! - `sluice proxy [flags]`: the gateway sidecar ([`sluice_proxy`]);
 //! - `sluice cluster <command>`: the cluster admin tool ([`sluice_admin`]).
 //!
 //! It parses flags and hands them to the crate that runs the mode; nothing else lives here but
 //! the allocator.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::signal::unix::{SignalKind, signal};
 
 #[global_allocator]
@@ -49,28 +50,81 @@ enum Mode {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let (cli, config_file) = parse();
     let code = match cli.mode {
         Some(Mode::Proxy(config)) => sluice_proxy::main(config),
         Some(Mode::Cluster(admin)) => sluice_admin::main(admin),
-        None => node(cli.node),
+        None => {
+            let mut config = cli.node;
+            config.config_file = config_file;
+            node(config)
+        }
     };
     std::process::exit(code);
 }
 
+/// The command line, with a config file's directives in place of its path (see
+/// [`sluice_node::conffile`]) and every flag also read from `SLUICE_<FLAG>` (the sidecar's from
+/// `SLUICE_PROXY_<FLAG>`). Exits with clap's message on bad flags, 1 on a bad config file.
+fn parse() -> (Cli, Option<std::path::PathBuf>) {
+    let (argv, file) =
+        sluice_node::conffile::expand(std::env::args_os().collect()).unwrap_or_else(|e| {
+            eprintln!("sluice: {e}");
+            std::process::exit(1);
+        });
+    let command = sluice_node::config::with_env(Cli::command(), "SLUICE_")
+        .mut_subcommand("proxy", |p| {
+            sluice_node::config::with_env(p, "SLUICE_PROXY_")
+        });
+    let matches = command.get_matches_from(argv);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    (cli, file)
+}
+
+/// Sets up the log as the flags say; the error as a line for the operator.
+fn configure_log(config: &sluice_node::Config) -> Result<(), String> {
+    let level = sluice_log::Level::parse(&config.loglevel)?;
+    sluice_log::configure(
+        level,
+        config.logfile.as_deref(),
+        config.log_format == "json",
+    )
+    .map_err(|e| {
+        format!(
+            "cannot open --logfile {}: {e}",
+            config
+                .logfile
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""))
+                .display()
+        )
+    })
+}
+
 /// Runs a node until a signal or `SHUTDOWN`; the exit code.
-fn node(config: sluice_node::Config) -> i32 {
+///
+/// SIGHUP is ignored (logged): Redis ignores it too, and a reload would have to say which
+/// settings changed and which could not; CONFIG SET changes settings at run time instead.
+fn node(mut config: sluice_node::Config) -> i32 {
+    if let Err(e) = configure_log(&config).and_then(|()| config.resolve()) {
+        sluice_log::log(&format!("fatal: {e}"));
+        return 1;
+    }
     let signals = async {
-        let (Ok(mut term), Ok(mut int)) = (
+        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
         ) else {
             sluice_log::log("cannot install signal handlers; stop with SHUTDOWN");
             return std::future::pending::<()>().await;
         };
-        tokio::select! {
-            _ = term.recv() => sluice_log::log("SIGTERM received, shutting down"),
-            _ = int.recv() => sluice_log::log("SIGINT received, shutting down"),
+        loop {
+            tokio::select! {
+                _ = term.recv() => break sluice_log::log("SIGTERM received, shutting down"),
+                _ = int.recv() => break sluice_log::log("SIGINT received, shutting down"),
+                _ = hup.recv() => sluice_log::log("SIGHUP received: ignored (CONFIG SET changes settings at run time; restart to apply the config file)"),
+            }
         }
     };
     match sluice_node::run(config, signals) {

@@ -95,9 +95,8 @@ pub fn peers(shared: &Shared) -> Vec<(String, u16)> {
 /// `requirepass`, which the nodes of one cluster share.
 pub fn peer_password(shared: &Shared) -> Option<String> {
     shared
-        .config
-        .masterauth
-        .clone()
+        .live
+        .masterauth()
         .or_else(|| shared.requirepass.read().clone())
 }
 

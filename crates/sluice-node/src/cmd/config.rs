@@ -1,8 +1,15 @@
 //! `CONFIG GET pattern [pattern ...]`, `CONFIG SET name value [name value ...]`,
-//! `CONFIG RESETSTAT` — for the settings that exist. `requirepass`, `maxclients`, `timeout`,
-//! `maxmemory`, `maxmemory-policy`, `min-replicas-to-write` and `min-replicas-max-lag` change
-//! at run time; the others answer as Redis does for
-//! an immutable setting.
+//! `CONFIG RESETSTAT`, `CONFIG REWRITE`, `CONFIG HELP` — for the settings that exist.
+//!
+//! The settings with a `set` below change at run time; the others answer as Redis does for an
+//! immutable setting (the README says why each cannot change).
+//!
+//! # Rewrite
+//! `CONFIG REWRITE` writes the running values into the config file the server started with
+//! ([`crate::conffile`]): every line of a setting that can change at run time (and
+//! `replicaof`, which REPLICAOF changes) gets the current value in place; such a setting with
+//! no line gets one appended if it changed since start; comments and every other line stay.
+//! Sentinel sends it after each REPLICAOF, so a restarted node keeps the role it was given.
 
 use sluice_resp::reply;
 
@@ -10,6 +17,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::{Args, CmdError, Command, Ctx};
 use crate::glob::glob_match;
+use crate::live::Live;
 use crate::shared::Shared;
 
 /// Validates a new value of a setting, changing nothing: what to apply once every value of the
@@ -36,6 +44,14 @@ enum Change {
     Timeout(u64),
     MinReplicasToWrite(u64),
     MinReplicasMaxLag(u64),
+    MasterAuth(Option<String>),
+    ReplicaPriority(u64),
+    SaveInterval(u64),
+    TcpKeepalive(u64),
+    ReplTimeout(u64),
+    LogLevel(sluice_log::Level),
+    SlowlogSlowerThan(i64),
+    SlowlogMaxLen(usize),
 }
 
 impl Change {
@@ -56,8 +72,68 @@ impl Change {
                 s.repl.min_replicas.set_max_lag_secs(secs);
                 s.repl.refresh_good_replicas();
             }
+            Change::MasterAuth(p) => *s.live.masterauth.write() = p,
+            Change::ReplicaPriority(n) => s.live.replica_priority.store(n, Relaxed),
+            Change::SaveInterval(n) => s.live.save_interval.store(n, Relaxed),
+            Change::TcpKeepalive(n) => s.live.tcp_keepalive.store(n, Relaxed),
+            Change::ReplTimeout(n) => s.live.repl_timeout.store(n, Relaxed),
+            Change::LogLevel(l) => sluice_log::set_level(l),
+            Change::SlowlogSlowerThan(us) => s.slowlog.set_slower_than(us),
+            Change::SlowlogMaxLen(n) => s.slowlog.set_max_len(n),
         }
     }
+}
+
+fn set_replica_priority(v: &str) -> Result<Change, String> {
+    bounded(v).map(Change::ReplicaPriority)
+}
+
+/// Redis's `save "<seconds> <changes> ..."`: the first pair's seconds become the snapshot
+/// interval (every interval saves, whatever changed); `""` turns periodic saves off.
+fn set_save(v: &str) -> Result<Change, String> {
+    match v.split_whitespace().next() {
+        None => Ok(Change::SaveInterval(0)),
+        Some(secs) => bounded(secs).map(Change::SaveInterval),
+    }
+}
+
+fn set_slowlog_slower_than(v: &str) -> Result<Change, String> {
+    let n: i64 = v
+        .parse()
+        .map_err(|_| "argument couldn't be parsed into an integer")?;
+    if !(-1..=crate::config::MAX_SECONDS as i64).contains(&n) {
+        return Err(format!(
+            "argument must be between -1 and {} inclusive",
+            crate::config::MAX_SECONDS
+        ));
+    }
+    Ok(Change::SlowlogSlowerThan(n))
+}
+
+fn set_slowlog_max_len(v: &str) -> Result<Change, String> {
+    let n: u64 = v
+        .parse()
+        .map_err(|_| "argument couldn't be parsed into an integer")?;
+    if n > crate::config::MAX_SLOWLOG_LEN {
+        return Err(format!(
+            "argument must be between 0 and {} inclusive",
+            crate::config::MAX_SLOWLOG_LEN
+        ));
+    }
+    Ok(Change::SlowlogMaxLen(n as usize))
+}
+
+fn set_repl_timeout(v: &str) -> Result<Change, String> {
+    match bounded(v)? {
+        0 => Err("argument must be between 1 and 2147483647 inclusive".into()),
+        n => Ok(Change::ReplTimeout(n)),
+    }
+}
+
+fn path_setting(p: &Option<std::path::PathBuf>) -> String {
+    p.as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
 }
 
 /// An integer from 0 to [`crate::config::MAX_SECONDS`], in Redis's words when it is not.
@@ -92,7 +168,7 @@ fn set_min_replicas_to_write(v: &str) -> Result<Change, String> {
 
 // Replication settings answer under their old `slave-` names too, as Redis's do.
 fn replica_priority(s: &Shared) -> String {
-    s.config.replica_priority.to_string()
+    Live::get(&s.live.replica_priority).to_string()
 }
 
 fn replica_read_only(s: &Shared) -> String {
@@ -129,14 +205,39 @@ const SETTINGS: &[Setting] = &[
         set: None,
     },
     Setting {
+        name: "cluster-enabled",
+        get: |s| if s.config.cluster { "yes" } else { "no" }.into(),
+        set: None,
+    },
+    Setting {
         name: "databases",
         get: |_| "1".into(),
         set: None,
     },
     Setting {
-        name: "masterauth",
-        get: |s| s.config.masterauth.clone().unwrap_or_default(),
+        name: "dir",
+        get: |s| path_setting(&s.config.dir),
         set: None,
+    },
+    Setting {
+        name: "log-format",
+        get: |s| s.config.log_format.clone(),
+        set: None,
+    },
+    Setting {
+        name: "logfile",
+        get: |s| path_setting(&s.config.logfile),
+        set: None,
+    },
+    Setting {
+        name: "loglevel",
+        get: |_| sluice_log::level().name().into(),
+        set: Some(|v| sluice_log::Level::parse(v).map(Change::LogLevel)),
+    },
+    Setting {
+        name: "masterauth",
+        get: |s| s.live.masterauth().unwrap_or_default(),
+        set: Some(|v| Ok(Change::MasterAuth((!v.is_empty()).then(|| v.to_string())))),
     },
     Setting {
         name: "maxclients",
@@ -180,6 +281,11 @@ const SETTINGS: &[Setting] = &[
         set: Some(set_min_replicas_to_write),
     },
     Setting {
+        name: "pidfile",
+        get: |s| path_setting(&s.config.pidfile),
+        set: None,
+    },
+    Setting {
         name: "port",
         get: |s| s.local_addr.port().to_string(),
         set: None,
@@ -196,13 +302,13 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "repl-timeout",
-        get: |s| s.config.repl_timeout.to_string(),
-        set: None,
+        get: |s| Live::get(&s.live.repl_timeout).to_string(),
+        set: Some(set_repl_timeout),
     },
     Setting {
         name: "replica-priority",
         get: replica_priority,
-        set: None,
+        set: Some(set_replica_priority),
     },
     Setting {
         name: "replica-read-only",
@@ -229,11 +335,16 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "save",
-        get: |s| match (&s.config.dir, s.config.save_interval) {
+        get: |s| match (&s.config.dir, Live::get(&s.live.save_interval)) {
             (Some(_), secs) if secs > 0 => format!("{secs} 1"),
             _ => String::new(),
         },
-        set: None,
+        set: Some(set_save),
+    },
+    Setting {
+        name: "save-interval",
+        get: |s| Live::get(&s.live.save_interval).to_string(),
+        set: Some(|v| bounded(v).map(Change::SaveInterval)),
     },
     Setting {
         name: "shards",
@@ -243,7 +354,7 @@ const SETTINGS: &[Setting] = &[
     Setting {
         name: "slave-priority",
         get: replica_priority,
-        set: None,
+        set: Some(set_replica_priority),
     },
     Setting {
         name: "slave-read-only",
@@ -251,9 +362,24 @@ const SETTINGS: &[Setting] = &[
         set: None,
     },
     Setting {
-        name: "tcp-keepalive",
-        get: |s| s.config.tcp_keepalive.to_string(),
+        name: "slowlog-log-slower-than",
+        get: |s| s.slowlog.slower_than().to_string(),
+        set: Some(set_slowlog_slower_than),
+    },
+    Setting {
+        name: "slowlog-max-len",
+        get: |s| s.slowlog.max_len().to_string(),
+        set: Some(set_slowlog_max_len),
+    },
+    Setting {
+        name: "supervised",
+        get: |s| s.config.supervised.clone(),
         set: None,
+    },
+    Setting {
+        name: "tcp-keepalive",
+        get: |s| Live::get(&s.live.tcp_keepalive).to_string(),
+        set: Some(|v| bounded(v).map(Change::TcpKeepalive)),
     },
     Setting {
         name: "threads",
@@ -277,6 +403,7 @@ pub enum ConfigCmd<'a> {
     Set(Vec<&'a [u8]>),
     ResetStat,
     Rewrite,
+    Help,
 }
 
 impl<'a> Command<'a> for ConfigCmd<'a> {
@@ -299,6 +426,7 @@ impl<'a> Command<'a> for ConfigCmd<'a> {
             }
             b"RESETSTAT" => ConfigCmd::ResetStat,
             b"REWRITE" => ConfigCmd::Rewrite,
+            b"HELP" => ConfigCmd::Help,
             _ => {
                 return Err(CmdError::msg(format!(
                     "ERR unknown subcommand '{}'. Try CONFIG HELP.",
@@ -367,16 +495,87 @@ impl<'a> Command<'a> for ConfigCmd<'a> {
                 ctx.shared.stats.reset();
                 reply::simple(ctx.out, "OK");
             }
-            // Settings come from flags, not a file, so there is nothing to rewrite. Sentinel
-            // sends this inside MULTI during a failover and ignores the answer.
             ConfigCmd::Rewrite => {
-                return Err(CmdError::msg(
-                    "ERR The server is running without a config file",
+                let Some(path) = &ctx.shared.config.config_file else {
+                    return Err(CmdError::msg(
+                        "ERR The server is running without a config file",
+                    ));
+                };
+                rewrite(ctx.shared, path)
+                    .map_err(|e| CmdError::msg(format!("ERR Rewriting config file: {e}")))?;
+                sluice_log::log(&format!(
+                    "CONFIG REWRITE executed with success ({})",
+                    path.display()
                 ));
+                reply::simple(ctx.out, "OK");
+            }
+            ConfigCmd::Help => {
+                reply::array(ctx.out, HELP.len());
+                for line in HELP {
+                    reply::simple(ctx.out, line);
+                }
             }
         }
         Ok(())
     }
+}
+
+const HELP: &[&str] = &[
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern> [<pattern> ...]",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "SET <directive> <value> [<directive> <value> ...]",
+    "    Set the configuration <directive> to <value>; all or none change.",
+    "RESETSTAT",
+    "    Reset statistics reported by the INFO command.",
+    "REWRITE",
+    "    Rewrite the configuration file the server started with, keeping its comments.",
+    "HELP",
+    "    Print this help.",
+];
+
+/// Every setting's name and value now, for [`Shared::settings_at_start`].
+pub fn values(s: &Shared) -> Vec<(String, String)> {
+    SETTINGS
+        .iter()
+        .map(|st| (st.name.to_string(), (st.get)(s)))
+        .collect()
+}
+
+/// The settings a rewrite writes: those that change at run time under their flag's name,
+/// and `replicaof`. Aliases (`slave-*`, `min-slaves-*`) and names with no flag stay out.
+fn rewritable() -> Vec<&'static Setting> {
+    let flags = <crate::Config as clap::CommandFactory>::command();
+    SETTINGS
+        .iter()
+        .filter(|s| s.set.is_some() || s.name == "replicaof")
+        .filter(|s| flags.get_arguments().any(|a| a.get_long() == Some(s.name)))
+        .collect()
+}
+
+/// Settings whose empty value means "none": a rewrite drops their line.
+fn empty_is_none(name: &str) -> bool {
+    matches!(name, "replicaof" | "requirepass" | "masterauth")
+}
+
+/// CONFIG REWRITE (see the module docs).
+fn rewrite(s: &Shared, path: &std::path::Path) -> std::io::Result<()> {
+    let text = std::fs::read_to_string(path)?;
+    let in_file = crate::conffile::names(&text);
+    let at_start = s.settings_at_start.get();
+    let updates: Vec<(String, Option<String>)> = rewritable()
+        .into_iter()
+        .filter_map(|st| {
+            let now = (st.get)(s);
+            let listed = in_file.iter().any(|n| n == st.name);
+            let changed = at_start
+                .and_then(|v| v.iter().find(|(n, _)| n == st.name))
+                .is_none_or(|(_, was)| *was != now);
+            let value = (!(now.is_empty() && empty_is_none(st.name))).then_some(now);
+            (listed || (changed && value.is_some())).then(|| (st.name.to_string(), value))
+        })
+        .collect();
+    crate::conffile::write_atomic(path, &crate::conffile::rewrite(&text, &updates))
 }
 
 #[cfg(test)]

@@ -112,7 +112,7 @@ fn replication(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Resu
             write!(
                 t,
                 "slave_priority:{}\r\nslave_read_only:{}\r\nreplica_announced:1\r\n",
-                shared.config.replica_priority,
+                shared.live.replica_priority.load(Relaxed),
                 u8::from(shared.config.replica_read_only),
             )?;
         }

@@ -16,6 +16,7 @@ mod session;
 mod table;
 
 pub use args::{Args, parse_u64};
+pub use config::values as config_values;
 pub use dispatch::execute;
 pub use error::CmdError;
 pub use route::{Refusal, may_serve};

@@ -15,17 +15,17 @@ pub fn start(shared: Arc<Shared>) -> io::Result<Option<std::thread::JoinHandle<(
     if !shared.persist.enabled() {
         return Ok(None);
     }
-    let every = match shared.config.save_interval {
-        0 => None,
-        secs => Some(Duration::from_secs(secs)),
-    };
     std::thread::Builder::new()
         .name("sluice-save".into())
         .spawn(move || {
             let stop = shared.shutdown_signal();
             // `--save-interval` is bounded (config::MAX_SECONDS); a deadline past what an Instant holds
-            // would simply never come.
-            let next_save = || every.and_then(|e| Instant::now().checked_add(e));
+            // would simply never come. Read at each save, so CONFIG SET save-interval applies
+            // from the next one.
+            let next_save = || match shared.live.save_interval.load(Ordering::Relaxed) {
+                0 => None,
+                secs => Instant::now().checked_add(Duration::from_secs(secs)),
+            };
             let mut next = next_save();
             while !*stop.borrow() {
                 std::thread::sleep(Duration::from_millis(20));

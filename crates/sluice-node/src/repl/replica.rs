@@ -82,7 +82,7 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     {
         return Err(format!("unexpected reply to PING: {pong_text}"));
     }
-    if let Some(pass) = &shared.config.masterauth {
+    if let Some(pass) = &shared.live.masterauth() {
         let reply = peer.call(&[b"AUTH", pass.as_bytes()]).await?;
         if !reply.is_ok() {
             let reply = reply.text();
@@ -269,7 +269,7 @@ async fn stream_from(
     mut stream: TcpStream,
     mut buf: BytesMut,
 ) -> LinkResult<()> {
-    let timeout = Duration::from_secs(shared.config.repl_timeout.max(1));
+    let timeout = Duration::from_secs(crate::live::Live::get(&shared.live.repl_timeout).max(1));
     let mut ack_tick = tokio::time::interval(super::ACK_EVERY);
     let master = shared.clients.register(
         stream.peer_addr().map_err(|e| e.to_string())?,
