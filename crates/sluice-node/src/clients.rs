@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -34,6 +34,30 @@ pub struct ClientHandle {
     /// Waiting in a blocking command (WAIT), for INFO's `blocked_clients`. The connection
     /// loop mirrors its session's state here whenever that changes.
     pub blocked: AtomicBool,
+    /// The socket's file descriptor (-1 until the connection sets it).
+    pub fd: AtomicI32,
+    /// The connection's buffers as of its last batch: unparsed input, its spare room, and
+    /// replies not yet written (CLIENT LIST's `qbuf`, `qbuf-free`, `omem`).
+    pub buffers: Buffers,
+}
+
+/// A connection's buffer sizes, stored by its own thread once per batch.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    pub qbuf: AtomicU64,
+    pub qbuf_free: AtomicU64,
+    pub omem: AtomicU64,
+}
+
+impl Buffers {
+    /// Records the read buffer's length and capacity and the output's length.
+    #[inline]
+    pub fn store(&self, qbuf: usize, qbuf_cap: usize, omem: usize) {
+        self.qbuf.store(qbuf as u64, Relaxed);
+        self.qbuf_free
+            .store(qbuf_cap.saturating_sub(qbuf) as u64, Relaxed);
+        self.omem.store(omem as u64, Relaxed);
+    }
 }
 
 /// The client classes of CLIENT LIST/KILL TYPE.
@@ -93,6 +117,8 @@ impl Clients {
             kill: Notify::new(),
             kind: AtomicU8::new(ClientKind::Normal as u8),
             blocked: AtomicBool::new(false),
+            fd: AtomicI32::new(-1),
+            buffers: Buffers::default(),
         });
         self.by_id.lock().insert(id, handle.clone());
         handle
@@ -159,15 +185,23 @@ impl ClientHandle {
         let age = self.created.elapsed().as_secs();
         let idle_ms = (self.created.elapsed().as_millis() as u64)
             .saturating_sub(self.last_active_ms.load(Relaxed));
+        let b = &self.buffers;
+        let (qbuf, qbuf_free, omem) = (
+            b.qbuf.load(Relaxed),
+            b.qbuf_free.load(Relaxed),
+            b.omem.load(Relaxed),
+        );
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem=0 obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.id,
             self.addr,
             self.laddr,
+            self.fd.load(Relaxed),
             self.name.lock().as_deref().unwrap_or(""),
             age,
             idle_ms / 1000,
             self.kind().flags(),
+            qbuf + qbuf_free + omem,
             current_cmd,
             self.resp.load(Relaxed),
             self.lib_name.lock().as_deref().unwrap_or(""),

@@ -52,6 +52,9 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
     shared.stats.connections_received.fetch_add(1, Relaxed);
     let laddr = stream.local_addr().unwrap_or(shared.local_addr);
     let client = shared.clients.register(peer, laddr);
+    client
+        .fd
+        .store(std::os::fd::AsRawFd::as_raw_fd(&stream), Relaxed);
     let mut session = Session::new(client.clone(), shared.requirepass.read().is_none());
     session.thread = thread;
     let why = serve_session(&stream, &shared, &mut session, thread).await;
@@ -148,6 +151,8 @@ struct Conn<'s> {
 struct Ran {
     executed: u64,
     read_at: std::time::Instant,
+    /// The batch's time, when its end was read already (see [`Conn::batch_done`]).
+    elapsed: Option<Duration>,
 }
 
 impl<'s> Conn<'s> {
@@ -188,6 +193,7 @@ impl<'s> Conn<'s> {
         self.last_active = Instant::from_std(read_at);
         let now = self.shared.clock.at(read_at);
         let mut executed = 0u64;
+        let mut elapsed = None;
         loop {
             match self.parser.parse_into(&mut self.rbuf, &mut self.request) {
                 Ok(true) => {
@@ -199,6 +205,9 @@ impl<'s> Conn<'s> {
                         now,
                     };
                     cmd::execute(&self.request, &mut ctx);
+                    if self.rbuf.is_empty() {
+                        elapsed = Some(self.batch_done(read_at, executed));
+                    }
                     // As Redis, the hard output limit is checked reply by reply: a pipeline of
                     // large replies is cut where it crosses it.
                     if self.out.len() > self.output_limit {
@@ -232,7 +241,44 @@ impl<'s> Conn<'s> {
         // Release the last frame so the read buffer is ours alone again and can be reused in
         // place rather than reallocated.
         self.request.clear();
-        Ok(Ran { executed, read_at })
+        Ok(Ran {
+            executed,
+            read_at,
+            elapsed,
+        })
+    }
+
+    /// The batch's last request ran (the read buffer is empty): its one end-of-batch clock
+    /// read, which the statistics use too, and SLOWLOG's entry if the batch was slow. Only
+    /// here is the last request still whole, so a batch that ends with part of a frame is
+    /// timed in [`Conn::account`] and not looked at by SLOWLOG.
+    fn batch_done(&self, read_at: std::time::Instant, executed: u64) -> Duration {
+        let elapsed = read_at.elapsed();
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        if self.shared.slowlog.is_slow(nanos / executed.max(1)) {
+            self.log_slow(nanos / executed.max(1) / 1000, executed);
+        }
+        elapsed
+    }
+
+    #[cold]
+    fn log_slow(&self, micros: u64, executed: u64) {
+        let at_unix_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let name = self.client.name.lock().clone().unwrap_or_default();
+        self.shared.slowlog.push(crate::slowlog::Entry {
+            id: 0,
+            at_unix_secs,
+            micros,
+            args: crate::slowlog::trimmed_args(self.request.args()),
+            client_addr: self.client.addr.to_string(),
+            client_name: if executed > 1 {
+                format!("{name} pipelined={executed}")
+            } else {
+                name
+            },
+        });
     }
 
     /// A batch's statistics: the command count, the batch's one clock read for the command
@@ -241,8 +287,12 @@ impl<'s> Conn<'s> {
         self.shared.stats.add_commands(self.thread, ran.executed);
         if !self.session.batch.is_empty() {
             let slot = self.shared.stats.slot(self.thread);
-            self.session.batch.charge(slot, ran.read_at.elapsed());
+            let elapsed = ran.elapsed.unwrap_or_else(|| ran.read_at.elapsed());
+            self.session.batch.charge(slot, elapsed);
         }
+        self.client
+            .buffers
+            .store(self.rbuf.len(), self.rbuf.capacity(), self.out.len());
         if ran.executed > 0 {
             let since_created = ran.read_at.saturating_duration_since(self.client.created);
             self.client

@@ -24,6 +24,7 @@
 //!   forwarded as bytes in request order.
 //! - `session`: the connection commands the sidecar answers itself, in RESP2 or RESP3.
 //! - `rules`: the named rules learned from the nodes, for RL.HIT's fail modes.
+//! - `metrics`: `--metrics-port`, Prometheus text from the same counters as INFO.
 //!
 //! Why a crate of its own and not part of `sluice-client`: it is a program (a subcommand of the
 //! `sluice` binary) where the library is not; it reuses the node's request parser and reply
@@ -50,6 +51,7 @@ use sluice_core::spec::{CheckArgs, SpecError};
 
 mod conn;
 mod leases;
+mod metrics;
 mod rules;
 mod session;
 
@@ -90,6 +92,9 @@ pub struct ProxyConfig {
     /// Require clients to authenticate (AUTH or HELLO AUTH) with this password.
     #[arg(long)]
     pub requirepass: Option<String>,
+    /// Serve Prometheus metrics (`GET /metrics`) on this port, on the `--bind` address.
+    #[arg(long = "metrics-port")]
+    pub metrics_port: Option<u16>,
 }
 
 impl ProxyConfig {
@@ -158,6 +163,10 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
     let client_config = config.client_config()?;
     let default_mode = FailMode::parse(config.fail_mode.as_bytes()).unwrap_or_default();
     let listener = listen(&config.bind, config.port).await?;
+    let metrics = match config.metrics_port {
+        Some(port) => Some(listen(&config.bind, port).await?),
+        None => None,
+    };
     let client = Client::connect(client_config).await;
     let rules = rules::start(&client);
     let state = Arc::new(Proxy {
@@ -169,6 +178,13 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
         denied: AtomicU64::new(0),
         leases: Arc::default(),
     });
+    if let Some(listener) = metrics {
+        sluice_log::log(&format!(
+            "metrics on http://{}/metrics",
+            listener.local_addr().map_err(|e| e.to_string())?
+        ));
+        metrics::spawn(listener, state.clone());
+    }
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;

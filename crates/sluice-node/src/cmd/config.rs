@@ -493,6 +493,7 @@ impl<'a> Command<'a> for ConfigCmd<'a> {
             }
             ConfigCmd::ResetStat => {
                 ctx.shared.stats.reset();
+                ctx.shared.errors.reset();
                 reply::simple(ctx.out, "OK");
             }
             ConfigCmd::Rewrite => {

@@ -22,6 +22,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
             return drop_cross_protocol(ctx);
         }
         fail_transaction(ctx);
+        ctx.shared.errors.note(b"ERR");
         return write_raw_error(ctx.out, &unknown_command(name, req.args_from(1)));
     };
     if cached.is_none() {
@@ -76,7 +77,9 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         } else {
             stats.fail(row);
         }
-        reply::error(ctx.out, &e.text(spec.name));
+        let text = e.text(spec.name);
+        shared.errors.note(text.as_bytes());
+        reply::error(ctx.out, &text);
     }
 }
 
@@ -121,6 +124,7 @@ fn allowed_when_subscribed(name: &str) -> bool {
 /// for fails at EXEC, as in Redis.
 fn refuse(ctx: &mut Ctx<'_>, row: usize, error: &str) {
     ctx.shared.stats.slot(ctx.session.thread).reject(row);
+    ctx.shared.errors.note(error.as_bytes());
     fail_transaction(ctx);
     reply::error(ctx.out, error);
 }

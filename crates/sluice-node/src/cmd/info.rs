@@ -1,4 +1,5 @@
-//! `INFO [section ...]` — server, clients, memory, stats, replication and keyspace, in Redis's
+//! `INFO [section ...]` — server, clients, memory, stats, replication, cpu, errorstats and
+//! keyspace, in Redis's
 //! `field:value` text format (a verbatim string in RESP3, a bulk string in RESP2), with the fields
 //! monitoring tools read.
 
@@ -10,13 +11,15 @@ use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
 
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 12] = [
     "server",
     "clients",
     "memory",
     "persistence",
     "stats",
     "replication",
+    "cpu",
+    "errorstats",
     "commandstats",
     "latencystats",
     "cluster",
@@ -59,6 +62,46 @@ impl<'a> Command<'a> for Info<'a> {
         reply::verbatim(ctx.out, ctx.session.proto, "txt", text.as_bytes());
         Ok(())
     }
+}
+
+/// CPU seconds this process (`RUSAGE_SELF`) and its waited-for children spent in the kernel
+/// and in user space, as Redis's `# CPU` reports them.
+fn cpu(t: &mut String) -> std::fmt::Result {
+    t.push_str("# CPU\r\n");
+    for (who, prefix) in [
+        (libc::RUSAGE_SELF, "used_cpu"),
+        (libc::RUSAGE_CHILDREN, "used_cpu"),
+    ] {
+        // SAFETY: getrusage fills a plain struct we own.
+        let usage = unsafe {
+            let mut u: libc::rusage = std::mem::zeroed();
+            (libc::getrusage(who, &mut u) == 0).then_some(u)
+        };
+        let (sys, user) = usage.map_or((0.0, 0.0), |u| (seconds(u.ru_stime), seconds(u.ru_utime)));
+        let suffix = if who == libc::RUSAGE_SELF {
+            ""
+        } else {
+            "_children"
+        };
+        write!(
+            t,
+            "{prefix}_sys{suffix}:{sys:.6}\r\n{prefix}_user{suffix}:{user:.6}\r\n"
+        )?;
+    }
+    Ok(())
+}
+
+fn seconds(tv: libc::timeval) -> f64 {
+    tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6
+}
+
+/// `errorstat_<WORD>:count=N` per error word ([`crate::errorstats`]).
+fn errorstats(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Result {
+    t.push_str("# Errorstats\r\n");
+    for (word, count) in shared.errors.counts() {
+        write!(t, "errorstat_{word}:count={count}\r\n")?;
+    }
+    Ok(())
 }
 
 fn human(bytes: usize) -> String {
@@ -260,7 +303,7 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
         }
         "stats" => write!(
             t,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\nrejected_connections:{}\r\nsync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nrejected_keys:{}\r\npubsub_channels:{}\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\nrejected_connections:{}\r\nsync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nrejected_keys:{}\r\npubsub_channels:{}\r\ntotal_error_replies:{}\r\n",
             shared.stats.connections_received.load(Relaxed),
             shared.stats.total_commands(),
             shared.stats.instantaneous_ops_per_sec(),
@@ -272,6 +315,7 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             shared.store.evicted_total(),
             shared.store.rejected_total(),
             shared.pubsub.channel_count(),
+            shared.errors.total(),
         ),
         "persistence" => {
             let p = &shared.persist;
@@ -285,6 +329,8 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             )
         }
         "replication" => replication(shared, t),
+        "cpu" => cpu(t),
+        "errorstats" => errorstats(shared, t),
         "commandstats" => commandstats(shared, t),
         "latencystats" => latencystats(shared, t),
         "cluster" => write!(

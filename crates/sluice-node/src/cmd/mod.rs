@@ -60,6 +60,7 @@ mod save;
 mod select;
 mod set;
 mod shutdown;
+mod slowlog;
 mod time;
 mod ttl;
 pub mod wait;

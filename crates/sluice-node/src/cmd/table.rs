@@ -694,6 +694,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         replicaof::ReplicaOf
     ),
     spec!(
+        "slowlog",
+        -2,
+        [ADMIN, LOADING, STALE],
+        (0, 0, 0),
+        "server",
+        "2.2.12",
+        "A container for slow log commands.",
+        "subcommand [argument ...]",
+        slowlog::SlowLog
+    ),
+    spec!(
         "subscribe",
         -2,
         [PUBSUB, NOSCRIPT, LOADING, STALE, NOMULTI],

@@ -1,0 +1,132 @@
+//! `--metrics-port`: the sidecar's Prometheus metrics (`GET /metrics`, text format 0.0.4),
+//! read from the same counters INFO shows, at scrape time (nothing is counted twice).
+//!
+//! Families: `sluice_proxy_checks_total{outcome}` (RL.CHECK answers, allowed or denied),
+//! `sluice_proxy_decisions_total{source}` (who decided: the node or a fail mode),
+//! `sluice_proxy_node_calls_total`, `sluice_proxy_upstream_answered_total{upstream}`,
+//! `sluice_proxy_upstream_failed_total{upstream}`, `sluice_proxy_upstream_breaker{upstream,state}`
+//! (1 for the breaker's current state) and `sluice_proxy_local_keys{map}`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use axum::Router;
+use axum::http::header::CONTENT_TYPE;
+use axum::routing::get;
+use sluice_client::Source;
+use tokio::net::TcpListener;
+
+use crate::Proxy;
+
+/// Serves `/metrics` on `listener` until the process ends.
+pub(crate) fn spawn(listener: TcpListener, proxy: Arc<Proxy>) {
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let body = render(&proxy);
+            async move {
+                (
+                    [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+                    body,
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            sluice_log::warn(&format!("metrics: server stopped: {e}"));
+        }
+    });
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
+}
+
+/// The exposition text for the sidecar's counters now.
+fn render(p: &Proxy) -> String {
+    let mut s = String::with_capacity(2048);
+    let c = &p.client;
+    family(
+        &mut s,
+        "sluice_proxy_checks_total",
+        "counter",
+        "RL.CHECK answers (not DRY), by outcome.",
+    );
+    for (outcome, n) in [("allowed", &p.allowed), ("denied", &p.denied)] {
+        let _ = writeln!(
+            s,
+            "sluice_proxy_checks_total{{outcome=\"{outcome}\"}} {}",
+            n.load(Relaxed)
+        );
+    }
+    family(
+        &mut s,
+        "sluice_proxy_decisions_total",
+        "counter",
+        "Decisions by who made them: the node or a fail mode.",
+    );
+    for (source, n) in Source::NAMES.iter().zip(c.decisions()) {
+        let _ = writeln!(s, "sluice_proxy_decisions_total{{source=\"{source}\"}} {n}");
+    }
+    family(
+        &mut s,
+        "sluice_proxy_node_calls_total",
+        "counter",
+        "Calls sent to the nodes.",
+    );
+    let _ = writeln!(s, "sluice_proxy_node_calls_total {}", c.node_calls());
+    let upstreams = c.upstreams();
+    family(
+        &mut s,
+        "sluice_proxy_upstream_answered_total",
+        "counter",
+        "Calls each upstream answered.",
+    );
+    for u in &upstreams {
+        let _ = writeln!(
+            s,
+            "sluice_proxy_upstream_answered_total{{upstream=\"{}\"}} {}",
+            u.addr, u.answered
+        );
+    }
+    family(
+        &mut s,
+        "sluice_proxy_upstream_failed_total",
+        "counter",
+        "Calls to each upstream that failed or timed out.",
+    );
+    for u in &upstreams {
+        let _ = writeln!(
+            s,
+            "sluice_proxy_upstream_failed_total{{upstream=\"{}\"}} {}",
+            u.addr, u.failed
+        );
+    }
+    family(
+        &mut s,
+        "sluice_proxy_upstream_breaker",
+        "gauge",
+        "1 for the state each upstream's circuit breaker is in.",
+    );
+    for u in &upstreams {
+        let _ = writeln!(
+            s,
+            "sluice_proxy_upstream_breaker{{upstream=\"{}\",state=\"{}\"}} 1",
+            u.addr,
+            u.breaker.name()
+        );
+    }
+    let (local, blocked, approx) = c.local_keys();
+    family(
+        &mut s,
+        "sluice_proxy_local_keys",
+        "gauge",
+        "Keys held in each local map.",
+    );
+    for (map, n) in [("local", local), ("blocked", blocked), ("approx", approx)] {
+        let _ = writeln!(s, "sluice_proxy_local_keys{{map=\"{map}\"}} {n}");
+    }
+    s
+}
