@@ -72,6 +72,14 @@ impl Sluice {
         Sluice::spawn(cmd)
     }
 
+    /// Starts `sluice args...` exactly as given (no `--port` nor `--bind` added) with `env` set:
+    /// for a config file as the first argument, which must then name the port.
+    pub fn start_exact(args: &[&str], env: &[(&str, &str)]) -> Sluice {
+        let mut cmd = Command::new(binary());
+        cmd.args(args).envs(env.iter().copied());
+        Sluice::spawn(cmd)
+    }
+
     /// Starts the sidecar, `sluice proxy --port 0 --bind 127.0.0.1 args...`.
     pub fn start_proxy(args: &[&str]) -> Sluice {
         let mut cmd = Command::new(binary());
