@@ -739,3 +739,25 @@ fn sentinel_promotion_survives_a_restart_from_the_config_file() {
     assert!(matches!(role, redis::Role::Primary { .. }), "{role:?}");
     rl_check(&mut c, &["after:restart", "5", "1m"]).expect("a primary takes writes");
 }
+
+/// The example config in `contrib/` starts a server (with its port and directory overridden).
+#[test]
+fn contrib_example_config_starts() {
+    let dir = TempDir::new("ops-contrib");
+    let conf = concat!(env!("CARGO_MANIFEST_DIR"), "/../contrib/sluice.conf");
+    let node = Sluice::start_exact(
+        &[
+            conf,
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    let mut c = node.client();
+    assert_eq!(config_get(&mut c, "maxmemory"), (1u64 << 30).to_string());
+    assert_eq!(config_get(&mut c, "slowlog-max-len"), "128");
+}
