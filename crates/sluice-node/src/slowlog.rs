@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn long_requests_are_trimmed_like_redis() {
-        let big = vec![b'x'; 200];
+        let big = [b'x'; 200];
         let args: Vec<&[u8]> = std::iter::repeat_n(&big[..], 40).collect();
         let t = trimmed_args(args.into_iter());
         assert_eq!(t.len(), MAX_ARGS);
