@@ -235,19 +235,18 @@ pub struct Config {
 pub const MAX_SLOWLOG_LEN: u64 = 1_000_000;
 
 /// `cmd` with every long flag also read from the environment variable `PREFIX` + its name in
-/// capitals (`--maxmemory-policy` from `SLUICE_MAXMEMORY_POLICY`), and a flag given twice
-/// taking its last value (a config file's directives come before the command line's flags).
-/// Generic over the flags, so a new flag gets its variable with no code.
+/// capitals (`--maxmemory-policy` from `SLUICE_MAXMEMORY_POLICY`). Generic over the flags, so
+/// a new flag gets its variable with no code.
 pub fn with_env(cmd: clap::Command, prefix: &str) -> clap::Command {
-    cmd.args_override_self(true).mut_args(|arg| {
-        match arg.get_long().filter(|l| !matches!(*l, "help" | "version")) {
+    cmd.mut_args(
+        |arg| match arg.get_long().filter(|l| !matches!(*l, "help" | "version")) {
             Some(long) => {
                 let var = format!("{prefix}{}", long.to_ascii_uppercase().replace('-', "_"));
                 arg.env(&*Box::leak(var.into_boxed_str()))
             }
             None => arg,
-        }
-    })
+        },
+    )
 }
 
 /// The most seconds any setting takes: Redis's bound for its own (`INT_MAX`). Far past any

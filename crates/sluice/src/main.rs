@@ -72,7 +72,10 @@ fn parse() -> (Cli, Option<std::path::PathBuf>) {
             eprintln!("sluice: {e}");
             std::process::exit(1);
         });
+    // A node flag given twice takes its last value: a config file's directives come before
+    // the command line's flags, which override them.
     let command = sluice_node::config::with_env(Cli::command(), "SLUICE_")
+        .args_override_self(true)
         .mut_subcommand("proxy", |p| {
             sluice_node::config::with_env(p, "SLUICE_PROXY_")
         });
