@@ -205,9 +205,6 @@ impl<'s> Conn<'s> {
                         now,
                     };
                     cmd::execute(&self.request, &mut ctx);
-                    if self.rbuf.is_empty() {
-                        elapsed = Some(self.batch_done(read_at, executed));
-                    }
                     // As Redis, the hard output limit is checked reply by reply: a pipeline of
                     // large replies is cut where it crosses it.
                     if self.out.len() > self.output_limit {
@@ -230,7 +227,14 @@ impl<'s> Conn<'s> {
                         break;
                     }
                 }
-                Ok(false) => break,
+                Ok(false) => {
+                    // An empty buffer leaves the parser's request untouched: it is still the
+                    // batch's last command.
+                    if self.rbuf.is_empty() && executed > 0 {
+                        elapsed = Some(self.batch_done(read_at, executed));
+                    }
+                    break;
+                }
                 Err(e) => {
                     e.write_reply(&mut self.out);
                     self.closing = true;
@@ -248,10 +252,10 @@ impl<'s> Conn<'s> {
         })
     }
 
-    /// The batch's last request ran (the read buffer is empty): its one end-of-batch clock
-    /// read, which the statistics use too, and SLOWLOG's entry if the batch was slow. Only
-    /// here is the last request still whole, so a batch that ends with part of a frame is
-    /// timed in [`Conn::account`] and not looked at by SLOWLOG.
+    /// The batch ran every request it read (the read buffer is empty): its one end-of-batch
+    /// clock read, which the statistics use too, and SLOWLOG's entry if the batch was slow.
+    /// Only then is the last request still whole, so a batch that ends with part of a frame
+    /// (or stops early: QUIT, WAIT) is timed in [`Conn::account`] and not looked at by SLOWLOG.
     fn batch_done(&self, read_at: std::time::Instant, executed: u64) -> Duration {
         let elapsed = read_at.elapsed();
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
