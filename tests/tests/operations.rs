@@ -761,3 +761,28 @@ fn contrib_example_config_starts() {
     assert_eq!(config_get(&mut c, "maxmemory"), (1u64 << 30).to_string());
     assert_eq!(config_get(&mut c, "slowlog-max-len"), "128");
 }
+
+/// `CONFIG SET replica-read-only` takes effect at once on a replica, and REWRITE keeps it.
+#[test]
+fn replica_read_only_changes_at_run_time() {
+    let primary = Sluice::start_with(&["--threads", "1"]);
+    let replica = Sluice::start_with(&[
+        "--threads",
+        "1",
+        "--replicaof",
+        &format!("127.0.0.1:{}", primary.port),
+    ]);
+    let mut c = replica.client();
+    let set = |c: &mut redis::Connection| -> redis::RedisResult<()> {
+        redis::cmd("SET").arg("local").arg("1").query(c)
+    };
+    let e = set(&mut c).unwrap_err();
+    assert!(e.to_string().contains("read only"), "{e}");
+    config_set(&mut c, "replica-read-only", "no").unwrap();
+    assert_eq!(config_get(&mut c, "slave-read-only"), "no");
+    set(&mut c).expect("a writable replica takes a local write");
+    config_set(&mut c, "replica-read-only", "yes").unwrap();
+    assert!(set(&mut c).unwrap_err().to_string().contains("read only"));
+    assert!(config_set(&mut c, "replica-read-only", "maybe").is_err());
+    assert_eq!(config_get(&mut c, "replica-read-only"), "yes");
+}

@@ -52,6 +52,7 @@ enum Change {
     LogLevel(sluice_log::Level),
     SlowlogSlowerThan(i64),
     SlowlogMaxLen(usize),
+    ReplicaReadOnly(bool),
 }
 
 impl Change {
@@ -80,8 +81,13 @@ impl Change {
             Change::LogLevel(l) => sluice_log::set_level(l),
             Change::SlowlogSlowerThan(us) => s.slowlog.set_slower_than(us),
             Change::SlowlogMaxLen(n) => s.slowlog.set_max_len(n),
+            Change::ReplicaReadOnly(on) => s.repl.set_replica_read_only(on),
         }
     }
+}
+
+fn set_replica_read_only(v: &str) -> Result<Change, String> {
+    crate::config::parse_yes_no(v).map(Change::ReplicaReadOnly)
 }
 
 fn set_replica_priority(v: &str) -> Result<Change, String> {
@@ -172,7 +178,7 @@ fn replica_priority(s: &Shared) -> String {
 }
 
 fn replica_read_only(s: &Shared) -> String {
-    if s.config.replica_read_only {
+    if s.repl.replica_read_only() {
         "yes"
     } else {
         "no"
@@ -313,7 +319,7 @@ const SETTINGS: &[Setting] = &[
     Setting {
         name: "replica-read-only",
         get: replica_read_only,
-        set: None,
+        set: Some(set_replica_read_only),
     },
     Setting {
         name: "replicaof",
@@ -359,7 +365,7 @@ const SETTINGS: &[Setting] = &[
     Setting {
         name: "slave-read-only",
         get: replica_read_only,
-        set: None,
+        set: Some(set_replica_read_only),
     },
     Setting {
         name: "slowlog-log-slower-than",

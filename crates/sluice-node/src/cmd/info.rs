@@ -156,7 +156,7 @@ fn replication(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Resu
                 t,
                 "slave_priority:{}\r\nslave_read_only:{}\r\nreplica_announced:1\r\n",
                 shared.live.replica_priority.load(Relaxed),
-                u8::from(shared.config.replica_read_only),
+                u8::from(shared.repl.replica_read_only()),
             )?;
         }
     }

@@ -166,7 +166,8 @@ pub struct Repl {
     pub inner: Mutex<Inner>,
     /// True on a read-only replica: one relaxed load on the write path.
     readonly: AtomicBool,
-    replica_read_only: bool,
+    /// `replica-read-only` (CONFIG SET changes it; [`Repl::set_replica_read_only`]).
+    replica_read_only: AtomicBool,
     /// Bumped whenever a replica acks (WAIT waits on it).
     acks: watch::Sender<u64>,
     /// REPLICAOF's target, watched by the link task.
@@ -207,6 +208,19 @@ pub fn random_id() -> String {
 }
 
 impl Repl {
+    /// Whether a replica refuses writes (`replica-read-only`).
+    pub fn replica_read_only(&self) -> bool {
+        self.replica_read_only.load(Relaxed)
+    }
+
+    /// CONFIG SET replica-read-only: takes effect at once on a replica. Under the link's lock,
+    /// so a REPLICAOF at the same moment sees either value whole.
+    pub fn set_replica_read_only(&self, on: bool) {
+        let inner = self.inner.lock();
+        self.replica_read_only.store(on, Relaxed);
+        self.readonly.store(inner.master.is_some() && on, Relaxed);
+    }
+
     pub fn new(config: &Config) -> Repl {
         let master = config.replicaof.clone();
         let repl = Repl {
@@ -229,7 +243,7 @@ impl Repl {
                 restarted: None,
             }),
             readonly: AtomicBool::new(false),
-            replica_read_only: config.replica_read_only,
+            replica_read_only: AtomicBool::new(config.replica_read_only),
             acks: watch::channel(0).0,
             target: watch::channel(master.clone()).0,
             backlog_created: Notify::new(),
@@ -245,7 +259,7 @@ impl Repl {
                 .unwrap_or(usize::MAX),
         };
         repl.readonly
-            .store(master.is_some() && repl.replica_read_only, Relaxed);
+            .store(master.is_some() && config.replica_read_only, Relaxed);
         if master.is_some() {
             sluice_log::set_role(b'S');
         }
@@ -385,7 +399,7 @@ impl Repl {
         inner.master = to.clone();
         sluice_log::set_role(if to.is_some() { b'S' } else { b'M' });
         self.readonly
-            .store(to.is_some() && self.replica_read_only, Relaxed);
+            .store(to.is_some() && self.replica_read_only(), Relaxed);
         drop(inner);
         self.refresh_good_replicas();
         self.target.send_replace(to);
