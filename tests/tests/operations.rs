@@ -626,7 +626,14 @@ fn sidecar_metrics_port() {
         &format!("127.0.0.1:{}", node.port),
         "--metrics-port",
         &metrics_port.to_string(),
+        "--log-format",
+        "json",
     ]);
+    for line in proxy.log().lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert_eq!(v["role"], "P", "{line}");
+    }
     let mut c = proxy.client();
     for _ in 0..3 {
         rl_check(&mut c, &["metrics:key", "2", "1h"]).unwrap();

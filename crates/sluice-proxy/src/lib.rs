@@ -95,6 +95,15 @@ pub struct ProxyConfig {
     /// Serve Prometheus metrics (`GET /metrics`) on this port, on the `--bind` address.
     #[arg(long = "metrics-port")]
     pub metrics_port: Option<u16>,
+    /// Which log lines are written: `debug`, `verbose`, `notice` or `warning`.
+    #[arg(long, default_value = "notice", value_parser = ["debug", "verbose", "notice", "warning"])]
+    pub loglevel: String,
+    /// Append log lines to this file instead of standard error.
+    #[arg(long, value_name = "FILE")]
+    pub logfile: Option<std::path::PathBuf>,
+    /// `text` (Redis's line) or `json` (one object a line).
+    #[arg(long = "log-format", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
 }
 
 impl ProxyConfig {
@@ -122,6 +131,15 @@ impl ProxyConfig {
 
 /// Runs `sluice proxy` with these flags until SIGTERM or SIGINT; returns the exit code.
 pub fn main(config: ProxyConfig) -> i32 {
+    let level = sluice_log::Level::parse(&config.loglevel).unwrap_or(sluice_log::Level::Notice);
+    if let Err(e) = sluice_log::configure(
+        level,
+        config.logfile.as_deref(),
+        config.log_format == "json",
+    ) {
+        eprintln!("sluice proxy: cannot open --logfile: {e}");
+        return 1;
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
