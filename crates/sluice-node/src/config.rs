@@ -89,6 +89,15 @@ pub struct Config {
     #[arg(long)]
     pub masterauth: Option<String>,
 
+    /// The ACL user this replica (and a cluster node calling its peers) AUTHs as with
+    /// `--masterauth` (default: the `default` user).
+    #[arg(long)]
+    pub masteruser: Option<String>,
+
+    /// ACL users are loaded from this file at start, and by `ACL LOAD`; `ACL SAVE` writes it.
+    #[arg(long)]
+    pub aclfile: Option<std::path::PathBuf>,
+
     /// Bytes of recent stream a primary keeps so a replica that reconnects can continue
     /// (`+CONTINUE`) instead of syncing everything again.
     #[arg(long = "repl-backlog-size", default_value = "1mb", value_parser = parse_bytes)]

@@ -52,7 +52,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
     shared.stats.connections_received.fetch_add(1, Relaxed);
     let laddr = stream.local_addr().unwrap_or(shared.local_addr);
     let client = shared.clients.register(peer, laddr);
-    let mut session = Session::new(client.clone(), shared.requirepass.read().is_none());
+    let mut session = Session::new(client.clone(), shared.acl.default_user());
     session.thread = thread;
     let why = serve_session(&stream, &shared, &mut session, thread).await;
     cmd::pubsub::clear(&shared, &mut session.subs, client.id);

@@ -5,6 +5,7 @@
 //! # Layout: state below, tasks above
 //!
 //! State (no module here imports [`Shared`]):
+//! - [`acl`]: ACL users, their passwords and the bitsets of the commands each may run.
 //! - [`config`]: the clap `Config` (flags and defaults).
 //! - [`clock`]: the process clock (monotonic, anchored to Unix time).
 //! - [`clients`], [`stats`], [`pubsub`] (with [`glob`]): the client registry, the counters,
@@ -35,6 +36,7 @@
 //! lives here. The sidecar and the admin tool are crates of their own (`sluice-proxy`,
 //! `sluice-admin`).
 
+pub mod acl;
 pub mod clients;
 pub mod clock;
 pub mod cluster;

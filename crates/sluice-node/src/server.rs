@@ -57,7 +57,12 @@ impl Server {
         };
         let metrics = side_port(config.metrics_port)?;
         let grpc = side_port(config.grpc_port)?;
-        let shared = Arc::new(Shared::new(config, local_addr, crate::cmd::STATS_ROWS)?);
+        let shared = Arc::new(Shared::new(
+            config,
+            local_addr,
+            crate::cmd::STATS_ROWS,
+            crate::cmd::acl_catalog(),
+        )?);
         let started = std::time::Instant::now();
         match crate::persist::load(&shared.persist, &shared.store, shared.clock.now()) {
             Ok(Some(loaded)) => {
@@ -74,6 +79,11 @@ impl Server {
             }
             Ok(None) => {}
             Err(e) => return Err(io::Error::other(e)),
+        }
+        if let Some(path) = shared.config.aclfile.clone() {
+            let n = crate::acl::load_file(&shared.acl, &path, shared.config.requirepass.as_deref())
+                .map_err(io::Error::other)?;
+            sluice_log::log(&format!("ACL file {} loaded: {n} users", path.display()));
         }
         if let Some(path) = shared.config.rules.clone() {
             let n = crate::rules::file::load(&shared, &path).map_err(io::Error::other)?;
