@@ -56,5 +56,7 @@ pub mod raw;
 pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream};
 pub use lease::{Concurrency, Lease, LeaseDecision, LocalLeases};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};
-pub use node::{BreakerState, CallError, Node, NodeOptions, RawBatch, RawReplies, cannot_answer};
+pub use node::{
+    BreakerState, CallError, Credentials, Node, NodeOptions, RawBatch, RawReplies, cannot_answer,
+};
 pub use sluice_core::Algo;

@@ -63,6 +63,48 @@ pub fn cannot_answer(error: &str) -> bool {
     )
 }
 
+/// Who a client logs in as at every node: `AUTH [user] password` is its first command on each
+/// new connection (a node with `--requirepass` or ACL users answers nothing else).
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    /// The ACL user; `None` is the `default` user (`AUTH password`).
+    pub user: Option<String>,
+    pub password: String,
+}
+
+impl Credentials {
+    fn frame(&self) -> BytesMut {
+        let mut out = BytesMut::with_capacity(64);
+        match &self.user {
+            Some(user) => value::encode_command(
+                &mut out,
+                &[b"AUTH", user.as_bytes(), self.password.as_bytes()],
+            ),
+            None => value::encode_command(&mut out, &[b"AUTH", self.password.as_bytes()]),
+        }
+        out
+    }
+}
+
+/// Sends AUTH and reads its one reply within `limit`; `Err` with the node's words if refused.
+async fn login(stream: &mut TcpStream, auth: &Credentials, limit: Duration) -> Result<(), String> {
+    let exchange = async {
+        stream.write_all(&auth.frame()).await.map_err(|e| e.to_string())?;
+        let mut buf = BytesMut::with_capacity(256);
+        loop {
+            if let Some(reply) = value::decode(&mut buf).map_err(|e| e.to_string())? {
+                return if reply.is_ok() { Ok(()) } else { Err(reply.text()) };
+            }
+            if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                return Err("connection closed during AUTH".into());
+            }
+        }
+    };
+    timeout(limit, exchange)
+        .await
+        .unwrap_or_else(|_| Err("AUTH timed out".into()))
+}
+
 /// Connection and breaker settings.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeOptions {
@@ -182,9 +224,11 @@ impl std::fmt::Debug for Request {
 
 impl Node {
     /// Starts the connection task for `addr` (`host:port`) on the current tokio runtime.
-    pub fn spawn(addr: Arc<str>, options: NodeOptions) -> Arc<Node> {
+    /// With `auth`, every connection logs in first; a refused login counts as a failed
+    /// connect (the node is down for this client until it is accepted).
+    pub fn spawn(addr: Arc<str>, options: NodeOptions, auth: Option<Arc<Credentials>>) -> Arc<Node> {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(addr.clone(), rx, options));
+        tokio::spawn(run(addr.clone(), rx, options, auth));
         Arc::new(Node {
             addr,
             tx,
@@ -308,19 +352,23 @@ impl Node {
 }
 
 /// The connection task: connect, serve, and on any fault fail what is in flight and redial.
-async fn run(addr: Arc<str>, mut rx: mpsc::UnboundedReceiver<Request>, options: NodeOptions) {
+async fn run(
+    addr: Arc<str>,
+    mut rx: mpsc::UnboundedReceiver<Request>,
+    options: NodeOptions,
+    auth: Option<Arc<Credentials>>,
+) {
     let mut backoff = options.backoff_min;
+    let mut refused_logged = false;
     loop {
-        let connected = timeout(options.connect_timeout, TcpStream::connect(&*addr)).await;
-        match connected {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
+        match dial(&addr, &options, auth.as_deref(), &mut refused_logged).await {
+            Some(stream) => {
                 backoff = options.backoff_min;
                 if serve(stream, &mut rx, &options).await.is_ok() {
                     return;
                 }
             }
-            _ => {
+            None => {
                 if !refuse_for(backoff, &mut rx).await {
                     return;
                 }
@@ -328,6 +376,32 @@ async fn run(addr: Arc<str>, mut rx: mpsc::UnboundedReceiver<Request>, options: 
             }
         }
     }
+}
+
+/// Connects and logs in. A refused login is said once per streak of refusals (a wrong
+/// password is a setup mistake, and the fail mode hides it from the callers).
+async fn dial(
+    addr: &str,
+    options: &NodeOptions,
+    auth: Option<&Credentials>,
+    refused_logged: &mut bool,
+) -> Option<TcpStream> {
+    let mut stream = timeout(options.connect_timeout, TcpStream::connect(addr))
+        .await
+        .ok()?
+        .ok()?;
+    let _ = stream.set_nodelay(true);
+    if let Some(auth) = auth {
+        if let Err(why) = login(&mut stream, auth, options.connect_timeout).await {
+            if !*refused_logged {
+                eprintln!("sluice-client: {addr} refused AUTH: {why}");
+                *refused_logged = true;
+            }
+            return None;
+        }
+        *refused_logged = false;
+    }
+    Some(stream)
 }
 
 /// Fails every request that arrives during `wait` with `Down`. `false` when every handle is gone.
@@ -500,7 +574,7 @@ mod tests {
             backoff_max: Duration::from_millis(5),
             ..NodeOptions::default()
         };
-        let node = Node::spawn(addr.to_string().into(), options);
+        let node = Node::spawn(addr.to_string().into(), options, None);
         let deadline = || Instant::now() + Duration::from_millis(200);
         for _ in 0..3 {
             let r = node.call(ping(), deadline()).await;

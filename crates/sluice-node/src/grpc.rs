@@ -166,6 +166,7 @@ async fn serve(listener: StdListener, mut service: Service) {
         let mut config =
             sluice_client::Config::new(sluice_client::Topology::Cluster(vec![me.to_string()]));
         config.deadline = FORWARD_DEADLINE;
+        config.auth = crate::cluster::adopt::peer_credentials(&service.shared).map(Arc::new);
         service.forward = Some(sluice_client::Client::connect(config).await);
     }
     let config = service.config.clone();

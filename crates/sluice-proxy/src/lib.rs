@@ -9,6 +9,7 @@
 //! sluice proxy [--port 6390] (--upstream HOST:PORT[,...] | --sentinel HOST:PORT[,...] --master-name NAME)
 //!              [--bind 127.0.0.1] [--timeout-ms 20] [--gateways N] [--fail-mode open|closed|local]
 //!              [--requirepass PASS]
+//!              [--upstream-user USER] [--upstream-password PASS | --upstream-password-file FILE]
 //! ```
 //! One upstream is a single node; several are the seeds of a cluster. Commands: `RL.CHECK` (with
 //! `FAILMODE open|closed|local`, `SPLIT k`, `APPROX ms`), `RL.HIT` and `RL.HITS` (each rule's
@@ -41,7 +42,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use sluice_client::{Client, Config, Decision, FailMode, Limit, Quick, Source, Topology};
+use sluice_client::{
+    Client, Config, Credentials, Decision, FailMode, Limit, Quick, Source, Topology,
+};
 use sluice_resp::Request;
 use sluice_resp::reply::{self, Proto};
 use tokio::net::TcpListener;
@@ -90,6 +93,16 @@ pub struct ProxyConfig {
     /// Require clients to authenticate (AUTH or HELLO AUTH) with this password.
     #[arg(long)]
     pub requirepass: Option<String>,
+    /// The ACL user the sidecar logs in to the nodes as (default: the `default` user).
+    #[arg(long, requires = "upstream_password_source")]
+    pub upstream_user: Option<String>,
+    /// The password the sidecar logs in to the nodes with (`AUTH [user] password` on every
+    /// connection). Prefer `--upstream-password-file`: flags show in `ps`.
+    #[arg(long, group = "upstream_password_source")]
+    pub upstream_password: Option<String>,
+    /// A file holding the upstream password (its first line; a trailing newline is dropped).
+    #[arg(long, group = "upstream_password_source")]
+    pub upstream_password_file: Option<std::path::PathBuf>,
 }
 
 impl ProxyConfig {
@@ -111,7 +124,27 @@ impl ProxyConfig {
         c.deadline = Duration::from_millis(self.timeout_ms.max(1));
         c.gateways = self.gateways.max(1);
         c.max_local_keys = self.max_local_keys;
+        c.auth = self.upstream_credentials()?.map(Arc::new);
         Ok(c)
+    }
+
+    /// `--upstream-user` with `--upstream-password` or the first line of
+    /// `--upstream-password-file`.
+    fn upstream_credentials(&self) -> Result<Option<Credentials>, String> {
+        let password = match (&self.upstream_password, &self.upstream_password_file) {
+            (Some(p), _) => p.clone(),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read --upstream-password-file {}: {e}", path.display()))?
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(Credentials {
+            user: self.upstream_user.clone(),
+            password,
+        }))
     }
 }
 

@@ -83,14 +83,16 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
         return Err(format!("unexpected reply to PING: {pong_text}"));
     }
     if let Some(pass) = &shared.config.masterauth {
-        let reply = peer.call(&[b"AUTH", pass.as_bytes()]).await?;
-        if !reply.is_ok() {
-            let reply = reply.text();
+        let auth = sluice_client::Credentials {
+            user: shared.config.masteruser.clone(),
+            password: pass.clone(),
+        };
+        if let Err(reply) = peer.login(&auth).await {
             sluice_log::log(&format!(
-                "MASTER {}:{} refused AUTH (check --masterauth): {reply}",
+                "MASTER {}:{} refused AUTH (check --masteruser/--masterauth): {reply}",
                 addr.host, addr.port
             ));
-            return Err(format!("AUTH failed: {reply}"));
+            return Err(reply);
         }
     }
     let port = shared.local_addr.port().to_string();
