@@ -529,7 +529,9 @@ impl Inner {
         self.nodes
             .lock()
             .entry(addr.clone())
-            .or_insert_with(|| Node::spawn(addr.clone(), self.config.node, self.config.auth.clone()))
+            .or_insert_with(|| {
+                Node::spawn(addr.clone(), self.config.node, self.config.auth.clone())
+            })
             .clone()
     }
 

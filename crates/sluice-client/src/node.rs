@@ -89,11 +89,18 @@ impl Credentials {
 /// Sends AUTH and reads its one reply within `limit`; `Err` with the node's words if refused.
 async fn login(stream: &mut TcpStream, auth: &Credentials, limit: Duration) -> Result<(), String> {
     let exchange = async {
-        stream.write_all(&auth.frame()).await.map_err(|e| e.to_string())?;
+        stream
+            .write_all(&auth.frame())
+            .await
+            .map_err(|e| e.to_string())?;
         let mut buf = BytesMut::with_capacity(256);
         loop {
             if let Some(reply) = value::decode(&mut buf).map_err(|e| e.to_string())? {
-                return if reply.is_ok() { Ok(()) } else { Err(reply.text()) };
+                return if reply.is_ok() {
+                    Ok(())
+                } else {
+                    Err(reply.text())
+                };
             }
             if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
                 return Err("connection closed during AUTH".into());
@@ -226,7 +233,11 @@ impl Node {
     /// Starts the connection task for `addr` (`host:port`) on the current tokio runtime.
     /// With `auth`, every connection logs in first; a refused login counts as a failed
     /// connect (the node is down for this client until it is accepted).
-    pub fn spawn(addr: Arc<str>, options: NodeOptions, auth: Option<Arc<Credentials>>) -> Arc<Node> {
+    pub fn spawn(
+        addr: Arc<str>,
+        options: NodeOptions,
+        auth: Option<Arc<Credentials>>,
+    ) -> Arc<Node> {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(addr.clone(), rx, options, auth));
         Arc::new(Node {

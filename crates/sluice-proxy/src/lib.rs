@@ -134,7 +134,12 @@ impl ProxyConfig {
         let password = match (&self.upstream_password, &self.upstream_password_file) {
             (Some(p), _) => p.clone(),
             (None, Some(path)) => std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read --upstream-password-file {}: {e}", path.display()))?
+                .map_err(|e| {
+                    format!(
+                        "cannot read --upstream-password-file {}: {e}",
+                        path.display()
+                    )
+                })?
                 .lines()
                 .next()
                 .unwrap_or_default()

@@ -55,7 +55,10 @@ impl Catalog {
     /// Past [`MAX_IDS`] ids (a test of the command table catches it).
     pub fn add(&mut self, name: &str, categories: Category, always: bool) -> usize {
         let id = self.names.len();
-        assert!(id < MAX_IDS, "the ACL catalog holds at most {MAX_IDS} commands");
+        assert!(
+            id < MAX_IDS,
+            "the ACL catalog holds at most {MAX_IDS} commands"
+        );
         self.names.push(name.to_ascii_lowercase());
         self.categories.push(categories);
         self.by_name.insert(name.to_ascii_lowercase(), id);

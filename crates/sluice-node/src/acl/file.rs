@@ -13,7 +13,8 @@ use super::{Acl, AclError, Perms};
 pub fn load_file(acl: &Acl, path: &Path, requirepass: Option<&str>) -> Result<usize, AclError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("Error loading ACLs, opening file '{}': {e}", path.display()))?;
-    let parsed = parse(acl, &text).map_err(|(line, why)| format!("{}:{line}: {why}. ", path.display()))?;
+    let parsed =
+        parse(acl, &text).map_err(|(line, why)| format!("{}:{line}: {why}. ", path.display()))?;
     let n = parsed.len();
     acl.replace_all(parsed, requirepass);
     Ok(n)

@@ -45,7 +45,11 @@ pub type AclError = String;
 impl Acl {
     /// The `default` user alone: on, every command, and `requirepass` as its password, or
     /// `nopass` without one.
-    pub fn new(catalog: Catalog, requirepass: Option<&str>, file: Option<std::path::PathBuf>) -> Acl {
+    pub fn new(
+        catalog: Catalog,
+        requirepass: Option<&str>,
+        file: Option<std::path::PathBuf>,
+    ) -> Acl {
         let acl = Acl {
             catalog,
             users: RwLock::new(HashMap::new()),
@@ -76,7 +80,8 @@ impl Acl {
 
     /// The `default` user (always present).
     pub fn default_user(&self) -> Arc<User> {
-        self.get("default").expect("the default user is never removed")
+        self.get("default")
+            .expect("the default user is never removed")
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<User>> {

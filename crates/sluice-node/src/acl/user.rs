@@ -112,8 +112,14 @@ impl Perms {
             "resetpass" => self.reset_passwords(),
             "allcommands" | "+@all" => self.all_commands(catalog, true),
             "nocommands" | "-@all" => self.all_commands(catalog, false),
-            "~*" | "allkeys" | "&*" | "allchannels" | "resetkeys" | "resetchannels"
-            | "sanitize-payload" | "skip-sanitize-payload" => {}
+            "~*"
+            | "allkeys"
+            | "&*"
+            | "allchannels"
+            | "resetkeys"
+            | "resetchannels"
+            | "sanitize-payload"
+            | "skip-sanitize-payload" => {}
             "reset" => {
                 self.reset_passwords();
                 self.enabled = false;

@@ -77,7 +77,11 @@ pub fn acl_catalog() -> Catalog {
         } else {
             ADMIN
         };
-        catalog.add(spec.name, kind | flag_categories(spec), spec.has_flag(NOAUTH));
+        catalog.add(
+            spec.name,
+            kind | flag_categories(spec),
+            spec.has_flag(NOAUTH),
+        );
     }
     for &(command, sub, read_only) in SUBCOMMANDS {
         if let Some(parent) = catalog.id(command) {
@@ -125,7 +129,8 @@ pub enum AclCmd<'a> {
 }
 
 fn text(arg: &[u8]) -> Result<&str, CmdError> {
-    std::str::from_utf8(arg).map_err(|_| CmdError::msg("ERR Usernames can't contain spaces or null characters"))
+    std::str::from_utf8(arg)
+        .map_err(|_| CmdError::msg("ERR Usernames can't contain spaces or null characters"))
 }
 
 impl<'a> Command<'a> for AclCmd<'a> {
@@ -164,12 +169,15 @@ impl<'a> Command<'a> for AclCmd<'a> {
         let out = &mut *ctx.out;
         match self {
             AclCmd::SetUser(name, rules) => {
-                acl.set_user(name, &rules).map_err(|e| CmdError::msg(format!("ERR {e}")))?;
+                acl.set_user(name, &rules)
+                    .map_err(|e| CmdError::msg(format!("ERR {e}")))?;
                 reply::simple(out, "OK");
             }
             AclCmd::GetUser(name) => get_user(ctx, name),
             AclCmd::DelUser(names) => {
-                let n = acl.del_users(&names).map_err(|e| CmdError::msg(format!("ERR {e}")))?;
+                let n = acl
+                    .del_users(&names)
+                    .map_err(|e| CmdError::msg(format!("ERR {e}")))?;
                 reply::integer(out, n as i64);
             }
             AclCmd::Users => {
@@ -217,7 +225,10 @@ fn load(ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
 fn get_user(ctx: &mut Ctx<'_>, name: &[u8]) {
     let p = ctx.session.proto;
     let out = &mut *ctx.out;
-    let Some(user) = std::str::from_utf8(name).ok().and_then(|n| ctx.shared.acl.get(n)) else {
+    let Some(user) = std::str::from_utf8(name)
+        .ok()
+        .and_then(|n| ctx.shared.acl.get(n))
+    else {
         return reply::null(out, p);
     };
     let perms = user.perms();
@@ -252,9 +263,8 @@ fn cat(ctx: &mut Ctx<'_>, category: Option<&[u8]>) -> Result<(), CmdError> {
         return Ok(());
     };
     let name = String::from_utf8_lossy(name);
-    let bits = Catalog::category(&name).ok_or_else(|| {
-        CmdError::msg(format!("ERR Unknown category '{name}'"))
-    })?;
+    let bits = Catalog::category(&name)
+        .ok_or_else(|| CmdError::msg(format!("ERR Unknown category '{name}'")))?;
     let names: Vec<&str> = ctx.shared.acl.catalog().in_category(bits).collect();
     reply::array(out, names.len());
     for n in names {
