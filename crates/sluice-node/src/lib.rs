@@ -16,6 +16,7 @@
 //!   commands' side of the etcd thread.
 //! - [`persist`]: snapshots on disk (`--dir`).
 //! - [`jobs`]: a queue of work for one background loop.
+//! - [`tls`]: TLS settings, the certificate that follows its files, the replica's TLS relay.
 //!
 //! The composition: [`shared`] holds every feature's state ([`Shared`]) and imports only the
 //! modules above.
@@ -26,7 +27,8 @@
 //!   [`cluster::migrate`]: the cluster control thread.
 //! - [`persist::saver`], [`rules::file`], [`rules::etcd`]: the saver and the rules' watchers.
 //! - [`cmd`]: the commands (one file each), the table, the dispatcher and the slot check.
-//! - [`conn`]: the connection loop (read, decode every frame, execute, write once).
+//! - [`conn`]: the connection loop (read, decode every frame, execute, write once), over
+//!   [`wire`] (plain TCP or TLS).
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
 //! - [`peer`]: a small async RESP client for node-to-node calls.
 //! - [`metrics`] and [`grpc`]: Prometheus over HTTP, and Envoy's rate limit service.
@@ -56,6 +58,8 @@ pub mod rules;
 pub mod server;
 pub mod shared;
 pub mod stats;
+pub mod tls;
+pub mod wire;
 
 use std::io;
 use std::sync::{Arc, mpsc};

@@ -35,6 +35,23 @@ impl Peer {
         })
     }
 
+    /// Connects over TLS (`--tls-replication`): the session runs in a relay task and this
+    /// peer reads and writes its plain end (see [`crate::tls::connect_relay`]).
+    pub async fn connect_tls(
+        host: &str,
+        port: u16,
+        config: std::sync::Arc<rustls::ClientConfig>,
+    ) -> Result<Peer, String> {
+        let stream = tokio::time::timeout(TIMEOUT, crate::tls::connect_relay(host, port, config))
+            .await
+            .map_err(|_| format!("connecting to {host}:{port} over TLS timed out"))?
+            .map_err(|e| format!("cannot connect to {host}:{port} over TLS: {e}"))?;
+        Ok(Peer {
+            stream,
+            buf: BytesMut::with_capacity(64 * 1024),
+        })
+    }
+
     /// Connects, then logs in if there are credentials: a peer with `--requirepass` or ACL
     /// users answers nothing else.
     pub async fn connect_auth(

@@ -42,6 +42,8 @@ pub struct Shared {
     pub timeout_secs: AtomicU64,
     /// The password clients must AUTH with, if any (`CONFIG SET requirepass` changes it).
     pub requirepass: RwLock<Option<String>>,
+    /// TLS (`--tls-port`, `--tls-replication`), if configured.
+    pub tls: Option<crate::tls::Tls>,
     /// ACL users (`ACL SETUSER`, `AUTH user pass`, `--aclfile`).
     pub acl: crate::acl::Acl,
     /// Named rules (`RL.RULE`, `RL.HIT`).
@@ -94,6 +96,7 @@ impl Shared {
             maxclients: AtomicUsize::new(config.maxclients),
             timeout_secs: AtomicU64::new(config.timeout),
             requirepass: RwLock::new(config.requirepass.clone()),
+            tls: crate::tls::Tls::from_config(&config)?,
             acl: crate::acl::Acl::new(
                 commands,
                 config.requirepass.as_deref(),

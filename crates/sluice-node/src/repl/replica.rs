@@ -74,7 +74,14 @@ pub async fn send_ack(stream: &mut TcpStream, offset: u64) -> LinkResult<()> {
 
 async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     set_link(shared, LinkState::Connecting);
-    let mut peer = Peer::connect(&addr.host, addr.port).await?;
+    let mut peer = match shared
+        .tls
+        .as_ref()
+        .filter(|_| shared.config.tls_replication)
+    {
+        Some(tls) => Peer::connect_tls(&addr.host, addr.port, tls.client.clone()).await?,
+        None => Peer::connect(&addr.host, addr.port).await?,
+    };
 
     let pong = peer.call(&[b"PING"]).await?;
     let pong_text = pong.text();
