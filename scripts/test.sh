@@ -34,6 +34,7 @@ faketime faketime
 node nodejs
 npm npm
 pip3 python3-pip
+openssl openssl
 TOOLS
 
 if [ ${#need[@]} -gt 0 ]; then

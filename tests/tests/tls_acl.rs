@@ -377,3 +377,369 @@ fn a_cluster_with_requirepass_forwards_grpc_checks() {
     );
     drop(a);
 }
+
+/// Whether the openssl CLI runs (it has no `--version`); a failure, not a skip, under CI.
+fn have_openssl() -> bool {
+    let found = std::process::Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("CI").is_err(),
+            "openssl is not installed (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIPPED: openssl not installed");
+    }
+    found
+}
+
+fn openssl(dir: &TempDir, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .current_dir(dir.path())
+        .args(args)
+        .output()
+        .expect("run openssl");
+    assert!(out.status.success(), "openssl {args:?}: {}", text(&out));
+}
+
+/// A test CA (`ca.crt`) and a certificate it signs for 127.0.0.1, good for a server and a
+/// client: `NAME.crt` and `NAME.key`, with `NAME` as its common name.
+struct Certs(TempDir);
+
+impl Certs {
+    fn new() -> Certs {
+        let dir = TempDir::new("tls-certs");
+        openssl(
+            &dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=Sluice Test CA",
+            ],
+        );
+        std::fs::write(
+            dir.path().join("ext.cnf"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .unwrap();
+        let certs = Certs(dir);
+        certs.issue("node");
+        certs
+    }
+
+    fn issue(&self, name: &str) {
+        let (key, csr, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
+        openssl(
+            &self.0,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        openssl(
+            &self.0,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "2",
+                "-extfile",
+                "ext.cnf",
+            ],
+        );
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.0.path().join(file).to_str().unwrap().to_string()
+    }
+
+    /// The server flags for `--tls-port port` with the `node` certificate.
+    fn server_flags(&self, port: u16, auth_clients: &str) -> Vec<String> {
+        [
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &self.path("node.crt"),
+            "--tls-key-file",
+            &self.path("node.key"),
+            "--tls-ca-cert-file",
+            &self.path("ca.crt"),
+            "--tls-auth-clients",
+            auth_clients,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    /// redis-cli over TLS, presenting the `node` certificate if `with_cert`.
+    fn cli(&self, port: u16, with_cert: bool, args: &[&str]) -> String {
+        let (ca, crt, key) = (
+            self.path("ca.crt"),
+            self.path("node.crt"),
+            self.path("node.key"),
+        );
+        let mut all = vec!["--tls", "--cacert", &ca];
+        if with_cert {
+            all.extend(["--cert", &crt, "--key", &key]);
+        }
+        all.extend_from_slice(args);
+        text(&redis_cli(port, &all))
+    }
+}
+
+fn start_tls(certs: &Certs, tls_port: u16, auth_clients: &str, extra: &[&str]) -> Sluice {
+    let mut flags = certs.server_flags(tls_port, auth_clients);
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Sluice::start_with(&flags)
+}
+
+#[test]
+fn tls_with_redis_cli_and_redis_py() {
+    if !have_openssl() || !have_tool("redis-cli") || !have_tool("python3") {
+        return;
+    }
+    let certs = Certs::new();
+    let tls = free_port();
+    let server = start_tls(&certs, tls, "yes", &[]);
+    let out = certs.cli(tls, true, &["RL.CHECK", "k", "5", "10"]);
+    assert_eq!(
+        out.lines().take(3).collect::<Vec<_>>(),
+        ["1", "5", "4"],
+        "{out}"
+    );
+    // tls-auth-clients yes: no certificate, no session.
+    let out = certs.cli(tls, false, &["PING"]);
+    assert!(!out.contains("PONG"), "{out}");
+    // The plain port serves the same store.
+    let mut plain = server.client();
+    let left: Vec<i64> = redis::cmd("RL.CHECK")
+        .arg(&["k", "5", "10", "DRY"])
+        .query(&mut plain)
+        .unwrap();
+    assert_eq!(left[2], 3, "{left:?}");
+
+    // redis-py 8 with ssl=True, in its default RESP3: a pipeline of checks and a big reply.
+    let script = r#"
+import sys, redis
+port, ca, crt, key = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+r = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca, ssl_certfile=crt, ssl_keyfile=key)
+hello = r.execute_command("HELLO")
+print(hello[b"proto"] if isinstance(hello, dict) else "resp2")
+p = r.pipeline(transaction=False)
+for i in range(200):
+    p.execute_command("RL.CHECK", "py", 1000, 60)
+res = p.execute()
+print(res[0][2], res[-1][2])
+print(len(r.execute_command("ECHO", "x" * 100000)))
+"#;
+    let out = std::process::Command::new("timeout")
+        .args(["60", "python3", "-c", script, &tls.to_string()])
+        .args([
+            certs.path("ca.crt"),
+            certs.path("node.crt"),
+            certs.path("node.key"),
+        ])
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{}", text(&out));
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines, ["3", "999 800", "100000"], "{}", text(&out));
+    drop(server);
+}
+
+#[test]
+fn bad_tls_settings_refuse_to_start() {
+    let certs = if have_openssl() { Certs::new() } else { return };
+    let port = free_port().to_string();
+    for (flags, why) in [
+        (vec!["--tls-port", &port], "need --tls-cert-file"),
+        (
+            vec![
+                "--tls-port",
+                &port,
+                "--tls-cert-file",
+                &certs.path("node.crt"),
+                "--tls-key-file",
+                &certs.path("ca.key"),
+            ],
+            "cannot load key",
+        ),
+        (
+            vec![
+                "--tls-port",
+                &port,
+                "--tls-cert-file",
+                &certs.path("node.crt"),
+                "--tls-key-file",
+                &certs.path("node.key"),
+            ],
+            "needs --tls-ca-cert-file",
+        ),
+    ] {
+        let out = std::process::Command::new(sluice_tests::binary())
+            .args(["--port", "0"])
+            .args(&flags)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flags:?}");
+        assert!(text(&out).contains(why), "{flags:?}: {}", text(&out));
+    }
+}
+
+/// The certificate's subject as `openssl s_client` sees it on `port`.
+fn served_subject(certs: &Certs, port: u16) -> String {
+    let out = std::process::Command::new("timeout")
+        .args([
+            "10",
+            "openssl",
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-CAfile",
+            &certs.path("ca.crt"),
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl s_client");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("subject="))
+        .unwrap_or_default()
+        .replace(' ', "")
+}
+
+#[test]
+fn certificates_are_reloaded_when_their_files_change() {
+    if !have_openssl() || !have_tool("redis-cli") {
+        return;
+    }
+    let certs = Certs::new();
+    let tls = free_port();
+    let _server = start_tls(&certs, tls, "no", &[]);
+    assert!(
+        served_subject(&certs, tls).contains("CN=node"),
+        "{}",
+        served_subject(&certs, tls)
+    );
+    // A renewed certificate under the same file names: new connections get it.
+    certs.issue("renewed");
+    for ext in ["key", "crt"] {
+        std::fs::copy(
+            certs.path(&format!("renewed.{ext}")),
+            certs.path(&format!("node.{ext}")),
+        )
+        .unwrap();
+    }
+    let reloaded = wait_until(Duration::from_secs(10), || {
+        served_subject(&certs, tls)
+            .contains("CN=renewed")
+            .then_some(())
+    });
+    assert!(reloaded.is_some(), "{}", served_subject(&certs, tls));
+    assert!(certs.cli(tls, false, &["PING"]).contains("PONG"));
+    // A broken file is logged and the renewed certificate stays.
+    std::fs::write(certs.path("node.crt"), "not a certificate").unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(certs.cli(tls, false, &["PING"]).contains("PONG"));
+    assert!(served_subject(&certs, tls).contains("CN=renewed"));
+}
+
+#[test]
+fn a_replica_over_tls() {
+    if !have_openssl() {
+        return;
+    }
+    let certs = Certs::new();
+    let tls = free_port();
+    let primary = start_tls(&certs, tls, "yes", &["--requirepass", ADMIN]);
+    let replica_tls = free_port();
+    let master = format!("127.0.0.1:{tls}");
+    let replica = start_tls(
+        &certs,
+        replica_tls,
+        "yes",
+        &[
+            "--replicaof",
+            &master,
+            "--tls-replication",
+            "yes",
+            "--masterauth",
+            ADMIN,
+        ],
+    );
+    let mut on_primary = client_as(primary.port, "default", ADMIN);
+    for _ in 0..3 {
+        let _: Vec<i64> = redis::cmd("RL.CHECK")
+            .arg(&["k", "5", "60"])
+            .query(&mut on_primary)
+            .unwrap();
+    }
+    let mut on_replica = replica.client();
+    let mut last = String::new();
+    let synced = wait_until(Duration::from_secs(15), || {
+        let r = redis::cmd("RL.CHECK")
+            .arg(&["k", "5", "60", "DRY"])
+            .query::<Vec<i64>>(&mut on_replica);
+        last = format!("{r:?}");
+        r.ok().filter(|r| r[2] == 1)
+    });
+    assert!(
+        synced.is_some(),
+        "the replica never had the primary's bucket: {last}\n{}",
+        replica.log()
+    );
+    // The stream goes on over the same TLS link.
+    let _: Vec<i64> = redis::cmd("RL.CHECK")
+        .arg(&["k", "5", "60"])
+        .query(&mut on_primary)
+        .unwrap();
+    let streamed = wait_until(Duration::from_secs(10), || {
+        let r: Vec<i64> = redis::cmd("RL.CHECK")
+            .arg(&["k", "5", "60", "DRY"])
+            .query(&mut on_replica)
+            .ok()?;
+        (r[0] == 1 && r[2] == 0).then_some(())
+    });
+    assert!(streamed.is_some());
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut on_replica)
+        .unwrap();
+    assert!(info.contains("master_link_status:up"), "{info}");
+}
