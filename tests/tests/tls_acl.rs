@@ -743,3 +743,68 @@ fn a_replica_over_tls() {
         .unwrap();
     assert!(info.contains("master_link_status:up"), "{info}");
 }
+
+/// The sidecar reaches its node over TLS (a client certificate required) as an ACL user.
+#[test]
+fn the_sidecar_reaches_its_node_over_tls() {
+    if !have_openssl() {
+        return;
+    }
+    let certs = Certs::new();
+    let tls = free_port();
+    let node = start_tls(&certs, tls, "yes", &["--requirepass", ADMIN]);
+    gateway_user(node.port);
+    let proxy = Sluice::start_proxy(&[
+        "--upstream",
+        &format!("127.0.0.1:{tls}"),
+        "--upstream-user",
+        "gateway",
+        "--upstream-password",
+        GATEWAY,
+        "--upstream-tls-ca-cert-file",
+        &certs.path("ca.crt"),
+        "--upstream-tls-cert-file",
+        &certs.path("node.crt"),
+        "--upstream-tls-key-file",
+        &certs.path("node.key"),
+        "--fail-mode",
+        "closed",
+    ]);
+    let mut c = proxy.client();
+    let mut last = String::new();
+    let first = wait_until(Duration::from_secs(10), || {
+        let r = redis::cmd("RL.CHECK")
+            .arg(&["t", "5", "10"])
+            .query::<Vec<i64>>(&mut c);
+        last = format!("{r:?}");
+        r.ok().filter(|r| r[0] == 1)
+    });
+    assert!(first.is_some(), "{last}\n{}", proxy.log());
+    let mut admin = client_as(node.port, "default", ADMIN);
+    let left: Vec<i64> = redis::cmd("RL.CHECK")
+        .arg(&["t", "5", "10", "DRY"])
+        .query(&mut admin)
+        .unwrap();
+    assert!(
+        left[2] < 5,
+        "the sidecar's checks were counted on the node: {left:?}"
+    );
+    // Without a client certificate the node refuses the handshake: closed fails closed.
+    let no_cert = Sluice::start_proxy(&[
+        "--upstream",
+        &format!("127.0.0.1:{tls}"),
+        "--upstream-tls-ca-cert-file",
+        &certs.path("ca.crt"),
+        "--upstream-password",
+        ADMIN,
+        "--fail-mode",
+        "closed",
+    ]);
+    let mut c = no_cert.client();
+    let r = redis::cmd("RL.CHECK")
+        .arg(&["t2", "5", "10"])
+        .query::<Vec<i64>>(&mut c);
+    assert!(!matches!(r, Ok(ref v) if v[0] == 1), "{r:?}");
+    let exists: i64 = redis::cmd("EXISTS").arg("t2").query(&mut admin).unwrap();
+    assert_eq!(exists, 0);
+}

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::limit::{Decision, FailMode, Limit, Source};
 use crate::local::Expiring;
-use crate::node::{BreakerState, CallError, Credentials, Node, NodeOptions, cannot_answer};
+use crate::node::{BreakerState, CallError, Credentials, Node, NodeOptions, Secure, cannot_answer};
 
 mod approx;
 
@@ -67,6 +67,8 @@ pub struct Config {
     pub max_local_keys: usize,
     /// Log in to every node as this user (`AUTH [user] password` on each connection).
     pub auth: Option<Arc<Credentials>>,
+    /// Reach every node over TLS with this config (the node's `--tls-port`).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Config {
@@ -78,6 +80,7 @@ impl Config {
             node: NodeOptions::default(),
             max_local_keys: 100_000,
             auth: None,
+            tls: None,
         }
     }
 }
@@ -530,7 +533,14 @@ impl Inner {
             .lock()
             .entry(addr.clone())
             .or_insert_with(|| {
-                Node::spawn(addr.clone(), self.config.node, self.config.auth.clone())
+                Node::spawn(
+                    addr.clone(),
+                    self.config.node,
+                    Secure {
+                        tls: self.config.tls.clone(),
+                        auth: self.config.auth.clone(),
+                    },
+                )
             })
             .clone()
     }

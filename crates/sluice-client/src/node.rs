@@ -86,8 +86,17 @@ impl Credentials {
     }
 }
 
+/// A connection to a node: plain TCP, or TLS when the client has a TLS config.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
 /// Sends AUTH and reads its one reply within `limit`; `Err` with the node's words if refused.
-async fn login(stream: &mut TcpStream, auth: &Credentials, limit: Duration) -> Result<(), String> {
+async fn login<S>(stream: &mut S, auth: &Credentials, limit: Duration) -> Result<(), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let exchange = async {
         stream
             .write_all(&auth.frame())
@@ -110,6 +119,13 @@ async fn login(stream: &mut TcpStream, auth: &Credentials, limit: Duration) -> R
     timeout(limit, exchange)
         .await
         .unwrap_or_else(|_| Err("AUTH timed out".into()))
+}
+
+/// How a client reaches its nodes safely: TLS, and who it logs in as.
+#[derive(Clone, Debug, Default)]
+pub struct Secure {
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub auth: Option<Arc<Credentials>>,
 }
 
 /// Connection and breaker settings.
@@ -231,15 +247,12 @@ impl std::fmt::Debug for Request {
 
 impl Node {
     /// Starts the connection task for `addr` (`host:port`) on the current tokio runtime.
-    /// With `auth`, every connection logs in first; a refused login counts as a failed
-    /// connect (the node is down for this client until it is accepted).
-    pub fn spawn(
-        addr: Arc<str>,
-        options: NodeOptions,
-        auth: Option<Arc<Credentials>>,
-    ) -> Arc<Node> {
+    /// With `secure.tls`, every connection is TLS; with `secure.auth`, it logs in first. A
+    /// failed handshake or a refused login counts as a failed connect (the node is down for
+    /// this client until it is accepted).
+    pub fn spawn(addr: Arc<str>, options: NodeOptions, secure: Secure) -> Arc<Node> {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(addr.clone(), rx, options, auth));
+        tokio::spawn(run(addr.clone(), rx, options, secure));
         Arc::new(Node {
             addr,
             tx,
@@ -367,12 +380,12 @@ async fn run(
     addr: Arc<str>,
     mut rx: mpsc::UnboundedReceiver<Request>,
     options: NodeOptions,
-    auth: Option<Arc<Credentials>>,
+    secure: Secure,
 ) {
     let mut backoff = options.backoff_min;
     let mut refused_logged = false;
     loop {
-        match dial(&addr, &options, auth.as_deref(), &mut refused_logged).await {
+        match dial(&addr, &options, &secure, &mut refused_logged).await {
             Some(stream) => {
                 backoff = options.backoff_min;
                 if serve(stream, &mut rx, &options).await.is_ok() {
@@ -394,16 +407,40 @@ async fn run(
 async fn dial(
     addr: &str,
     options: &NodeOptions,
-    auth: Option<&Credentials>,
+    secure: &Secure,
     refused_logged: &mut bool,
-) -> Option<TcpStream> {
-    let mut stream = timeout(options.connect_timeout, TcpStream::connect(addr))
+) -> Option<Stream> {
+    let tcp = timeout(options.connect_timeout, TcpStream::connect(addr))
         .await
         .ok()?
         .ok()?;
-    let _ = stream.set_nodelay(true);
-    if let Some(auth) = auth {
-        if let Err(why) = login(&mut stream, auth, options.connect_timeout).await {
+    let _ = tcp.set_nodelay(true);
+    let mut stream = match &secure.tls {
+        None => Stream::Plain(tcp),
+        Some(config) => {
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let name = rustls::pki_types::ServerName::try_from(host.to_string()).ok()?;
+            let connect = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp);
+            let tls = timeout(options.connect_timeout, connect).await.ok()?;
+            match tls {
+                Ok(tls) => Stream::Tls(Box::new(tls)),
+                Err(e) => {
+                    if !*refused_logged {
+                        eprintln!("sluice-client: TLS with {addr} failed: {e}");
+                        *refused_logged = true;
+                    }
+                    return None;
+                }
+            }
+        }
+    };
+    if let Some(auth) = secure.auth.as_deref() {
+        let logged_in = match &mut stream {
+            Stream::Plain(s) => login(s, auth, options.connect_timeout).await,
+            Stream::Tls(s) => login(s.as_mut(), auth, options.connect_timeout).await,
+        };
+        if let Err(why) = logged_in {
             if !*refused_logged {
                 eprintln!("sluice-client: {addr} refused AUTH: {why}");
                 *refused_logged = true;
@@ -438,11 +475,33 @@ const BATCH: usize = 512;
 /// Serves one connection. `Ok` when every handle is gone; `Err` when the connection broke (what
 /// was in flight has been failed).
 async fn serve(
-    stream: TcpStream,
+    stream: Stream,
     rx: &mut mpsc::UnboundedReceiver<Request>,
     options: &NodeOptions,
 ) -> Result<(), ()> {
-    let (mut rd, mut wr) = stream.into_split();
+    match stream {
+        Stream::Plain(tcp) => {
+            let (rd, wr) = tcp.into_split();
+            serve_halves(rd, wr, rx, options).await
+        }
+        Stream::Tls(tls) => {
+            let (rd, wr) = tokio::io::split(*tls);
+            serve_halves(rd, wr, rx, options).await
+        }
+    }
+}
+
+/// [`serve`] on the two halves of a connection.
+async fn serve_halves<R, W>(
+    mut rd: R,
+    mut wr: W,
+    rx: &mut mpsc::UnboundedReceiver<Request>,
+    options: &NodeOptions,
+) -> Result<(), ()>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
     let mut inflight: VecDeque<Waiter> = VecDeque::new();
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
@@ -585,7 +644,7 @@ mod tests {
             backoff_max: Duration::from_millis(5),
             ..NodeOptions::default()
         };
-        let node = Node::spawn(addr.to_string().into(), options, None);
+        let node = Node::spawn(addr.to_string().into(), options, Secure::default());
         let deadline = || Instant::now() + Duration::from_millis(200);
         for _ in 0..3 {
             let r = node.call(ping(), deadline()).await;

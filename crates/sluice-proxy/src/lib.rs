@@ -10,6 +10,7 @@
 //!              [--bind 127.0.0.1] [--timeout-ms 20] [--gateways N] [--fail-mode open|closed|local]
 //!              [--requirepass PASS]
 //!              [--upstream-user USER] [--upstream-password PASS | --upstream-password-file FILE]
+//!              [--upstream-tls-ca-cert-file CA [--upstream-tls-cert-file CRT --upstream-tls-key-file KEY]]
 //! ```
 //! One upstream is a single node; several are the seeds of a cluster. Commands: `RL.CHECK` (with
 //! `FAILMODE open|closed|local`, `SPLIT k`, `APPROX ms`), `RL.HIT` and `RL.HITS` (each rule's
@@ -103,6 +104,16 @@ pub struct ProxyConfig {
     /// A file holding the upstream password (its first line; a trailing newline is dropped).
     #[arg(long, group = "upstream_password_source")]
     pub upstream_password_file: Option<std::path::PathBuf>,
+    /// Reach the nodes over TLS (their `--tls-port`), trusting the CA certificates in this
+    /// file (PEM).
+    #[arg(long = "upstream-tls-ca-cert-file")]
+    pub upstream_tls_ca_cert_file: Option<std::path::PathBuf>,
+    /// The certificate the sidecar presents to nodes with `--tls-auth-clients yes` (PEM).
+    #[arg(long = "upstream-tls-cert-file", requires_all = ["upstream_tls_key_file", "upstream_tls_ca_cert_file"])]
+    pub upstream_tls_cert_file: Option<std::path::PathBuf>,
+    /// The key of `--upstream-tls-cert-file` (PEM).
+    #[arg(long = "upstream-tls-key-file", requires = "upstream_tls_cert_file")]
+    pub upstream_tls_key_file: Option<std::path::PathBuf>,
 }
 
 impl ProxyConfig {
@@ -125,6 +136,13 @@ impl ProxyConfig {
         c.gateways = self.gateways.max(1);
         c.max_local_keys = self.max_local_keys;
         c.auth = self.upstream_credentials()?.map(Arc::new);
+        if let Some(ca) = &self.upstream_tls_ca_cert_file {
+            let identity = self
+                .upstream_tls_cert_file
+                .as_deref()
+                .zip(self.upstream_tls_key_file.as_deref());
+            c.tls = Some(Arc::new(sluice_client::tls::client_config(ca, identity)?));
+        }
         Ok(c)
     }
 
