@@ -808,3 +808,99 @@ fn the_sidecar_reaches_its_node_over_tls() {
     let exists: i64 = redis::cmd("EXISTS").arg("t2").query(&mut admin).unwrap();
     assert_eq!(exists, 0);
 }
+
+/// curl over TLS, trusting the test CA; its output, or `None` if it failed.
+fn curl(certs: &Certs, args: &[&str]) -> Option<Vec<u8>> {
+    let out = std::process::Command::new("timeout")
+        .args([
+            "20",
+            "curl",
+            "-sS",
+            "--fail",
+            "--cacert",
+            &certs.path("ca.crt"),
+        ])
+        .args(args)
+        .output()
+        .expect("run curl");
+    out.status.success().then_some(out.stdout)
+}
+
+/// `--metrics-tls yes` and `--grpc-tls yes`: Prometheus text over HTTPS, and Envoy's
+/// ShouldRateLimit over gRPC on TLS (HTTP/2 negotiated by ALPN), both with curl.
+#[test]
+fn metrics_and_grpc_over_tls() {
+    use prost::Message;
+    if !have_openssl() || !have_tool("curl") {
+        return;
+    }
+    let certs = Certs::new();
+    let config = TempDir::new("grpc-tls-config");
+    std::fs::write(
+        config.path().join("internal.yaml"),
+        "domain: internal\ndescriptors:\n  - key: azure\n    rate_limit:\n      unit: day\n      requests_per_unit: 100\n",
+    )
+    .unwrap();
+    let (metrics, grpc) = (free_port().to_string(), free_port().to_string());
+    let flags = [
+        "--metrics-port",
+        &metrics,
+        "--metrics-tls",
+        "yes",
+        "--grpc-port",
+        &grpc,
+        "--grpc-tls",
+        "yes",
+        "--envoy-config",
+        config.path().to_str().unwrap(),
+        "--tls-cert-file",
+        &certs.path("node.crt"),
+        "--tls-key-file",
+        &certs.path("node.key"),
+        "--tls-auth-clients",
+        "no",
+    ];
+    let _server = Sluice::start_with(&flags);
+    let url = format!("https://127.0.0.1:{metrics}/metrics");
+    let body =
+        wait_until(Duration::from_secs(10), || curl(&certs, &[&url])).expect("metrics over TLS");
+    assert!(
+        String::from_utf8_lossy(&body).contains("sluice_"),
+        "not Prometheus text"
+    );
+    // Plain HTTP on the TLS port gets nothing.
+    let plain = format!("http://127.0.0.1:{metrics}/metrics");
+    assert!(curl(&certs, &[&plain]).is_none());
+
+    let request = envoy_request("tls").encode_to_vec();
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(request.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&request);
+    let body_file = config.path().join("request.bin");
+    std::fs::write(&body_file, &framed).unwrap();
+    let url = format!(
+        "https://127.0.0.1:{grpc}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    );
+    let data = format!("@{}", body_file.display());
+    let reply = curl(
+        &certs,
+        &[
+            "--http2",
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "te: trailers",
+            "--data-binary",
+            &data,
+            &url,
+        ],
+    )
+    .expect("gRPC over TLS");
+    assert!(reply.len() > 5, "{reply:?}");
+    let response =
+        sluice_envoy::pb::RateLimitResponse::decode(&reply[5..]).expect("a RateLimitResponse");
+    assert_eq!(response.overall_code, Code::Ok as i32);
+    assert_eq!(response.statuses[0].limit_remaining, 99);
+}

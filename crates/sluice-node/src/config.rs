@@ -125,6 +125,14 @@ pub struct Config {
     #[arg(long = "tls-replication", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     pub tls_replication: bool,
 
+    /// `yes`: `--metrics-port` serves HTTPS with the TLS certificate and client check.
+    #[arg(long = "metrics-tls", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub metrics_tls: bool,
+
+    /// `yes`: `--grpc-port` serves gRPC over TLS with the TLS certificate and client check.
+    #[arg(long = "grpc-tls", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub grpc_tls: bool,
+
     /// Bytes of recent stream a primary keeps so a replica that reconnects can continue
     /// (`+CONTINUE`) instead of syncing everything again.
     #[arg(long = "repl-backlog-size", default_value = "1mb", value_parser = parse_bytes)]

@@ -74,15 +74,18 @@ fn load_roots(ca: &Path) -> io::Result<RootCertStore> {
 }
 
 impl Tls {
-    /// The TLS settings of `config`, or `None` when it has no `--tls-port` and no
-    /// `--tls-replication`.
+    /// The TLS settings of `config`, or `None` when nothing in it uses TLS.
     pub fn from_config(config: &Config) -> io::Result<Option<Tls>> {
-        if config.tls_port.is_none() && !config.tls_replication {
+        let wanted = config.tls_port.is_some()
+            || config.tls_replication
+            || config.metrics_tls
+            || config.grpc_tls;
+        if !wanted {
             return Ok(None);
         }
         let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) else {
             return Err(io::Error::other(
-                "TLS: --tls-port and --tls-replication need --tls-cert-file and --tls-key-file",
+                "TLS: --tls-port, --tls-replication, --metrics-tls and --grpc-tls need --tls-cert-file and --tls-key-file",
             ));
         };
         let provider = provider();
@@ -131,6 +134,16 @@ impl Tls {
             server: Arc::new(server),
             client: Arc::new(client),
         }))
+    }
+}
+
+impl Tls {
+    /// The server config offering one ALPN protocol (`h2` for gRPC, whose clients insist on
+    /// it; `http/1.1` for metrics); the certificate still follows its files.
+    pub fn with_alpn(&self, protocol: &[u8]) -> Arc<ServerConfig> {
+        let mut config = (*self.server).clone();
+        config.alpn_protocols = vec![protocol.to_vec()];
+        Arc::new(config)
     }
 }
 
@@ -263,4 +276,80 @@ pub async fn loopback_pair() -> io::Result<(tokio::net::TcpStream, tokio::net::T
     let _ = far.set_nodelay(true);
     let _ = near.set_nodelay(true);
     Ok((near, far))
+}
+
+/// How long a side port's client may take over its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A TLS session accepted on a side port (metrics, gRPC), handshake done.
+pub type Accepted = (
+    tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    std::net::SocketAddr,
+);
+
+/// Accepts on `listener` and completes each handshake in a task of its own (a client that
+/// stalls its handshake holds up only itself), handing finished sessions to the receiver.
+pub fn accept_tls(
+    listener: tokio::net::TcpListener,
+    config: Arc<ServerConfig>,
+) -> tokio::sync::mpsc::Receiver<Accepted> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(a) => a,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            if tx.is_closed() {
+                return;
+            }
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                if let Ok(Ok(tls)) =
+                    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+                {
+                    let _ = tx.send((tls, peer)).await;
+                }
+            });
+        }
+    });
+    rx
+}
+
+/// The metrics port over TLS, as axum serves it.
+#[derive(Debug)]
+pub struct TlsListener {
+    sessions: tokio::sync::mpsc::Receiver<Accepted>,
+    local: std::net::SocketAddr,
+}
+
+impl TlsListener {
+    pub fn new(listener: tokio::net::TcpListener, config: Arc<ServerConfig>) -> io::Result<Self> {
+        let local = listener.local_addr()?;
+        Ok(TlsListener {
+            sessions: accept_tls(listener, config),
+            local,
+        })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.sessions.recv().await {
+            Some(session) => session,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        Ok(self.local)
+    }
 }
