@@ -904,3 +904,68 @@ fn metrics_and_grpc_over_tls() {
     assert_eq!(response.overall_code, Code::Ok as i32);
     assert_eq!(response.statuses[0].limit_remaining, 99);
 }
+
+/// A replica logs in to its primary as an ACL user that may only replicate
+/// (`--masteruser`/`--masterauth`); a wrong password keeps the link down.
+#[test]
+fn a_replica_logs_in_as_its_acl_user() {
+    if !have_tool("redis-cli") {
+        return;
+    }
+    let primary = Sluice::start_with(&["--requirepass", ADMIN]);
+    let out = cli_as(
+        primary.port,
+        "default",
+        ADMIN,
+        &[
+            "ACL",
+            "SETUSER",
+            "repl",
+            "on",
+            ">repl-pass",
+            "+psync",
+            "+replconf",
+            "+ping",
+        ],
+    );
+    assert_eq!(out.trim(), "OK");
+    let master = format!("127.0.0.1:{}", primary.port);
+    let replica = Sluice::start_with(&[
+        "--replicaof",
+        &master,
+        "--masteruser",
+        "repl",
+        "--masterauth",
+        "repl-pass",
+    ]);
+    let wrong = Sluice::start_with(&[
+        "--replicaof",
+        &master,
+        "--masteruser",
+        "repl",
+        "--masterauth",
+        "nope",
+    ]);
+    let mut on_primary = client_as(primary.port, "default", ADMIN);
+    let _: Vec<i64> = redis::cmd("RL.CHECK")
+        .arg(&["k", "5", "60"])
+        .query(&mut on_primary)
+        .unwrap();
+    let mut on_replica = replica.client();
+    let synced = wait_until(Duration::from_secs(15), || {
+        let r: Vec<i64> = redis::cmd("RL.CHECK")
+            .arg(&["k", "5", "60", "DRY"])
+            .query(&mut on_replica)
+            .ok()?;
+        (r[2] == 3).then_some(())
+    });
+    assert!(synced.is_some(), "{}", replica.log());
+    assert!(wrong.wait_for_log("refused AUTH"), "{}", wrong.log());
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut wrong.client())
+        .unwrap();
+    assert!(!info.contains("master_link_status:up"), "{info}");
+    // The replication user can do nothing else.
+    assert!(cli_as(primary.port, "repl", "repl-pass", &["FLUSHALL"]).contains("NOPERM"));
+}
