@@ -318,7 +318,8 @@ fn envoy_request(value: &str) -> RateLimitRequest {
     }
 }
 
-/// Node a serves gRPC; the keys node b owns are forwarded to b, which wants a password.
+/// Node a serves gRPC; the keys node b owns are forwarded to b, which wants a password. The
+/// admin tool creates the cluster as an ACL user (`--user`).
 #[test]
 fn a_cluster_with_requirepass_forwards_grpc_checks() {
     let dir = TempDir::new("grpc-auth-config");
@@ -335,12 +336,24 @@ fn a_cluster_with_requirepass_forwards_grpc_checks() {
     a_flags.extend(auth);
     let a = cluster_node(0, &nodes.path().join("a.conf"), &a_flags);
     let b = cluster_node(0, &nodes.path().join("b.conf"), &auth);
+    // The admin tool logs in as an operator's ACL user.
+    for port in [a.port, b.port] {
+        let out = cli_as(
+            port,
+            "default",
+            ADMIN,
+            &["ACL", "SETUSER", "ops", "on", ">ops-pass", "+@all"],
+        );
+        assert_eq!(out.trim(), "OK");
+    }
     let created = sluice_cluster(&[
         "create",
         &format!("127.0.0.1:{}", a.port),
         &format!("127.0.0.1:{}", b.port),
+        "--user",
+        "ops",
         "--password",
-        ADMIN,
+        "ops-pass",
     ]);
     assert!(created.status.success(), "{created:?}");
     let rt = runtime();
