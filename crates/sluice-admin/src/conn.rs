@@ -289,7 +289,7 @@ mod tests {
             b"-ERR not newer\r\n",
             b"+still in step\r\n",
         ]);
-        let mut c = Conn::open(Some("secret"), &addr).unwrap();
+        let mut c = Conn::open(Some((None, "secret")), &addr).unwrap();
         assert_eq!(c.query::<String>(&["GET", "x"]).unwrap(), "epoch 3\r\n");
         assert_eq!(c.query::<Option<String>>(&["GET", "y"]).unwrap(), None);
         assert_eq!(c.query::<i64>(&["DBSIZE"]).unwrap(), 42);
