@@ -546,29 +546,37 @@ fn tls_with_redis_cli_and_redis_py() {
     }
     let certs = Certs::new();
     let tls = free_port();
-    let server = start_tls(&certs, tls, "yes", &[]);
-    let out = certs.cli(tls, true, &["RL.CHECK", "k", "5", "10"]);
+    let server = start_tls(&certs, tls, "yes", &["--requirepass", ADMIN]);
+    gateway_user(server.port);
+    let admin = ["--user", "default", "--pass", ADMIN, "--no-auth-warning"];
+    let out = certs.cli(
+        tls,
+        true,
+        &[&admin[..], &["RL.CHECK", "k", "5", "10"]].concat(),
+    );
     assert_eq!(
         out.lines().take(3).collect::<Vec<_>>(),
         ["1", "5", "4"],
         "{out}"
     );
     // tls-auth-clients yes: no certificate, no session.
-    let out = certs.cli(tls, false, &["PING"]);
+    let out = certs.cli(tls, false, &[&admin[..], &["PING"]].concat());
     assert!(!out.contains("PONG"), "{out}");
     // The plain port serves the same store.
-    let mut plain = server.client();
+    let mut plain = client_as(server.port, "default", ADMIN);
     let left: Vec<i64> = redis::cmd("RL.CHECK")
         .arg(&["k", "5", "10", "DRY"])
         .query(&mut plain)
         .unwrap();
     assert_eq!(left[2], 3, "{left:?}");
 
-    // redis-py 8 with ssl=True, in its default RESP3: a pipeline of checks and a big reply.
+    // redis-py 8 with ssl=True, in its default RESP3, logged in as the gateway user (HELLO 3
+    // AUTH gateway ...): a pipeline of checks, a big reply, and NOPERM on FLUSHALL.
     let script = r#"
 import sys, redis
-port, ca, crt, key = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-r = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca, ssl_certfile=crt, ssl_keyfile=key)
+port, ca, crt, key, pw = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+r = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca, ssl_certfile=crt, ssl_keyfile=key,
+                username="gateway", password=pw)
 hello = r.execute_command("HELLO")
 print(hello[b"proto"] if isinstance(hello, dict) else "resp2")
 p = r.pipeline(transaction=False)
@@ -577,6 +585,11 @@ for i in range(200):
 res = p.execute()
 print(res[0][2], res[-1][2])
 print(len(r.execute_command("ECHO", "x" * 100000)))
+try:
+    r.flushall()
+    print("flushed")
+except redis.exceptions.NoPermissionError as e:
+    print("NOPERM")
 "#;
     let out = std::process::Command::new("timeout")
         .args(["60", "python3", "-c", script, &tls.to_string()])
@@ -585,6 +598,7 @@ print(len(r.execute_command("ECHO", "x" * 100000)))
             certs.path("node.crt"),
             certs.path("node.key"),
         ])
+        .arg(GATEWAY)
         .output()
         .expect("python3");
     assert!(out.status.success(), "{}", text(&out));
@@ -592,7 +606,12 @@ print(len(r.execute_command("ECHO", "x" * 100000)))
         .lines()
         .map(String::from)
         .collect();
-    assert_eq!(lines, ["3", "999 800", "100000"], "{}", text(&out));
+    assert_eq!(
+        lines,
+        ["3", "999 800", "100000", "NOPERM"],
+        "{}",
+        text(&out)
+    );
     drop(server);
 }
 
