@@ -141,6 +141,26 @@ fn a_gateway_user_checks_but_may_not_flush() {
         .query::<Vec<i64>>(&mut gw)
         .unwrap_err();
     assert_eq!(err.code(), Some("NOPERM"), "{err}");
+    // CLIENT LIST names the user; ACL DELUSER closes its connections, as in Redis.
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
+    assert!(list.contains("user=gateway"), "{list}");
+    let removed: i64 = redis::cmd("ACL")
+        .arg(&["DELUSER", "gateway"])
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(removed, 1);
+    let closed = wait_until(Duration::from_secs(5), || {
+        redis::cmd("PING")
+            .query::<String>(&mut gw)
+            .is_err()
+            .then_some(())
+    });
+    assert!(
+        closed.is_some(),
+        "the deleted user's connection stayed open"
+    );
+    let pong: String = redis::cmd("PING").query(&mut admin).unwrap();
+    assert_eq!(pong, "PONG");
 }
 
 #[test]

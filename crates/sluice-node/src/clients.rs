@@ -20,6 +20,8 @@ pub struct ClientHandle {
     pub addr: SocketAddr,
     pub laddr: SocketAddr,
     pub created: Instant,
+    /// The ACL user the connection runs as (`ACL DELUSER` closes its connections).
+    pub user: Mutex<String>,
     pub name: Mutex<Option<String>>,
     pub lib_name: Mutex<Option<String>>,
     pub lib_ver: Mutex<Option<String>>,
@@ -85,6 +87,7 @@ impl Clients {
             addr,
             laddr,
             created: Instant::now(),
+            user: Mutex::new("default".into()),
             name: Mutex::new(None),
             lib_name: Mutex::new(None),
             lib_ver: Mutex::new(None),
@@ -160,7 +163,7 @@ impl ClientHandle {
         let idle_ms = (self.created.elapsed().as_millis() as u64)
             .saturating_sub(self.last_active_ms.load(Relaxed));
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.id,
             self.addr,
             self.laddr,
@@ -169,6 +172,7 @@ impl ClientHandle {
             idle_ms / 1000,
             self.kind().flags(),
             current_cmd,
+            self.user.lock(),
             self.resp.load(Relaxed),
             self.lib_name.lock().as_deref().unwrap_or(""),
             self.lib_ver.lock().as_deref().unwrap_or(""),

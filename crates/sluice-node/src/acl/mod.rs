@@ -118,9 +118,9 @@ impl Acl {
         Ok(())
     }
 
-    /// `ACL DELUSER`: removes the users named, returning how many existed. A removed user's
-    /// connections keep running as it, but it is off with no commands: they may only AUTH
-    /// again (or QUIT).
+    /// `ACL DELUSER`: removes the users named, returning how many existed. A removed user is
+    /// left off with no commands, for any connection still running as it (the command closes
+    /// them).
     pub fn del_users(&self, names: &[&str]) -> Result<usize, AclError> {
         if names.contains(&"default") {
             return Err("The 'default' user cannot be removed".into());

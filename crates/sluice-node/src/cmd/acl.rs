@@ -178,6 +178,10 @@ impl<'a> Command<'a> for AclCmd<'a> {
                 let n = acl
                     .del_users(&names)
                     .map_err(|e| CmdError::msg(format!("ERR {e}")))?;
+                // As Redis: the removed users' connections are closed.
+                ctx.shared
+                    .clients
+                    .kill_where(|c| names.contains(&c.user.lock().as_str()));
                 reply::integer(out, n as i64);
             }
             AclCmd::Users => {

@@ -80,6 +80,9 @@ impl Session {
     /// Runs as `user` from now on (AUTH, HELLO AUTH, RESET).
     pub fn login(&mut self, user: Arc<crate::acl::User>) {
         self.authenticated = user.needs_no_password();
+        if *self.client.user.lock() != user.name {
+            *self.client.user.lock() = user.name.clone();
+        }
         self.user = user;
     }
 
