@@ -221,6 +221,7 @@ fn the_acl_file_is_loaded_saved_and_reloaded() {
     let file_arg = file.to_str().unwrap();
     let server = Sluice::start_with(&["--aclfile", file_arg, "--requirepass", ADMIN]);
     let p = server.port;
+    let mut gw = client_as(p, "gateway", GATEWAY);
     let out = cli_as(p, "gateway", GATEWAY, &["RL.CHECK", "k", "5", "10"]);
     assert_eq!(out.lines().next(), Some("1"), "{out}");
     assert!(cli_as(p, "gateway", GATEWAY, &["FLUSHALL"]).contains("NOPERM"));
@@ -243,6 +244,16 @@ fn the_acl_file_is_loaded_saved_and_reloaded() {
     assert!(out.contains(":2:"), "{out}");
     assert!(cli_as(p, "gateway", GATEWAY, &["FLUSHALL"]).contains("NOPERM"));
     // The saved file again: a restart reads it, and `ops` logs in with its password.
+    // ACL LOAD of a file without `gateway`: its connections are closed.
+    std::fs::write(&file, "user ops on nopass +@all\n").unwrap();
+    assert_eq!(cli_as(p, "default", ADMIN, &["ACL", "LOAD"]).trim(), "OK");
+    let closed = wait_until(Duration::from_secs(5), || {
+        redis::cmd("PING")
+            .query::<String>(&mut gw)
+            .is_err()
+            .then_some(())
+    });
+    assert!(closed.is_some(), "a removed user's connection stayed open");
     std::fs::write(&file, &saved).unwrap();
     drop(server);
     let server = Sluice::start_with(&["--aclfile", file_arg, "--requirepass", ADMIN]);

@@ -222,6 +222,17 @@ fn load(ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
     let requirepass = ctx.shared.requirepass.read().clone();
     crate::acl::load_file(&ctx.shared.acl, &path, requirepass.as_deref())
         .map_err(|e| CmdError::msg(format!("ERR {e}")))?;
+    // The connections of users the file no longer has are closed, as by ACL DELUSER.
+    let users: Vec<String> = ctx
+        .shared
+        .acl
+        .users()
+        .iter()
+        .map(|u| u.name.clone())
+        .collect();
+    ctx.shared
+        .clients
+        .kill_where(|c| !users.contains(&*c.user.lock()));
     reply::simple(ctx.out, "OK");
     Ok(())
 }
