@@ -38,6 +38,13 @@ fn client_as(port: u16, user: &str, pass: &str) -> redis::Connection {
         .expect("connect and AUTH")
 }
 
+/// Whether the server closed this connection (a reply error such as NOPERM is not a close).
+fn dropped(conn: &mut redis::Connection) -> bool {
+    redis::cmd("PING")
+        .query::<String>(conn)
+        .is_err_and(|e| e.code().is_none())
+}
+
 fn gateway_user(port: u16) {
     let out = cli_as(
         port,
@@ -141,6 +148,27 @@ fn a_gateway_user_checks_but_may_not_flush() {
         .query::<Vec<i64>>(&mut gw)
         .unwrap_err();
     assert_eq!(err.code(), Some("NOPERM"), "{err}");
+    // CLIENT KILL USER closes a user's connections; an unknown user is an error.
+    let mut gw2 = client_as(server.port, "default", ADMIN);
+    let out = cli_as(
+        server.port,
+        "default",
+        ADMIN,
+        &["CLIENT", "KILL", "USER", "nobody"],
+    );
+    assert_eq!(out.trim(), "ERR No such user 'nobody'");
+    let _: String = redis::cmd("ACL")
+        .arg(&["SETUSER", "gateway", "on"])
+        .query(&mut gw2)
+        .unwrap();
+    let mut gw3 = client_as(server.port, "gateway", GATEWAY);
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "USER", "gateway"])
+        .query(&mut gw2)
+        .unwrap();
+    assert_eq!(killed, 2, "gw and gw3");
+    assert!(dropped(&mut gw3));
+    gw = client_as(server.port, "gateway", GATEWAY);
     // CLIENT LIST names the user; ACL DELUSER closes its connections, as in Redis.
     let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
     assert!(list.contains("user=gateway"), "{list}");
@@ -149,12 +177,7 @@ fn a_gateway_user_checks_but_may_not_flush() {
         .query(&mut admin)
         .unwrap();
     assert_eq!(removed, 1);
-    let closed = wait_until(Duration::from_secs(5), || {
-        redis::cmd("PING")
-            .query::<String>(&mut gw)
-            .is_err()
-            .then_some(())
-    });
+    let closed = wait_until(Duration::from_secs(5), || dropped(&mut gw).then_some(()));
     assert!(
         closed.is_some(),
         "the deleted user's connection stayed open"
@@ -247,12 +270,7 @@ fn the_acl_file_is_loaded_saved_and_reloaded() {
     // ACL LOAD of a file without `gateway`: its connections are closed.
     std::fs::write(&file, "user ops on nopass +@all\n").unwrap();
     assert_eq!(cli_as(p, "default", ADMIN, &["ACL", "LOAD"]).trim(), "OK");
-    let closed = wait_until(Duration::from_secs(5), || {
-        redis::cmd("PING")
-            .query::<String>(&mut gw)
-            .is_err()
-            .then_some(())
-    });
+    let closed = wait_until(Duration::from_secs(5), || dropped(&mut gw).then_some(()));
     assert!(closed.is_some(), "a removed user's connection stayed open");
     std::fs::write(&file, &saved).unwrap();
     drop(server);
