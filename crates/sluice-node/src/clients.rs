@@ -20,6 +20,8 @@ pub struct ClientHandle {
     pub addr: SocketAddr,
     pub laddr: SocketAddr,
     pub created: Instant,
+    /// The ACL user the connection runs as (`ACL DELUSER` closes its connections).
+    pub user: Mutex<String>,
     pub name: Mutex<Option<String>>,
     pub lib_name: Mutex<Option<String>>,
     pub lib_ver: Mutex<Option<String>>,
@@ -109,6 +111,7 @@ impl Clients {
             addr,
             laddr,
             created: Instant::now(),
+            user: Mutex::new("default".into()),
             name: Mutex::new(None),
             lib_name: Mutex::new(None),
             lib_ver: Mutex::new(None),
@@ -192,7 +195,7 @@ impl ClientHandle {
             b.omem.load(Relaxed),
         );
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem=0 obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem=0 obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.id,
             self.addr,
             self.laddr,
@@ -203,6 +206,7 @@ impl ClientHandle {
             self.kind().flags(),
             qbuf + qbuf_free + omem,
             current_cmd,
+            self.user.lock(),
             self.resp.load(Relaxed),
             self.lib_name.lock().as_deref().unwrap_or(""),
             self.lib_ver.lock().as_deref().unwrap_or(""),

@@ -94,6 +94,50 @@ pub struct Config {
     #[arg(long)]
     pub masterauth: Option<String>,
 
+    /// The ACL user this replica (and a cluster node calling its peers) AUTHs as with
+    /// `--masterauth` (default: the `default` user).
+    #[arg(long)]
+    pub masteruser: Option<String>,
+
+    /// ACL users are loaded from this file at start, and by `ACL LOAD`; `ACL SAVE` writes it.
+    #[arg(long)]
+    pub aclfile: Option<std::path::PathBuf>,
+
+    /// Also serve RESP over TLS on this port (0 picks a free one).
+    #[arg(long = "tls-port")]
+    pub tls_port: Option<u16>,
+
+    /// The server's certificate chain (PEM); reloaded when the file changes.
+    #[arg(long = "tls-cert-file")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+
+    /// The private key of `--tls-cert-file` (PEM).
+    #[arg(long = "tls-key-file")]
+    pub tls_key_file: Option<std::path::PathBuf>,
+
+    /// CA certificates (PEM) that sign client certificates, and that a replica with
+    /// `--tls-replication` trusts for its primary's.
+    #[arg(long = "tls-ca-cert-file")]
+    pub tls_ca_cert_file: Option<std::path::PathBuf>,
+
+    /// `yes`: TLS clients must present a certificate signed by `--tls-ca-cert-file`;
+    /// `optional`: checked if presented; `no`: not asked for (as Redis's `tls-auth-clients`).
+    #[arg(long = "tls-auth-clients", default_value = "yes", value_parser = parse_auth_clients)]
+    pub tls_auth_clients: AuthClients,
+
+    /// `yes`: this replica connects to its primary over TLS (`--replicaof` names the
+    /// primary's TLS port), presenting `--tls-cert-file`.
+    #[arg(long = "tls-replication", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub tls_replication: bool,
+
+    /// `yes`: `--metrics-port` serves HTTPS with the TLS certificate and client check.
+    #[arg(long = "metrics-tls", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub metrics_tls: bool,
+
+    /// `yes`: `--grpc-port` serves gRPC over TLS with the TLS certificate and client check.
+    #[arg(long = "grpc-tls", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub grpc_tls: bool,
+
     /// Bytes of recent stream a primary keeps so a replica that reconnects can continue
     /// (`+CONTINUE`) instead of syncing everything again.
     #[arg(long = "repl-backlog-size", default_value = "1mb", value_parser = parse_bytes)]
@@ -297,6 +341,23 @@ pub fn parse_yes_no(s: &str) -> Result<bool, String> {
         "yes" => Ok(true),
         "no" => Ok(false),
         _ => Err(format!("'{s}' must be yes or no")),
+    }
+}
+
+/// Redis's `tls-auth-clients`: whether TLS clients must present a certificate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthClients {
+    Yes,
+    Optional,
+    No,
+}
+
+pub fn parse_auth_clients(s: &str) -> Result<AuthClients, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" => Ok(AuthClients::Yes),
+        "optional" => Ok(AuthClients::Optional),
+        "no" => Ok(AuthClients::No),
+        _ => Err(format!("'{s}' must be yes, optional or no")),
     }
 }
 

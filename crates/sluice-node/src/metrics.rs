@@ -82,10 +82,18 @@ async fn serve(listener: StdListener, shared: Arc<Shared>) {
     let stop = async move {
         let _ = shutdown.wait_for(|stop| *stop).await;
     };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
+    let served = match shared.tls.as_ref().filter(|_| shared.config.metrics_tls) {
+        Some(tls) => match crate::tls::TlsListener::new(listener, tls.with_alpn(b"http/1.1")) {
+            Ok(tls) => axum::serve(tls, app).with_graceful_shutdown(stop).await,
+            Err(e) => Err(e),
+        },
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+    };
+    if let Err(e) = served {
         sluice_log::log(&format!("metrics: server stopped: {e}"));
     }
 }

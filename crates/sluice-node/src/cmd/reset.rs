@@ -1,5 +1,5 @@
 //! `RESET` — back to a fresh connection: RESP2, no name, no transaction, no subscriptions, not
-//! READONLY, unauthenticated if a password is set.
+//! READONLY, the `default` user again (unauthenticated if it has a password).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -26,7 +26,7 @@ impl Command<'_> for Reset {
             .set_kind(crate::clients::ClientKind::Normal);
         ctx.session.client.resp.store(2, Relaxed);
         *ctx.session.client.name.lock() = None;
-        ctx.session.authenticated = ctx.shared.requirepass.read().is_none();
+        ctx.session.login(ctx.shared.acl.default_user());
         reply::simple(ctx.out, "RESET");
         Ok(())
     }

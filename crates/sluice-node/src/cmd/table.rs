@@ -111,6 +111,17 @@ use flag::*;
 /// The command table, sorted by name (dispatch binary-searches it).
 pub static COMMANDS: &[CommandSpec] = &[
     spec!(
+        "acl",
+        -2,
+        [ADMIN, NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "server",
+        "6.0.0",
+        "A container for Access List Control commands.",
+        "subcommand [argument ...]",
+        acl::AclCmd
+    ),
+    spec!(
         "auth",
         -2,
         [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
