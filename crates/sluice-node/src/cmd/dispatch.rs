@@ -72,6 +72,8 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
             return reply::error(ctx.out, "ERR Command not allowed inside a transaction");
         }
         tx.queued.push(req.clone());
+        (ctx.session.client.multi)
+            .store(tx.queued.len() as i32, std::sync::atomic::Ordering::Relaxed);
         return reply::simple(ctx.out, "QUEUED");
     }
     let mut args = Args::new(req);

@@ -18,12 +18,14 @@ impl Command<'_> for Reset {
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         ctx.session.proto = Proto::Resp2;
         ctx.session.transaction = None;
+        ctx.session.client.multi.store(-1, Relaxed);
         // Redis's RESET also leaves READONLY mode.
         ctx.session.readonly = false;
         super::pubsub::clear(ctx.shared, &mut ctx.session.subs, ctx.session.client.id);
         ctx.session
             .client
             .set_kind(crate::clients::ClientKind::Normal);
+        ctx.session.client.set_subs(0, 0);
         ctx.session.client.resp.store(2, Relaxed);
         *ctx.session.client.name.lock() = None;
         ctx.session.login(ctx.shared.acl.default_user());
