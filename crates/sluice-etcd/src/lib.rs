@@ -1,6 +1,6 @@
 //! The etcd v3 client Sluice needs: read a key or a prefix (now or at an earlier revision),
 //! put, delete, put only if a key has not changed, watch a key or a prefix, transactions of
-//! puts under conditions ([`Txn`]), and leases (grant, keep alive once, revoke).
+//! puts under conditions ([`Txn`]), and leases (grant, keep alive once).
 //!
 //! It speaks etcd's gRPC API through tonic, with code generated from the part of etcd's protos
 //! vendored in `proto/` (KV, Watch and Lease). `protoc` comes from the `protoc-bin-vendored` crate, so
@@ -43,7 +43,7 @@ use etcdserverpb::request_op::Request;
 use etcdserverpb::watch_client::WatchClient;
 use etcdserverpb::watch_request::RequestUnion;
 use etcdserverpb::{
-    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
+    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
     PutRequest, RangeRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchRequest,
 };
 
@@ -212,12 +212,6 @@ impl Client {
             Some(r) => Ok(r.ttl),
             None => Ok(0),
         }
-    }
-
-    /// Revokes lease `id`: every key under it goes at once.
-    pub async fn lease_revoke(&mut self, id: i64) -> Result<(), Error> {
-        self.lease.lease_revoke(LeaseRevokeRequest { id }).await?;
-        Ok(())
     }
 
     /// Watches `key` (every key under it, with `prefix`) from `start_revision` on: every change

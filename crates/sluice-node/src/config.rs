@@ -187,6 +187,60 @@ pub struct Config {
     /// `-Remaining`, `-Reset`) or `x-ratelimit` (`X-RateLimit-...`).
     #[arg(long = "envoy-headers", default_value = "off", value_parser = ["off", "ratelimit", "x-ratelimit"])]
     pub envoy_headers: String,
+
+    /// This node's region: GLOBAL rules' limits are shared with the other regions registered
+    /// in `--regions-etcd` (1-64 of `A-Z a-z 0-9 _ . -`).
+    #[arg(long, value_name = "NAME", requires = "regions_etcd", value_parser = parse_region)]
+    pub region: Option<String>,
+
+    /// The etcd (`http://HOST:PORT`) where regions publish their demands and shares.
+    #[arg(long = "regions-etcd", value_name = "URL", requires = "region")]
+    pub regions_etcd: Option<String>,
+
+    /// How often a region's coordinator rebalances its shares (100ms to 1h).
+    #[arg(long = "rebalance-interval", default_value = "60s", value_parser = parse_rebalance)]
+    pub rebalance_interval: std::time::Duration,
+
+    /// How long a region's published share outlives its last renewal (default: 3 × the
+    /// rebalance interval; whole seconds, at least 2 and more than the interval).
+    #[arg(long = "region-lease", value_parser = parse_rebalance)]
+    pub region_lease: Option<std::time::Duration>,
+
+    /// The share (0 to 1) each region keeps at least, and falls to without etcd (default:
+    /// 0.5 ÷ the regions registered).
+    #[arg(long = "region-min-share", value_parser = parse_fraction)]
+    pub region_min_share: Option<f64>,
+}
+
+/// Parses a region name: what a rule name may be.
+fn parse_region(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(&c));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!("'{s}' is not a region name: use 1-64 of A-Z a-z 0-9 _ . -"))
+    }
+}
+
+/// Parses a rebalance interval or lease: a duration (`500ms`, `1s`, `2m`) from 100 ms to 1 h.
+fn parse_rebalance(s: &str) -> Result<std::time::Duration, String> {
+    let nanos = sluice_core::spec::parse_period(s.as_bytes())
+        .map_err(|_| format!("'{s}' is not a duration such as 500ms, 1s or 1m"))?;
+    let d = std::time::Duration::from_nanos(nanos.0);
+    if d < std::time::Duration::from_millis(100) || d > std::time::Duration::from_secs(3600) {
+        return Err(format!("'{s}' must be from 100ms to 1h"));
+    }
+    Ok(d)
+}
+
+/// Parses a fraction from 0 to 1.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|f| (0.0..=1.0).contains(f))
+        .ok_or_else(|| format!("'{s}' must be a number from 0 to 1"))
 }
 
 /// The most seconds any setting takes: Redis's bound for its own (`INT_MAX`). Far past any

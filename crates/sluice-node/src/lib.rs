@@ -15,6 +15,8 @@
 //!   commands' side of the etcd thread.
 //! - [`persist`]: snapshots on disk (`--dir`).
 //! - [`jobs`]: a queue of work for one background loop.
+//! - [`regions`]: what this node knows of the split of GLOBAL rules between regions
+//!   ([`regions::share`] is its arithmetic).
 //!
 //! The composition: [`shared`] holds every feature's state ([`Shared`]) and imports only the
 //! modules above.
@@ -24,6 +26,7 @@
 //! - [`cluster::control`] with [`cluster::adopt`], [`cluster::peers`], [`cluster::etcd`] and
 //!   [`cluster::migrate`]: the cluster control thread.
 //! - [`persist::saver`], [`rules::file`], [`rules::etcd`]: the saver and the rules' watchers.
+//! - [`regions::task`]: the region thread (etcd lease, election, demand, shares).
 //! - [`cmd`]: the commands (one file each), the table, the dispatcher and the slot check.
 //! - [`conn`]: the connection loop (read, decode every frame, execute, write once).
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
@@ -49,6 +52,7 @@ pub mod metrics;
 pub mod peer;
 pub mod persist;
 pub mod pubsub;
+pub mod regions;
 pub mod repl;
 pub mod rules;
 pub mod server;

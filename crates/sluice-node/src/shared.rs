@@ -46,6 +46,8 @@ pub struct Shared {
     pub rules: crate::rules::Rules,
     /// The etcd thread's handle, with `--rules-etcd` (set once it starts).
     pub rules_etcd: std::sync::OnceLock<crate::rules::handle::Handle>,
+    /// What this node knows of the regions' split of GLOBAL rules (`--region`).
+    pub regions: crate::regions::Regions,
     /// Snapshots on disk (`--dir`).
     pub persist: crate::persist::Persist,
     /// The address actually bound (the port is resolved when `--port 0`).
@@ -98,6 +100,7 @@ impl Shared {
                 (None, None) => crate::rules::Source::Memory,
             }),
             rules_etcd: std::sync::OnceLock::new(),
+            regions: crate::regions::Regions::default(),
             local_addr,
             shutdown,
             config,
