@@ -67,8 +67,12 @@ fn coordinator(port: u16) -> bool {
 /// Waits up to `within` for `port`'s share to be in `range`; the time it took.
 fn share_reaches(port: u16, range: std::ops::RangeInclusive<f64>, within: Duration) -> Duration {
     let start = Instant::now();
-    wait_until(within, || share(port).filter(|s| range.contains(s)))
-        .unwrap_or_else(|| panic!("share of :{port} not in {range:?} within {within:?}; INFO:\n{}", info(port)));
+    wait_until(within, || share(port).filter(|s| range.contains(s))).unwrap_or_else(|| {
+        panic!(
+            "share of :{port} not in {range:?} within {within:?}; INFO:\n{}",
+            info(port)
+        )
+    });
     start.elapsed()
 }
 
@@ -160,7 +164,12 @@ fn two_regions_split_by_demand_follow_traffic_and_fall_to_the_minimum_without_et
     let mut c = a.client();
     let region_info: redis::Value = redis::cmd("RL.REGION").arg("INFO").query(&mut c).unwrap();
     let text = format!("{region_info:?}");
-    for needle in ["mumbai", "hyderabad", "learning_until_ms", "last_rebalance_ms"] {
+    for needle in [
+        "mumbai",
+        "hyderabad",
+        "learning_until_ms",
+        "last_rebalance_ms",
+    ] {
         assert!(text.contains(needle), "{needle} missing from {text}");
     }
     let bad: redis::RedisResult<redis::Value> = redis::cmd("RL.REGION").arg("FROB").query(&mut c);
@@ -187,7 +196,10 @@ fn two_regions_split_by_demand_follow_traffic_and_fall_to_the_minimum_without_et
     let fell = stopped.elapsed();
     // The lease runs from the last renewal (up to one interval before etcd stopped), less a
     // quarter interval of margin.
-    assert!(fell >= LEASE - INTERVAL * 3 / 2, "fell after {fell:?}, before the lease");
+    assert!(
+        fell >= LEASE - INTERVAL * 3 / 2,
+        "fell after {fell:?}, before the lease"
+    );
     std::thread::sleep(INTERVAL * 2);
 
     let (allowed_a, allowed_b) = (la.allowed(), lb.allowed());
@@ -199,28 +211,44 @@ fn two_regions_split_by_demand_follow_traffic_and_fall_to_the_minimum_without_et
         "allowed {allowed} (mumbai {allowed_a}, hyderabad {allowed_b}) over {:?}; exact global limit {exact:.0}, bound +{bound:.0}",
         started.elapsed()
     );
-    assert!(allowed as f64 <= exact + bound, "{allowed} > {exact:.0} + {bound:.0}");
+    assert!(
+        allowed as f64 <= exact + bound,
+        "{allowed} > {exact:.0} + {bound:.0}"
+    );
 }
-
 
 /// A region of two cluster nodes (`sluice cluster create` of both, as primaries).
 fn two_node_region(dir: &TempDir, name: &str, flags: &[&str]) -> Vec<Sluice> {
     let nodes: Vec<Sluice> = (0..2)
         .map(|i| cluster_node(0, &dir.path().join(format!("{name}-{i}.conf")), flags))
         .collect();
-    let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
     let out = sluice_cluster(&["create", &addrs[0], &addrs[1]]);
-    assert!(out.status.success(), "create: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "create: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     nodes
 }
 
 /// The index of the one coordinator among `nodes`, once there is exactly one.
 fn the_coordinator(nodes: &[Sluice], within: Duration) -> usize {
     wait_until(within, || {
-        let c: Vec<usize> = (0..nodes.len()).filter(|&i| coordinator(nodes[i].port)).collect();
+        let c: Vec<usize> = (0..nodes.len())
+            .filter(|&i| coordinator(nodes[i].port))
+            .collect();
         (c.len() == 1).then(|| c[0])
     })
-    .unwrap_or_else(|| panic!("no single coordinator among {:?}", nodes.iter().map(|n| n.port).collect::<Vec<_>>()))
+    .unwrap_or_else(|| {
+        panic!(
+            "no single coordinator among {:?}",
+            nodes.iter().map(|n| n.port).collect::<Vec<_>>()
+        )
+    })
 }
 
 #[test]
@@ -256,10 +284,16 @@ fn three_regions_survive_a_dead_region_and_a_dead_coordinator() {
     let survivor = a.remove(1 - ca);
     drop(a);
     let killed = Instant::now();
-    wait_until(LEASE + INTERVAL * 3, || coordinator(survivor.port).then_some(()))
-        .expect("the surviving node became coordinator");
+    wait_until(LEASE + INTERVAL * 3, || {
+        coordinator(survivor.port).then_some(())
+    })
+    .expect("the surviving node became coordinator");
     eprintln!("coordinator elected {:?} after the kill", killed.elapsed());
-    assert!(share(survivor.port).unwrap() <= 0.17, "learning: {}", info(survivor.port));
+    assert!(
+        share(survivor.port).unwrap() <= 0.17,
+        "learning: {}",
+        info(survivor.port)
+    );
     let back = share_reaches(survivor.port, survivors, LEASE + INTERVAL * 3);
     eprintln!("grew back {back:?} after the election");
     // b never took more than what a left free.

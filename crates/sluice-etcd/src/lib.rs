@@ -43,8 +43,8 @@ use etcdserverpb::request_op::Request;
 use etcdserverpb::watch_client::WatchClient;
 use etcdserverpb::watch_request::RequestUnion;
 use etcdserverpb::{
-    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
-    PutRequest, RangeRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchRequest,
+    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, PutRequest,
+    RangeRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchRequest,
 };
 
 /// A failed call: no connection, or etcd's error status.

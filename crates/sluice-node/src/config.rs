@@ -216,11 +216,14 @@ pub struct Config {
 fn parse_region(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
         && s.len() <= 64
-        && s.bytes().all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(&c));
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(&c));
     if ok {
         Ok(s.to_string())
     } else {
-        Err(format!("'{s}' is not a region name: use 1-64 of A-Z a-z 0-9 _ . -"))
+        Err(format!(
+            "'{s}' is not a region name: use 1-64 of A-Z a-z 0-9 _ . -"
+        ))
     }
 }
 

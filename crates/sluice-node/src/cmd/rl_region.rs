@@ -37,7 +37,9 @@ impl Command<'_> for RlRegion {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let status = ctx.shared.regions.status().ok_or_else(|| {
-            CmdError::msg("ERR regions are off: start the node with --region NAME --regions-etcd URL")
+            CmdError::msg(
+                "ERR regions are off: start the node with --region NAME --regions-etcd URL",
+            )
         })?;
         let limits: Vec<u64> = status
             .rules

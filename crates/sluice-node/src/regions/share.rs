@@ -175,7 +175,10 @@ pub fn decode_demands(text: &[u8]) -> Vec<(String, f64)> {
         .lines()
         .filter_map(|l| {
             let (n, d) = l.split_once(' ')?;
-            let d = d.parse::<f64>().ok().filter(|d| d.is_finite() && *d >= 0.0)?;
+            let d = d
+                .parse::<f64>()
+                .ok()
+                .filter(|d| d.is_finite() && *d >= 0.0)?;
             Some((n.to_string(), d))
         })
         .collect()
@@ -233,7 +236,9 @@ mod tests {
         // share each computes fits beside what the others published.
         let mut seed = 7u64;
         let mut rnd = |m: u64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (seed >> 33) % m
         };
         for _ in 0..10_000 {
@@ -257,7 +262,10 @@ mod tests {
                 });
                 let sum: u64 = shares.iter().map(|&s| u64::from(s)).sum::<u64>()
                     + u64::from(min) * silent as u64;
-                assert!(sum <= u64::from(SHARE_WHOLE), "{shares:?} + {silent} silent");
+                assert!(
+                    sum <= u64::from(SHARE_WHOLE),
+                    "{shares:?} + {silent} silent"
+                );
             }
         }
     }

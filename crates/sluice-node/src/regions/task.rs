@@ -296,7 +296,11 @@ impl Node {
             let rev = format!("{ROOT}rev");
             let txn = Txn::new()
                 .mod_revision_is(rev.as_bytes(), view.rev)
-                .put(&self.key("shares"), record.encode().as_bytes(), self.lease_id)
+                .put(
+                    &self.key("shares"),
+                    record.encode().as_bytes(),
+                    self.lease_id,
+                )
                 .put(rev.as_bytes(), b"", 0)
                 .put(&self.key("members"), b"", 0);
             if c.commit(txn).await? {
@@ -329,10 +333,12 @@ impl Node {
                     .records
                     .iter()
                     .filter(|(r, _)| **r != self.region)
-                    .map(|(_, rec)| rec.get(&name).unwrap_or(Published {
-                        share: 0,
-                        demand: 0.0,
-                    }))
+                    .map(|(_, rec)| {
+                        rec.get(&name).unwrap_or(Published {
+                            share: 0,
+                            demand: 0.0,
+                        })
+                    })
                     .collect();
                 let s = share::next_share(&Situation {
                     own_demand: view.node_demand.get(&name).copied().unwrap_or(0.0),
