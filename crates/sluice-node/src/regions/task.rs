@@ -23,9 +23,10 @@ use super::{ROOT, RuleStatus, Status};
 use crate::rules::SHARE_WHOLE;
 use crate::shared::Shared;
 
-/// Starts the region thread when `--region` is given. Until its first exchange with etcd,
-/// GLOBAL rules enforce `--region-min-share` (or a limit of 1 without it: the minimum is not
-/// known before the regions are counted).
+/// Starts the region thread when `--region` is given. Until its region is registered in etcd
+/// (by its coordinator's first publication), a node enforces a share of 0 of every GLOBAL
+/// rule, that is a limit of 1: the other regions reserve nothing for a region they do not
+/// know.
 pub fn start(shared: Arc<Shared>) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
     let (Some(region), Some(url)) = (
         shared.config.region.clone(),
@@ -42,9 +43,7 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<Option<std::thread::JoinHan
         )));
     }
     let min_flag = shared.config.region_min_share.map(to_ppm);
-    shared
-        .rules
-        .set_region_shares(min_flag.unwrap_or(0), HashMap::new());
+    shared.rules.set_region_shares(0, HashMap::new());
     let node = format!("{}-{}", shared.local_addr, &shared.run_id[..8]);
     let state = Node {
         region,
@@ -53,6 +52,7 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<Option<std::thread::JoinHan
         lease,
         min_flag,
         lease_id: 0,
+        registered: false,
         valid_until: None,
         lease_expires_ms: 0,
         renewed_at: None,
@@ -79,6 +79,9 @@ struct Node {
     min_flag: Option<u32>,
     /// This node's etcd lease (0: none yet, or lost).
     lease_id: i64,
+    /// Whether this region is registered (`members/REGION`): until then the others reserve
+    /// nothing for it, and it enforces a share of 0.
+    registered: bool,
     /// What is enforced now holds until then without etcd.
     valid_until: Option<Instant>,
     lease_expires_ms: u64,
@@ -98,6 +101,8 @@ struct Node {
 #[derive(Default)]
 struct View {
     members: Vec<String>,
+    /// Whether this region was among the members read.
+    registered: bool,
     records: HashMap<String, Record>,
     leader: Option<String>,
     /// This region's nodes' demands, summed per rule.
@@ -136,13 +141,16 @@ async fn run(shared: Arc<Shared>, url: String, mut node: Node) {
 
 impl Node {
     /// Each region's minimum share: `--region-min-share`, else half the whole split over the
-    /// regions registered; before etcd has been read, the flag or nothing.
+    /// regions registered.
     fn min_share(&self) -> u32 {
-        match (self.min_flag, self.status.members) {
-            (Some(m), _) => m,
-            (None, 0) => 0,
-            (None, n) => SHARE_WHOLE / 2 / n as u32,
-        }
+        self.min_flag
+            .unwrap_or_else(|| SHARE_WHOLE / 2 / self.status.members.max(1) as u32)
+    }
+
+    /// The most a share may be without a published record: the minimum (which the other
+    /// regions reserve) once this region is registered, else nothing.
+    fn fallback_share(&self) -> u32 {
+        if self.registered { self.min_share() } else { 0 }
     }
 
     fn key(&self, kind: &str) -> Vec<u8> {
@@ -167,6 +175,7 @@ impl Node {
         let view = read(c, &self.region).await?;
         self.status.members = view.members.len().max(1);
         self.status.min_share = self.min_share();
+        self.registered = view.registered;
         let leading = view.leader.as_deref() == Some(self.node.as_str());
         if !leading {
             self.coordinator_since = None;
@@ -246,10 +255,16 @@ impl Node {
         }
     }
 
-    /// A node that is not the coordinator enforces its coordinator's record, while it holds.
+    /// A node that is not the coordinator enforces its coordinator's record, while it holds
+    /// (its lease's end, less a quarter interval); without one, at most the minimum.
     fn follow(&mut self, shared: &Shared, view: &View) {
         let own_lease = self.lease_deadline();
-        match view.records.get(&self.region) {
+        let margin = self.interval.as_millis() as u64 / 4;
+        let live = view
+            .records
+            .get(&self.region)
+            .filter(|r| r.expires_ms.saturating_sub(margin) > unix_ms_now());
+        match live {
             Some(record) => {
                 let left = record.expires_ms.saturating_sub(unix_ms_now());
                 let record_end = Instant::now() + Duration::from_millis(left)
@@ -261,7 +276,7 @@ impl Node {
                     .map(|(n, p)| (n.clone(), p.share))
                     .collect();
             }
-            None => self.enforced.clear(),
+            None => self.cap_at_minimum(),
         }
         self.apply(shared);
         self.fill_rules(shared, view);
@@ -279,7 +294,11 @@ impl Node {
         for _ in 0..3 {
             let next = self.compute(shared, &view, learning);
             for (name, share) in &next {
-                let now = self.enforced.get(name).copied().unwrap_or(self.min_share());
+                let now = self
+                    .enforced
+                    .get(name)
+                    .copied()
+                    .unwrap_or(self.fallback_share());
                 self.enforced.insert(name.clone(), now.min(*share));
             }
             self.apply(shared);
@@ -304,6 +323,7 @@ impl Node {
                 .put(rev.as_bytes(), b"", 0)
                 .put(&self.key("members"), b"", 0);
             if c.commit(txn).await? {
+                self.registered = true;
                 self.enforced = next.into_iter().collect();
                 self.apply(shared);
                 self.status.last_rebalance_ms = unix_ms(shared);
@@ -352,19 +372,29 @@ impl Node {
             .collect()
     }
 
+    /// Without etcd past the lease: at most the minimum (never more than was enforced: a
+    /// region below its minimum, for want of a free share, stays there).
     fn fall_to_minimum(&mut self, shared: &Shared) {
-        self.enforced.clear();
+        self.cap_at_minimum();
         self.coordinator_since = None;
         self.apply(shared);
-        let min = self.min_share();
+        let min = self.fallback_share();
         for r in &mut self.status.rules {
-            r.share = min;
+            r.share = self.enforced.get(&r.name).copied().unwrap_or(min);
+        }
+    }
+
+    /// Every share enforced capped at the fallback (rules with none enforce the fallback).
+    fn cap_at_minimum(&mut self) {
+        let min = self.fallback_share();
+        for share in self.enforced.values_mut() {
+            *share = (*share).min(min);
         }
     }
 
     /// Hands the enforced shares to the rules table (a no-op when nothing changed).
     fn apply(&self, shared: &Shared) {
-        let min = self.min_share();
+        let min = self.fallback_share();
         let shares = self
             .enforced
             .iter()
@@ -375,7 +405,7 @@ impl Node {
 
     /// The per-rule part of the status, from `view`.
     fn fill_rules(&mut self, shared: &Shared, view: &View) {
-        let min = self.min_share();
+        let min = self.fallback_share();
         let mut regions: Vec<(&String, &Record)> = view.records.iter().collect();
         regions.sort_by(|a, b| a.0.cmp(b.0));
         self.status.rules = shared
@@ -441,7 +471,8 @@ async fn read(c: &mut Client, region: &str) -> Result<View, sluice_etcd::Error> 
             view.rev = kv.mod_revision;
         }
     }
-    if !view.members.iter().any(|m| m == region) {
+    view.registered = view.members.iter().any(|m| m == region);
+    if !view.registered {
         view.members.push(region.to_string());
     }
     Ok(view)
