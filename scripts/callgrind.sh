@@ -276,7 +276,18 @@ line "RL.CHECK TOKEN, new keys (empty server)" NEWKEY none
 line "RL.HIT rule" HIT none
 line "RL.HIT GLOBAL rule" HITGLOBAL none
 awk -v g="$(per_request sluice HITGLOBAL)" -v l="$(per_request sluice HIT)" 'BEGIN {
-  if (l > 0) printf "\nRL.HIT GLOBAL rule / RL.HIT rule: %.4f\n", g / l }'
+  if (l > 0) printf "\nRL.HIT GLOBAL rule / RL.HIT rule: %.4f (whole process, idle work subtracted)\n", g / l }'
+# The request path alone: Conn::run_batch's inclusive Ir (decode, execute, reply), which no
+# background thread (the region thread with --regions) adds to.
+path_ir() { # LABEL -> Ir per request under Conn::run_batch
+  local dump
+  dump=$(awk -v l="$1" '$1 == l { print $4 }' "$WORK/sluice")
+  [ -n "$dump" ] || { echo 0; return; }
+  callgrind_annotate --auto=no --threshold=100 --inclusive=yes "$OUT/$dump" 2>/dev/null |
+    awk -v n="$REQUESTS" '!done && /conn::Conn::run_batch/ { gsub(/,/, "", $1); print $1 / n; done = 1 }'
+}
+awk -v g="$(path_ir HITGLOBAL)" -v l="$(path_ir HIT)" 'BEGIN {
+  if (l > 0) printf "Request path (Conn::run_batch inclusive): RL.HIT rule %.1f, GLOBAL rule %.1f Ir/req, ratio %.4f\n", l, g, g / l }'
 # misses DUMP -> "D1 LL": data-cache misses (reads + writes) at the first level and the last
 # level, from the dump's totals in the order its `events:` line names them.
 misses() {
