@@ -141,3 +141,86 @@ pub fn info_section(s: Option<&Status>, t: &mut String) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::Nanos;
+
+    use crate::regions::{Published, RuleStatus, Status};
+    use crate::{Config, Executor};
+
+    fn run(e: &mut Executor, args: &str) -> String {
+        let args: Vec<&[u8]> = args.split_whitespace().map(str::as_bytes).collect();
+        String::from_utf8_lossy(&e.exec_at(Nanos::from_millis(1_000), &args)).into_owned()
+    }
+
+    #[test]
+    fn region_info_needs_regions_and_shows_every_region() {
+        let mut e = Executor::new(Config::default_for_tests());
+        assert!(run(&mut e, "RL.REGION INFO").starts_with("-ERR regions are off"));
+        assert!(run(&mut e, "RL.REGION FROB").contains("unknown subcommand 'FROB'"));
+        assert!(run(&mut e, "RL.REGION INFO x").contains("wrong number of arguments"));
+        assert!(run(&mut e, "INFO regions").contains("region_enabled:0"));
+        run(&mut e, "RL.RULE SET g LIMIT 1000 PERIOD 1m GLOBAL");
+        e.shared.rules.set_region_shares(
+            250_000,
+            std::collections::HashMap::from([("g".to_string(), 600_000)]),
+        );
+        e.shared.regions.set(Status {
+            region: "mumbai".into(),
+            coordinator: true,
+            etcd_ok: true,
+            members: 2,
+            min_share: 250_000,
+            rules: vec![RuleStatus {
+                name: "g".into(),
+                share: 600_000,
+                demand: 12.5,
+                regions: vec![
+                    (
+                        "hyderabad".into(),
+                        Published {
+                            share: 400_000,
+                            demand: 8.0,
+                        },
+                    ),
+                    (
+                        "mumbai".into(),
+                        Published {
+                            share: 600_000,
+                            demand: 12.5,
+                        },
+                    ),
+                ],
+            }],
+            ..Status::default()
+        });
+        let info = run(&mut e, "RL.REGION INFO");
+        for needle in [
+            "mumbai",
+            "hyderabad",
+            "0.600000",
+            "0.400000",
+            "12.500",
+            ":600\r\n",
+        ] {
+            assert!(info.contains(needle), "{needle} not in {info}");
+        }
+        let text = run(&mut e, "INFO regions");
+        assert!(
+            text.contains("global_rule_g:share=0.600000,demand=12.500"),
+            "{text}"
+        );
+        assert!(
+            text.contains("global_rule_g_region_hyderabad:share=0.400000"),
+            "{text}"
+        );
+        // The rule enforces its share; GET shows the regional limit and the declared spec.
+        let get = run(&mut e, "RL.RULE GET g");
+        assert!(
+            get.contains(":600\r\n") && get.contains("LIMIT 1000 PERIOD 1m"),
+            "{get}"
+        );
+        assert!(get.contains("GLOBAL"), "{get}");
+    }
+}
