@@ -2,14 +2,18 @@
 //! `--rebalance-interval 1s` (so a lease of 3 s), one GLOBAL rule of 1,000 per minute.
 //!
 //! Times are asserted in rebalance intervals, with one interval of slack for the demand
-//! sample that first sees new traffic (it can start up to one interval after the traffic).
+//! sample that first sees new traffic (it can start up to one interval after the traffic),
+//! and one for a loaded machine; each test prints the times it measured.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sluice_tests::{Etcd, Sluice, TempDir, cluster_node, sluice_cluster, try_connect, wait_until};
+use sluice_tests::{
+    Etcd, Sluice, TempDir, cluster_node, free_port, http_get, sluice_cluster, try_connect,
+    wait_until,
+};
 
 const LIMIT: f64 = 1000.0;
 const PERIOD_SECS: f64 = 60.0;
@@ -143,7 +147,10 @@ fn two_regions_split_by_demand_follow_traffic_and_fall_to_the_minimum_without_et
     let mut etcd = Etcd::start();
     let url = etcd.url();
     let rules = rules_file(&dir);
-    let a = Sluice::start_with(&region_flags("mumbai", &url, &rules));
+    let metrics_port = free_port().to_string();
+    let mut flags = region_flags("mumbai", &url, &rules);
+    flags.extend(["--metrics-port", &metrics_port]);
+    let a = Sluice::start_with(&flags);
     let b = Sluice::start_with(&region_flags("hyderabad", &url, &rules));
     // Learning: the region started last enforces at most the minimum (0.5 ÷ 2 regions) for
     // its first lease, then both split equally.
@@ -156,7 +163,9 @@ fn two_regions_split_by_demand_follow_traffic_and_fall_to_the_minimum_without_et
     let started = Instant::now();
     let la = Load::start(a.port, 30);
     let lb = Load::start(b.port, 20);
-    let within = INTERVAL * 4;
+    // 3 intervals, one more for the first demand sample, and one for a loaded CI machine
+    // (measured on a quiet one: 2.0-3.1 s, printed below).
+    let within = INTERVAL * 5;
     let took_a = share_reaches(a.port, 0.54..=0.66, within);
     let took_b = share_reaches(b.port, 0.36..=0.44, within);
     eprintln!("600:400 reached in {took_a:?} (mumbai), {took_b:?} (hyderabad)");
@@ -171,6 +180,18 @@ fn two_regions_split_by_demand_follow_traffic_and_fall_to_the_minimum_without_et
         "last_rebalance_ms",
     ] {
         assert!(text.contains(needle), "{needle} missing from {text}");
+    }
+    let metrics = http_get(metrics_port.parse().unwrap(), "/metrics").unwrap_or_default();
+    for needle in [
+        "sluice_region_share{rule=\"g\"} 0.",
+        "sluice_region_published_share{rule=\"g\",region=\"hyderabad\"} 0.",
+        "sluice_region_coordinator 1",
+        "sluice_region_etcd_up 1",
+    ] {
+        assert!(
+            metrics.contains(needle),
+            "{needle} missing from:\n{metrics}"
+        );
     }
     let bad: redis::RedisResult<redis::Value> = redis::cmd("RL.REGION").arg("FROB").query(&mut c);
     assert!(bad.unwrap_err().to_string().contains("unknown subcommand"));

@@ -457,4 +457,35 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn region_flags_are_checked() {
+        let ok = Config::try_parse_from([
+            "sluice",
+            "--region",
+            "mumbai-1",
+            "--regions-etcd",
+            "http://127.0.0.1:2379",
+            "--rebalance-interval",
+            "1s",
+            "--region-min-share",
+            "0.2",
+        ])
+        .unwrap();
+        assert_eq!(ok.rebalance_interval, std::time::Duration::from_secs(1));
+        assert_eq!(ok.region_min_share, Some(0.2));
+        let bad = |args: &[&str]| {
+            let mut all = vec!["sluice", "--region", "r", "--regions-etcd", "http://e:1"];
+            all.extend_from_slice(args);
+            Config::try_parse_from(all).is_err()
+        };
+        assert!(bad(&["--rebalance-interval", "10ms"]));
+        assert!(bad(&["--rebalance-interval", "2h"]));
+        assert!(bad(&["--region-min-share", "1.5"]));
+        assert!(bad(&["--region-min-share", "NaN"]));
+        assert!(bad(&["--region", "a/b"]));
+        // A region needs its etcd, and the other way round.
+        assert!(Config::try_parse_from(["sluice", "--region", "r"]).is_err());
+        assert!(Config::try_parse_from(["sluice", "--regions-etcd", "http://e:1"]).is_err());
+    }
 }
