@@ -177,20 +177,8 @@ mod tests {
                 share: 600_000,
                 demand: 12.5,
                 regions: vec![
-                    (
-                        "hyderabad".into(),
-                        Published {
-                            share: 400_000,
-                            demand: 8.0,
-                        },
-                    ),
-                    (
-                        "mumbai".into(),
-                        Published {
-                            share: 600_000,
-                            demand: 12.5,
-                        },
-                    ),
+                    ("hyderabad".into(), Published::new(400_000, 8.0)),
+                    ("mumbai".into(), Published::new(600_000, 12.5)),
                 ],
             }],
             ..Status::default()

@@ -7,7 +7,11 @@
 //!   demand-proportional part is below the minimum gets the minimum, the rest split what is
 //!   left in proportion to their demands), out of the whole less the minimum reserved for
 //!   every registered region that publishes nothing now (partitioned or dead);
-//! - what is free: the whole less every other region's *published* share and those reserves;
+//! - what is free: the whole less every other region's *claim* and those reserves. A claim
+//!   is the region's published share, or, in a region of several nodes, more for one interval
+//!   after a shrink: the larger of its last two publications, so that its other nodes, which
+//!   read the record a quarter interval apart, have all stopped enforcing the larger share
+//!   before anyone grows into it;
 //! - the minimum, while the region is learning (its first lease length as coordinator).
 //!
 //! A smaller share is enforced at once and then published; a larger one is published first
@@ -27,6 +31,19 @@ pub struct Published {
     pub share: u32,
     /// Its smoothed demand, requests per second.
     pub demand: f64,
+    /// What others must leave it: at least `share` (see the module docs).
+    pub claim: u32,
+}
+
+impl Published {
+    /// A publication whose claim is its share.
+    pub fn new(share: u32, demand: f64) -> Published {
+        Published {
+            share,
+            demand,
+            claim: share,
+        }
+    }
 }
 
 /// What a coordinator knows of one GLOBAL rule when it rebalances.
@@ -34,7 +51,7 @@ pub struct Published {
 pub struct Situation<'a> {
     /// This region's smoothed demand, requests per second.
     pub own_demand: f64,
-    /// The other regions that publish the rule.
+    /// The other regions that publish the rule (their claims count against what is free).
     pub others: &'a [Published],
     /// Registered regions that publish nothing now: each keeps its minimum reserved.
     pub silent: usize,
@@ -47,7 +64,7 @@ pub struct Situation<'a> {
 /// The share this region takes next.
 pub fn next_share(s: &Situation<'_>) -> u32 {
     let reserved = u64::from(s.min_share) * s.silent as u64;
-    let published: u64 = s.others.iter().map(|p| u64::from(p.share)).sum();
+    let published: u64 = s.others.iter().map(|p| u64::from(p.claim)).sum();
     let free = u64::from(SHARE_WHOLE).saturating_sub(published + reserved);
     let mut share = target(s).min(free);
     if s.learning {
@@ -118,11 +135,11 @@ pub fn smooth(previous: Option<f64>, rate: f64) -> f64 {
 }
 
 /// A region's published record: the Unix time (ms) its coordinator's lease runs to at the
-/// latest, then one line per GLOBAL rule: name, share (ppm), demand (per second).
+/// latest, then one line per GLOBAL rule: name, share (ppm), demand (per second), claim (ppm).
 ///
 /// ```text
 /// expires 1764600000000
-/// api 600000 10.000
+/// api 600000 10.000 650000
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
@@ -134,7 +151,7 @@ impl Record {
     pub fn encode(&self) -> String {
         let mut t = format!("expires {}\n", self.expires_ms);
         for (name, p) in &self.rules {
-            t.push_str(&format!("{name} {} {:.3}\n", p.share, p.demand));
+            t.push_str(&format!("{name} {} {:.3} {}\n", p.share, p.demand, p.claim));
         }
         t
     }
@@ -150,7 +167,18 @@ impl Record {
                 let name = w.next()?.to_string();
                 let share = w.next()?.parse::<u32>().ok()?.min(SHARE_WHOLE);
                 let demand = w.next()?.parse::<f64>().ok().filter(|d| d.is_finite())?;
-                Some((name, Published { share, demand }))
+                let claim = w
+                    .next()
+                    .and_then(|c| c.parse::<u32>().ok())
+                    .map_or(share, |c| c.clamp(share, SHARE_WHOLE));
+                Some((
+                    name,
+                    Published {
+                        share,
+                        demand,
+                        claim,
+                    },
+                ))
             })
             .collect();
         Some(Record { expires_ms, rules })
@@ -189,7 +217,7 @@ mod tests {
     use super::*;
 
     fn p(share: u32, demand: f64) -> Published {
-        Published { share, demand }
+        Published::new(share, demand)
     }
 
     fn next(own: f64, others: &[Published], silent: usize, learning: bool) -> u32 {
@@ -221,6 +249,12 @@ mod tests {
         assert_eq!(next(100.0, &[p(100_000, 900.0)], 0, false), 250_000);
         // A silent region keeps its minimum: two live regions split 75%.
         assert_eq!(next(500.0, &[p(375_000, 500.0)], 1, false), 375_000);
+        // A region that just shrank from 70% to 40% still claims 70% for an interval.
+        let shrunk = Published {
+            claim: 700_000,
+            ..p(400_000, 400.0)
+        };
+        assert_eq!(next(600.0, &[shrunk], 0, false), 300_000);
     }
 
     #[test]
@@ -274,10 +308,22 @@ mod tests {
     fn records_round_trip() {
         let r = Record {
             expires_ms: 1_764_600_000_000,
-            rules: vec![("api".into(), p(600_000, 10.0)), ("x".into(), p(0, 0.5))],
+            rules: vec![
+                ("api".into(), p(600_000, 10.0)),
+                (
+                    "x".into(),
+                    Published {
+                        claim: 9,
+                        ..p(0, 0.5)
+                    },
+                ),
+            ],
         };
         assert_eq!(Record::decode(r.encode().as_bytes()), Some(r));
         assert_eq!(Record::decode(b"garbage"), None);
+        // A record without claims claims its shares.
+        let old = Record::decode(b"expires 5\napi 100 1.5\n").unwrap();
+        assert_eq!(old.get("api"), Some(p(100, 1.5)));
         let d = vec![("api".to_string(), 3.25)];
         assert_eq!(decode_demands(encode_demands(&d).as_bytes()), d);
     }

@@ -58,6 +58,7 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<Option<std::thread::JoinHan
         renewed_at: None,
         coordinator_since: None,
         enforced: HashMap::new(),
+        published: HashMap::new(),
         counts: HashMap::new(),
         demand: HashMap::new(),
         status: Status::default(),
@@ -90,6 +91,8 @@ struct Node {
     coordinator_since: Option<Instant>,
     /// The share enforced per GLOBAL rule (rules not listed: the minimum).
     enforced: HashMap<String, u32>,
+    /// The shares of this coordinator's last publication.
+    published: HashMap<String, u32>,
     /// Checks counted per rule at the last sample.
     counts: HashMap<String, u64>,
     /// This node's smoothed demand per rule (per second).
@@ -107,6 +110,8 @@ struct View {
     leader: Option<String>,
     /// This region's nodes' demands, summed per rule.
     node_demand: HashMap<String, f64>,
+    /// This region's nodes (with a live lease).
+    nodes: usize,
     rev: i64,
 }
 
@@ -269,7 +274,11 @@ impl Node {
                 let left = record.expires_ms.saturating_sub(unix_ms_now());
                 let record_end = Instant::now() + Duration::from_millis(left)
                     - (self.interval / 4).min(Duration::from_millis(left));
-                self.valid_until = Some(own_lease.min(record_end));
+                // A record read now is at most an interval old, and its coordinator claims
+                // its shares for one interval more: past that, a follower cut off from etcd
+                // no longer knows what its coordinator claims.
+                let read_end = Instant::now() + self.interval * 3 / 4;
+                self.valid_until = Some(own_lease.min(record_end).min(read_end));
                 self.enforced = record
                     .rules
                     .iter()
@@ -308,7 +317,17 @@ impl Node {
                     .iter()
                     .map(|(n, s)| {
                         let demand = view.node_demand.get(n).copied().unwrap_or(0.0);
-                        (n.clone(), Published { share: *s, demand })
+                        // With other nodes to tell, claim the larger of this and the last
+                        // publication for one interval.
+                        let before = match view.nodes {
+                            0 | 1 => 0,
+                            _ => self.published.get(n).copied().unwrap_or(0),
+                        };
+                        let published = Published {
+                            claim: (*s).max(before),
+                            ..Published::new(*s, demand)
+                        };
+                        (n.clone(), published)
                     })
                     .collect(),
             };
@@ -323,6 +342,7 @@ impl Node {
                 .put(rev.as_bytes(), b"", 0)
                 .put(&self.key("members"), b"", 0);
             if c.commit(txn).await? {
+                self.published = next.iter().cloned().collect();
                 self.registered = true;
                 self.enforced = next.into_iter().collect();
                 self.apply(shared);
@@ -353,12 +373,7 @@ impl Node {
                     .records
                     .iter()
                     .filter(|(r, _)| **r != self.region)
-                    .map(|(_, rec)| {
-                        rec.get(&name).unwrap_or(Published {
-                            share: 0,
-                            demand: 0.0,
-                        })
-                    })
+                    .map(|(_, rec)| rec.get(&name).unwrap_or(Published::new(0, 0.0)))
                     .collect();
                 let s = share::next_share(&Situation {
                     own_demand: view.node_demand.get(&name).copied().unwrap_or(0.0),
@@ -464,6 +479,7 @@ async fn read(c: &mut Client, region: &str) -> Result<View, sluice_etcd::Error> 
         } else if rest == format!("leaders/{region}") {
             view.leader = Some(String::from_utf8_lossy(&kv.value).into_owned());
         } else if key.starts_with(&nodes) {
+            view.nodes += 1;
             for (rule, d) in share::decode_demands(&kv.value) {
                 *view.node_demand.entry(rule).or_default() += d;
             }
