@@ -60,6 +60,7 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<Option<std::thread::JoinHan
         enforced: HashMap::new(),
         published: HashMap::new(),
         counts: HashMap::new(),
+        sampled_at: None,
         demand: HashMap::new(),
         status: Status::default(),
     };
@@ -93,8 +94,9 @@ struct Node {
     enforced: HashMap<String, u32>,
     /// The shares of this coordinator's last publication.
     published: HashMap<String, u32>,
-    /// Checks counted per rule at the last sample.
+    /// Checks counted per rule at the last sample, and when it was taken.
     counts: HashMap<String, u64>,
+    sampled_at: Option<Instant>,
     /// This node's smoothed demand per rule (per second).
     demand: HashMap<String, f64>,
     status: Status,
@@ -248,7 +250,13 @@ impl Node {
 
     /// Samples every GLOBAL rule's check count into this node's smoothed demand.
     fn sample_demand(&mut self, shared: &Shared) {
-        let secs = self.interval.as_secs_f64();
+        // The time since the last sample, which a slow exchange with etcd can stretch past
+        // the interval.
+        let now = Instant::now();
+        let secs = self
+            .sampled_at
+            .replace(now)
+            .map_or(1.0, |t| now.duration_since(t).as_secs_f64().max(1e-3));
         for name in shared.rules.global_names() {
             let count = shared.stats.rule_checks(&name);
             let rate = match self.counts.insert(name.clone(), count) {
