@@ -269,6 +269,29 @@ pub struct Config {
     #[arg(long = "slowlog-max-len", default_value_t = 128, value_parser = clap::value_parser!(u64).range(0..=MAX_SLOWLOG_LEN))]
     pub slowlog_max_len: u64,
 
+    /// This node's region: GLOBAL rules' limits are shared with the other regions registered
+    /// in `--regions-etcd` (1-64 of `A-Z a-z 0-9 _ . -`).
+    #[arg(long, value_name = "NAME", requires = "regions_etcd", value_parser = parse_region)]
+    pub region: Option<String>,
+
+    /// The etcd (`http://HOST:PORT`) where regions publish their demands and shares.
+    #[arg(long = "regions-etcd", value_name = "URL", requires = "region")]
+    pub regions_etcd: Option<String>,
+
+    /// How often a region's coordinator rebalances its shares (100ms to 1h).
+    #[arg(long = "rebalance-interval", default_value = "60s", value_parser = parse_rebalance)]
+    pub rebalance_interval: std::time::Duration,
+
+    /// How long a region's published share outlives its last renewal (default: 3 × the
+    /// rebalance interval; whole seconds, at least 2 and more than the interval).
+    #[arg(long = "region-lease", value_parser = parse_rebalance)]
+    pub region_lease: Option<std::time::Duration>,
+
+    /// The share (0 to 1) each region keeps at least, and falls to without etcd (default:
+    /// 0.5 ÷ the regions registered).
+    #[arg(long = "region-min-share", value_parser = parse_fraction)]
+    pub region_min_share: Option<f64>,
+
     /// The config file this server was started with (`sluice FILE`), which CONFIG REWRITE
     /// rewrites; not a flag.
     #[arg(skip)]
@@ -291,6 +314,40 @@ pub fn with_env(cmd: clap::Command, prefix: &str) -> clap::Command {
             None => arg,
         },
     )
+}
+
+/// Parses a region name: what a rule name may be.
+fn parse_region(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(&c));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "'{s}' is not a region name: use 1-64 of A-Z a-z 0-9 _ . -"
+        ))
+    }
+}
+
+/// Parses a rebalance interval or lease: a duration (`500ms`, `1s`, `2m`) from 100 ms to 1 h.
+fn parse_rebalance(s: &str) -> Result<std::time::Duration, String> {
+    let nanos = sluice_core::spec::parse_period(s.as_bytes())
+        .map_err(|_| format!("'{s}' is not a duration such as 500ms, 1s or 1m"))?;
+    let d = std::time::Duration::from_nanos(nanos.0);
+    if d < std::time::Duration::from_millis(100) || d > std::time::Duration::from_secs(3600) {
+        return Err(format!("'{s}' must be from 100ms to 1h"));
+    }
+    Ok(d)
+}
+
+/// Parses a fraction from 0 to 1.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|f| (0.0..=1.0).contains(f))
+        .ok_or_else(|| format!("'{s}' must be a number from 0 to 1"))
 }
 
 /// The most seconds any setting takes: Redis's bound for its own (`INT_MAX`). Far past any
@@ -544,5 +601,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn region_flags_are_checked() {
+        let ok = Config::try_parse_from([
+            "sluice",
+            "--region",
+            "mumbai-1",
+            "--regions-etcd",
+            "http://127.0.0.1:2379",
+            "--rebalance-interval",
+            "1s",
+            "--region-min-share",
+            "0.2",
+        ])
+        .unwrap();
+        assert_eq!(ok.rebalance_interval, std::time::Duration::from_secs(1));
+        assert_eq!(ok.region_min_share, Some(0.2));
+        let bad = |args: &[&str]| {
+            let mut all = vec!["sluice", "--region", "r", "--regions-etcd", "http://e:1"];
+            all.extend_from_slice(args);
+            Config::try_parse_from(all).is_err()
+        };
+        assert!(bad(&["--rebalance-interval", "10ms"]));
+        assert!(bad(&["--rebalance-interval", "2h"]));
+        assert!(bad(&["--region-min-share", "1.5"]));
+        assert!(bad(&["--region-min-share", "NaN"]));
+        assert!(bad(&["--region", "a/b"]));
+        // A region needs its etcd, and the other way round.
+        assert!(Config::try_parse_from(["sluice", "--region", "r"]).is_err());
+        assert!(Config::try_parse_from(["sluice", "--regions-etcd", "http://e:1"]).is_err());
     }
 }

@@ -20,6 +20,8 @@
 //! - [`live`], [`slowlog`], [`errorstats`]: settings CONFIG SET changes, SLOWLOG's entries,
 //!   INFO errorstats' counts.
 //! - [`tls`]: TLS settings, the certificate that follows its files, the replica's TLS relay.
+//! - [`regions`]: what this node knows of the split of GLOBAL rules between regions
+//!   ([`regions::share`] is its arithmetic).
 //!
 //! The composition: [`shared`] holds every feature's state ([`Shared`]) and imports only the
 //! modules above.
@@ -29,6 +31,7 @@
 //! - [`cluster::control`] with [`cluster::adopt`], [`cluster::peers`], [`cluster::etcd`] and
 //!   [`cluster::migrate`]: the cluster control thread.
 //! - [`persist::saver`], [`rules::file`], [`rules::etcd`]: the saver and the rules' watchers.
+//! - [`regions::task`]: the region thread (etcd lease, election, demand, shares).
 //! - [`cmd`]: the commands (one file each), the table, the dispatcher and the slot check.
 //! - [`conn`]: the connection loop (read, decode every frame, execute, write once), over
 //!   [`wire`] (plain TCP or TLS).
@@ -60,6 +63,7 @@ pub mod metrics;
 pub mod peer;
 pub mod persist;
 pub mod pubsub;
+pub mod regions;
 pub mod repl;
 pub mod rules;
 pub mod server;

@@ -132,6 +132,7 @@ impl Server {
             handles.push(crate::rules::file::start_watcher(shared.clone(), path)?);
         }
         handles.extend(crate::rules::etcd::start(shared.clone())?);
+        handles.extend(crate::regions::task::start(shared.clone())?);
         if let Some(listener) = metrics {
             sluice_log::log(&format!(
                 "metrics on http://{}/metrics",

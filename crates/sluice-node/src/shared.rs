@@ -50,6 +50,8 @@ pub struct Shared {
     pub rules: crate::rules::Rules,
     /// The etcd thread's handle, with `--rules-etcd` (set once it starts).
     pub rules_etcd: std::sync::OnceLock<crate::rules::handle::Handle>,
+    /// What this node knows of the regions' split of GLOBAL rules (`--region`).
+    pub regions: crate::regions::Regions,
     /// Snapshots on disk (`--dir`).
     pub persist: crate::persist::Persist,
     /// Settings CONFIG SET changes that no feature above holds.
@@ -125,6 +127,7 @@ impl Shared {
             ),
             errors: crate::errorstats::ErrorStats::default(),
             settings_at_start: std::sync::OnceLock::new(),
+            regions: crate::regions::Regions::default(),
             local_addr,
             shutdown,
             config,

@@ -55,6 +55,7 @@ mod reset;
 pub(crate) mod rl_check;
 mod rl_hit;
 mod rl_lease;
+mod rl_region;
 mod rl_rule;
 mod rl_settle;
 mod role;

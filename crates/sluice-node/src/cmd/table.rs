@@ -595,6 +595,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         rl_hit::RlHits
     ),
     spec!(
+        "rl.region",
+        -2,
+        [NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Shows how this region shares its GLOBAL rules with the other regions.",
+        "INFO",
+        rl_region::RlRegion
+    ),
+    spec!(
         "rl.release",
         3,
         [WRITE, FAST],
