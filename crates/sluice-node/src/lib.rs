@@ -29,6 +29,7 @@
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
 //! - [`peer`]: a small async RESP client for node-to-node calls.
 //! - [`metrics`] and [`grpc`]: Prometheus over HTTP, and Envoy's rate limit service.
+//! - [`http`]: the seed's API over HTTP (`--http-port`): checks, gateway auth, rules.
 //! - [`exec`]: the in-process executor (commands without a socket) for tests and fuzzing.
 //!
 //! The `sluice` binary (crate `sluice`) only parses flags and calls [`run`]; everything testable
@@ -44,6 +45,7 @@ pub mod conn;
 pub mod exec;
 pub mod glob;
 pub mod grpc;
+pub mod http;
 pub mod jobs;
 pub mod metrics;
 pub mod peer;

@@ -1,0 +1,282 @@
+//! `--http-port P`: the seed's API over HTTP, on the `--bind` address, served by axum on its
+//! own thread (one current-thread runtime, as `/metrics`).
+//!
+//! # Routes
+//! - `POST /v1/check`: one `RL.CHECK` (`{"key","limit","period",...}`) or one `RL.ALLOW`
+//!   (`{"user","ip","key","tier","endpoint","cost"}`); `200` allowed, `429` denied, with the
+//!   JSON body and the headers of [`verdict`].
+//! - `GET /v1/auth`: `RL.ALLOW` for gateway subrequests (nginx `auth_request`, Traefik
+//!   `forwardAuth`, Envoy `ext_authz`), subjects from headers or the query ([`check`]).
+//! - `/rules` CRUD, history and rollback: `RL.RULE` underneath ([`rules`]).
+//! - `GET /healthz`, `GET /readyz`, `GET /openapi.json`.
+//!
+//! # How a request is served
+//! Every check and rule write runs through the command table, in one session of this thread
+//! ([`Front::exec`]): the same parsing, validation, routing (`-MOVED`, `-CROSSSLOT`), roles
+//! (`-READONLY`) and counters as over RESP. A RESP error becomes a JSON `{"error"}` whose
+//! status says whose fault it is (see [`error_status`]).
+//!
+//! # Protection
+//! Bodies over [`MAX_BODY`] are `413` before they are read whole; a body that does not arrive
+//! within [`BODY_DEADLINE`] is `408`; JSON is parsed with unknown fields refused by name;
+//! with `--requirepass` every route but `/healthz` wants `Authorization: Bearer <password>`.
+
+pub mod check;
+pub mod rules;
+pub mod verdict;
+
+use std::io;
+use std::net::TcpListener as StdListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::BytesMut;
+use parking_lot::Mutex;
+use sluice_resp::Value;
+
+use crate::cmd::{self, Ctx, Session};
+use crate::shared::Shared;
+
+/// The largest request body read: a check is a few hundred bytes, a rule less.
+pub const MAX_BODY: usize = 64 << 10;
+
+/// How long a body may take to arrive once its headers have.
+pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The OpenAPI 3.1 document of these routes.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// The HTTP front's state: the server and this thread's command session.
+pub struct Front {
+    pub shared: Arc<Shared>,
+    /// Checks and reads, on the runtime's thread.
+    session: Mutex<Session>,
+    /// Rule writes, on tokio's blocking pool: an etcd write waits for etcd, and must not hold
+    /// the checks' session meanwhile. It shares the HTTP stats slot; writes are rare, so a
+    /// count lost to a race between the two is too.
+    admin: Mutex<Session>,
+}
+
+impl std::fmt::Debug for Front {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Front")
+    }
+}
+
+impl Front {
+    pub fn new(shared: Arc<Shared>) -> Front {
+        let session = |name: &str| {
+            let addr = shared.local_addr;
+            let client = shared.clients.register(addr, addr);
+            *client.name.lock() = Some(name.into());
+            let mut session = Session::new(client, true);
+            session.thread = shared.stats.http_slot();
+            Mutex::new(session)
+        };
+        Front {
+            session: session("http"),
+            admin: session("http-admin"),
+            shared,
+        }
+    }
+
+    /// Runs one command as a RESP client would, and decodes its reply.
+    pub fn exec<A: AsRef<[u8]>>(&self, args: &[A]) -> Value {
+        self.exec_in(&self.session, args)
+    }
+
+    /// [`Front::exec`] in the rule writers' session.
+    pub fn exec_admin<A: AsRef<[u8]>>(&self, args: &[A]) -> Value {
+        self.exec_in(&self.admin, args)
+    }
+
+    fn exec_in<A: AsRef<[u8]>>(&self, session: &Mutex<Session>, args: &[A]) -> Value {
+        let request = sluice_resp::Request::from_args(args);
+        let mut out = BytesMut::new();
+        let mut session = session.lock();
+        let started = std::time::Instant::now();
+        let mut ctx = Ctx {
+            shared: &self.shared,
+            session: &mut session,
+            out: &mut out,
+            now: self.shared.clock.now(),
+        };
+        cmd::execute(&request, &mut ctx);
+        let slot = self.shared.stats.slot(session.thread);
+        session.batch.charge(slot, started.elapsed());
+        match sluice_resp::value::decode(&mut out) {
+            Ok(Some(v)) => v,
+            _ => Value::Error("ERR the command gave no reply".into()),
+        }
+    }
+
+    /// Unix milliseconds on the server's clock.
+    pub fn now_ms(&self) -> i64 {
+        i64::try_from(self.shared.clock.now().0 / sluice_core::Nanos::PER_MS).unwrap_or(i64::MAX)
+    }
+}
+
+/// `{"error": text}` with `status`.
+pub fn error(status: StatusCode, text: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": text.into() });
+    (status, axum::Json(body)).into_response()
+}
+
+/// The status of a RESP error reply: the caller's mistake is `400`; a key this node does not
+/// serve is `421` (ask the node the error names); a node that cannot take writes now is `503`.
+pub fn error_status(text: &str) -> StatusCode {
+    let word = text.split(' ').next().unwrap_or("");
+    match word {
+        "ERR" | "WRONGTYPE" => StatusCode::BAD_REQUEST,
+        "MOVED" | "ASK" | "CROSSSLOT" => StatusCode::MISDIRECTED_REQUEST,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// A RESP error reply as a JSON error, without Redis's `ERR ` prefix.
+pub fn resp_error(text: &str) -> Response {
+    error(
+        error_status(text),
+        text.strip_prefix("ERR ").unwrap_or(text),
+    )
+}
+
+/// Starts the HTTP server on `listener` (already bound, so a taken port fails the start).
+pub fn start(
+    listener: StdListener,
+    shared: Arc<Shared>,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    crate::runtime_thread("sluice-http", move || serve(listener, shared))
+}
+
+async fn serve(listener: StdListener, shared: Arc<Shared>) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => return sluice_log::log(&format!("http: cannot register its listener: {e}")),
+    };
+    let mut shutdown = shared.shutdown_signal();
+    let front = Arc::new(Front::new(shared));
+    let app = router(front);
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await
+    {
+        sluice_log::log(&format!("http: server stopped: {e}"));
+    }
+}
+
+/// Every route, behind the password check and the body limit.
+pub fn router(front: Arc<Front>) -> Router {
+    let guarded = Router::new()
+        .route("/v1/check", post(check::post_check))
+        .route("/v1/auth", get(check::get_auth))
+        .route("/rules", get(rules::list))
+        .route(
+            "/rules/{id}",
+            get(rules::get_one).put(rules::put).delete(rules::delete),
+        )
+        .route("/rules/{id}/history", get(rules::history))
+        .route("/rules/{id}/rollback", post(rules::rollback))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi))
+        .route_layer(axum::middleware::from_fn_with_state(
+            front.clone(),
+            require_password,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(guarded)
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(front)
+}
+
+/// `Authorization: Bearer <requirepass>`, when a password is set.
+async fn require_password(State(front): State<Arc<Front>>, req: Request, next: Next) -> Response {
+    let want = front.shared.requirepass.read().clone();
+    if let Some(want) = want {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), want.as_bytes())) {
+            let mut r = error(
+                StatusCode::UNAUTHORIZED,
+                "Authorization: Bearer <password> required",
+            );
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            return r;
+        }
+    }
+    next.run(req).await
+}
+
+/// Compares without stopping at the first difference.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn healthz() -> Response {
+    (
+        StatusCode::OK,
+        axum::Json(serde_json::json!({"status": "ok"})),
+    )
+        .into_response()
+}
+
+/// Ready: the rules are loaded (etcd connected when rules come from it), the cluster table
+/// known in cluster mode, and a replica's link to its primary up.
+async fn readyz(State(front): State<Arc<Front>>) -> Response {
+    let shared = &front.shared;
+    let mut waiting = Vec::new();
+    if shared.rules.source == crate::rules::Source::Etcd && shared.rules_etcd.get().is_none() {
+        waiting.push("rules etcd not connected");
+    }
+    if let Some(cluster) = &shared.cluster
+        && cluster.view().is_none()
+    {
+        waiting.push("no cluster table");
+    }
+    {
+        let inner = shared.repl.inner.lock();
+        if inner.master.is_some() && inner.link_up_since.is_none() {
+            waiting.push("replica link down");
+        }
+    }
+    if waiting.is_empty() {
+        (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({"status": "ready"})),
+        )
+            .into_response()
+    } else {
+        let body = serde_json::json!({"status": "not ready", "waiting": waiting});
+        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+    }
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// Whether the request says its body is JSON (`application/json`, parameters allowed).
+pub fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+}
