@@ -14,6 +14,11 @@
 //! `X-Original-URI`, and user, key and tier come from the headers `--http-user-header`,
 //! `--http-key-header` and `--http-tier-header` name. `deny_status` (400-599) replaces 429
 //! (nginx's `auth_request` passes on only 401 and 403).
+//!
+//! `GET /v1/auth/<path>` is Envoy's `ext_authz` in HTTP mode (`path_prefix: /v1/auth`): the
+//! original request's path and query follow the prefix. They are the endpoint (unless
+//! `X-Forwarded-Uri`/`X-Original-URI` says otherwise), and the query is the request's, not
+//! Sluice's; the subjects come from the headers.
 
 use std::sync::Arc;
 
@@ -351,14 +356,41 @@ pub async fn get_auth(
         Ok(q) => q,
         Err(r) => return r,
     };
-    let names = SubjectHeaders {
-        user: front.shared.config.http_user_header.to_ascii_lowercase(),
-        key: front.shared.config.http_key_header.to_ascii_lowercase(),
-        tier: front.shared.config.http_tier_header.to_ascii_lowercase(),
-    };
-    from_headers(&mut allow, &headers, &names);
+    from_headers(&mut allow, &headers, &subject_headers(&front));
     match decide(&front, &allow.args(), None) {
         Ok(v) => respond(&v, deny),
+        Err(r) => r,
+    }
+}
+
+/// The subject headers' names, from the flags.
+fn subject_headers(front: &Front) -> SubjectHeaders {
+    let config = &front.shared.config;
+    SubjectHeaders {
+        user: config.http_user_header.to_ascii_lowercase(),
+        key: config.http_key_header.to_ascii_lowercase(),
+        tier: config.http_tier_header.to_ascii_lowercase(),
+    }
+}
+
+pub async fn get_auth_prefixed(
+    State(front): State<Arc<Front>>,
+    axum::extract::Path(endpoint): axum::extract::Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let mut allow = Allow::default();
+    from_headers(&mut allow, &headers, &subject_headers(&front));
+    if allow.endpoint.is_none() {
+        let mut e = format!("/{endpoint}");
+        if let Some(q) = query {
+            e.push('?');
+            e.push_str(&q);
+        }
+        allow.endpoint = Some(e);
+    }
+    match decide(&front, &allow.args(), None) {
+        Ok(v) => respond(&v, None),
         Err(r) => r,
     }
 }

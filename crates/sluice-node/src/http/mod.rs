@@ -179,6 +179,7 @@ pub fn router(front: Arc<Front>) -> Router {
     let guarded = Router::new()
         .route("/v1/check", post(check::post_check))
         .route("/v1/auth", get(check::get_auth))
+        .route("/v1/auth/{*endpoint}", get(check::get_auth_prefixed))
         .route("/rules", get(rules::list))
         .route(
             "/rules/{id}",
