@@ -4,7 +4,7 @@
 //! # Routes
 //! - `POST /v1/check`: one `RL.CHECK` (`{"key","limit","period",...}`) or one `RL.ALLOW`
 //!   (`{"user","ip","key","tier","endpoint","cost"}`); `200` allowed, `429` denied, with the
-//!   JSON body and the headers of [`verdict`].
+//!   JSON body and the headers of [`sluice_http::verdict`].
 //! - `GET /v1/auth`: `RL.ALLOW` for gateway subrequests (nginx `auth_request`, Traefik
 //!   `forwardAuth`, Envoy `ext_authz`), subjects from headers or the query ([`check`]).
 //! - `/rules` CRUD, history and rollback: `RL.RULE` underneath ([`rules`]).
@@ -14,25 +14,23 @@
 //! Every check and rule write runs through the command table, in one session of this thread
 //! ([`Front::exec`]): the same parsing, validation, routing (`-MOVED`, `-CROSSSLOT`), roles
 //! (`-READONLY`) and counters as over RESP. A RESP error becomes a JSON `{"error"}` whose
-//! status says whose fault it is (see [`error_status`]).
+//! status says whose fault it is ([`sluice_http::reply::error_status`]).
 //!
 //! # Protection
-//! Bodies over [`MAX_BODY`] are `413` before they are read whole; a body that does not arrive
-//! within [`BODY_DEADLINE`] is `408`; JSON is parsed with unknown fields refused by name;
+//! Bodies over [`sluice_http::MAX_BODY`] are `413` before they are read whole; a body that does
+//! not arrive within [`sluice_http::BODY_DEADLINE`] is `408`; JSON is parsed with unknown fields refused by name;
 //! with `--requirepass` every route but `/healthz` wants `Authorization: Bearer <password>`.
 
 pub mod check;
 pub mod rules;
-pub mod verdict;
 
 use std::io;
 use std::net::TcpListener as StdListener;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -40,17 +38,10 @@ use bytes::BytesMut;
 use parking_lot::Mutex;
 use sluice_resp::Value;
 
+use sluice_http::reply::error;
+
 use crate::cmd::{self, Ctx, Session};
 use crate::shared::Shared;
-
-/// The largest request body read: a check is a few hundred bytes, a rule less.
-pub const MAX_BODY: usize = 64 << 10;
-
-/// How long a body may take to arrive once its headers have.
-pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
-
-/// The OpenAPI 3.1 document of these routes.
-pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// The HTTP front's state: the server and this thread's command session.
 pub struct Front {
@@ -122,31 +113,6 @@ impl Front {
     }
 }
 
-/// `{"error": text}` with `status`.
-pub fn error(status: StatusCode, text: impl Into<String>) -> Response {
-    let body = serde_json::json!({ "error": text.into() });
-    (status, axum::Json(body)).into_response()
-}
-
-/// The status of a RESP error reply: the caller's mistake is `400`; a key this node does not
-/// serve is `421` (ask the node the error names); a node that cannot take writes now is `503`.
-pub fn error_status(text: &str) -> StatusCode {
-    let word = text.split(' ').next().unwrap_or("");
-    match word {
-        "ERR" | "WRONGTYPE" => StatusCode::BAD_REQUEST,
-        "MOVED" | "ASK" | "CROSSSLOT" => StatusCode::MISDIRECTED_REQUEST,
-        _ => StatusCode::SERVICE_UNAVAILABLE,
-    }
-}
-
-/// A RESP error reply as a JSON error, without Redis's `ERR ` prefix.
-pub fn resp_error(text: &str) -> Response {
-    error(
-        error_status(text),
-        text.strip_prefix("ERR ").unwrap_or(text),
-    )
-}
-
 /// Starts the HTTP server on `listener` (already bound, so a taken port fails the start).
 pub fn start(
     listener: StdListener,
@@ -188,54 +154,26 @@ pub fn router(front: Arc<Front>) -> Router {
         .route("/rules/{id}/history", get(rules::history))
         .route("/rules/{id}/rollback", post(rules::rollback))
         .route("/readyz", get(readyz))
-        .route("/openapi.json", get(openapi))
+        .route("/openapi.json", get(sluice_http::openapi))
         .route_layer(axum::middleware::from_fn_with_state(
             front.clone(),
             require_password,
         ));
     Router::new()
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(sluice_http::healthz))
         .merge(guarded)
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(DefaultBodyLimit::max(sluice_http::MAX_BODY))
         .with_state(front)
 }
 
 /// `Authorization: Bearer <requirepass>`, when a password is set.
 async fn require_password(State(front): State<Arc<Front>>, req: Request, next: Next) -> Response {
     let want = front.shared.requirepass.read().clone();
-    if let Some(want) = want {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), want.as_bytes())) {
-            let mut r = error(
-                StatusCode::UNAUTHORIZED,
-                "Authorization: Bearer <password> required",
-            );
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-            return r;
-        }
+    match sluice_http::authorized(req.headers(), want.as_deref()) {
+        Ok(()) => next.run(req).await,
+        Err(r) => r,
     }
-    next.run(req).await
-}
-
-/// Compares without stopping at the first difference.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-async fn healthz() -> Response {
-    (
-        StatusCode::OK,
-        axum::Json(serde_json::json!({"status": "ok"})),
-    )
-        .into_response()
 }
 
 /// Ready: the rules are loaded (etcd connected when rules come from it), the cluster table
@@ -267,17 +205,4 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
         let body = serde_json::json!({"status": "not ready", "waiting": waiting});
         (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
     }
-}
-
-async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
-}
-
-/// Whether the request says its body is JSON (`application/json`, parameters allowed).
-pub fn is_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }

@@ -19,84 +19,14 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::{Value as Json, json};
 use sluice_resp::Value;
 
-use super::check::{fields, json_object};
-use super::{Front, error, resp_error};
+use sluice_http::body::{RollbackBody, RuleBody, fields, json_object};
+use sluice_http::reply::{error, resp_error};
+
+use super::Front;
 use crate::rules::{Live, Source, check_name, period_text};
-
-/// The body of `PUT /rules/{id}`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RuleBody {
-    scope: String,
-    limit: u64,
-    window: Json,
-    tier: Option<String>,
-    route: Option<String>,
-    burst: Option<u64>,
-    algo: Option<String>,
-    failmode: Option<String>,
-    shadow: Option<bool>,
-    floor: Option<u64>,
-    rollout: Option<u64>,
-}
-
-impl RuleBody {
-    /// `SCOPE s LIMIT n PERIOD w ...`: the words of `RL.RULE SET id`.
-    fn words(&self) -> Result<Vec<String>, String> {
-        let window = match &self.window {
-            Json::String(s) => s.clone(),
-            Json::Number(n) if n.is_u64() => n.to_string(),
-            _ => {
-                return Err(
-                    "window must be a number of seconds or a duration such as \"1m\"".into(),
-                );
-            }
-        };
-        let mut w = vec![
-            "SCOPE".to_string(),
-            self.scope.clone(),
-            "LIMIT".into(),
-            self.limit.to_string(),
-            "PERIOD".into(),
-            window,
-        ];
-        let texts = [
-            ("TIER", &self.tier),
-            ("ROUTE", &self.route),
-            ("ALGO", &self.algo),
-            ("FAILMODE", &self.failmode),
-        ];
-        for (word, v) in texts {
-            if let Some(v) = v {
-                w.extend([word.to_string(), v.clone()]);
-            }
-        }
-        for (word, v) in [
-            ("BURST", self.burst),
-            ("FLOOR", self.floor),
-            ("ROLLOUT", self.rollout),
-        ] {
-            if let Some(v) = v {
-                w.extend([word.to_string(), v.to_string()]);
-            }
-        }
-        if self.shadow == Some(true) {
-            w.push("SHADOW".into());
-        }
-        Ok(w)
-    }
-}
-
-/// The body of `POST /rules/{id}/rollback`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RollbackBody {
-    version: Option<u64>,
-}
 
 /// A rule as JSON.
 fn rule_json(live: &Live) -> Json {
