@@ -13,11 +13,14 @@ pub fn error(status: StatusCode, text: impl Into<String>) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-/// The status of a RESP error reply: the caller's mistake is `400`; a key this node does not
+/// The status of a RESP error reply: the caller's mistake is `400` (a rule write against a
+/// rules file `409`); a key this node does not
 /// serve is `421` (ask the node the error names); a node that cannot take writes now is `503`.
 pub fn error_status(text: &str) -> StatusCode {
     let word = text.split(' ').next().unwrap_or("");
     match word {
+        // RL.RULE's refusal of a write while a rules file is the source.
+        "ERR" if text.contains("rules come from") => StatusCode::CONFLICT,
         "ERR" | "WRONGTYPE" => StatusCode::BAD_REQUEST,
         "MOVED" | "ASK" | "CROSSSLOT" => StatusCode::MISDIRECTED_REQUEST,
         _ => StatusCode::SERVICE_UNAVAILABLE,

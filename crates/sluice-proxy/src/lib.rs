@@ -8,7 +8,7 @@
 //! ```text
 //! sluice proxy [--port 6390] (--upstream HOST:PORT[,...] | --sentinel HOST:PORT[,...] --master-name NAME)
 //!              [--bind 127.0.0.1] [--timeout-ms 20] [--gateways N] [--fail-mode open|closed|local]
-//!              [--requirepass PASS]
+//!              [--requirepass PASS] [--http-port P]
 //! ```
 //! One upstream is a single node; several are the seeds of a cluster. Commands: `RL.CHECK` (with
 //! `FAILMODE open|closed|local`, `SPLIT k`, `APPROX ms`), `RL.HIT` and `RL.HITS` (each rule's
@@ -24,6 +24,7 @@
 //!   forwarded as bytes in request order.
 //! - `session`: the connection commands the sidecar answers itself, in RESP2 or RESP3.
 //! - `rules`: the named rules learned from the nodes, for RL.HIT's fail modes.
+//! - `http`: `--http-port`, the node's HTTP API with each rule's fail mode.
 //!
 //! Why a crate of its own and not part of `sluice-client`: it is a program (a subcommand of the
 //! `sluice` binary) where the library is not; it reuses the node's request parser and reply
@@ -49,6 +50,7 @@ use tokio::net::TcpListener;
 use sluice_core::spec::{CheckArgs, SpecError};
 
 mod conn;
+mod http;
 mod leases;
 mod rules;
 mod session;
@@ -87,9 +89,22 @@ pub struct ProxyConfig {
     /// Most keys held in each local map (local buckets, blocked cache, approximate counters).
     #[arg(long, default_value_t = 100_000)]
     pub max_local_keys: usize,
-    /// Require clients to authenticate (AUTH or HELLO AUTH) with this password.
+    /// Require clients to authenticate (AUTH or HELLO AUTH) with this password; over HTTP,
+    /// `Authorization: Bearer <password>`.
     #[arg(long)]
     pub requirepass: Option<String>,
+    /// Serve the HTTP API (as a node's `--http-port`) on this port, on the `--bind` address.
+    #[arg(long = "http-port")]
+    pub http_port: Option<u16>,
+    /// The request header `GET /v1/auth` reads the user id from.
+    #[arg(long = "http-user-header", default_value = "X-User-Id")]
+    pub http_user_header: String,
+    /// The request header `GET /v1/auth` reads the API key from.
+    #[arg(long = "http-key-header", default_value = "X-Api-Key")]
+    pub http_key_header: String,
+    /// The request header `GET /v1/auth` reads the tier from.
+    #[arg(long = "http-tier-header", default_value = "X-Tier")]
+    pub http_tier_header: String,
 }
 
 impl ProxyConfig {
@@ -158,6 +173,10 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
     let client_config = config.client_config()?;
     let default_mode = FailMode::parse(config.fail_mode.as_bytes()).unwrap_or_default();
     let listener = listen(&config.bind, config.port).await?;
+    let http_listener = match config.http_port {
+        Some(p) => Some(listen(&config.bind, p).await?),
+        None => None,
+    };
     let client = Client::connect(client_config).await;
     let rules = rules::start(&client);
     let state = Arc::new(Proxy {
@@ -169,6 +188,21 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
         denied: AtomicU64::new(0),
         leases: Arc::default(),
     });
+    if let Some(l) = http_listener {
+        let front = Arc::new(http::Front {
+            proxy: state.clone(),
+            subjects: sluice_http::body::SubjectHeaders {
+                user: config.http_user_header.to_ascii_lowercase(),
+                key: config.http_key_header.to_ascii_lowercase(),
+                tier: config.http_tier_header.to_ascii_lowercase(),
+            },
+        });
+        sluice_log::log(&format!(
+            "HTTP API on http://{}",
+            l.local_addr().map_err(|e| e.to_string())?
+        ));
+        tokio::spawn(http::serve(l, front));
+    }
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;

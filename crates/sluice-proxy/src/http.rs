@@ -1,0 +1,378 @@
+//! `sluice proxy --http-port P`: the node's HTTP API on the sidecar (see `sluice_http`), with
+//! each rule's fail mode when the node cannot answer.
+//!
+//! - `POST /v1/check` with a key body is `RL.CHECK` through the gateway library (blocked cache,
+//!   `--fail-mode`); with a request body, and `GET /v1/auth`, it is `RL.ALLOW` forwarded to a
+//!   node. When no node answers, the rules that apply to the request (as the sidecar last
+//!   learned them, with their `SCOPE`, `TIER` and `ROUTE`) each give their fail mode, combined
+//!   as the node combines them; a request no known rule applies to is allowed with no headers.
+//! - `/rules` reads and writes are forwarded as `RL.RULE` to the node that owns the rule's name.
+//! - `/healthz`: alive. `/readyz`: a node answers `PING`.
+//!
+//! In a cluster the request form is sent to the node of its first subject's bucket; rules whose
+//! buckets other nodes own answer `421` (the node's `-MOVED`/`-CROSSSLOT`), as on a node.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+use sluice_client::{Decision, cannot_answer};
+use sluice_core::scope::Request as Subjects;
+use sluice_http::Verdict;
+use sluice_http::body::{
+    Allow, RollbackBody, RuleBody, SubjectHeaders, check_args, fields, from_headers, json_object,
+    key_window, parse_query,
+};
+use sluice_http::reply::{error, resp_error, respond, verdict_of};
+use sluice_resp::Value;
+
+use crate::Proxy;
+use crate::rules::HitPlan;
+
+/// The sidecar's HTTP state.
+#[derive(Debug)]
+pub(crate) struct Front {
+    pub proxy: Arc<Proxy>,
+    pub subjects: SubjectHeaders,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Serves the HTTP API on `listener` until the sidecar ends.
+pub(crate) async fn serve(listener: tokio::net::TcpListener, front: Arc<Front>) {
+    if let Err(e) = axum::serve(listener, router(front)).await {
+        sluice_log::log(&format!("http: server stopped: {e}"));
+    }
+}
+
+fn router(front: Arc<Front>) -> Router {
+    let guarded = Router::new()
+        .route("/v1/check", post(post_check))
+        .route("/v1/auth", get(get_auth))
+        .route("/v1/auth/{*endpoint}", get(get_auth_prefixed))
+        .route("/rules", get(list))
+        .route("/rules/{id}", get(get_one).put(put).delete(delete))
+        .route("/rules/{id}/history", get(history))
+        .route("/rules/{id}/rollback", post(rollback))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(sluice_http::openapi))
+        .route_layer(axum::middleware::from_fn_with_state(
+            front.clone(),
+            require_password,
+        ));
+    Router::new()
+        .route("/healthz", get(sluice_http::healthz))
+        .merge(guarded)
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
+        .layer(DefaultBodyLimit::max(sluice_http::MAX_BODY))
+        .with_state(front)
+}
+
+async fn require_password(State(front): State<Arc<Front>>, req: Request, next: Next) -> Response {
+    match sluice_http::authorized(req.headers(), front.proxy.requirepass.as_deref()) {
+        Ok(()) => next.run(req).await,
+        Err(r) => r,
+    }
+}
+
+async fn readyz(State(front): State<Arc<Front>>) -> Response {
+    match front.proxy.client.command(b"", &[b"PING"]).await {
+        Ok(Value::Simple(_)) => axum::Json(json!({"status": "ready"})).into_response(),
+        _ => {
+            let body = json!({"status": "not ready", "waiting": ["no node answers"]});
+            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+        }
+    }
+}
+
+async fn post_check(State(front): State<Arc<Front>>, headers: HeaderMap, body: Body) -> Response {
+    let args = match json_object(&headers, body).await.and_then(check_args) {
+        Ok(args) => args,
+        Err(r) => return r,
+    };
+    if args[0] == "RL.CHECK" {
+        return key_check(&front, &args).await;
+    }
+    allow(&front, &args, None).await
+}
+
+/// One RL.CHECK through the library: its blocked cache and fail mode.
+async fn key_check(front: &Front, args: &[String]) -> Response {
+    let request = sluice_resp::Request::from_args(args);
+    let (key, limit, cost, dry) = match crate::parse_rl_check(&request, front.proxy.default_mode) {
+        Ok(p) => p,
+        Err(e) => return resp_error(&e),
+    };
+    let window = key_window(args);
+    let decided = if dry {
+        let words: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        match front.proxy.client.command(&key, &words).await {
+            Ok(reply) => verdict_of(&reply, now_ms()),
+            Err(_) => Ok(verdict(
+                &front.proxy.client.fail_mode(&key, &limit, 0, true),
+                None,
+            )),
+        }
+    } else {
+        match front.proxy.client.check(&key, &limit, cost).await {
+            Ok(d) => {
+                front.proxy.count(&d);
+                Ok(verdict(&d, None))
+            }
+            Err(e) => Err(resp_error(&e.0)),
+        }
+    };
+    match decided {
+        Ok(mut v) => {
+            v.window_ms = window;
+            respond(&v, None)
+        }
+        Err(r) => r,
+    }
+}
+
+fn verdict(d: &Decision, rule: Option<String>) -> Verdict {
+    Verdict::from_fields(d.fields(), rule, now_ms())
+}
+
+/// `RL.ALLOW` on a node; each applying rule's fail mode when none can answer.
+async fn allow(front: &Front, args: &[String], deny: Option<StatusCode>) -> Response {
+    let allow = allow_of(args);
+    let subjects = Subjects {
+        user: allow.user.as_deref().map(str::as_bytes),
+        ip: allow.ip.as_deref().map(str::as_bytes),
+        key: allow.key.as_deref().map(str::as_bytes),
+        tier: allow.tier.as_deref().map(str::as_bytes),
+        endpoint: allow.endpoint.as_deref().map(str::as_bytes),
+    };
+    let checks = front.proxy.rules.allow_checks(&subjects);
+    let route = checks.first().map(|c| c.0.clone()).unwrap_or_default();
+    let words: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    let reply = front.proxy.client.command(&route, &words).await;
+    let decided = match reply {
+        Ok(Value::Error(e)) if !cannot_answer(&e) => Err(resp_error(&e)),
+        Ok(reply @ Value::Array(_)) => verdict_of(&reply, now_ms()),
+        _ => {
+            let plan = HitPlan {
+                checks,
+                cost: allow.cost.unwrap_or(1),
+                multi: true,
+            };
+            let (d, label) = plan.fail(&front.proxy.client, true);
+            let rule = (!label.is_empty()).then(|| String::from_utf8_lossy(&label).into_owned());
+            Ok(verdict(&d, rule))
+        }
+    };
+    match decided {
+        Ok(mut v) => {
+            v.window_ms = v
+                .rule
+                .as_deref()
+                .and_then(|r| front.proxy.rules.get(r.as_bytes()))
+                .map(|r| u64::try_from(r.limit.period.as_millis()).unwrap_or(u64::MAX));
+            respond(&v, deny)
+        }
+        Err(r) => r,
+    }
+}
+
+/// The request an `RL.ALLOW USER .. IP ..` word list states.
+fn allow_of(args: &[String]) -> Allow {
+    let mut a = Allow::default();
+    for pair in args[1..].chunks(2) {
+        let [word, value] = pair else { continue };
+        let value = Some(value.clone());
+        match word.as_str() {
+            "USER" => a.user = value,
+            "IP" => a.ip = value,
+            "KEY" => a.key = value,
+            "TIER" => a.tier = value,
+            "ENDPOINT" => a.endpoint = value,
+            _ => a.cost = value.and_then(|v| v.parse().ok()),
+        }
+    }
+    a
+}
+
+async fn get_auth(
+    State(front): State<Arc<Front>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let (mut a, deny) = match parse_query(query.as_deref().unwrap_or("")) {
+        Ok(q) => q,
+        Err(r) => return r,
+    };
+    from_headers(&mut a, &headers, &front.subjects);
+    allow(&front, &a.args(), deny).await
+}
+
+async fn get_auth_prefixed(
+    State(front): State<Arc<Front>>,
+    Path(endpoint): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let mut a = Allow::default();
+    from_headers(&mut a, &headers, &front.subjects);
+    if a.endpoint.is_none() {
+        let q = query.map(|q| format!("?{q}")).unwrap_or_default();
+        a.endpoint = Some(format!("/{endpoint}{q}"));
+    }
+    allow(&front, &a.args(), None).await
+}
+
+/// `RL.RULE ...` on the node that owns `id`'s slot.
+async fn rule_command(front: &Front, id: &str, words: &[&str]) -> Result<Value, Response> {
+    let mut args: Vec<&[u8]> = vec![b"RL.RULE"];
+    args.extend(words.iter().map(|w| w.as_bytes()));
+    match front.proxy.client.command(id.as_bytes(), &args).await {
+        Ok(Value::Error(e)) => Err(resp_error(&e)),
+        Ok(v) => Ok(v),
+        Err(e) => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no node answered ({e:?})"),
+        )),
+    }
+}
+
+/// `RL.RULE GET`'s field/value pairs as a JSON object.
+fn rule_json(v: &Value) -> Option<serde_json::Value> {
+    let pairs: Vec<(&Value, &Value)> = match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|p| Some((p.first()?, p.get(1)?)))
+            .collect(),
+        Value::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
+        _ => return None,
+    };
+    let mut obj = serde_json::Map::new();
+    for (k, v) in pairs {
+        let value = match v {
+            Value::Int(n) => json!(n),
+            other => json!(other.text()),
+        };
+        let k = k.text();
+        obj.insert(if k == "name" { "id".into() } else { k }, value);
+    }
+    Some(serde_json::Value::Object(obj))
+}
+
+async fn list(State(front): State<Arc<Front>>) -> Response {
+    let names = match rule_command(&front, "", &["LIST"]).await {
+        Ok(Value::Array(names)) => names,
+        Ok(_) => Vec::new(),
+        Err(r) => return r,
+    };
+    let mut rules = Vec::new();
+    for n in names {
+        let id = n.text();
+        if let Ok(v) = rule_command(&front, &id, &["GET", &id]).await {
+            rules.extend(rule_json(&v));
+        }
+    }
+    axum::Json(json!({ "rules": rules })).into_response()
+}
+
+async fn get_one(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Response {
+    match rule_command(&front, &id, &["GET", &id]).await {
+        Ok(v) => match rule_json(&v) {
+            Some(j) => axum::Json(j).into_response(),
+            None => error(StatusCode::NOT_FOUND, format!("no such rule '{id}'")),
+        },
+        Err(r) => r,
+    }
+}
+
+async fn history(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Response {
+    let Value::Array(versions) = (match rule_command(&front, &id, &["HISTORY", &id]).await {
+        Ok(v) => v,
+        Err(r) if r.status() == StatusCode::BAD_REQUEST => {
+            return error(StatusCode::NOT_FOUND, format!("no such rule '{id}'"));
+        }
+        Err(r) => return r,
+    }) else {
+        return error(StatusCode::BAD_GATEWAY, "unexpected reply");
+    };
+    let versions: Vec<serde_json::Value> = versions
+        .iter()
+        .filter_map(|v| match v {
+            Value::Array(p) => Some(json!({"version": p.first()?.text().parse::<u64>().ok()?, "spec": p.get(1)?.text()})),
+            _ => None,
+        })
+        .collect();
+    axum::Json(json!({"id": id, "versions": versions})).into_response()
+}
+
+fn versioned(id: &str, reply: Result<Value, Response>) -> Response {
+    match reply {
+        Ok(Value::Int(v)) => axum::Json(json!({"id": id, "version": v})).into_response(),
+        Ok(other) => error(
+            StatusCode::BAD_GATEWAY,
+            format!("unexpected reply {other:?}"),
+        ),
+        Err(r) => r,
+    }
+}
+
+async fn put(
+    State(front): State<Arc<Front>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let words = match json_object(&headers, body)
+        .await
+        .and_then(fields::<RuleBody>)
+    {
+        Ok(b) => match b.words() {
+            Ok(w) => w,
+            Err(why) => return error(StatusCode::BAD_REQUEST, why),
+        },
+        Err(r) => return r,
+    };
+    let mut all = vec!["SET", id.as_str()];
+    all.extend(words.iter().map(String::as_str));
+    versioned(&id, rule_command(&front, &id, &all).await)
+}
+
+async fn delete(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Response {
+    match rule_command(&front, &id, &["DEL", &id]).await {
+        Ok(Value::Int(1)) => axum::Json(json!({"id": id, "deleted": true})).into_response(),
+        Ok(_) => error(StatusCode::NOT_FOUND, format!("no such rule '{id}'")),
+        Err(r) => r,
+    }
+}
+
+async fn rollback(
+    State(front): State<Arc<Front>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let target = if headers.contains_key(axum::http::header::CONTENT_TYPE) {
+        match json_object(&headers, body)
+            .await
+            .and_then(fields::<RollbackBody>)
+        {
+            Ok(b) => b,
+            Err(r) => return r,
+        }
+    } else {
+        RollbackBody::default()
+    };
+    let version = target.version.map(|v| v.to_string());
+    let mut words = vec!["ROLLBACK", id.as_str()];
+    words.extend(version.as_deref());
+    versioned(&id, rule_command(&front, &id, &words).await)
+}
