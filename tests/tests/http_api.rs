@@ -725,3 +725,63 @@ fn every_route_answers_as_the_openapi_document_says() {
         }
     }
 }
+
+#[test]
+fn allow_in_a_cluster_answers_crossslot_when_buckets_span_slots() {
+    use sluice_tests::{cluster_info_field, cluster_node, free_port, key_slot, sluice_cluster};
+    let dir = TempDir::new("allow-cluster");
+    let http_port = free_port();
+    let p = http_port.to_string();
+    let node = cluster_node(0, &dir.path().join("nodes.conf"), &["--http-port", &p]);
+    let out = sluice_cluster(&["create", &format!("127.0.0.1:{}", node.port)]);
+    assert!(out.status.success(), "{out:?}");
+    let ok = wait_until(Duration::from_secs(10), || {
+        (cluster_info_field(node.port, "cluster_state")? == "ok").then_some(())
+    });
+    assert!(ok.is_some());
+    put_rule(
+        http_port,
+        "u",
+        r#"{"scope":"user","limit":5,"window":"1m"}"#,
+    );
+    put_rule(http_port, "i", r#"{"scope":"ip","limit":9,"window":"1m"}"#);
+    assert_ne!(key_slot(b"u:alice"), key_slot(b"i:10.0.0.1"));
+    let mut c = server_client(node.port);
+    let err = redis::cmd("RL.ALLOW")
+        .arg(&["USER", "alice", "IP", "10.0.0.1"])
+        .query::<Vec<redis::Value>>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("hash to the same slot"), "{err}");
+    // Over HTTP the same refusal is 421, naming it; nothing was consumed.
+    let r = http_json(
+        http_port,
+        "POST",
+        "/v1/check",
+        r#"{"user":"alice","ip":"10.0.0.1"}"#,
+    );
+    assert_eq!(r.status, 421, "{r:?}");
+    assert!(r.json()["error"].as_str().unwrap().contains("CROSSSLOT"));
+    // Subjects with one hash tag share a slot: allowed, both buckets counted.
+    let r = http_json(
+        http_port,
+        "POST",
+        "/v1/check",
+        r#"{"user":"{a}alice","ip":"{a}10.0.0.1"}"#,
+    );
+    assert_eq!((r.status, r.json()["rule"].as_str()), (200, Some("u")));
+    let hit: Vec<i64> = redis::cmd("RL.HIT")
+        .arg("i")
+        .arg("{a}10.0.0.1")
+        .arg("COST")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(hit[2], 8);
+}
+
+fn server_client(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
