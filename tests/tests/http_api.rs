@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sluice_tests::{
-    Etcd, HttpReply, Sluice, TempDir, http, http_json, rl_check, sluice_with_http, wait_until,
+    Etcd, HttpReply, TempDir, http, http_json, rl_check, sluice_with_http, wait_until,
 };
 
 fn int(h: &HttpReply, name: &str) -> i64 {

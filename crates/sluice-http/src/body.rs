@@ -4,11 +4,10 @@
 
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value as Json;
 
-use crate::reply::error;
+use crate::reply::{Refusal, refuse};
 use crate::{BODY_DEADLINE, MAX_BODY};
 
 /// A body of one `RL.CHECK`.
@@ -95,11 +94,11 @@ impl KeyCheck {
 }
 
 /// Which form a `POST /v1/check` body is: a key check when it has `limit` or `period`.
-pub fn check_args(map: serde_json::Map<String, Json>) -> Result<Vec<String>, Response> {
+pub fn check_args(map: serde_json::Map<String, Json>) -> Result<Vec<String>, Refusal> {
     if map.contains_key("limit") || map.contains_key("period") {
         fields::<KeyCheck>(map)?
             .args()
-            .map_err(|why| error(StatusCode::BAD_REQUEST, why))
+            .map_err(|why| refuse(StatusCode::BAD_REQUEST, why))
     } else {
         Ok(fields::<Allow>(map)?.args())
     }
@@ -132,13 +131,13 @@ fn period_ms(text: &str) -> Option<u64> {
 }
 
 /// Reads a body of at most [`MAX_BODY`] bytes within [`BODY_DEADLINE`].
-pub async fn read_body(body: Body) -> Result<bytes::Bytes, Response> {
+pub async fn read_body(body: Body) -> Result<bytes::Bytes, Refusal> {
     match tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, MAX_BODY)).await {
-        Err(_) => Err(error(
+        Err(_) => Err(refuse(
             StatusCode::REQUEST_TIMEOUT,
             "the body did not arrive in time",
         )),
-        Ok(Err(_)) => Err(error(
+        Ok(Err(_)) => Err(refuse(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the body is larger than {MAX_BODY} bytes"),
         )),
@@ -150,9 +149,9 @@ pub async fn read_body(body: Body) -> Result<bytes::Bytes, Response> {
 pub async fn json_object(
     headers: &HeaderMap,
     body: Body,
-) -> Result<serde_json::Map<String, Json>, Response> {
+) -> Result<serde_json::Map<String, Json>, Refusal> {
     if !is_json(headers) {
-        return Err(error(
+        return Err(refuse(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "Content-Type must be application/json",
         ));
@@ -160,20 +159,20 @@ pub async fn json_object(
     let bytes = read_body(body).await?;
     match serde_json::from_slice::<Json>(&bytes) {
         Ok(Json::Object(m)) => Ok(m),
-        Ok(_) => Err(error(
+        Ok(_) => Err(refuse(
             StatusCode::BAD_REQUEST,
             "the body must be a JSON object",
         )),
-        Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("bad JSON: {e}"))),
+        Err(e) => Err(refuse(StatusCode::BAD_REQUEST, format!("bad JSON: {e}"))),
     }
 }
 
 /// `T` from a JSON object, unknown or mistyped fields refused by name.
 pub fn fields<T: serde::de::DeserializeOwned>(
     map: serde_json::Map<String, Json>,
-) -> Result<T, Response> {
+) -> Result<T, Refusal> {
     serde_json::from_value(Json::Object(map))
-        .map_err(|e| error(StatusCode::BAD_REQUEST, e.to_string()))
+        .map_err(|e| refuse(StatusCode::BAD_REQUEST, e.to_string()))
 }
 
 /// Whether the request says its body is JSON (`application/json`, parameters allowed).
@@ -194,7 +193,7 @@ pub struct SubjectHeaders {
 }
 
 /// The query of `GET /v1/auth`: subjects and `deny_status`.
-pub fn parse_query(query: &str) -> Result<(Allow, Option<StatusCode>), Response> {
+pub fn parse_query(query: &str) -> Result<(Allow, Option<StatusCode>), Refusal> {
     let mut allow = Allow::default();
     let mut deny = None;
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
@@ -207,7 +206,7 @@ pub fn parse_query(query: &str) -> Result<(Allow, Option<StatusCode>), Response>
             "endpoint" => allow.endpoint = Some(v),
             "cost" => {
                 allow.cost = Some(v.parse().map_err(|_| {
-                    error(
+                    refuse(
                         StatusCode::BAD_REQUEST,
                         "cost must be a non-negative integer",
                     )
@@ -220,7 +219,7 @@ pub fn parse_query(query: &str) -> Result<(Allow, Option<StatusCode>), Response>
                     .filter(|s| (400..=599).contains(s))
                     .and_then(|s| StatusCode::from_u16(s).ok())
                     .ok_or_else(|| {
-                        error(
+                        refuse(
                             StatusCode::BAD_REQUEST,
                             "deny_status must be a status from 400 to 599",
                         )
@@ -228,7 +227,7 @@ pub fn parse_query(query: &str) -> Result<(Allow, Option<StatusCode>), Response>
                 deny = Some(s);
             }
             other => {
-                return Err(error(
+                return Err(refuse(
                     StatusCode::BAD_REQUEST,
                     format!("unknown query parameter '{other}'"),
                 ));

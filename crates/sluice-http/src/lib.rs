@@ -15,6 +15,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+pub use reply::Refusal;
 pub use verdict::Verdict;
 
 /// The largest request body read: a check is a few hundred bytes, a rule less.
@@ -28,7 +29,7 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// Whether `headers` carry `Authorization: Bearer <want>` (always, when no password is set);
 /// else the `401` to answer.
-pub fn authorized(headers: &HeaderMap, want: Option<&str>) -> Result<(), Response> {
+pub fn authorized(headers: &HeaderMap, want: Option<&str>) -> Result<(), Refusal> {
     let Some(want) = want else { return Ok(()) };
     let given = headers
         .get(header::AUTHORIZATION)
@@ -45,7 +46,7 @@ pub fn authorized(headers: &HeaderMap, want: Option<&str>) -> Result<(), Respons
         header::WWW_AUTHENTICATE,
         header::HeaderValue::from_static("Bearer"),
     );
-    Err(r)
+    Err(r.into())
 }
 
 /// Compares without stopping at the first difference.

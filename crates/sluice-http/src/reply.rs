@@ -7,6 +7,33 @@ use sluice_resp::Value;
 
 use crate::verdict::Verdict;
 
+/// A refused request: the response to send, boxed so that a `Result` carrying it stays small.
+#[derive(Debug)]
+pub struct Refusal(Box<Response>);
+
+impl From<Response> for Refusal {
+    fn from(r: Response) -> Refusal {
+        Refusal(Box::new(r))
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        *self.0
+    }
+}
+
+/// [`error`] as a [`Refusal`].
+pub fn refuse(status: StatusCode, text: impl Into<String>) -> Refusal {
+    error(status, text).into()
+}
+
+impl Refusal {
+    pub fn status(&self) -> StatusCode {
+        self.0.status()
+    }
+}
+
 /// `{"error": text}` with `status`.
 pub fn error(status: StatusCode, text: impl Into<String>) -> Response {
     let body = serde_json::json!({ "error": text.into() });
@@ -36,12 +63,12 @@ pub fn resp_error(text: &str) -> Response {
 }
 
 /// An `RL.CHECK` or `RL.ALLOW` reply as a [`Verdict`], or its error as a response.
-pub fn verdict_of(reply: &Value, now_ms: i64) -> Result<Verdict, Response> {
+pub fn verdict_of(reply: &Value, now_ms: i64) -> Result<Verdict, Refusal> {
     let items = match reply {
-        Value::Error(e) => return Err(resp_error(e)),
+        Value::Error(e) => return Err(resp_error(e).into()),
         Value::Array(items) if items.len() == 5 || items.len() == 6 => items,
         other => {
-            return Err(error(
+            return Err(refuse(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("unexpected reply {other:?}"),
             ));
@@ -51,7 +78,12 @@ pub fn verdict_of(reply: &Value, now_ms: i64) -> Result<Verdict, Response> {
     for (f, item) in fields.iter_mut().zip(items) {
         *f = match item {
             Value::Int(n) => *n,
-            _ => return Err(error(StatusCode::INTERNAL_SERVER_ERROR, "unexpected reply")),
+            _ => {
+                return Err(refuse(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "unexpected reply",
+                ));
+            }
         };
     }
     let rule = match items.get(5) {

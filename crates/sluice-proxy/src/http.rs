@@ -24,12 +24,12 @@ use axum::routing::{get, post};
 use serde_json::json;
 use sluice_client::{Decision, cannot_answer};
 use sluice_core::scope::Request as Subjects;
-use sluice_http::Verdict;
 use sluice_http::body::{
     Allow, RollbackBody, RuleBody, SubjectHeaders, check_args, fields, from_headers, json_object,
     key_window, parse_query,
 };
 use sluice_http::reply::{error, resp_error, respond, verdict_of};
+use sluice_http::{Refusal, Verdict};
 use sluice_resp::Value;
 
 use crate::Proxy;
@@ -81,7 +81,7 @@ fn router(front: Arc<Front>) -> Router {
 async fn require_password(State(front): State<Arc<Front>>, req: Request, next: Next) -> Response {
     match sluice_http::authorized(req.headers(), front.proxy.requirepass.as_deref()) {
         Ok(()) => next.run(req).await,
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -98,7 +98,7 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
 async fn post_check(State(front): State<Arc<Front>>, headers: HeaderMap, body: Body) -> Response {
     let args = match json_object(&headers, body).await.and_then(check_args) {
         Ok(args) => args,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     if args[0] == "RL.CHECK" {
         return key_check(&front, &args).await;
@@ -129,7 +129,7 @@ async fn key_check(front: &Front, args: &[String]) -> Response {
                 front.proxy.count(&d);
                 Ok(verdict(&d, None))
             }
-            Err(e) => Err(resp_error(&e.0)),
+            Err(e) => Err(resp_error(&e.0).into()),
         }
     };
     match decided {
@@ -137,7 +137,7 @@ async fn key_check(front: &Front, args: &[String]) -> Response {
             v.window_ms = window;
             respond(&v, None)
         }
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -160,7 +160,7 @@ async fn allow(front: &Front, args: &[String], deny: Option<StatusCode>) -> Resp
     let words: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     let reply = front.proxy.client.command(&route, &words).await;
     let decided = match reply {
-        Ok(Value::Error(e)) if !cannot_answer(&e) => Err(resp_error(&e)),
+        Ok(Value::Error(e)) if !cannot_answer(&e) => Err(resp_error(&e).into()),
         Ok(reply @ Value::Array(_)) => verdict_of(&reply, now_ms()),
         _ => {
             let plan = HitPlan {
@@ -182,7 +182,7 @@ async fn allow(front: &Front, args: &[String], deny: Option<StatusCode>) -> Resp
                 .map(|r| u64::try_from(r.limit.period.as_millis()).unwrap_or(u64::MAX));
             respond(&v, deny)
         }
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -211,7 +211,7 @@ async fn get_auth(
 ) -> Response {
     let (mut a, deny) = match parse_query(query.as_deref().unwrap_or("")) {
         Ok(q) => q,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     from_headers(&mut a, &headers, &front.subjects);
     allow(&front, &a.args(), deny).await
@@ -233,16 +233,17 @@ async fn get_auth_prefixed(
 }
 
 /// `RL.RULE ...` on the node that owns `id`'s slot.
-async fn rule_command(front: &Front, id: &str, words: &[&str]) -> Result<Value, Response> {
+async fn rule_command(front: &Front, id: &str, words: &[&str]) -> Result<Value, Refusal> {
     let mut args: Vec<&[u8]> = vec![b"RL.RULE"];
     args.extend(words.iter().map(|w| w.as_bytes()));
     match front.proxy.client.command(id.as_bytes(), &args).await {
-        Ok(Value::Error(e)) => Err(resp_error(&e)),
+        Ok(Value::Error(e)) => Err(resp_error(&e).into()),
         Ok(v) => Ok(v),
         Err(e) => Err(error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("no node answered ({e:?})"),
-        )),
+        )
+        .into()),
     }
 }
 
@@ -272,7 +273,7 @@ async fn list(State(front): State<Arc<Front>>) -> Response {
     let names = match rule_command(&front, "", &["LIST"]).await {
         Ok(Value::Array(names)) => names,
         Ok(_) => Vec::new(),
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let mut rules = Vec::new();
     for n in names {
@@ -290,7 +291,7 @@ async fn get_one(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Res
             Some(j) => axum::Json(j).into_response(),
             None => error(StatusCode::NOT_FOUND, format!("no such rule '{id}'")),
         },
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -300,7 +301,7 @@ async fn history(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Res
         Err(r) if r.status() == StatusCode::BAD_REQUEST => {
             return error(StatusCode::NOT_FOUND, format!("no such rule '{id}'"));
         }
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     }) else {
         return error(StatusCode::BAD_GATEWAY, "unexpected reply");
     };
@@ -314,14 +315,14 @@ async fn history(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Res
     axum::Json(json!({"id": id, "versions": versions})).into_response()
 }
 
-fn versioned(id: &str, reply: Result<Value, Response>) -> Response {
+fn versioned(id: &str, reply: Result<Value, Refusal>) -> Response {
     match reply {
         Ok(Value::Int(v)) => axum::Json(json!({"id": id, "version": v})).into_response(),
         Ok(other) => error(
             StatusCode::BAD_GATEWAY,
             format!("unexpected reply {other:?}"),
         ),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -339,7 +340,7 @@ async fn put(
             Ok(w) => w,
             Err(why) => return error(StatusCode::BAD_REQUEST, why),
         },
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let mut all = vec!["SET", id.as_str()];
     all.extend(words.iter().map(String::as_str));
@@ -350,7 +351,7 @@ async fn delete(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Resp
     match rule_command(&front, &id, &["DEL", &id]).await {
         Ok(Value::Int(1)) => axum::Json(json!({"id": id, "deleted": true})).into_response(),
         Ok(_) => error(StatusCode::NOT_FOUND, format!("no such rule '{id}'")),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -366,7 +367,7 @@ async fn rollback(
             .and_then(fields::<RollbackBody>)
         {
             Ok(b) => b,
-            Err(r) => return r,
+            Err(r) => return r.into_response(),
         }
     } else {
         RollbackBody::default()

@@ -25,12 +25,12 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
-use axum::response::Response;
-use sluice_http::Verdict;
+use axum::response::{IntoResponse, Response};
 use sluice_http::body::{
     Allow, SubjectHeaders, check_args, from_headers, json_object, key_window, parse_query,
 };
 use sluice_http::reply::{respond, verdict_of};
+use sluice_http::{Refusal, Verdict};
 
 use super::Front;
 
@@ -41,17 +41,17 @@ pub async fn post_check(
 ) -> Response {
     let args = match json_object(&headers, body).await.and_then(check_args) {
         Ok(args) => args,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let window = key_window(&args);
     match decide(&front, &args, window) {
         Ok(v) => respond(&v, None),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
 /// Runs the check in `args` and reads its reply as a [`Verdict`].
-pub fn decide(front: &Front, args: &[String], window_ms: Option<u64>) -> Result<Verdict, Response> {
+pub fn decide(front: &Front, args: &[String], window_ms: Option<u64>) -> Result<Verdict, Refusal> {
     let reply = front.exec(args);
     let mut v = verdict_of(&reply, front.now_ms())?;
     v.window_ms = window_ms.or_else(|| {
@@ -72,12 +72,12 @@ pub async fn get_auth(
 ) -> Response {
     let (mut allow, deny) = match parse_query(query.as_deref().unwrap_or("")) {
         Ok(q) => q,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     from_headers(&mut allow, &headers, &subject_headers(&front));
     match decide(&front, &allow.args(), None) {
         Ok(v) => respond(&v, deny),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -109,6 +109,6 @@ pub async fn get_auth_prefixed(
     }
     match decide(&front, &allow.args(), None) {
         Ok(v) => respond(&v, None),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }

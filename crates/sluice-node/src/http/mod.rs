@@ -172,7 +172,7 @@ async fn require_password(State(front): State<Arc<Front>>, req: Request, next: N
     let want = front.shared.requirepass.read().clone();
     match sluice_http::authorized(req.headers(), want.as_deref()) {
         Ok(()) => next.run(req).await,
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 

@@ -147,7 +147,7 @@ pub async fn put(
             Ok(w) => w,
             Err(why) => return error(StatusCode::BAD_REQUEST, why),
         },
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let mut args = vec!["RL.RULE".to_string(), "SET".into(), id.clone()];
     args.extend(words);
@@ -185,7 +185,7 @@ pub async fn rollback(
             .and_then(fields::<RollbackBody>)
         {
             Ok(b) => b,
-            Err(r) => return r,
+            Err(r) => return r.into_response(),
         }
     } else {
         RollbackBody::default()
