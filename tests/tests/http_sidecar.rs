@@ -119,3 +119,75 @@ fn the_sidecar_serves_the_api_and_each_rules_fail_mode_without_the_node() {
         200
     );
 }
+
+#[test]
+fn the_sidecar_splits_a_request_check_across_slots_dry_first() {
+    use sluice_tests::{TempDir, cluster_info_field, cluster_node, key_slot, sluice_cluster};
+    let dir = TempDir::new("sidecar-split");
+    let node_http = free_port();
+    let node = cluster_node(
+        0,
+        &dir.path().join("nodes.conf"),
+        &["--http-port", &node_http.to_string()],
+    );
+    let out = sluice_cluster(&["create", &format!("127.0.0.1:{}", node.port)]);
+    assert!(out.status.success(), "{out:?}");
+    let ok = wait_until(Duration::from_secs(10), || {
+        (cluster_info_field(node.port, "cluster_state")? == "ok").then_some(())
+    });
+    assert!(ok.is_some());
+    let put = |id: &str, body: &str| http_json(node_http, "PUT", &format!("/rules/{id}"), body);
+    assert_eq!(
+        put("u", r#"{"scope":"user","limit":2,"window":"1m"}"#).status,
+        200
+    );
+    assert_eq!(
+        put("i", r#"{"scope":"ip","limit":5,"window":"1m"}"#).status,
+        200
+    );
+    assert_ne!(key_slot(b"u:alice"), key_slot(b"i:10.0.0.1"));
+    let port = free_port();
+    let upstream = format!("127.0.0.1:{}", node.port);
+    let proxy = Sluice::start_proxy(&["--upstream", &upstream, "--http-port", &port.to_string()]);
+    let learned = wait_until(Duration::from_secs(10), || {
+        (info_field(proxy.port, "rules_known") == Some(2)).then_some(())
+    });
+    assert!(learned.is_some(), "the sidecar learned the rules");
+    // The node alone refuses the call: its buckets span two slots.
+    let body = r#"{"user":"alice","ip":"10.0.0.1"}"#;
+    assert_eq!(http_json(node_http, "POST", "/v1/check", body).status, 421);
+    // The sidecar splits it: both buckets count, the tighter rule answers.
+    let r = http_json(port, "POST", "/v1/check", body);
+    assert_eq!(
+        (
+            r.status,
+            r.json()["rule"].as_str(),
+            r.json()["remaining"].as_i64()
+        ),
+        (200, Some("u"), Some(1)),
+        "{r:?}"
+    );
+    let r = http_json(port, "POST", "/v1/check", body);
+    assert_eq!(
+        (r.status, r.json()["remaining"].as_i64()),
+        (200, Some(0)),
+        "{r:?}"
+    );
+    let r = http_json(port, "POST", "/v1/check", body);
+    assert_eq!(
+        (r.status, r.json()["rule"].as_str()),
+        (429, Some("u")),
+        "{r:?}"
+    );
+    assert!(r.header("Retry-After").is_some());
+    // The denial was found by the dry run: the ip bucket paid for the two allowed checks only.
+    let mut c = node.client();
+    let hit: Vec<i64> = redis::cmd("RL.HIT")
+        .arg("i")
+        .arg("10.0.0.1")
+        .arg("COST")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(hit[2], 3);
+}

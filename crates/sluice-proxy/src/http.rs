@@ -9,8 +9,14 @@
 //! - `/rules` reads and writes are forwarded as `RL.RULE` to the node that owns the rule's name.
 //! - `/healthz`: alive. `/readyz`: a node answers `PING`.
 //!
-//! In a cluster the request form is sent to the node of its first subject's bucket; rules whose
-//! buckets other nodes own answer `421` (the node's `-MOVED`/`-CROSSSLOT`), as on a node.
+//! In a cluster the request form is sent to the node of its first bucket. When its buckets span
+//! slots (`-CROSSSLOT`, or `-MOVED` for another node's), the sidecar splits it by slot with the
+//! rules it knows apply: `RL.ALLOW ... RULES n names... DRY` on each slot's node first; if every
+//! one allows, the same without `DRY`, which consumes. The race this leaves: between a slot's
+//! dry run and its consuming call, another request may take what the dry run saw, so one slot
+//! can deny (or overdraw by this request's cost) after the others have consumed. The answer is
+//! still the most restrictive one, but the all-or-nothing guarantee of one node holds only
+//! within each slot.
 
 use std::sync::Arc;
 
@@ -160,6 +166,11 @@ async fn allow(front: &Front, args: &[String], deny: Option<StatusCode>) -> Resp
     let words: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     let reply = front.proxy.client.command(&route, &words).await;
     let decided = match reply {
+        Ok(Value::Error(e))
+            if (e.starts_with("CROSSSLOT") || e.starts_with("MOVED")) && !checks.is_empty() =>
+        {
+            split(front, args, &checks).await
+        }
         Ok(Value::Error(e)) if !cannot_answer(&e) => Err(resp_error(&e).into()),
         Ok(reply @ Value::Array(_)) => verdict_of(&reply, now_ms()),
         _ => {
@@ -184,6 +195,68 @@ async fn allow(front: &Front, args: &[String], deny: Option<StatusCode>) -> Resp
         }
         Err(r) => r.into_response(),
     }
+}
+
+/// `RL.ALLOW` split by slot: a dry run per slot, then, if all allow, the consuming calls.
+async fn split(
+    front: &Front,
+    args: &[String],
+    checks: &[crate::rules::Check],
+) -> Result<Verdict, Refusal> {
+    let mut slots: std::collections::BTreeMap<u16, Vec<&crate::rules::Check>> = Default::default();
+    for c in checks {
+        slots
+            .entry(sluice_cluster::slot::key_slot(&c.0))
+            .or_default()
+            .push(c);
+    }
+    let call = |group: &[&crate::rules::Check], dry: bool| {
+        let mut words: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        words.push(b"RULES".to_vec());
+        words.push(group.len().to_string().into_bytes());
+        words.extend(group.iter().map(|c| c.1.clone()));
+        if dry {
+            words.push(b"DRY".to_vec());
+        }
+        let route = group[0].0.clone();
+        async move {
+            let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+            match front.proxy.client.command(&route, &refs).await {
+                Ok(reply) => verdict_of(&reply, now_ms()),
+                Err(e) => Err(error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("no node answered ({e:?})"),
+                )
+                .into()),
+            }
+        }
+    };
+    let mut dry = Vec::new();
+    for group in slots.values() {
+        dry.push(call(group, true).await?);
+    }
+    if dry.iter().any(|v| !v.allowed) {
+        return most_restrictive(dry);
+    }
+    let mut consumed = Vec::new();
+    for group in slots.values() {
+        consumed.push(call(group, false).await?);
+    }
+    most_restrictive(consumed)
+}
+
+/// As the node picks among its buckets: the denial with the longest wait, else the fewest left.
+fn most_restrictive(verdicts: Vec<Verdict>) -> Result<Verdict, Refusal> {
+    let allowed = verdicts.iter().all(|v| v.allowed);
+    let pick = if allowed {
+        verdicts.into_iter().min_by_key(|v| v.remaining)
+    } else {
+        verdicts
+            .into_iter()
+            .filter(|v| !v.allowed)
+            .max_by_key(|v| v.retry_after_ms)
+    };
+    pick.ok_or_else(|| error(StatusCode::BAD_REQUEST, "no rule applies").into())
 }
 
 /// The request an `RL.ALLOW USER .. IP ..` word list states.

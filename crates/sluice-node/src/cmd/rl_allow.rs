@@ -2,7 +2,8 @@
 //! applies to it checked at once.
 //!
 //! # Format
-//! `RL.ALLOW [USER id] [IP addr] [KEY apikey] [TIER name] [ENDPOINT path] [COST n]`
+//! `RL.ALLOW [USER id] [IP addr] [KEY apikey] [TIER name] [ENDPOINT path] [COST n]
+//! [RULES count name...] [DRY]`
 //!
 //! Every live rule with a `SCOPE` whose `TIER` (if any) equals the request's and whose `ROUTE`
 //! (if any) prefixes its endpoint is checked on the attribute its scope names, in the bucket
@@ -14,8 +15,13 @@
 //! restrictive decision as `RL.HITS` picks it. No rule applies: `*6 :1 :0 :0 :-1 :0` and a nil
 //! rule (allowed, nothing counted).
 //!
-//! In cluster mode every bucket must be in one of this node's slots: `-CROSSSLOT` otherwise
-//! (the gateway library and the sidecar then split the call by node).
+//! `RULES count name...` checks only those of the applying rules; `DRY` answers as if the
+//! request were made and changes nothing (each bucket read on its own: a dry answer is not
+//! atomic across buckets, the consuming one is).
+//!
+//! In cluster mode every bucket must be in one slot of this node: `-CROSSSLOT` otherwise. The
+//! sidecar then splits the call by slot with `RULES`: a `DRY` call per slot first, then, if all
+//! allow, the consuming call per slot (see its `http` module for the race that leaves).
 
 use sluice_core::Decision;
 use sluice_core::scope::{MAX_ATTR_LEN, Request};
@@ -34,6 +40,9 @@ use crate::rules::Live;
 pub struct RlAllow<'a> {
     request: Request<'a>,
     cost: u64,
+    /// `RULES`: only these rules (of those that apply).
+    only: Option<Vec<&'a [u8]>>,
+    dry: bool,
 }
 
 /// One rule that applies, resolved against its version for the subject.
@@ -62,9 +71,19 @@ impl<'a> Command<'a> for RlAllow<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let mut request = Request::default();
         let mut cost = 1;
+        let mut only = None;
+        let mut dry = false;
         while let Some(opt) = args.next() {
             let is = |w: &str| opt.eq_ignore_ascii_case(w.as_bytes());
             let slot = match () {
+                _ if is("DRY") => {
+                    dry = true;
+                    continue;
+                }
+                _ if is("RULES") => {
+                    only = Some(parse_rules(args)?);
+                    continue;
+                }
                 _ if is("USER") => &mut request.user,
                 _ if is("IP") => &mut request.ip,
                 _ if is("KEY") => &mut request.key,
@@ -86,13 +105,23 @@ impl<'a> Command<'a> for RlAllow<'a> {
                 .to_ascii_uppercase();
             *slot = Some(attribute(args, &name)?);
         }
-        Ok(RlAllow { request, cost })
+        Ok(RlAllow {
+            request,
+            cost,
+            only,
+            dry,
+        })
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let shared = ctx.shared;
         let mut applies = shared.rules.with_all(|rules| {
             rules
+                .filter(|live| {
+                    self.only
+                        .as_ref()
+                        .is_none_or(|o| o.contains(&live.name.as_bytes()))
+                })
                 .filter_map(|live| resolve(live, &self.request, self.cost))
                 .collect::<Vec<_>>()
         });
@@ -112,7 +141,7 @@ impl<'a> Command<'a> for RlAllow<'a> {
             }
             .into());
         }
-        check_serve(ctx, applies.iter().map(|a| a.key.as_slice()), true)?;
+        check_serve(ctx, applies.iter().map(|a| a.key.as_slice()), !self.dry)?;
         let checks: Vec<Check<'_>> = applies
             .iter()
             .map(|a| Check {
@@ -123,14 +152,49 @@ impl<'a> Command<'a> for RlAllow<'a> {
             })
             .collect();
         let mut decisions = Vec::with_capacity(checks.len());
-        let pass = shared.store.check_all(&checks, ctx.now, &mut decisions)?;
-        count(ctx, &applies, &decisions);
+        let pass = if self.dry {
+            for c in &checks {
+                decisions.push(
+                    shared
+                        .store
+                        .check(c.key, c.algo, &c.params, ctx.now, true)?,
+                );
+            }
+            checks
+                .iter()
+                .zip(&decisions)
+                .all(|(c, d)| d.allowed || !c.enforced)
+        } else {
+            let pass = shared.store.check_all(&checks, ctx.now, &mut decisions)?;
+            count(ctx, &applies, &decisions);
+            pass
+        };
         let enforced: Vec<bool> = applies.iter().map(|a| a.enforced).collect();
         let i = most_restrictive(&enforced, &decisions, pass);
         reply_decision(ctx, &decisions[i], pass, 6);
         reply::bulk(ctx.out, applies[i].name.as_bytes());
         Ok(())
     }
+}
+
+/// `RULES count name...`.
+fn parse_rules<'a>(args: &mut Args<'a>) -> Result<Vec<&'a [u8]>, CmdError> {
+    let n = args
+        .next()
+        .and_then(|n| super::parse_u64(n))
+        .filter(|&n| (1..=super::rl_hit::MAX_CHECKS as u64).contains(&n))
+        .ok_or_else(|| {
+            CmdError::msg(format!(
+                "ERR RULES needs a count from 1 to {} and that many rule names",
+                super::rl_hit::MAX_CHECKS
+            ))
+        })?;
+    (0..n)
+        .map(|_| {
+            args.next()
+                .ok_or(CmdError::msg("ERR RULES names fewer rules than its count"))
+        })
+        .collect()
 }
 
 /// The check `live` asks of `request`, if it applies.
@@ -209,6 +273,20 @@ mod tests {
         assert!(run(&mut e, "RL.ALLOW KEY k1 COST 10").contains("exceeds the capacity 9"));
         assert!(run(&mut e, "RL.ALLOW COLOR red").contains("unknown option 'COLOR'"));
         assert!(run(&mut e, "RL.ALLOW USER").contains("USER needs a value"));
+        // RULES narrows the rules; DRY changes nothing.
+        let only_user = "RL.ALLOW USER bob IP 10.0.0.2 TIER free ENDPOINT /api RULES 1 per-user";
+        assert!(run(&mut e, &format!("{only_user} DRY")).starts_with("*6\r\n:1\r\n:3\r\n:2\r\n"));
+        assert!(run(&mut e, only_user).starts_with("*6\r\n:1\r\n:3\r\n:2\r\n"));
+        assert!(run(&mut e, only_user).starts_with("*6\r\n:1\r\n:3\r\n:1\r\n"));
+        assert!(
+            run(
+                &mut e,
+                "RL.ALLOW IP 10.0.0.2 ENDPOINT /api RULES 1 per-ip DRY"
+            )
+            .ends_with("$6\r\nper-ip\r\n")
+        );
+        assert!(run(&mut e, "RL.ALLOW USER a RULES 0").contains("RULES needs a count"));
+        assert!(run(&mut e, "RL.ALLOW USER a RULES 2 per-user").contains("fewer rules"));
         let long = "x".repeat(600);
         assert!(run(&mut e, &format!("RL.ALLOW USER {long}")).contains("longer than 512"));
     }

@@ -558,7 +558,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "ratelimit",
         "0.1.0",
         "Checks a request under every rule whose scope, tier and route apply to it, all or nothing.",
-        "[USER id] [IP addr] [KEY apikey] [TIER name] [ENDPOINT path] [COST cost]",
+        "[USER id] [IP addr] [KEY apikey] [TIER name] [ENDPOINT path] [COST cost] [RULES count name ...] [DRY]",
         rl_allow::RlAllow
     ),
     spec!(
