@@ -181,7 +181,7 @@ impl<'a> Command<'a> for RlAllow<'a> {
 fn parse_rules<'a>(args: &mut Args<'a>) -> Result<Vec<&'a [u8]>, CmdError> {
     let n = args
         .next()
-        .and_then(|n| super::parse_u64(n))
+        .and_then(super::parse_u64)
         .filter(|&n| (1..=super::rl_hit::MAX_CHECKS as u64).contains(&n))
         .ok_or_else(|| {
             CmdError::msg(format!(
