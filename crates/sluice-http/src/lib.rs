@@ -1,12 +1,14 @@
 //! # sluice-http — the HTTP API's shared pieces, for the node (`--http-port`) and the sidecar
 //! (`sluice proxy --http-port`): request bodies and gateway subjects as command words
 //! ([`body`]), a command's reply as a status, JSON body and rate limit headers ([`reply`],
-//! [`verdict`]), Bearer authentication, and the OpenAPI document both serve.
+//! [`verdict`]), Bearer authentication, the listener that bounds connections and idle time
+//! ([`guard`]), and the OpenAPI document both serve.
 //!
 //! Each program keeps its own handlers: the node runs the words through its command table,
 //! the sidecar through the gateway library with each rule's fail mode.
 
 pub mod body;
+pub mod guard;
 pub mod reply;
 pub mod verdict;
 

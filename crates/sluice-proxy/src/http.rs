@@ -56,6 +56,11 @@ fn now_ms() -> i64 {
 
 /// Serves the HTTP API on `listener` until the sidecar ends.
 pub(crate) async fn serve(listener: tokio::net::TcpListener, front: Arc<Front>) {
+    let listener = sluice_http::guard::Guarded::new(
+        listener,
+        sluice_http::guard::MAX_CONNECTIONS,
+        sluice_http::guard::IDLE,
+    );
     if let Err(e) = axum::serve(listener, router(front)).await {
         sluice_log::log(&format!("http: server stopped: {e}"));
     }

@@ -130,6 +130,11 @@ async fn serve(listener: StdListener, shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown_signal();
     let front = Arc::new(Front::new(shared));
     let app = router(front);
+    let listener = sluice_http::guard::Guarded::new(
+        listener,
+        sluice_http::guard::MAX_CONNECTIONS,
+        sluice_http::guard::IDLE,
+    );
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
