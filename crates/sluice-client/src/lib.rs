@@ -33,6 +33,10 @@
 //!   check path, and its pieces for the sidecar's batches; `client::approx` (private):
 //!   approximate mode's shares, syncs and waits, and the check's first step taken without
 //!   waiting ([`Quick`]).
+//! - [`rules`]: the named rules as a gateway learns them from the nodes (`RL.RULE LIST`/`GET`),
+//!   each with its fail mode, scope, tier and route.
+//! - [`allow`]: [`Client::allow`], `RL.ALLOW` with the rules' fail modes, split by slot in a
+//!   cluster (a dry call per slot, then the consuming calls; the race that leaves).
 //! - `local` (private): the bounded, expiring maps behind the local buckets, the blocked cache
 //!   and approximate counting.
 //!
@@ -46,13 +50,16 @@
 //! - Local state is bounded: every map expires its entries and holds at most
 //!   `Config::max_local_keys`.
 
+pub mod allow;
 pub mod client;
 pub mod lease;
 pub mod limit;
 mod local;
 pub mod node;
 pub mod raw;
+pub mod rules;
 
+pub use allow::{AllowRequest, Allowed};
 pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream};
 pub use lease::{Concurrency, Lease, LeaseDecision, LocalLeases};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};

@@ -9,14 +9,8 @@
 //! - `/rules` reads and writes are forwarded as `RL.RULE` to the node that owns the rule's name.
 //! - `/healthz`: alive. `/readyz`: a node answers `PING`.
 //!
-//! In a cluster the request form is sent to the node of its first bucket. When its buckets span
-//! slots (`-CROSSSLOT`, or `-MOVED` for another node's), the sidecar splits it by slot with the
-//! rules it knows apply: `RL.ALLOW ... RULES n names... DRY` on each slot's node first; if every
-//! one allows, the same without `DRY`, which consumes. The race this leaves: between a slot's
-//! dry run and its consuming call, another request may take what the dry run saw, so one slot
-//! can deny (or overdraw by this request's cost) after the others have consumed. The answer is
-//! still the most restrictive one, but the all-or-nothing guarantee of one node holds only
-//! within each slot.
+//! In a cluster the request form's buckets may span slots: the library splits the check by
+//! slot, dry first (see `sluice_client::allow` for the race that leaves).
 
 use std::sync::Arc;
 
@@ -28,8 +22,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
-use sluice_client::{Decision, cannot_answer};
-use sluice_core::scope::Request as Subjects;
+use sluice_client::{AllowRequest, Decision};
 use sluice_http::body::{
     Allow, RollbackBody, RuleBody, SubjectHeaders, check_args, fields, from_headers, json_object,
     key_window, parse_query,
@@ -39,7 +32,6 @@ use sluice_http::{Refusal, Verdict};
 use sluice_resp::Value;
 
 use crate::Proxy;
-use crate::rules::HitPlan;
 
 /// The sidecar's HTTP state.
 #[derive(Debug)]
@@ -156,127 +148,40 @@ fn verdict(d: &Decision, rule: Option<String>) -> Verdict {
     Verdict::from_fields(d.fields(), rule, now_ms())
 }
 
-/// `RL.ALLOW` on a node; each applying rule's fail mode when none can answer.
+/// `RL.ALLOW` through the library ([`sluice_client::Client::allow`]): each applying rule's
+/// fail mode when no node can answer, the split by slot in a cluster.
 async fn allow(front: &Front, args: &[String], deny: Option<StatusCode>) -> Response {
-    let allow = allow_of(args);
-    let subjects = Subjects {
-        user: allow.user.as_deref().map(str::as_bytes),
-        ip: allow.ip.as_deref().map(str::as_bytes),
-        key: allow.key.as_deref().map(str::as_bytes),
-        tier: allow.tier.as_deref().map(str::as_bytes),
-        endpoint: allow.endpoint.as_deref().map(str::as_bytes),
+    let request = allow_of(args);
+    let allowed = match front.proxy.client.allow(&front.proxy.rules, &request).await {
+        Ok(a) => a,
+        Err(e) => return resp_error(&e.0),
     };
-    let checks = front.proxy.rules.allow_checks(&subjects);
-    let route = checks.first().map(|c| c.0.clone()).unwrap_or_default();
-    let words: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    let reply = front.proxy.client.command(&route, &words).await;
-    let decided = match reply {
-        Ok(Value::Error(e))
-            if (e.starts_with("CROSSSLOT") || e.starts_with("MOVED")) && !checks.is_empty() =>
-        {
-            split(front, args, &checks).await
-        }
-        Ok(Value::Error(e)) if !cannot_answer(&e) => Err(resp_error(&e).into()),
-        Ok(reply @ Value::Array(_)) => verdict_of(&reply, now_ms()),
-        _ => {
-            let plan = HitPlan {
-                checks,
-                cost: allow.cost.unwrap_or(1),
-                multi: true,
-            };
-            let (d, label) = plan.fail(&front.proxy.client, true);
-            let rule = (!label.is_empty()).then(|| String::from_utf8_lossy(&label).into_owned());
-            Ok(verdict(&d, rule))
-        }
-    };
-    match decided {
-        Ok(mut v) => {
-            v.window_ms = v
-                .rule
-                .as_deref()
-                .and_then(|r| front.proxy.rules.get(r.as_bytes()))
-                .map(|r| u64::try_from(r.limit.period.as_millis()).unwrap_or(u64::MAX));
-            respond(&v, deny)
-        }
-        Err(r) => r.into_response(),
-    }
-}
-
-/// `RL.ALLOW` split by slot: a dry run per slot, then, if all allow, the consuming calls.
-async fn split(
-    front: &Front,
-    args: &[String],
-    checks: &[crate::rules::Check],
-) -> Result<Verdict, Refusal> {
-    let mut slots: std::collections::BTreeMap<u16, Vec<&crate::rules::Check>> = Default::default();
-    for c in checks {
-        slots
-            .entry(sluice_cluster::slot::key_slot(&c.0))
-            .or_default()
-            .push(c);
-    }
-    let call = |group: &[&crate::rules::Check], dry: bool| {
-        let mut words: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-        words.push(b"RULES".to_vec());
-        words.push(group.len().to_string().into_bytes());
-        words.extend(group.iter().map(|c| c.1.clone()));
-        if dry {
-            words.push(b"DRY".to_vec());
-        }
-        let route = group[0].0.clone();
-        async move {
-            let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
-            match front.proxy.client.command(&route, &refs).await {
-                Ok(reply) => verdict_of(&reply, now_ms()),
-                Err(e) => Err(error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("no node answered ({e:?})"),
-                )
-                .into()),
-            }
-        }
-    };
-    let mut dry = Vec::new();
-    for group in slots.values() {
-        dry.push(call(group, true).await?);
-    }
-    if dry.iter().any(|v| !v.allowed) {
-        return most_restrictive(dry);
-    }
-    let mut consumed = Vec::new();
-    for group in slots.values() {
-        consumed.push(call(group, false).await?);
-    }
-    most_restrictive(consumed)
-}
-
-/// As the node picks among its buckets: the denial with the longest wait, else the fewest left.
-fn most_restrictive(verdicts: Vec<Verdict>) -> Result<Verdict, Refusal> {
-    let allowed = verdicts.iter().all(|v| v.allowed);
-    let pick = if allowed {
-        verdicts.into_iter().min_by_key(|v| v.remaining)
-    } else {
-        verdicts
-            .into_iter()
-            .filter(|v| !v.allowed)
-            .max_by_key(|v| v.retry_after_ms)
-    };
-    pick.ok_or_else(|| error(StatusCode::BAD_REQUEST, "no rule applies").into())
+    front.proxy.count(&allowed.decision);
+    let rule = allowed
+        .rule
+        .map(|r| String::from_utf8_lossy(&r).into_owned());
+    let mut v = verdict(&allowed.decision, rule);
+    v.window_ms = v
+        .rule
+        .as_deref()
+        .and_then(|r| front.proxy.rules.get(r.as_bytes()))
+        .map(|r| u64::try_from(r.limit.period.as_millis()).unwrap_or(u64::MAX));
+    respond(&v, deny)
 }
 
 /// The request an `RL.ALLOW USER .. IP ..` word list states.
-fn allow_of(args: &[String]) -> Allow {
-    let mut a = Allow::default();
+fn allow_of(args: &[String]) -> AllowRequest {
+    let mut a = AllowRequest::default();
     for pair in args[1..].chunks(2) {
         let [word, value] = pair else { continue };
-        let value = Some(value.clone());
+        let bytes = Some(value.as_bytes().to_vec());
         match word.as_str() {
-            "USER" => a.user = value,
-            "IP" => a.ip = value,
-            "KEY" => a.key = value,
-            "TIER" => a.tier = value,
-            "ENDPOINT" => a.endpoint = value,
-            _ => a.cost = value.and_then(|v| v.parse().ok()),
+            "USER" => a.user = bytes,
+            "IP" => a.ip = bytes,
+            "KEY" => a.key = bytes,
+            "TIER" => a.tier = bytes,
+            "ENDPOINT" => a.endpoint = bytes,
+            _ => a.cost = value.parse().ok(),
         }
     }
     a

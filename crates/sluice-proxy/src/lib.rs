@@ -52,8 +52,9 @@ use sluice_core::spec::{CheckArgs, SpecError};
 mod conn;
 mod http;
 mod leases;
-mod rules;
 mod session;
+
+use sluice_client::rules;
 
 use conn::{Batch, PlainCheck, Then};
 use rules::{HitPlan, RuleBook, bucket_key};

@@ -1,4 +1,4 @@
-//! Named rules as the sidecar knows them: learned from the nodes (`RL.RULE LIST`, then
+//! Named rules as a gateway knows them: learned from the nodes (`RL.RULE LIST`, then
 //! `RL.RULE GET` of each) at start and every [`REFRESH`], so that `RL.HIT` and `RL.HITS` get
 //! each rule's own fail mode when the node cannot answer.
 //!
@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use crate::{Client, Decision, FailMode, Limit, Source};
 use parking_lot::RwLock;
-use sluice_client::{Client, Decision, FailMode, Limit, Source};
 use sluice_core::Algo;
 use sluice_core::scope::{Scope, Selector};
 use sluice_resp::value::Value;
@@ -62,6 +62,10 @@ impl RuleBook {
 
     pub fn len(&self) -> usize {
         self.rules.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.read().is_empty()
     }
 
     /// Asks a node for every rule; keeps the old book if it cannot.
@@ -180,16 +184,7 @@ impl HitPlan {
                 d.allowed = true;
                 d.retry_after_ms = -1;
             }
-            let better = match &best {
-                None => true,
-                Some((b, _)) => match (b.allowed, d.allowed) {
-                    (true, false) => true,
-                    (false, false) => d.retry_after_ms > b.retry_after_ms,
-                    (true, true) => d.remaining < b.remaining,
-                    (false, true) => false,
-                },
-            };
-            if better {
+            if best.as_ref().is_none_or(|(b, _)| more_restrictive(&d, b)) {
                 best = Some((d, label));
             }
         }
@@ -207,6 +202,17 @@ impl HitPlan {
                 Vec::new(),
             ),
         }
+    }
+}
+
+/// Whether `d` decides over `best` as the node picks among its buckets: a denial over an
+/// allowance, the longer wait among denials, the fewest left among allowances.
+pub fn more_restrictive(d: &Decision, best: &Decision) -> bool {
+    match (best.allowed, d.allowed) {
+        (true, false) => true,
+        (false, false) => d.retry_after_ms > best.retry_after_ms,
+        (true, true) => d.remaining < best.remaining,
+        (false, true) => false,
     }
 }
 
