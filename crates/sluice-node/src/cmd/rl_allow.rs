@@ -21,8 +21,8 @@
 //!
 //! In cluster mode every bucket must be in one slot of this node: `-CROSSSLOT` otherwise. The
 //! gateway library (`sluice_client::Client::allow`, which the sidecar uses) then splits the call
-//! by slot with `RULES`: a `DRY` call per slot first, then, if all
-//! allow, the consuming call per slot (see `sluice_client::allow` for the race that leaves).
+//! by slot with `RULES`: a `DRY` call per slot first, then, if all allow, the consuming call
+//! per slot (see `sluice_client::allow` for the race that leaves).
 
 use sluice_core::Decision;
 use sluice_core::scope::{MAX_ATTR_LEN, Request};
