@@ -7,7 +7,7 @@
 //! The binary is `target/<profile>/sluice`, built by `cargo test --workspace` (the `sluice` crate's
 //! own integration test makes cargo build it first); `SLUICE_BIN` overrides the path.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -912,4 +912,33 @@ pub async fn cluster_rl_check(
         cmd.arg(*a);
     }
     cmd.query_async(c).await
+}
+
+/// How long the HTTP server on `port` takes to close a connection that sends a request head
+/// and never finishes it: half a head and then silence, or (`trickle`) one byte of it every
+/// 500 ms, which keeps the connection from ever being idle. `None`: still open after 40 s.
+pub fn http_head_cut_off(port: u16, trickle: bool) -> Option<Duration> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    let head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: ";
+    let started = Instant::now();
+    if !trickle {
+        s.write_all(head).ok()?;
+    }
+    let mut buf = [0u8; 256];
+    for i in 0..80 {
+        if trickle {
+            let byte = head.get(i).copied().unwrap_or(b'a');
+            if s.write_all(&[byte]).is_err() {
+                return Some(started.elapsed());
+            }
+        }
+        match s.read(&mut buf) {
+            Ok(0) => return Some(started.elapsed()),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return Some(started.elapsed()),
+        }
+    }
+    None
 }

@@ -533,6 +533,40 @@ fn bad_input_is_refused_and_the_server_stays_up() {
     );
 }
 
+#[test]
+fn a_request_head_that_never_completes_is_cut_off_within_the_bound() {
+    let (_server, port) = sluice_with_http(&[]);
+    // Half a head then silence, and a head trickled a byte every 500 ms (never idle), at once.
+    let half = std::thread::spawn(move || sluice_tests::http_head_cut_off(port, false));
+    let trickle = std::thread::spawn(move || sluice_tests::http_head_cut_off(port, true));
+    // Meanwhile the server answers others.
+    for _ in 0..5 {
+        let r = http_json(
+            port,
+            "POST",
+            "/v1/check",
+            r#"{"key":"k","limit":9,"period":"1m"}"#,
+        );
+        assert_eq!(r.status, 200);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The bound is 10 s (sluice_http::serve::HEAD_TIMEOUT); the idle close would take 30 s.
+    for (what, cut) in [("half", half), ("trickle", trickle)] {
+        let took = cut
+            .join()
+            .unwrap()
+            .unwrap_or_else(|| panic!("{what}: still open"));
+        assert!(
+            took >= Duration::from_secs(9) && took < Duration::from_secs(20),
+            "{what}: closed after {took:?}"
+        );
+    }
+    assert_eq!(
+        http(port, "GET", "/healthz", &[], None).unwrap().status,
+        200
+    );
+}
+
 /// A response's JSON against a schema of the document: required fields present, each
 /// property of the declared type (refs followed).
 fn conforms(doc: &Value, schema: &Value, v: &Value) -> Result<(), String> {

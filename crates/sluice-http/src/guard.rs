@@ -1,8 +1,8 @@
 //! The listener both HTTP servers accept through: at most [`MAX_CONNECTIONS`] open at once
 //! (past that, new ones wait in the kernel's backlog), and a connection that neither sends nor
 //! takes a byte for [`IDLE`] is closed — a client that sends half a request and stalls (or
-//! holds a keep-alive connection forever) costs a socket for that long, not for good.
-//! axum's own server sets no header-read timeout, hence this.
+//! holds a keep-alive connection forever) costs a socket for that long, not for good. The head
+//! itself has a shorter bound, hyper's header-read timeout (see [`crate::serve`]).
 
 use std::future::Future;
 use std::io;

@@ -53,9 +53,7 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, front: Arc<Front>) 
         sluice_http::guard::MAX_CONNECTIONS,
         sluice_http::guard::IDLE,
     );
-    if let Err(e) = axum::serve(listener, router(front)).await {
-        sluice_log::log(&format!("http: server stopped: {e}"));
-    }
+    sluice_http::serve::serve(listener, router(front), std::future::pending()).await;
 }
 
 fn router(front: Arc<Front>) -> Router {

@@ -135,14 +135,10 @@ async fn serve(listener: StdListener, shared: Arc<Shared>) {
         sluice_http::guard::MAX_CONNECTIONS,
         sluice_http::guard::IDLE,
     );
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        })
-        .await
-    {
-        sluice_log::log(&format!("http: server stopped: {e}"));
-    }
+    sluice_http::serve::serve(listener, app, async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    })
+    .await;
 }
 
 /// Every route, behind the password check and the body limit.
