@@ -640,12 +640,57 @@ fn resolve<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
 #[test]
 fn every_route_answers_as_the_openapi_document_says() {
     let (_server, port) = sluice_with_http(&[]);
+    put_rule(port, "r1", r#"{"scope":"user","limit":1,"window":"1m"}"#);
+    put_rule(port, "r1", r#"{"scope":"user","limit":2,"window":"1m"}"#);
+    answers_as_documented(port);
+}
+
+#[test]
+fn every_sidecar_route_answers_as_the_openapi_document_says() {
+    let (node, node_http) = sluice_with_http(&[]);
+    let port = sluice_tests::free_port();
+    let upstream = format!("127.0.0.1:{}", node.port);
+    let proxy = sluice_tests::Sluice::start_proxy(&[
+        "--upstream",
+        &upstream,
+        "--http-port",
+        &port.to_string(),
+    ]);
+    wait_until(Duration::from_secs(10), || {
+        sluice_tests::http_get(port, "/healthz")
+    })
+    .expect("sidecar /healthz");
+    put_rule(port, "r1", r#"{"scope":"user","limit":1,"window":"1m"}"#);
+    put_rule(port, "r1", r#"{"scope":"user","limit":2,"window":"1m"}"#);
+    // The sidecar learns r1 (its window goes into RateLimit-Policy).
+    wait_until(Duration::from_secs(10), || {
+        (sluice_tests::info_field(proxy.port, "rules_known") == Some(1)).then_some(())
+    })
+    .expect("the sidecar learned r1");
+    // The same rule JSON as the node's, field for field.
+    let get = |p| http(p, "GET", "/rules/r1", &[], None).unwrap().json();
+    assert_eq!(get(port), get(node_http));
+    assert_eq!(get(port)["window"], "1m");
+    // A head that never completes is cut off here too, while every route answers.
+    let half = std::thread::spawn(move || sluice_tests::http_head_cut_off(port, false));
+    answers_as_documented(port);
+    let took = half
+        .join()
+        .unwrap()
+        .expect("the half head's connection closed");
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(20),
+        "closed after {took:?}"
+    );
+}
+
+/// One request per documented (path, method, status) against the server on `port`, where rule
+/// `r1` (scope user, limit 2, 1m) has two versions; each answer against the document.
+fn answers_as_documented(port: u16) {
     let doc = http(port, "GET", "/openapi.json", &[], None)
         .unwrap()
         .json();
     assert_eq!(doc["openapi"], "3.1.0");
-    put_rule(port, "r1", r#"{"scope":"user","limit":1,"window":"1m"}"#);
-    put_rule(port, "r1", r#"{"scope":"user","limit":2,"window":"1m"}"#);
     // One request per documented (path, method, status) this test can produce.
     let cases: Vec<(&str, &str, &str, Option<&str>, u16)> = vec![
         (

@@ -11,6 +11,7 @@
 pub mod body;
 pub mod guard;
 pub mod reply;
+pub mod rule;
 pub mod serve;
 pub mod verdict;
 

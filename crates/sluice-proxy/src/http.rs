@@ -28,6 +28,7 @@ use sluice_http::body::{
     key_window, parse_query,
 };
 use sluice_http::reply::{error, resp_error, respond, verdict_of};
+use sluice_http::rule::RuleJson;
 use sluice_http::{Refusal, Verdict};
 use sluice_resp::Value;
 
@@ -228,26 +229,9 @@ async fn rule_command(front: &Front, id: &str, words: &[&str]) -> Result<Value, 
     }
 }
 
-/// `RL.RULE GET`'s field/value pairs as a JSON object.
+/// `RL.RULE GET`'s reply as the node's rule JSON.
 fn rule_json(v: &Value) -> Option<serde_json::Value> {
-    let pairs: Vec<(&Value, &Value)> = match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|p| Some((p.first()?, p.get(1)?)))
-            .collect(),
-        Value::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
-        _ => return None,
-    };
-    let mut obj = serde_json::Map::new();
-    for (k, v) in pairs {
-        let value = match v {
-            Value::Int(n) => json!(n),
-            other => json!(other.text()),
-        };
-        let k = k.text();
-        obj.insert(if k == "name" { "id".into() } else { k }, value);
-    }
-    Some(serde_json::Value::Object(obj))
+    serde_json::to_value(RuleJson::from_get(v)?).ok()
 }
 
 async fn list(State(front): State<Arc<Front>>) -> Response {

@@ -24,32 +24,34 @@ use sluice_resp::Value;
 
 use sluice_http::body::{RollbackBody, RuleBody, fields, json_object};
 use sluice_http::reply::{error, resp_error};
+use sluice_http::rule::RuleJson;
 
 use super::Front;
 use crate::rules::{Live, Source, check_name, period_text};
 
-/// A rule as JSON.
+/// A rule as JSON: the shape the sidecar serves too.
 fn rule_json(live: &Live) -> Json {
     use std::sync::atomic::Ordering::Relaxed;
     let s = &live.current.spec;
-    json!({
-        "id": &*live.name,
-        "version": live.current.version,
-        "scope": s.selector.scope.map(|s| s.name()),
-        "tier": s.selector.tier,
-        "route": s.selector.route,
-        "limit": s.limit,
-        "window": period_text(s.period),
-        "burst": s.burst.unwrap_or(s.limit),
-        "algo": s.algo.name(),
-        "failmode": s.failmode.name(),
-        "shadow": s.shadow,
-        "floor": s.floor,
-        "rollout": s.rollout,
-        "spec": s.to_text(),
-        "denied": live.counters.denied.load(Relaxed),
-        "shadow_denied": live.counters.shadow_denied.load(Relaxed),
-    })
+    let rule = RuleJson {
+        id: live.name.to_string(),
+        version: live.current.version,
+        scope: s.selector.scope.map(|s| s.name().to_owned()),
+        tier: s.selector.tier.clone(),
+        route: s.selector.route.clone(),
+        limit: s.limit,
+        window: period_text(s.period),
+        burst: s.burst.unwrap_or(s.limit),
+        algo: s.algo.name().to_owned(),
+        failmode: s.failmode.name().to_owned(),
+        shadow: s.shadow,
+        floor: s.floor,
+        rollout: u64::from(s.rollout),
+        spec: s.to_text(),
+        denied: live.counters.denied.load(Relaxed),
+        shadow_denied: live.counters.shadow_denied.load(Relaxed),
+    };
+    serde_json::to_value(rule).unwrap_or_default()
 }
 
 fn bad_id(id: &str) -> Option<Response> {
