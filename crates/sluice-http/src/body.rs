@@ -335,6 +335,21 @@ pub struct RollbackBody {
     pub version: Option<u64>,
 }
 
+/// `PUT /rules/{id}`'s body as the words of `RL.RULE SET id` after the name.
+pub async fn rule_words(headers: &HeaderMap, body: Body) -> Result<Vec<String>, Refusal> {
+    let rule: RuleBody = fields(json_object(headers, body).await?)?;
+    rule.words()
+        .map_err(|why| refuse(StatusCode::BAD_REQUEST, why))
+}
+
+/// `POST /rules/{id}/rollback`'s optional body (none without a `Content-Type`).
+pub async fn rollback_body(headers: &HeaderMap, body: Body) -> Result<RollbackBody, Refusal> {
+    if !headers.contains_key(header::CONTENT_TYPE) {
+        return Ok(RollbackBody::default());
+    }
+    fields(json_object(headers, body).await?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

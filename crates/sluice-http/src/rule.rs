@@ -83,33 +83,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_rule_is_read_from_rl_rule_get() {
+    fn a_rule_is_read_from_a_resp3_map() {
         let b = |s: &str| Value::Bulk(bytes::Bytes::copy_from_slice(s.as_bytes()));
-        let reply = Value::Array(vec![
-            b("name"),
-            b("api"),
-            b("version"),
-            Value::Int(3),
-            b("limit"),
-            Value::Int(5),
-            b("period_ms"),
-            Value::Int(60000),
-            b("burst"),
-            Value::Int(5),
-            b("algo"),
-            b("TOKEN"),
-            b("failmode"),
-            b("closed"),
-            b("shadow"),
-            Value::Int(0),
-            b("floor"),
-            Value::Int(2),
-            b("rollout"),
-            Value::Int(100),
-            b("spec"),
-            b("LIMIT 5 PERIOD 1m ALGO TOKEN FAILMODE closed FLOOR 2 SCOPE ip TIER free"),
-            b("denied"),
-            Value::Int(7),
+        let int = |k: &str, n: i64| (b(k), Value::Int(n));
+        let reply = Value::Map(vec![
+            (b("name"), b("api")),
+            int("version", 3),
+            int("limit", 5),
+            int("burst", 5),
+            (b("algo"), b("TOKEN")),
+            (b("failmode"), b("closed")),
+            (
+                b("spec"),
+                b("LIMIT 5 PERIOD 1m FAILMODE closed FLOOR 2 SCOPE ip TIER free"),
+            ),
+            int("denied", 7),
         ]);
         let r = RuleJson::from_get(&reply).unwrap();
         assert_eq!(
@@ -120,7 +108,7 @@ mod tests {
             (r.scope.as_deref(), r.tier.as_deref(), r.route),
             (Some("ip"), Some("free"), None)
         );
-        assert_eq!((r.denied, r.shadow_denied), (7, 0));
+        assert_eq!((r.denied, r.rollout, r.shadow), (7, 100, false));
         assert_eq!(RuleJson::from_get(&Value::Nil), None);
     }
 }

@@ -24,8 +24,8 @@ use axum::routing::{get, post};
 use serde_json::json;
 use sluice_client::{AllowRequest, Decision};
 use sluice_http::body::{
-    Allow, RollbackBody, RuleBody, SubjectHeaders, check_args, fields, from_headers, json_object,
-    key_window, parse_query,
+    Allow, SubjectHeaders, check_args, from_headers, json_object, key_window, parse_query,
+    rollback_body, rule_words,
 };
 use sluice_http::reply::{error, resp_error, respond, verdict_of};
 use sluice_http::rule::RuleJson;
@@ -297,14 +297,8 @@ async fn put(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let words = match json_object(&headers, body)
-        .await
-        .and_then(fields::<RuleBody>)
-    {
-        Ok(b) => match b.words() {
-            Ok(w) => w,
-            Err(why) => return error(StatusCode::BAD_REQUEST, why),
-        },
+    let words = match rule_words(&headers, body).await {
+        Ok(w) => w,
         Err(r) => return r.into_response(),
     };
     let mut all = vec!["SET", id.as_str()];
@@ -326,16 +320,9 @@ async fn rollback(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let target = if headers.contains_key(axum::http::header::CONTENT_TYPE) {
-        match json_object(&headers, body)
-            .await
-            .and_then(fields::<RollbackBody>)
-        {
-            Ok(b) => b,
-            Err(r) => return r.into_response(),
-        }
-    } else {
-        RollbackBody::default()
+    let target = match rollback_body(&headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
     };
     let version = target.version.map(|v| v.to_string());
     let mut words = vec!["ROLLBACK", id.as_str()];

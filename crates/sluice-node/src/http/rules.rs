@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value as Json, json};
 use sluice_resp::Value;
 
-use sluice_http::body::{RollbackBody, RuleBody, fields, json_object};
+use sluice_http::body::{rollback_body, rule_words};
 use sluice_http::reply::{error, resp_error};
 use sluice_http::rule::RuleJson;
 
@@ -141,14 +141,8 @@ pub async fn put(
     if let Some(r) = bad_id(&id).or_else(|| refuse_write(&front)) {
         return r;
     }
-    let words = match json_object(&headers, body)
-        .await
-        .and_then(fields::<RuleBody>)
-    {
-        Ok(b) => match b.words() {
-            Ok(w) => w,
-            Err(why) => return error(StatusCode::BAD_REQUEST, why),
-        },
+    let words = match rule_words(&headers, body).await {
+        Ok(w) => w,
         Err(r) => return r.into_response(),
     };
     let mut args = vec!["RL.RULE".to_string(), "SET".into(), id.clone()];
@@ -181,16 +175,9 @@ pub async fn rollback(
     if let Some(r) = bad_id(&id).or_else(|| refuse_write(&front)) {
         return r;
     }
-    let target = if headers.contains_key(axum::http::header::CONTENT_TYPE) {
-        match json_object(&headers, body)
-            .await
-            .and_then(fields::<RollbackBody>)
-        {
-            Ok(b) => b,
-            Err(r) => return r.into_response(),
-        }
-    } else {
-        RollbackBody::default()
+    let target = match rollback_body(&headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
     };
     if front.shared.rules.history(&id).is_none() {
         return no_rule(&id);
