@@ -44,15 +44,21 @@ pub async fn post_check(
         Err(r) => return r.into_response(),
     };
     let window = key_window(&args);
-    match decide(&front, &args, window) {
+    match decide(&front, &args, window).await {
         Ok(v) => respond(&v, None),
         Err(r) => r.into_response(),
     }
 }
 
-/// Runs the check in `args` and reads its reply as a [`Verdict`].
-pub fn decide(front: &Front, args: &[String], window_ms: Option<u64>) -> Result<Verdict, Refusal> {
+/// Runs the check in `args` (on the node that owns its bucket, see [`super::forward`]) and
+/// reads its reply as a [`Verdict`].
+pub async fn decide(
+    front: &Front,
+    args: &[String],
+    window_ms: Option<u64>,
+) -> Result<Verdict, Refusal> {
     let reply = front.exec(args);
+    let reply = front.owners.follow(&front.shared, args, reply).await;
     let mut v = verdict_of(&reply, front.now_ms())?;
     v.window_ms = window_ms.or_else(|| {
         let rule = v.rule.as_deref()?;
@@ -75,7 +81,7 @@ pub async fn get_auth(
         Err(r) => return r.into_response(),
     };
     from_headers(&mut allow, &headers, &subject_headers(&front));
-    match decide(&front, &allow.args(), None) {
+    match decide(&front, &allow.args(), None).await {
         Ok(v) => respond(&v, deny),
         Err(r) => r.into_response(),
     }
@@ -107,7 +113,7 @@ pub async fn get_auth_prefixed(
         }
         allow.endpoint = Some(e);
     }
-    match decide(&front, &allow.args(), None) {
+    match decide(&front, &allow.args(), None).await {
         Ok(v) => respond(&v, None),
         Err(r) => r.into_response(),
     }

@@ -13,7 +13,8 @@
 //! # How a request is served
 //! Every check and rule write runs through the command table, in one session of this thread
 //! ([`Front::exec`]): the same parsing, validation, routing (`-MOVED`, `-CROSSSLOT`), roles
-//! (`-READONLY`) and counters as over RESP. A RESP error becomes a JSON `{"error"}` whose
+//! (`-READONLY`) and counters as over RESP. A check another cluster node owns (`-MOVED`) is
+//! forwarded to it ([`forward`]). A RESP error becomes a JSON `{"error"}` whose
 //! status says whose fault it is ([`sluice_http::reply::error_status`]).
 //!
 //! # Protection
@@ -22,6 +23,7 @@
 //! with `--requirepass` every route but `/healthz` wants `Authorization: Bearer <password>`.
 
 pub mod check;
+pub mod forward;
 pub mod rules;
 
 use std::io;
@@ -52,6 +54,8 @@ pub struct Front {
     /// the checks' session meanwhile. It shares the HTTP stats slot; writes are rare, so a
     /// count lost to a race between the two is too.
     admin: Mutex<Session>,
+    /// Connections to the nodes that own the buckets this one does not.
+    pub owners: forward::Owners,
 }
 
 impl std::fmt::Debug for Front {
@@ -73,6 +77,7 @@ impl Front {
         Front {
             session: session("http"),
             admin: session("http-admin"),
+            owners: forward::Owners::default(),
             shared,
         }
     }
