@@ -864,3 +864,93 @@ fn server_client(port: u16) -> redis::Connection {
         .get_connection()
         .unwrap()
 }
+
+#[test]
+fn a_check_another_node_owns_is_forwarded_to_it() {
+    use sluice_tests::{
+        cluster_info_field, cluster_node, cluster_slots, free_port, key_slot, owner_of,
+        sluice_cluster,
+    };
+    let dir = TempDir::new("http-forward");
+    let https: Vec<u16> = (0..2).map(|_| free_port()).collect();
+    let nodes: Vec<_> = (0..2)
+        .map(|i| {
+            let p = https[i].to_string();
+            cluster_node(
+                0,
+                &dir.path().join(format!("n{i}.conf")),
+                &["--http-port", &p],
+            )
+        })
+        .collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let out = sluice_cluster(&["create", &addrs[0], &addrs[1]]);
+    assert!(out.status.success(), "{out:?}");
+    wait_until(Duration::from_secs(10), || {
+        nodes
+            .iter()
+            .all(|n| cluster_info_field(n.port, "cluster_state").as_deref() == Some("ok"))
+            .then_some(())
+    })
+    .expect("cluster ok");
+    let slots = cluster_slots(nodes[0].port).expect("CLUSTER SLOTS");
+    let owner = |key: &str| owner_of(&slots, key_slot(key.as_bytes())).expect("owned");
+    // A key and a user whose buckets node 1 owns, asked of node 0's HTTP port.
+    let (there, here) = (nodes[1].port, nodes[0].port);
+    let key = (0..1000)
+        .map(|n| format!("k{n}"))
+        .find(|k| owner(k) == there)
+        .expect("a key on node 1");
+    let user = (0..1000)
+        .map(|n| format!("user{n}"))
+        .find(|u| owner(&format!("u:{u}")) == there)
+        .expect("a user on node 1");
+    for port in [here, there] {
+        let mut c = server_client(port);
+        let _: i64 = redis::cmd("RL.RULE")
+            .arg(&["SET", "u", "LIMIT", "2", "PERIOD", "1m", "SCOPE", "user"])
+            .query(&mut c)
+            .unwrap();
+    }
+    let body = format!(r#"{{"key":"{key}","limit":3,"period":"1m"}}"#);
+    for left in ["2", "1"] {
+        let r = http_json(https[0], "POST", "/v1/check", &body);
+        assert_eq!(
+            (r.status, r.header("RateLimit-Remaining")),
+            (200, Some(left)),
+            "{r:?}"
+        );
+    }
+    // The bucket is node 1's: it has one left there.
+    let mut c = server_client(there);
+    assert_eq!(
+        rl_check(&mut c, &[&key, "3", "1m", "COST", "0"]).unwrap()[2],
+        1,
+        "the forwarded checks counted on the owner"
+    );
+    let request = format!(r#"{{"user":"{user}"}}"#);
+    for want in [200, 200, 429] {
+        let r = http_json(https[0], "POST", "/v1/check", &request);
+        assert_eq!(
+            (r.status, r.json()["rule"].as_str()),
+            (want, Some("u")),
+            "{r:?}"
+        );
+    }
+    let auth = http(https[0], "GET", &format!("/v1/auth?user={user}"), &[], None).unwrap();
+    assert_eq!(auth.status, 429);
+    assert!(auth.header("Retry-After").is_some());
+    // Node 1 gone: node 0 answers the redirect it could not follow, 421, and keeps serving.
+    let mut nodes = nodes;
+    drop(nodes.pop());
+    let r = http_json(https[0], "POST", "/v1/check", &body);
+    assert_eq!(r.status, 421, "{r:?}");
+    assert!(r.json()["error"].as_str().unwrap().contains("MOVED"));
+    assert_eq!(
+        http(https[0], "GET", "/healthz", &[], None).unwrap().status,
+        200
+    );
+}

@@ -41,8 +41,9 @@ pub fn error(status: StatusCode, text: impl Into<String>) -> Response {
 }
 
 /// The status of a RESP error reply: the caller's mistake is `400` (a rule write against a
-/// rules file `409`); a key this node does not
-/// serve is `421` (ask the node the error names); a node that cannot take writes now is `503`.
+/// rules file `409`); a key this node does not serve (and the node's HTTP front could not
+/// forward) is `421`, as is a request check spanning slots; a node that cannot take writes now
+/// is `503`.
 pub fn error_status(text: &str) -> StatusCode {
     let word = text.split(' ').next().unwrap_or("");
     match word {
