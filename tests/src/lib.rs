@@ -7,7 +7,7 @@
 //! The binary is `target/<profile>/sluice`, built by `cargo test --workspace` (the `sluice` crate's
 //! own integration test makes cargo build it first); `SLUICE_BIN` overrides the path.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -616,6 +616,119 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
     (status == "200").then(|| body.to_string())
 }
 
+/// An HTTP/1.1 response: status, headers (names lower-case) and body.
+#[derive(Debug)]
+pub struct HttpReply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpReply {
+    /// The value of header `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON (panics with the body when it is not).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+}
+
+/// One request to 127.0.0.1:`port` (`Connection: close`), with `headers` and `body`; `None`
+/// if the server cannot be reached or answers garbage.
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Option<HttpReply> {
+    use std::io::Write;
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    req.push_str("\r\n");
+    req.push_str(body.unwrap_or(""));
+    s.write_all(req.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.lines();
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        unchunk(body)
+    } else {
+        body.to_string()
+    };
+    Some(HttpReply {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// A chunked body's data.
+fn unchunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// `POST path` with a JSON body.
+pub fn http_json(port: u16, method: &str, path: &str, body: &str) -> HttpReply {
+    http(
+        port,
+        method,
+        path,
+        &[("Content-Type", "application/json")],
+        Some(body),
+    )
+    .unwrap_or_else(|| panic!("{method} {path} got no answer"))
+}
+
+/// Starts a server with `--http-port` on a free port; returns it and the HTTP port, once
+/// `/healthz` answers.
+pub fn sluice_with_http(args: &[&str]) -> (Sluice, u16) {
+    let port = free_port();
+    let p = port.to_string();
+    let mut all = vec!["--http-port", &p];
+    all.extend_from_slice(args);
+    let server = Sluice::start_with(&all);
+    wait_until(Duration::from_secs(10), || http_get(port, "/healthz"))
+        .expect("GET /healthz answers 200");
+    (server, port)
+}
+
 /// Starts a cluster node (`--cluster yes --threads 1`) keeping its id and table in `config`, on
 /// `port` (0: a free one; a fixed port restarts a node where its peers expect it).
 pub fn cluster_node(port: u16, config: &std::path::Path, extra: &[&str]) -> Sluice {
@@ -814,4 +927,33 @@ pub async fn cluster_rl_check(
         cmd.arg(*a);
     }
     cmd.query_async(c).await
+}
+
+/// How long the HTTP server on `port` takes to close a connection that sends a request head
+/// and never finishes it: half a head and then silence, or (`trickle`) one byte of it every
+/// 500 ms, which keeps the connection from ever being idle. `None`: still open after 40 s.
+pub fn http_head_cut_off(port: u16, trickle: bool) -> Option<Duration> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    let head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: ";
+    let started = Instant::now();
+    if !trickle {
+        s.write_all(head).ok()?;
+    }
+    let mut buf = [0u8; 256];
+    for i in 0..80 {
+        if trickle {
+            let byte = head.get(i).copied().unwrap_or(b'a');
+            if s.write_all(&[byte]).is_err() {
+                return Some(started.elapsed());
+            }
+        }
+        match s.read(&mut buf) {
+            Ok(0) => return Some(started.elapsed()),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return Some(started.elapsed()),
+        }
+    }
+    None
 }

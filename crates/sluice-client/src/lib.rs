@@ -34,6 +34,10 @@
 //!   approximate mode's shares, syncs and waits, and the check's first step taken without
 //!   waiting ([`Quick`]).
 //! - [`tls`]: the TLS client config for nodes' `--tls-port` (CA, and a client certificate).
+//! - [`rules`]: the named rules as a gateway learns them from the nodes (`RL.RULE LIST`/`GET`),
+//!   each with its fail mode, scope, tier and route.
+//! - [`allow`]: [`Client::allow`], `RL.ALLOW` with the rules' fail modes, split by slot in a
+//!   cluster (a dry call per slot, then the consuming calls; the race that leaves).
 //! - `local` (private): the bounded, expiring maps behind the local buckets, the blocked cache
 //!   and approximate counting.
 //!
@@ -47,14 +51,17 @@
 //! - Local state is bounded: every map expires its entries and holds at most
 //!   `Config::max_local_keys`.
 
+pub mod allow;
 pub mod client;
 pub mod lease;
 pub mod limit;
 mod local;
 pub mod node;
 pub mod raw;
+pub mod rules;
 pub mod tls;
 
+pub use allow::{AllowRequest, Allowed};
 pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream};
 pub use lease::{Concurrency, Lease, LeaseDecision, LocalLeases};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};

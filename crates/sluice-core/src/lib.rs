@@ -24,6 +24,7 @@ pub mod leaky;
 pub mod lease;
 pub mod log;
 pub mod params;
+pub mod scope;
 pub mod settle;
 pub mod sliding;
 pub mod spec;

@@ -226,6 +226,23 @@ pub struct Config {
     #[arg(long = "grpc-port")]
     pub grpc_port: Option<u16>,
 
+    /// Serve the HTTP API (`POST /v1/check`, `GET /v1/auth`, `/rules`, `/healthz`,
+    /// `/readyz`, `/openapi.json`) on this port, on the `--bind` address.
+    #[arg(long = "http-port")]
+    pub http_port: Option<u16>,
+
+    /// The request header `GET /v1/auth` reads the user id from.
+    #[arg(long = "http-user-header", default_value = "X-User-Id")]
+    pub http_user_header: String,
+
+    /// The request header `GET /v1/auth` reads the API key from.
+    #[arg(long = "http-key-header", default_value = "X-Api-Key")]
+    pub http_key_header: String,
+
+    /// The request header `GET /v1/auth` reads the tier from.
+    #[arg(long = "http-tier-header", default_value = "X-Tier")]
+    pub http_tier_header: String,
+
     /// A directory of envoyproxy/ratelimit config files (`*.yaml`, `*.yml`), read at start
     /// and again whenever one changes.
     #[arg(long = "envoy-config", value_name = "DIR")]

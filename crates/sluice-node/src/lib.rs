@@ -39,6 +39,7 @@
 //! - [`peer`]: a small async RESP client for node-to-node calls.
 //! - [`metrics`] and [`grpc`]: Prometheus over HTTP, and Envoy's rate limit service.
 //! - [`service`]: the pid file and systemd's readiness messages.
+//! - [`http`]: the seed's API over HTTP (`--http-port`): checks, gateway auth, rules.
 //! - [`exec`]: the in-process executor (commands without a socket) for tests and fuzzing.
 //!
 //! The `sluice` binary (crate `sluice`) only parses flags and calls [`run`]; everything testable
@@ -57,6 +58,7 @@ pub mod errorstats;
 pub mod exec;
 pub mod glob;
 pub mod grpc;
+pub mod http;
 pub mod jobs;
 pub mod live;
 pub mod metrics;

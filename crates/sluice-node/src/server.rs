@@ -64,6 +64,7 @@ impl Server {
         };
         let metrics = side_port(config.metrics_port)?;
         let grpc = side_port(config.grpc_port)?;
+        let http = side_port(config.http_port)?;
         let shared = Arc::new(Shared::new(
             config,
             local_addr,
@@ -146,6 +147,10 @@ impl Server {
                 listener.local_addr()?
             ));
             handles.push(crate::grpc::start(listener, envoy, shared.clone())?);
+        }
+        if let Some(listener) = http {
+            sluice_log::log(&format!("HTTP API on http://{}", listener.local_addr()?));
+            handles.push(crate::http::start(listener, shared.clone())?);
         }
         Ok(Server {
             shared,

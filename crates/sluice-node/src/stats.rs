@@ -267,14 +267,14 @@ struct OpsSampler {
 }
 
 impl Stats {
-    /// Counters for `threads` worker threads plus one gRPC thread, over a command table of
+    /// Counters for `threads` worker threads plus the gRPC and HTTP threads, over a command table of
     /// `commands` rows.
     pub fn new(threads: usize, commands: usize) -> Stats {
         Stats {
             commands: (0..threads)
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
-            slots: (0..=threads)
+            slots: (0..threads + 2)
                 .map(|_| CachePadded::new(ThreadStats::new(commands)))
                 .collect(),
             rules: RwLock::new(RuleNames {
@@ -297,6 +297,11 @@ impl Stats {
     /// The slot of the gRPC thread.
     pub fn grpc_slot(&self) -> usize {
         self.slots.len() - 1
+    }
+
+    /// The slot of the HTTP front's thread (`--http-port`).
+    pub fn http_slot(&self) -> usize {
+        self.slots.len() - 2
     }
 
     /// The id of rule `name`, interned on first use. Ids past [`MAX_RULES`] share the last

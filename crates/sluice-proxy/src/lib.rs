@@ -8,7 +8,7 @@
 //! ```text
 //! sluice proxy [--port 6390] (--upstream HOST:PORT[,...] | --sentinel HOST:PORT[,...] --master-name NAME)
 //!              [--bind 127.0.0.1] [--timeout-ms 20] [--gateways N] [--fail-mode open|closed|local]
-//!              [--requirepass PASS]
+//!              [--requirepass PASS] [--http-port P]
 //!              [--upstream-user USER] [--upstream-password PASS | --upstream-password-file FILE]
 //!              [--upstream-tls-ca-cert-file CA [--upstream-tls-cert-file CRT --upstream-tls-key-file KEY]]
 //! ```
@@ -27,6 +27,7 @@
 //! - `session`: the connection commands the sidecar answers itself, in RESP2 or RESP3.
 //! - `rules`: the named rules learned from the nodes, for RL.HIT's fail modes.
 //! - `metrics`: `--metrics-port`, Prometheus text from the same counters as INFO.
+//! - `http`: `--http-port`, the node's HTTP API with each rule's fail mode.
 //!
 //! Why a crate of its own and not part of `sluice-client`: it is a program (a subcommand of the
 //! `sluice` binary) where the library is not; it reuses the node's request parser and reply
@@ -54,10 +55,12 @@ use tokio::net::TcpListener;
 use sluice_core::spec::{CheckArgs, SpecError};
 
 mod conn;
+mod http;
 mod leases;
 mod metrics;
-mod rules;
 mod session;
+
+use sluice_client::rules;
 
 use conn::{Batch, PlainCheck, Then};
 use rules::{HitPlan, RuleBook, bucket_key};
@@ -93,7 +96,8 @@ pub struct ProxyConfig {
     /// Most keys held in each local map (local buckets, blocked cache, approximate counters).
     #[arg(long, default_value_t = 100_000)]
     pub max_local_keys: usize,
-    /// Require clients to authenticate (AUTH or HELLO AUTH) with this password.
+    /// Require clients to authenticate (AUTH or HELLO AUTH) with this password; over HTTP,
+    /// `Authorization: Bearer <password>`.
     #[arg(long)]
     pub requirepass: Option<String>,
     /// Serve Prometheus metrics (`GET /metrics`) on this port, on the `--bind` address.
@@ -128,6 +132,18 @@ pub struct ProxyConfig {
     /// The key of `--upstream-tls-cert-file` (PEM).
     #[arg(long = "upstream-tls-key-file", requires = "upstream_tls_cert_file")]
     pub upstream_tls_key_file: Option<std::path::PathBuf>,
+    /// Serve the HTTP API (as a node's `--http-port`) on this port, on the `--bind` address.
+    #[arg(long = "http-port")]
+    pub http_port: Option<u16>,
+    /// The request header `GET /v1/auth` reads the user id from.
+    #[arg(long = "http-user-header", default_value = "X-User-Id")]
+    pub http_user_header: String,
+    /// The request header `GET /v1/auth` reads the API key from.
+    #[arg(long = "http-key-header", default_value = "X-Api-Key")]
+    pub http_key_header: String,
+    /// The request header `GET /v1/auth` reads the tier from.
+    #[arg(long = "http-tier-header", default_value = "X-Tier")]
+    pub http_tier_header: String,
 }
 
 impl ProxyConfig {
@@ -241,6 +257,10 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
         Some(port) => Some(listen(&config.bind, port).await?),
         None => None,
     };
+    let http_listener = match config.http_port {
+        Some(p) => Some(listen(&config.bind, p).await?),
+        None => None,
+    };
     let client = Client::connect(client_config).await;
     let rules = rules::start(&client);
     let state = Arc::new(Proxy {
@@ -258,6 +278,21 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
             listener.local_addr().map_err(|e| e.to_string())?
         ));
         metrics::spawn(listener, state.clone());
+    }
+    if let Some(l) = http_listener {
+        let front = Arc::new(http::Front {
+            proxy: state.clone(),
+            subjects: sluice_http::body::SubjectHeaders {
+                user: config.http_user_header.to_ascii_lowercase(),
+                key: config.http_key_header.to_ascii_lowercase(),
+                tier: config.http_tier_header.to_ascii_lowercase(),
+            },
+        });
+        sluice_log::log(&format!(
+            "HTTP API on http://{}",
+            l.local_addr().map_err(|e| e.to_string())?
+        ));
+        tokio::spawn(http::serve(l, front));
     }
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;

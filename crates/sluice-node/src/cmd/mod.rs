@@ -52,6 +52,7 @@ mod quit;
 mod replconf;
 mod replicaof;
 mod reset;
+mod rl_allow;
 pub(crate) mod rl_check;
 mod rl_hit;
 mod rl_lease;

@@ -26,7 +26,7 @@ use super::{Args, CmdError, Command, Ctx};
 use crate::rules::{Live, RuleSpec};
 use crate::stats::RuleId;
 
-fn parse_cost(args: &mut Args<'_>) -> Result<u64, CmdError> {
+pub(super) fn parse_cost(args: &mut Args<'_>) -> Result<u64, CmdError> {
     let v = args
         .next()
         .ok_or_else(|| CmdError::msg("ERR COST needs a value"))?;
@@ -34,7 +34,7 @@ fn parse_cost(args: &mut Args<'_>) -> Result<u64, CmdError> {
 }
 
 /// `name:subject`.
-fn bucket_key(name: &[u8], subject: &[u8]) -> Vec<u8> {
+pub(super) fn bucket_key(name: &[u8], subject: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(name.len() + 1 + subject.len());
     key.extend_from_slice(name);
     key.push(b':');
@@ -83,7 +83,7 @@ impl std::fmt::Debug for BucketKey {
     }
 }
 
-fn reply_decision(ctx: &mut Ctx<'_>, d: &Decision, allowed: bool, len: usize) {
+pub(super) fn reply_decision(ctx: &mut Ctx<'_>, d: &Decision, allowed: bool, len: usize) {
     reply::array(ctx.out, len);
     reply::integer(ctx.out, i64::from(allowed));
     reply::integer(ctx.out, clamp(d.limit));
@@ -109,7 +109,7 @@ fn no_rule(name: &[u8]) -> CmdError {
 /// Counts a denial by `spec`, a version of `live`: would-be for a shadow version.
 /// Counts one decision under the rule in the metrics (`sluice_checks_total{rule=...}`): the
 /// rule's metrics id is interned once and kept with its counters.
-fn count_metric(ctx: &Ctx<'_>, live: &Live, spec: &RuleSpec, d: &Decision) {
+pub(super) fn count_metric(ctx: &Ctx<'_>, live: &Live, spec: &RuleSpec, d: &Decision) {
     use std::sync::atomic::Ordering::Relaxed;
     let stats = &ctx.shared.stats;
     let id = match live.counters.metric.load(Relaxed) {
@@ -125,7 +125,7 @@ fn count_metric(ctx: &Ctx<'_>, live: &Live, spec: &RuleSpec, d: &Decision) {
         .check(id, spec.algo, d, spec.shadow);
 }
 
-fn count_denial(live: &Live, spec: &RuleSpec) {
+pub(super) fn count_denial(live: &Live, spec: &RuleSpec) {
     use std::sync::atomic::Ordering::Relaxed;
     if spec.shadow {
         live.counters.shadow_denied.fetch_add(1, Relaxed);
@@ -377,23 +377,27 @@ impl<'a> Command<'a> for RlHits<'a> {
                 stats.check(RuleId::UNNAMED, Algo::Token, d, false);
             }
         }
-        // The most restrictive: the enforced denial with the longest wait; when all pass, the
-        // enforced check with the fewest left (the first check if every one is a shadow).
-        let enforced = || checks.iter().zip(&decisions).filter(|(c, _)| c.enforced);
-        let pick = if pass {
-            enforced()
-                .min_by_key(|(_, d)| d.remaining)
-                .or_else(|| checks.iter().zip(&decisions).next())
-        } else {
-            enforced()
-                .filter(|(_, d)| !d.allowed)
-                .max_by_key(|(_, d)| d.retry_after)
-        };
-        let (c, d) = pick.expect("at least one check");
-        reply_decision(ctx, d, pass, 6);
-        reply::bulk(ctx.out, c.label);
+        let enforced: Vec<bool> = checks.iter().map(|c| c.enforced).collect();
+        let i = most_restrictive(&enforced, &decisions, pass);
+        reply_decision(ctx, &decisions[i], pass, 6);
+        reply::bulk(ctx.out, checks[i].label);
         Ok(())
     }
+}
+
+/// The index of the decision an all-or-nothing check answers with: the enforced denial with
+/// the longest wait; when all pass, the enforced check with the fewest left (the first check
+/// if every one is a shadow). `decisions` is not empty.
+pub(super) fn most_restrictive(enforced: &[bool], decisions: &[Decision], pass: bool) -> usize {
+    let candidates = || decisions.iter().enumerate().filter(|&(i, _)| enforced[i]);
+    let pick = if pass {
+        candidates().min_by_key(|(_, d)| d.remaining)
+    } else {
+        candidates()
+            .filter(|(_, d)| !d.allowed)
+            .max_by_key(|(_, d)| d.retry_after)
+    };
+    pick.map_or(0, |(i, _)| i)
 }
 
 #[cfg(test)]

@@ -562,6 +562,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         rl_lease::RlAcquire
     ),
     spec!(
+        "rl.allow",
+        -1,
+        [WRITE, DENYOOM],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Checks a request under every rule whose scope, tier and route apply to it, all or nothing.",
+        "[USER id] [IP addr] [KEY apikey] [TIER name] [ENDPOINT path] [COST cost] [RULES count name ...] [DRY]",
+        rl_allow::RlAllow
+    ),
+    spec!(
         "rl.check",
         -4,
         [WRITE, DENYOOM, FAST],

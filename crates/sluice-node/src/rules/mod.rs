@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+use sluice_core::scope::{Scope, Selector, parse_route, parse_tier};
 use sluice_core::{Algo, Nanos, Params};
 
 use sluice_core::spec::{
@@ -86,6 +87,8 @@ pub struct RuleSpec {
     /// `GLOBAL`: the limit is shared by every region; this region enforces its share of it
     /// (see [`Rules::set_region_shares`]).
     pub global: bool,
+    /// The seed's fields (`SCOPE`, `TIER`, `ROUTE`): which requests `RL.ALLOW` counts here.
+    pub selector: Selector,
 }
 
 impl RuleSpec {
@@ -119,6 +122,7 @@ impl RuleSpec {
         if self.global {
             t.push_str(" GLOBAL");
         }
+        t.push_str(&self.selector.to_text());
         t
     }
 
@@ -204,7 +208,8 @@ pub fn check_name(name: &[u8]) -> Result<&str, RuleError> {
 }
 
 /// Parses and validates a spec from its words (`LIMIT n PERIOD p [BURST b] [ALGO a]
-/// [FAILMODE open|closed|local] [SHADOW] [FLOOR n] [ROLLOUT pct] [GLOBAL]`).
+/// [FAILMODE open|closed|local] [SHADOW] [FLOOR n] [ROLLOUT pct] [GLOBAL] [SCOPE user|ip|key]
+/// [TIER name] [ROUTE prefix]`).
 pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleSpec, RuleError> {
     let mut limit = None;
     let mut period = None;
@@ -215,6 +220,7 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
     let mut floor = None;
     let mut rollout = 100u8;
     let mut global = false;
+    let mut selector = Selector::default();
     while let Some(word) = words.next() {
         let is = |name: &str| word.eq_ignore_ascii_case(name.as_bytes());
         let mut value = |name: &str| {
@@ -265,6 +271,25 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
                         RuleError::msg("ERR ROLLOUT must be a percentage from 1 to 100")
                     })? as u8;
             }
+            _ if is("SCOPE") => {
+                let s = value("SCOPE")?;
+                selector.scope = Some(Scope::parse(s).ok_or_else(|| {
+                    RuleError::msg(format!(
+                        "ERR unknown SCOPE '{}'; expected user, ip or key",
+                        String::from_utf8_lossy(s)
+                    ))
+                })?);
+            }
+            _ if is("TIER") => {
+                selector.tier = Some(
+                    parse_tier(value("TIER")?).map_err(|e| RuleError::msg(format!("ERR {e}")))?,
+                );
+            }
+            _ if is("ROUTE") => {
+                selector.route = Some(
+                    parse_route(value("ROUTE")?).map_err(|e| RuleError::msg(format!("ERR {e}")))?,
+                );
+            }
             _ => {
                 return Err(RuleError::msg(format!(
                     "ERR unknown rule option '{}'",
@@ -286,6 +311,7 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
         floor,
         rollout,
         global,
+        selector,
     })
 }
 
@@ -455,6 +481,21 @@ impl Rules {
             Some(share) if spec.global => spec.regional(share),
             _ => spec.clone(),
         }
+    }
+
+    /// Runs `f` on every live rule (RL.ALLOW finds the rules that apply to a request), through
+    /// the same per-thread copy as [`Rules::with`].
+    pub fn with_all<R>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &Live>) -> R) -> R {
+        let generation = self.generation.load(Ordering::Acquire);
+        VIEW.with(|view| {
+            let mut view = view.borrow_mut();
+            let fresh = matches!(&*view, Some((id, g, _)) if *id == self.id && *g == generation);
+            if !fresh {
+                *view = Some((self.id, generation, self.live.lock().clone()));
+            }
+            let set = &view.as_ref().expect("just set").2;
+            f(&mut set.values().map(|l| &**l))
+        })
     }
 
     /// Rebuilds the live map after a change (the caller holds `histories`).
@@ -640,6 +681,8 @@ mod tests {
             "LIMIT 5 PERIOD 500ms BURST 10 ALGO GCRA FAILMODE closed SHADOW FLOOR 2 ROLLOUT 25",
             "LIMIT 7 PERIOD 90s ALGO SLIDING FAILMODE local",
             "LIMIT 1000 PERIOD 1m ALGO TOKEN FAILMODE open GLOBAL",
+            "LIMIT 50 PERIOD 1m ALGO TOKEN FAILMODE open SCOPE user TIER free ROUTE /api",
+            "LIMIT 9 PERIOD 1s ALGO TOKEN FAILMODE closed SCOPE ip",
         ] {
             assert_eq!(spec(text).unwrap().to_text(), text);
         }
@@ -660,6 +703,9 @@ mod tests {
         assert!(err("LIMIT 5 PERIOD 1m FAILMODE maybe").contains("unknown FAILMODE"));
         assert!(err("LIMIT 5 PERIOD 1m FLOOR").contains("FLOOR needs a value"));
         assert!(err("LIMIT 5 PERIOD 1m COLOR red").contains("unknown rule option 'COLOR'"));
+        assert!(err("LIMIT 5 PERIOD 1m SCOPE org").contains("unknown SCOPE 'org'"));
+        assert!(err("LIMIT 5 PERIOD 1m ROUTE api").contains("ROUTE must be a path prefix"));
+        assert!(err("LIMIT 5 PERIOD 1m TIER").contains("TIER needs a value"));
         assert!(check_name(b"user-api.v2_x").is_ok());
         for bad in [&b""[..], b"a:b", b"a b", b"cost", b"KEYS", &[b'x'; 65]] {
             assert!(check_name(bad).is_err());

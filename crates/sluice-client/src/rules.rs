@@ -1,4 +1,4 @@
-//! Named rules as the sidecar knows them: learned from the nodes (`RL.RULE LIST`, then
+//! Named rules as a gateway knows them: learned from the nodes (`RL.RULE LIST`, then
 //! `RL.RULE GET` of each) at start and every [`REFRESH`], so that `RL.HIT` and `RL.HITS` get
 //! each rule's own fail mode when the node cannot answer.
 //!
@@ -12,19 +12,22 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use crate::{Client, Decision, FailMode, Limit, Source};
 use parking_lot::RwLock;
-use sluice_client::{Client, Decision, FailMode, Limit, Source};
 use sluice_core::Algo;
+use sluice_core::scope::{Scope, Selector};
 use sluice_resp::value::Value;
 
 /// How often the rules are asked for again.
 pub const REFRESH: Duration = Duration::from_secs(1);
 
 /// One rule's gateway-side facts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
     pub limit: Limit,
     pub shadow: bool,
+    /// `SCOPE`, `TIER`, `ROUTE`: which requests `RL.ALLOW` counts under it.
+    pub selector: Selector,
 }
 
 #[derive(Debug, Default)]
@@ -34,11 +37,35 @@ pub struct RuleBook {
 
 impl RuleBook {
     pub fn get(&self, name: &[u8]) -> Option<Rule> {
-        self.rules.read().get(name).copied()
+        self.rules.read().get(name).cloned()
+    }
+
+    /// The checks `request` makes under the rules that apply to it (`RL.ALLOW` when the node
+    /// cannot answer), sorted by rule name as the node sorts them.
+    pub fn allow_checks(&self, request: &sluice_core::scope::Request<'_>) -> Vec<Check> {
+        let rules = self.rules.read();
+        let mut checks: Vec<Check> = rules
+            .iter()
+            .filter_map(|(name, rule)| {
+                let subject = rule.selector.subject(request)?;
+                Some((
+                    bucket_key(name, subject),
+                    name.clone(),
+                    rule.limit,
+                    rule.shadow,
+                ))
+            })
+            .collect();
+        checks.sort_by(|a, b| a.1.cmp(&b.1));
+        checks
     }
 
     pub fn len(&self) -> usize {
         self.rules.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.read().is_empty()
     }
 
     /// Asks a node for every rule; keeps the old book if it cannot.
@@ -107,7 +134,29 @@ fn rule_from(v: &Value) -> Option<Rule> {
         .and_then(|m| FailMode::parse(&m).ok())
         .unwrap_or_default();
     let shadow = int("shadow").is_some_and(|s| s != 0);
-    Some(Rule { limit, shadow })
+    let selector = text("spec").map(|t| selector_of(&t)).unwrap_or_default();
+    Some(Rule {
+        limit,
+        shadow,
+        selector,
+    })
+}
+
+/// The `SCOPE`, `TIER` and `ROUTE` words of a rule's spec text.
+fn selector_of(spec: &[u8]) -> Selector {
+    let mut selector = Selector::default();
+    let mut words = spec.split(|c| *c == b' ').filter(|w| !w.is_empty());
+    while let Some(w) = words.next() {
+        let text = |v: Option<&[u8]>| v.map(|v| String::from_utf8_lossy(v).into_owned());
+        if w.eq_ignore_ascii_case(b"SCOPE") {
+            selector.scope = words.next().and_then(Scope::parse);
+        } else if w.eq_ignore_ascii_case(b"TIER") {
+            selector.tier = text(words.next());
+        } else if w.eq_ignore_ascii_case(b"ROUTE") {
+            selector.route = text(words.next());
+        }
+    }
+    selector
 }
 
 /// One check of a plan: bucket key, label in the reply, limit, shadow.
@@ -135,16 +184,7 @@ impl HitPlan {
                 d.allowed = true;
                 d.retry_after_ms = -1;
             }
-            let better = match &best {
-                None => true,
-                Some((b, _)) => match (b.allowed, d.allowed) {
-                    (true, false) => true,
-                    (false, false) => d.retry_after_ms > b.retry_after_ms,
-                    (true, true) => d.remaining < b.remaining,
-                    (false, true) => false,
-                },
-            };
-            if better {
+            if best.as_ref().is_none_or(|(b, _)| more_restrictive(&d, b)) {
                 best = Some((d, label));
             }
         }
@@ -162,6 +202,17 @@ impl HitPlan {
                 Vec::new(),
             ),
         }
+    }
+}
+
+/// Whether `d` decides over `best` as the node picks among its buckets: a denial over an
+/// allowance, the longer wait among denials, the fewest left among allowances.
+pub fn more_restrictive(d: &Decision, best: &Decision) -> bool {
+    match (best.allowed, d.allowed) {
+        (true, false) => true,
+        (false, false) => d.retry_after_ms > best.retry_after_ms,
+        (true, true) => d.remaining < best.remaining,
+        (false, true) => false,
     }
 }
 
@@ -206,6 +257,10 @@ mod tests {
             b("closed"),
             b("shadow"),
             Value::Int(1),
+            b("spec"),
+            b(
+                "LIMIT 5 PERIOD 1m BURST 8 ALGO GCRA FAILMODE closed SHADOW SCOPE ip TIER free ROUTE /api",
+            ),
         ]);
         let r = rule_from(&v).unwrap();
         assert_eq!(r.limit.limit, 5);
@@ -214,6 +269,9 @@ mod tests {
         assert_eq!(r.limit.algo, Algo::Gcra);
         assert_eq!(r.limit.fail_mode, FailMode::Closed);
         assert!(r.shadow);
+        assert_eq!(r.selector.scope, Some(Scope::Ip));
+        assert_eq!(r.selector.tier.as_deref(), Some("free"));
+        assert_eq!(r.selector.route.as_deref(), Some("/api"));
         assert_eq!(rule_from(&Value::Nil), None);
     }
 }

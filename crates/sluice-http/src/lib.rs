@@ -1,0 +1,74 @@
+//! # sluice-http — the HTTP API's shared pieces, for the node (`--http-port`) and the sidecar
+//! (`sluice proxy --http-port`): request bodies and gateway subjects as command words
+//! ([`body`]), a command's reply as a status, JSON body and rate limit headers ([`reply`],
+//! [`verdict`]), Bearer authentication, the listener that bounds connections and idle time
+//! ([`guard`]), the server loop with its header-read timeout ([`serve`]), and the OpenAPI
+//! document both serve.
+//!
+//! Each program keeps its own handlers: the node runs the words through its command table,
+//! the sidecar through the gateway library with each rule's fail mode.
+
+pub mod body;
+pub mod guard;
+pub mod reply;
+pub mod rule;
+pub mod serve;
+pub mod verdict;
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+pub use reply::Refusal;
+pub use verdict::Verdict;
+
+/// The largest request body read: a check is a few hundred bytes, a rule less.
+pub const MAX_BODY: usize = 64 << 10;
+
+/// How long a body may take to arrive once its headers have.
+pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The OpenAPI 3.1 document of the routes.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// Whether `headers` carry `Authorization: Bearer <want>` (always, when no password is set);
+/// else the `401` to answer.
+pub fn authorized(headers: &HeaderMap, want: Option<&str>) -> Result<(), Refusal> {
+    let Some(want) = want else { return Ok(()) };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given.is_some_and(|g| constant_time_eq(g.as_bytes(), want.as_bytes())) {
+        return Ok(());
+    }
+    let mut r = reply::error(
+        StatusCode::UNAUTHORIZED,
+        "Authorization: Bearer <password> required",
+    );
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    Err(r.into())
+}
+
+/// Compares without stopping at the first difference.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// `GET /healthz`: alive.
+pub async fn healthz() -> Response {
+    (
+        StatusCode::OK,
+        axum::Json(serde_json::json!({"status": "ok"})),
+    )
+        .into_response()
+}
+
+/// `GET /openapi.json`.
+pub async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}

@@ -1,0 +1,124 @@
+//! A command's reply as an HTTP response: a decision as [`Verdict`] with its status and
+//! headers, an error reply as `{"error"}` with the status that says whose fault it is.
+
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sluice_resp::Value;
+
+use crate::verdict::Verdict;
+
+/// A refused request: the response to send, boxed so that a `Result` carrying it stays small.
+#[derive(Debug)]
+pub struct Refusal(Box<Response>);
+
+impl From<Response> for Refusal {
+    fn from(r: Response) -> Refusal {
+        Refusal(Box::new(r))
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        *self.0
+    }
+}
+
+/// [`error`] as a [`Refusal`].
+pub fn refuse(status: StatusCode, text: impl Into<String>) -> Refusal {
+    error(status, text).into()
+}
+
+impl Refusal {
+    pub fn status(&self) -> StatusCode {
+        self.0.status()
+    }
+}
+
+/// `{"error": text}` with `status`.
+pub fn error(status: StatusCode, text: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": text.into() });
+    (status, axum::Json(body)).into_response()
+}
+
+/// The status of a RESP error reply: the caller's mistake is `400` (a rule write against a
+/// rules file `409`); a key this node does not serve (and the node's HTTP front could not
+/// forward) is `421`, as is a request check spanning slots; a node that cannot take writes now
+/// is `503`.
+pub fn error_status(text: &str) -> StatusCode {
+    let word = text.split(' ').next().unwrap_or("");
+    match word {
+        // RL.RULE's refusal of a write while a rules file is the source.
+        "ERR" if text.contains("rules come from") => StatusCode::CONFLICT,
+        "ERR" | "WRONGTYPE" => StatusCode::BAD_REQUEST,
+        "MOVED" | "ASK" | "CROSSSLOT" => StatusCode::MISDIRECTED_REQUEST,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// A RESP error reply as a JSON error, without Redis's `ERR ` prefix.
+pub fn resp_error(text: &str) -> Response {
+    error(
+        error_status(text),
+        text.strip_prefix("ERR ").unwrap_or(text),
+    )
+}
+
+/// An `RL.CHECK` or `RL.ALLOW` reply as a [`Verdict`], or its error as a response.
+pub fn verdict_of(reply: &Value, now_ms: i64) -> Result<Verdict, Refusal> {
+    let items = match reply {
+        Value::Error(e) => return Err(resp_error(e).into()),
+        Value::Array(items) if items.len() == 5 || items.len() == 6 => items,
+        other => {
+            return Err(refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("unexpected reply {other:?}"),
+            ));
+        }
+    };
+    let mut fields = [0i64; 5];
+    for (f, item) in fields.iter_mut().zip(items) {
+        *f = match item {
+            Value::Int(n) => *n,
+            _ => {
+                return Err(refuse(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "unexpected reply",
+                ));
+            }
+        };
+    }
+    let rule = match items.get(5) {
+        Some(Value::Bulk(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    Ok(Verdict::from_fields(fields, rule, now_ms))
+}
+
+/// The response for `v`: its status (or `deny` for a denial), JSON body and headers.
+pub fn respond(v: &Verdict, deny: Option<StatusCode>) -> Response {
+    let status = if v.allowed {
+        StatusCode::OK
+    } else {
+        deny.unwrap_or(StatusCode::TOO_MANY_REQUESTS)
+    };
+    let mut r = (status, axum::Json(v)).into_response();
+    for (name, value) in v.headers() {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            r.headers_mut()
+                .insert(HeaderName::from_static(lower(name)), value);
+        }
+    }
+    r
+}
+
+/// The header names of [`Verdict::headers`], lower-case as `HeaderName::from_static` wants.
+fn lower(name: &'static str) -> &'static str {
+    match name {
+        "RateLimit-Limit" => "ratelimit-limit",
+        "RateLimit-Remaining" => "ratelimit-remaining",
+        "RateLimit-Reset" => "ratelimit-reset",
+        "RateLimit-Policy" => "ratelimit-policy",
+        "RateLimit" => "ratelimit",
+        _ => "retry-after",
+    }
+}

@@ -1,0 +1,41 @@
+//! The server loop both HTTP fronts run: connections accepted through [`Guarded`] (the cap and
+//! the idle deadline), each served by hyper's HTTP/1 server with a header-read timeout.
+//!
+//! A request head (request line and headers) must arrive whole within [`HEAD_TIMEOUT`] of the
+//! server starting to read it — on a new connection, or on a kept-alive one after the previous
+//! response — else the connection is closed. A client that trickles a head a byte at a time
+//! (which keeps [`Guarded`]'s idle deadline from ever passing) is cut off all the same.
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use axum::serve::Listener;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+
+use crate::guard::Guarded;
+
+/// How long a request head may take to arrive.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `app` on `listener` until `shutdown` completes (then stops accepting; connections
+/// being served end with the runtime).
+pub async fn serve(mut listener: Guarded, app: Router, shutdown: impl Future<Output = ()>) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let conn = tokio::select! {
+            (conn, _) = listener.accept() => conn,
+            () = &mut shutdown => return,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            // A connection's errors (a reset, a bad head, the head timeout) end it alone.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .serve_connection(TokioIo::new(conn), service)
+                .await;
+        });
+    }
+}

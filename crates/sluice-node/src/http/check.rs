@@ -1,0 +1,120 @@
+//! `POST /v1/check` and `GET /v1/auth`: a check over HTTP, answered `200` or `429` (or the
+//! deny status a gateway asks for) with [`Verdict`]'s body and headers.
+//!
+//! # Bodies of `POST /v1/check`
+//! - A key check (the body has `limit` or `period`): `{"key", "limit", "period", "burst"?,
+//!   "cost"?, "algo"?, "dry"?}` → `RL.CHECK key limit period ...`; `period` is a number of
+//!   seconds or a duration text (`"1m"`).
+//! - A request check (otherwise): `{"user"?, "ip"?, "key"?, "tier"?, "endpoint"?, "cost"?}` →
+//!   `RL.ALLOW`.
+//!
+//! # Subjects of `GET /v1/auth`
+//! Query parameters `user`, `ip`, `key`, `tier`, `endpoint`, `cost` win; else `ip` is the first
+//! address of `X-Forwarded-For` or `X-Real-IP`, `endpoint` is `X-Forwarded-Uri` or
+//! `X-Original-URI`, and user, key and tier come from the headers `--http-user-header`,
+//! `--http-key-header` and `--http-tier-header` name. `deny_status` (400-599) replaces 429
+//! (nginx's `auth_request` passes on only 401 and 403).
+//!
+//! `GET /v1/auth/<path>` is Envoy's `ext_authz` in HTTP mode (`path_prefix: /v1/auth`): the
+//! original request's path and query follow the prefix. They are the endpoint (unless
+//! `X-Forwarded-Uri`/`X-Original-URI` says otherwise), and the query is the request's, not
+//! Sluice's; the subjects come from the headers.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use sluice_http::body::{
+    Allow, SubjectHeaders, check_args, from_headers, json_object, key_window, parse_query,
+};
+use sluice_http::reply::{respond, verdict_of};
+use sluice_http::{Refusal, Verdict};
+
+use super::Front;
+
+pub async fn post_check(
+    State(front): State<Arc<Front>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let args = match json_object(&headers, body).await.and_then(check_args) {
+        Ok(args) => args,
+        Err(r) => return r.into_response(),
+    };
+    let window = key_window(&args);
+    match decide(&front, &args, window).await {
+        Ok(v) => respond(&v, None),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// Runs the check in `args` (on the node that owns its bucket, see [`super::forward`]) and
+/// reads its reply as a [`Verdict`].
+pub async fn decide(
+    front: &Front,
+    args: &[String],
+    window_ms: Option<u64>,
+) -> Result<Verdict, Refusal> {
+    let reply = front.exec(args);
+    let reply = front.owners.follow(&front.shared, args, reply).await;
+    let mut v = verdict_of(&reply, front.now_ms())?;
+    v.window_ms = window_ms.or_else(|| {
+        let rule = v.rule.as_deref()?;
+        front
+            .shared
+            .rules
+            .get(rule)
+            .map(|l| l.current.spec.period.as_millis_ceil())
+    });
+    Ok(v)
+}
+
+pub async fn get_auth(
+    State(front): State<Arc<Front>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let (mut allow, deny) = match parse_query(query.as_deref().unwrap_or("")) {
+        Ok(q) => q,
+        Err(r) => return r.into_response(),
+    };
+    from_headers(&mut allow, &headers, &subject_headers(&front));
+    match decide(&front, &allow.args(), None).await {
+        Ok(v) => respond(&v, deny),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// The subject headers' names, from the flags.
+fn subject_headers(front: &Front) -> SubjectHeaders {
+    let config = &front.shared.config;
+    SubjectHeaders {
+        user: config.http_user_header.to_ascii_lowercase(),
+        key: config.http_key_header.to_ascii_lowercase(),
+        tier: config.http_tier_header.to_ascii_lowercase(),
+    }
+}
+
+pub async fn get_auth_prefixed(
+    State(front): State<Arc<Front>>,
+    axum::extract::Path(endpoint): axum::extract::Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let mut allow = Allow::default();
+    from_headers(&mut allow, &headers, &subject_headers(&front));
+    if allow.endpoint.is_none() {
+        let mut e = format!("/{endpoint}");
+        if let Some(q) = query {
+            e.push('?');
+            e.push_str(&q);
+        }
+        allow.endpoint = Some(e);
+    }
+    match decide(&front, &allow.args(), None).await {
+        Ok(v) => respond(&v, None),
+        Err(r) => r.into_response(),
+    }
+}

@@ -1,0 +1,216 @@
+//! `--http-port P`: the seed's API over HTTP, on the `--bind` address, served by axum on its
+//! own thread (one current-thread runtime, as `/metrics`).
+//!
+//! # Routes
+//! - `POST /v1/check`: one `RL.CHECK` (`{"key","limit","period",...}`) or one `RL.ALLOW`
+//!   (`{"user","ip","key","tier","endpoint","cost"}`); `200` allowed, `429` denied, with the
+//!   JSON body and the headers of [`sluice_http::verdict`].
+//! - `GET /v1/auth`: `RL.ALLOW` for gateway subrequests (nginx `auth_request`, Traefik
+//!   `forwardAuth`, Envoy `ext_authz`), subjects from headers or the query ([`check`]).
+//! - `/rules` CRUD, history and rollback: `RL.RULE` underneath ([`rules`]).
+//! - `GET /healthz`, `GET /readyz`, `GET /openapi.json`.
+//!
+//! # How a request is served
+//! Every check and rule write runs through the command table, in one session of this thread
+//! ([`Front::exec`]): the same parsing, validation, routing (`-MOVED`, `-CROSSSLOT`), roles
+//! (`-READONLY`) and counters as over RESP. A check another cluster node owns (`-MOVED`) is
+//! forwarded to it ([`forward`]). A RESP error becomes a JSON `{"error"}` whose
+//! status says whose fault it is ([`sluice_http::reply::error_status`]).
+//!
+//! # Protection
+//! Bodies over [`sluice_http::MAX_BODY`] are `413` before they are read whole; a body that does
+//! not arrive within [`sluice_http::BODY_DEADLINE`] is `408`; JSON is parsed with unknown fields refused by name;
+//! with `--requirepass` every route but `/healthz` wants `Authorization: Bearer <password>`.
+
+pub mod check;
+pub mod forward;
+pub mod rules;
+
+use std::io;
+use std::net::TcpListener as StdListener;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::BytesMut;
+use parking_lot::Mutex;
+use sluice_resp::Value;
+
+use sluice_http::reply::error;
+
+use crate::cmd::{self, Ctx, Session};
+use crate::shared::Shared;
+
+/// The HTTP front's state: the server and this thread's command session.
+pub struct Front {
+    pub shared: Arc<Shared>,
+    /// Checks and reads, on the runtime's thread.
+    session: Mutex<Session>,
+    /// Rule writes, on tokio's blocking pool: an etcd write waits for etcd, and must not hold
+    /// the checks' session meanwhile. It shares the HTTP stats slot; writes are rare, so a
+    /// count lost to a race between the two is too.
+    admin: Mutex<Session>,
+    /// Connections to the nodes that own the buckets this one does not.
+    pub owners: forward::Owners,
+}
+
+impl std::fmt::Debug for Front {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Front")
+    }
+}
+
+impl Front {
+    pub fn new(shared: Arc<Shared>) -> Front {
+        let session = |name: &str| {
+            let addr = shared.local_addr;
+            let client = shared.clients.register(addr, addr);
+            *client.name.lock() = Some(name.into());
+            // The HTTP layer checked the Bearer password; commands run as the default user.
+            let mut session = Session::new(client, shared.acl.default_user());
+            session.authenticated = true;
+            session.thread = shared.stats.http_slot();
+            Mutex::new(session)
+        };
+        Front {
+            session: session("http"),
+            admin: session("http-admin"),
+            owners: forward::Owners::default(),
+            shared,
+        }
+    }
+
+    /// Runs one command as a RESP client would, and decodes its reply.
+    pub fn exec<A: AsRef<[u8]>>(&self, args: &[A]) -> Value {
+        self.exec_in(&self.session, args)
+    }
+
+    /// [`Front::exec`] in the rule writers' session.
+    pub fn exec_admin<A: AsRef<[u8]>>(&self, args: &[A]) -> Value {
+        self.exec_in(&self.admin, args)
+    }
+
+    fn exec_in<A: AsRef<[u8]>>(&self, session: &Mutex<Session>, args: &[A]) -> Value {
+        let request = sluice_resp::Request::from_args(args);
+        let mut out = BytesMut::new();
+        let mut session = session.lock();
+        let started = std::time::Instant::now();
+        let mut ctx = Ctx {
+            shared: &self.shared,
+            session: &mut session,
+            out: &mut out,
+            now: self.shared.clock.now(),
+        };
+        cmd::execute(&request, &mut ctx);
+        let slot = self.shared.stats.slot(session.thread);
+        session.batch.charge(slot, started.elapsed());
+        match sluice_resp::value::decode(&mut out) {
+            Ok(Some(v)) => v,
+            _ => Value::Error("ERR the command gave no reply".into()),
+        }
+    }
+
+    /// Unix milliseconds on the server's clock.
+    pub fn now_ms(&self) -> i64 {
+        i64::try_from(self.shared.clock.now().0 / sluice_core::Nanos::PER_MS).unwrap_or(i64::MAX)
+    }
+}
+
+/// Starts the HTTP server on `listener` (already bound, so a taken port fails the start).
+pub fn start(
+    listener: StdListener,
+    shared: Arc<Shared>,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    crate::runtime_thread("sluice-http", move || serve(listener, shared))
+}
+
+async fn serve(listener: StdListener, shared: Arc<Shared>) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => return sluice_log::log(&format!("http: cannot register its listener: {e}")),
+    };
+    let mut shutdown = shared.shutdown_signal();
+    let front = Arc::new(Front::new(shared));
+    let app = router(front);
+    let listener = sluice_http::guard::Guarded::new(
+        listener,
+        sluice_http::guard::MAX_CONNECTIONS,
+        sluice_http::guard::IDLE,
+    );
+    sluice_http::serve::serve(listener, app, async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    })
+    .await;
+}
+
+/// Every route, behind the password check and the body limit.
+pub fn router(front: Arc<Front>) -> Router {
+    let guarded = Router::new()
+        .route("/v1/check", post(check::post_check))
+        .route("/v1/auth", get(check::get_auth))
+        .route("/v1/auth/{*endpoint}", get(check::get_auth_prefixed))
+        .route("/rules", get(rules::list))
+        .route(
+            "/rules/{id}",
+            get(rules::get_one).put(rules::put).delete(rules::delete),
+        )
+        .route("/rules/{id}/history", get(rules::history))
+        .route("/rules/{id}/rollback", post(rules::rollback))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(sluice_http::openapi))
+        .route_layer(axum::middleware::from_fn_with_state(
+            front.clone(),
+            require_password,
+        ));
+    Router::new()
+        .route("/healthz", get(sluice_http::healthz))
+        .merge(guarded)
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
+        .layer(DefaultBodyLimit::max(sluice_http::MAX_BODY))
+        .with_state(front)
+}
+
+/// `Authorization: Bearer <requirepass>`, when a password is set.
+async fn require_password(State(front): State<Arc<Front>>, req: Request, next: Next) -> Response {
+    let want = front.shared.requirepass.read().clone();
+    match sluice_http::authorized(req.headers(), want.as_deref()) {
+        Ok(()) => next.run(req).await,
+        Err(r) => r.into_response(),
+    }
+}
+
+/// Ready: the rules are loaded (etcd connected when rules come from it), the cluster table
+/// known in cluster mode, and a replica's link to its primary up.
+async fn readyz(State(front): State<Arc<Front>>) -> Response {
+    let shared = &front.shared;
+    let mut waiting = Vec::new();
+    if shared.rules.source == crate::rules::Source::Etcd && shared.rules_etcd.get().is_none() {
+        waiting.push("rules etcd not connected");
+    }
+    if let Some(cluster) = &shared.cluster
+        && cluster.view().is_none()
+    {
+        waiting.push("no cluster table");
+    }
+    {
+        let inner = shared.repl.inner.lock();
+        if inner.master.is_some() && inner.link_up_since.is_none() {
+            waiting.push("replica link down");
+        }
+    }
+    if waiting.is_empty() {
+        (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({"status": "ready"})),
+        )
+            .into_response()
+    } else {
+        let body = serde_json::json!({"status": "not ready", "waiting": waiting});
+        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+    }
+}

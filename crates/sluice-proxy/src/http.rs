@@ -1,0 +1,331 @@
+//! `sluice proxy --http-port P`: the node's HTTP API on the sidecar (see `sluice_http`), with
+//! each rule's fail mode when the node cannot answer.
+//!
+//! - `POST /v1/check` with a key body is `RL.CHECK` through the gateway library (blocked cache,
+//!   `--fail-mode`); with a request body, and `GET /v1/auth`, it is `RL.ALLOW` forwarded to a
+//!   node. When no node answers, the rules that apply to the request (as the sidecar last
+//!   learned them, with their `SCOPE`, `TIER` and `ROUTE`) each give their fail mode, combined
+//!   as the node combines them; a request no known rule applies to is allowed with no headers.
+//! - `/rules` reads and writes are forwarded as `RL.RULE` to the node that owns the rule's name.
+//! - `/healthz`: alive. `/readyz`: a node answers `PING`.
+//!
+//! In a cluster the request form's buckets may span slots: the library splits the check by
+//! slot, dry first (see `sluice_client::allow` for the race that leaves).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+use sluice_client::{AllowRequest, Decision};
+use sluice_http::body::{
+    Allow, SubjectHeaders, check_args, from_headers, json_object, key_window, parse_query,
+    rollback_body, rule_words,
+};
+use sluice_http::reply::{error, resp_error, respond, verdict_of};
+use sluice_http::rule::RuleJson;
+use sluice_http::{Refusal, Verdict};
+use sluice_resp::Value;
+
+use crate::Proxy;
+
+/// The sidecar's HTTP state.
+#[derive(Debug)]
+pub(crate) struct Front {
+    pub proxy: Arc<Proxy>,
+    pub subjects: SubjectHeaders,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Serves the HTTP API on `listener` until the sidecar ends.
+pub(crate) async fn serve(listener: tokio::net::TcpListener, front: Arc<Front>) {
+    let listener = sluice_http::guard::Guarded::new(
+        listener,
+        sluice_http::guard::MAX_CONNECTIONS,
+        sluice_http::guard::IDLE,
+    );
+    sluice_http::serve::serve(listener, router(front), std::future::pending()).await;
+}
+
+fn router(front: Arc<Front>) -> Router {
+    let guarded = Router::new()
+        .route("/v1/check", post(post_check))
+        .route("/v1/auth", get(get_auth))
+        .route("/v1/auth/{*endpoint}", get(get_auth_prefixed))
+        .route("/rules", get(list))
+        .route("/rules/{id}", get(get_one).put(put).delete(delete))
+        .route("/rules/{id}/history", get(history))
+        .route("/rules/{id}/rollback", post(rollback))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(sluice_http::openapi))
+        .route_layer(axum::middleware::from_fn_with_state(
+            front.clone(),
+            require_password,
+        ));
+    Router::new()
+        .route("/healthz", get(sluice_http::healthz))
+        .merge(guarded)
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
+        .layer(DefaultBodyLimit::max(sluice_http::MAX_BODY))
+        .with_state(front)
+}
+
+async fn require_password(State(front): State<Arc<Front>>, req: Request, next: Next) -> Response {
+    match sluice_http::authorized(req.headers(), front.proxy.requirepass.as_deref()) {
+        Ok(()) => next.run(req).await,
+        Err(r) => r.into_response(),
+    }
+}
+
+async fn readyz(State(front): State<Arc<Front>>) -> Response {
+    match front.proxy.client.command(b"", &[b"PING"]).await {
+        Ok(Value::Simple(_)) => axum::Json(json!({"status": "ready"})).into_response(),
+        _ => {
+            let body = json!({"status": "not ready", "waiting": ["no node answers"]});
+            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+        }
+    }
+}
+
+async fn post_check(State(front): State<Arc<Front>>, headers: HeaderMap, body: Body) -> Response {
+    let args = match json_object(&headers, body).await.and_then(check_args) {
+        Ok(args) => args,
+        Err(r) => return r.into_response(),
+    };
+    if args[0] == "RL.CHECK" {
+        return key_check(&front, &args).await;
+    }
+    allow(&front, &args, None).await
+}
+
+/// One RL.CHECK through the library: its blocked cache and fail mode.
+async fn key_check(front: &Front, args: &[String]) -> Response {
+    let request = sluice_resp::Request::from_args(args);
+    let (key, limit, cost, dry) = match crate::parse_rl_check(&request, front.proxy.default_mode) {
+        Ok(p) => p,
+        Err(e) => return resp_error(&e),
+    };
+    let window = key_window(args);
+    let decided = if dry {
+        let words: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        match front.proxy.client.command(&key, &words).await {
+            Ok(reply) => verdict_of(&reply, now_ms()),
+            Err(_) => Ok(verdict(
+                &front.proxy.client.fail_mode(&key, &limit, 0, true),
+                None,
+            )),
+        }
+    } else {
+        match front.proxy.client.check(&key, &limit, cost).await {
+            Ok(d) => {
+                front.proxy.count(&d);
+                Ok(verdict(&d, None))
+            }
+            Err(e) => Err(resp_error(&e.0).into()),
+        }
+    };
+    match decided {
+        Ok(mut v) => {
+            v.window_ms = window;
+            respond(&v, None)
+        }
+        Err(r) => r.into_response(),
+    }
+}
+
+fn verdict(d: &Decision, rule: Option<String>) -> Verdict {
+    Verdict::from_fields(d.fields(), rule, now_ms())
+}
+
+/// `RL.ALLOW` through the library ([`sluice_client::Client::allow`]): each applying rule's
+/// fail mode when no node can answer, the split by slot in a cluster.
+async fn allow(front: &Front, args: &[String], deny: Option<StatusCode>) -> Response {
+    let request = allow_of(args);
+    let allowed = match front.proxy.client.allow(&front.proxy.rules, &request).await {
+        Ok(a) => a,
+        Err(e) => return resp_error(&e.0),
+    };
+    front.proxy.count(&allowed.decision);
+    let rule = allowed
+        .rule
+        .map(|r| String::from_utf8_lossy(&r).into_owned());
+    let mut v = verdict(&allowed.decision, rule);
+    v.window_ms = v
+        .rule
+        .as_deref()
+        .and_then(|r| front.proxy.rules.get(r.as_bytes()))
+        .map(|r| u64::try_from(r.limit.period.as_millis()).unwrap_or(u64::MAX));
+    respond(&v, deny)
+}
+
+/// The request an `RL.ALLOW USER .. IP ..` word list states.
+fn allow_of(args: &[String]) -> AllowRequest {
+    let mut a = AllowRequest::default();
+    for pair in args[1..].chunks(2) {
+        let [word, value] = pair else { continue };
+        let bytes = Some(value.as_bytes().to_vec());
+        match word.as_str() {
+            "USER" => a.user = bytes,
+            "IP" => a.ip = bytes,
+            "KEY" => a.key = bytes,
+            "TIER" => a.tier = bytes,
+            "ENDPOINT" => a.endpoint = bytes,
+            _ => a.cost = value.parse().ok(),
+        }
+    }
+    a
+}
+
+async fn get_auth(
+    State(front): State<Arc<Front>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let (mut a, deny) = match parse_query(query.as_deref().unwrap_or("")) {
+        Ok(q) => q,
+        Err(r) => return r.into_response(),
+    };
+    from_headers(&mut a, &headers, &front.subjects);
+    allow(&front, &a.args(), deny).await
+}
+
+async fn get_auth_prefixed(
+    State(front): State<Arc<Front>>,
+    Path(endpoint): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let mut a = Allow::default();
+    from_headers(&mut a, &headers, &front.subjects);
+    if a.endpoint.is_none() {
+        let q = query.map(|q| format!("?{q}")).unwrap_or_default();
+        a.endpoint = Some(format!("/{endpoint}{q}"));
+    }
+    allow(&front, &a.args(), None).await
+}
+
+/// `RL.RULE ...` on the node that owns `id`'s slot.
+async fn rule_command(front: &Front, id: &str, words: &[&str]) -> Result<Value, Refusal> {
+    let mut args: Vec<&[u8]> = vec![b"RL.RULE"];
+    args.extend(words.iter().map(|w| w.as_bytes()));
+    match front.proxy.client.command(id.as_bytes(), &args).await {
+        Ok(Value::Error(e)) => Err(resp_error(&e).into()),
+        Ok(v) => Ok(v),
+        Err(e) => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no node answered ({e:?})"),
+        )
+        .into()),
+    }
+}
+
+/// `RL.RULE GET`'s reply as the node's rule JSON.
+fn rule_json(v: &Value) -> Option<serde_json::Value> {
+    serde_json::to_value(RuleJson::from_get(v)?).ok()
+}
+
+async fn list(State(front): State<Arc<Front>>) -> Response {
+    let names = match rule_command(&front, "", &["LIST"]).await {
+        Ok(Value::Array(names)) => names,
+        Ok(_) => Vec::new(),
+        Err(r) => return r.into_response(),
+    };
+    let mut rules = Vec::new();
+    for n in names {
+        let id = n.text();
+        if let Ok(v) = rule_command(&front, &id, &["GET", &id]).await {
+            rules.extend(rule_json(&v));
+        }
+    }
+    axum::Json(json!({ "rules": rules })).into_response()
+}
+
+async fn get_one(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Response {
+    match rule_command(&front, &id, &["GET", &id]).await {
+        Ok(v) => match rule_json(&v) {
+            Some(j) => axum::Json(j).into_response(),
+            None => error(StatusCode::NOT_FOUND, format!("no such rule '{id}'")),
+        },
+        Err(r) => r.into_response(),
+    }
+}
+
+async fn history(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Response {
+    let Value::Array(versions) = (match rule_command(&front, &id, &["HISTORY", &id]).await {
+        Ok(v) => v,
+        Err(r) if r.status() == StatusCode::BAD_REQUEST => {
+            return error(StatusCode::NOT_FOUND, format!("no such rule '{id}'"));
+        }
+        Err(r) => return r.into_response(),
+    }) else {
+        return error(StatusCode::BAD_GATEWAY, "unexpected reply");
+    };
+    let versions: Vec<serde_json::Value> = versions
+        .iter()
+        .filter_map(|v| match v {
+            Value::Array(p) => Some(json!({"version": p.first()?.text().parse::<u64>().ok()?, "spec": p.get(1)?.text()})),
+            _ => None,
+        })
+        .collect();
+    axum::Json(json!({"id": id, "versions": versions})).into_response()
+}
+
+fn versioned(id: &str, reply: Result<Value, Refusal>) -> Response {
+    match reply {
+        Ok(Value::Int(v)) => axum::Json(json!({"id": id, "version": v})).into_response(),
+        Ok(other) => error(
+            StatusCode::BAD_GATEWAY,
+            format!("unexpected reply {other:?}"),
+        ),
+        Err(r) => r.into_response(),
+    }
+}
+
+async fn put(
+    State(front): State<Arc<Front>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let words = match rule_words(&headers, body).await {
+        Ok(w) => w,
+        Err(r) => return r.into_response(),
+    };
+    let mut all = vec!["SET", id.as_str()];
+    all.extend(words.iter().map(String::as_str));
+    versioned(&id, rule_command(&front, &id, &all).await)
+}
+
+async fn delete(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Response {
+    match rule_command(&front, &id, &["DEL", &id]).await {
+        Ok(Value::Int(1)) => axum::Json(json!({"id": id, "deleted": true})).into_response(),
+        Ok(_) => error(StatusCode::NOT_FOUND, format!("no such rule '{id}'")),
+        Err(r) => r.into_response(),
+    }
+}
+
+async fn rollback(
+    State(front): State<Arc<Front>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let target = match rollback_body(&headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let version = target.version.map(|v| v.to_string());
+    let mut words = vec!["ROLLBACK", id.as_str()];
+    words.extend(version.as_deref());
+    versioned(&id, rule_command(&front, &id, &words).await)
+}
