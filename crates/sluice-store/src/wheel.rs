@@ -663,7 +663,7 @@ mod tests {
             // Waves of keys in one far slot (a cascade of all of them), and some near ones.
             let mut touch = |whole: &mut Harness, steps: &mut Harness, k: u64, now: Nanos| {
                 let key = (next() % 2000) as u32;
-                let span = if k % 2 == 0 { 40_000 } else { 100 } * TICK_NS;
+                let span = if k.is_multiple_of(2) { 40_000 } else { 100 } * TICK_NS;
                 let d = Nanos(now.0 + 1 + next() % span);
                 whole.touch(key, d, now);
                 steps.touch(key, d, now);
