@@ -11,10 +11,11 @@
 #   - prints p99 and max latency of each row, and per round whether RL.CHECK's p99 is at most
 #     Redis INCR's p99 and RL.CHECK's max at most twice Redis INCR's max.
 #
-# Usage: scripts/tail-bench.sh [--keys N] [--requests N] [--rounds N] [--sluice PATH] [--build]
-#                              [-- SLUICE-ARGS...]
+# Usage: scripts/tail-bench.sh [--keys N] [--requests N] [--rounds N] [--sluice PATH]
+#                              [--before PATH] [--build] [-- SLUICE-ARGS...]
 #   --rounds     rounds (default 3)
 #   --sluice     the sluice binary (default target/release/sluice, or $SLUICE_BIN)
+#   --before     an older sluice binary, measured in the same rounds (row "before RL.CHECK")
 #   --build      run `cargo build --release --bin sluice` first
 #   SLUICE-ARGS  extra arguments for the sluice server (e.g. --io uring)
 #
@@ -26,12 +27,13 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 
-KEYS=100000 REQUESTS=200000 ROUNDS=3 BUILD=0 SLUICE= EXTRA=()
+KEYS=100000 REQUESTS=200000 ROUNDS=3 BUILD=0 SLUICE= BEFORE= EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --keys) KEYS="$2"; shift ;;
     --requests) REQUESTS="$2"; shift ;;
     --rounds) ROUNDS="$2"; shift ;;
+    --before) BEFORE="$2"; shift ;;
     --) shift; EXTRA=("$@"); break ;;
     *) common_arg "$@"; shift $((ARG_WORDS - 1)) ;;
   esac
@@ -45,6 +47,7 @@ for tool in redis-server redis-cli redis-benchmark taskset awk; do
   command -v "$tool" >/dev/null || die "$tool is missing (apt-get install -y redis-server redis-tools util-linux mawk)"
 done
 need_sluice
+[ -z "$BEFORE" ] || [ -x "$BEFORE" ] || die "no sluice binary at $BEFORE"
 [ "$(nproc)" -ge 2 ] || die "needs 2 CPUs: the servers on CPU 0, the client on CPU 1"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-tail.XXXXXX")
@@ -74,6 +77,10 @@ for round in $(seq 1 "$ROUNDS"); do
   keys=$(redis-cli -p "$PORT_sluice" DBSIZE)
   [ "$keys" -gt $((KEYS / 2)) ] || die "sluice holds $keys keys after the run, not ~$KEYS"
   stop "$PID_sluice"
+  [ -n "$BEFORE" ] || continue
+  start_pinned 0 before "$BEFORE" --bind 127.0.0.1 --threads 1 "${EXTRA[@]}"
+  row "$round" before-RL.CHECK "$PORT_before" RL.CHECK "rl:__rand_int__" "$LIMIT" "$PERIOD_S"
+  stop "$PID_before"
 done
 stop "$PID_redis"
 
@@ -81,16 +88,19 @@ echo
 echo "Tail at -c 50 -P 1, $KEYS random keys, $REQUESTS requests per row, $(date -u +%Y-%m-%dT%H:%MZ),"
 echo "servers on CPU 0, redis-benchmark on CPU 1, each round from empty servers${EXTRA[*]:+, sluice ${EXTRA[*]}}."
 echo
-echo "| round | Redis PING p99/max | Redis INCR p99/max | Sluice PING p99/max | RL.CHECK p99/max | p99 ≤ INCR | max ≤ 2×INCR |"
-echo "|---|---|---|---|---|---|---|"
+echo "| round | Redis PING p99/max | Redis INCR p99/max | Sluice PING p99/max | RL.CHECK p99/max | p99 ≤ INCR | max ≤ 2×INCR |${BEFORE:+ before: RL.CHECK p99/max |}"
+echo "|---|---|---|---|---|---|---|${BEFORE:+---|}"
 awk '
   { p99[$1, $2] = $3; mx[$1, $2] = $4; if ($1 > n) n = $1 }
   END {
     for (r = 1; r <= n; r++) {
       c = "sluice-RL.CHECK"; i = "redis-INCR"
-      printf "| %d | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | %s | %s |\n", r,
+      printf "| %d | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | %s | %s |", r,
         p99[r, "redis-PING"], mx[r, "redis-PING"], p99[r, i], mx[r, i],
         p99[r, "sluice-PING"], mx[r, "sluice-PING"], p99[r, c], mx[r, c],
         (p99[r, c] <= p99[r, i]) ? "yes" : "no", (mx[r, c] <= 2 * mx[r, i]) ? "yes" : "no"
+      b = "before-RL.CHECK"
+      if ((r, b) in p99) printf " %.3f / %.3f |", p99[r, b], mx[r, b]
+      printf "\n"
     }
   }' "$ROWS"
