@@ -24,6 +24,8 @@ use crate::conn;
 use crate::shared::Shared;
 
 /// How often each thread runs its shards' timing wheels.
+use sluice_store::EXPIRE_BUDGET;
+
 const EXPIRE_EVERY: Duration = Duration::from_millis(10);
 /// How long shutdown waits for connections to write the replies in flight.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -376,7 +378,12 @@ async fn housekeeping(index: usize, threads: usize, shared: Arc<Shared>) {
         tick.tick().await;
         let now = shared.clock.now();
         for shard in (index..shared.store.shard_count()).step_by(threads) {
-            shared.store.expire_due(shard, now);
+            // Bounded steps, one shard at a time: the connections on this thread run between
+            // two, so a wave of expiries or a wheel cascade is never one long stall.
+            while !shared.store.expire_some(shard, now, EXPIRE_BUDGET).1 {
+                tokio::task::yield_now().await;
+            }
+            tokio::task::yield_now().await;
         }
         rounds += 1;
         if index == 0 && rounds.is_multiple_of(10) {

@@ -111,6 +111,11 @@ impl EvictionPolicy {
     }
 }
 
+/// Wheel items one [`Store::expire_some`] step looks at, for the server's housekeeping: each
+/// is a table probe and a drop or a refile, a few hundred ns at most, so a step stays well under
+/// a millisecond (`cargo run --release -p sluice-store --example stall`).
+pub const EXPIRE_BUDGET: usize = 2048;
+
 /// Most shards a store has: the shard index uses hash bits 40..56.
 pub const MAX_SHARDS: usize = 1 << 16;
 const SHARD_SHIFT: u32 = 40;
@@ -668,6 +673,18 @@ impl Store {
     /// If `shard >= self.shard_count()`.
     pub fn expire_due(&self, shard: usize, now: Nanos) -> usize {
         self.shards[shard].lock().expire_due(now)
+    }
+
+    /// [`Store::expire_due`] in a bounded step: at most `budget` wheel items looked at under
+    /// the shard's lock ([`EXPIRE_BUDGET`] keeps a step well under a millisecond). Returns the
+    /// keys dropped and whether the shard caught up with `now`; if not, the next call goes on.
+    /// A wave of expiries, or a wheel cascade that refiles a whole shard's keys, is then many
+    /// short steps, between which the caller serves its connections.
+    ///
+    /// # Panics
+    /// If `shard >= self.shard_count()`.
+    pub fn expire_some(&self, shard: usize, now: Nanos, budget: usize) -> (usize, bool) {
+        self.shards[shard].lock().expire_some(now, budget)
     }
 
     /// Keys dropped because their deadline passed, since start (`INFO stats` `expired_keys`).

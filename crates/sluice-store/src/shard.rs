@@ -352,6 +352,12 @@ impl<H: KeyHash> Shard<H> {
 
     /// Runs the wheel up to `now`, dropping entries whose deadline passed; returns how many.
     pub fn expire_due(&mut self, now: Nanos) -> usize {
+        self.expire_some(now, usize::MAX).0
+    }
+
+    /// [`Shard::expire_due`] with at most `budget` wheel items looked at (see
+    /// [`Wheel::advance_some`]); returns the keys dropped and whether the wheel caught up.
+    pub fn expire_some(&mut self, now: Nanos, budget: usize) -> (usize, bool) {
         let Shard {
             table,
             wheel,
@@ -360,7 +366,7 @@ impl<H: KeyHash> Shard<H> {
             ..
         } = self;
         let mut dropped = 0;
-        wheel.advance(now, |wheel, h, id| {
+        let done = wheel.advance_some(now, budget, |wheel, h, id| {
             dropped += visit(table, hasher, wheel, h, id, now);
         });
         stats.expired += dropped as u64;
@@ -368,7 +374,7 @@ impl<H: KeyHash> Shard<H> {
             let hasher = &self.hasher;
             self.table.maybe_shrink(&|k| hasher.hash32(k));
         }
-        dropped
+        (dropped, done)
     }
 
     /// Runs the wheel, then also drops the dead entries that wait for the end of the current

@@ -108,6 +108,11 @@ pub struct Wheel {
     overflow: Vec<u32>,
     /// Items in the wheel, stale ones included.
     items: usize,
+    /// The distinct items of the fired slot `pending_id` that a bounded
+    /// [`advance_some`](Wheel::advance_some) has not visited yet, in descending order (visited
+    /// from the end). Not counted in `items`.
+    pending: Vec<u32>,
+    pending_id: SlotId,
 }
 
 impl Default for Wheel {
@@ -118,6 +123,8 @@ impl Default for Wheel {
             occupied: [0; LEVELS],
             overflow: Vec::new(),
             items: 0,
+            pending: Vec::new(),
+            pending_id: NOT_FILED,
         }
     }
 }
@@ -135,7 +142,7 @@ impl Wheel {
             .levels
             .iter()
             .flatten()
-            .chain(std::iter::once(&self.overflow))
+            .chain([&self.overflow, &self.pending])
             .map(|v| v.capacity() * size_of::<u32>())
             .sum();
         size_of::<[[Vec<u32>; SLOTS]; LEVELS]>() + buffers
@@ -144,7 +151,7 @@ impl Wheel {
     /// Lets an empty wheel skip straight to `now`: with nothing filed there is nothing to
     /// process in between, and later filings then land in low levels instead of the overflow.
     pub fn idle_to(&mut self, now: Nanos) {
-        if self.items == 0 {
+        if self.items == 0 && self.pending.is_empty() {
             self.cur = self.cur.max(tick_floor(now));
         }
     }
@@ -252,26 +259,61 @@ impl Wheel {
     /// Processes every slot due by `now`: calls `visit(wheel, hash, id)` once per distinct
     /// hash of each fired slot, where `id` is the slot's id (an entry matches iff its `filed` is
     /// `id`). `visit` drops due entries and [`refile`](Wheel::refile)s the others.
-    pub fn advance(&mut self, now: Nanos, mut visit: impl FnMut(&mut Wheel, u32, SlotId)) {
+    #[cfg(test)]
+    pub fn advance(&mut self, now: Nanos, visit: impl FnMut(&mut Wheel, u32, SlotId)) {
+        self.advance_some(now, usize::MAX, visit);
+    }
+
+    /// [`advance`](Wheel::advance), but at most `budget` visits: a slot that fired holding a
+    /// wave of items (a cascade of a whole shard's keys, a mass expiry) is worked off over
+    /// several calls, so no call holds the shard's lock for long. Returns whether everything
+    /// due by `now` was processed; if not, the next call (at any `now`) goes on where this one
+    /// stopped, and `cur` stays at the slot being worked off until then. Entries waiting in
+    /// that slot are looked at late, never lost: a lookup sees a passed deadline by itself.
+    pub fn advance_some(
+        &mut self,
+        now: Nanos,
+        budget: usize,
+        mut visit: impl FnMut(&mut Wheel, u32, SlotId),
+    ) -> bool {
         let now_tick = tick_floor(now);
-        while let Some((from, mut hashes)) = self.take_next(now_tick) {
-            // Collisions and stale items may repeat a hash; one visit handles all its entries.
-            hashes.sort_unstable();
-            hashes.dedup();
-            let id = from.id();
-            for &h in &hashes {
-                visit(self, h, id);
+        let mut left = budget;
+        loop {
+            while let Some(&h) = self.pending.last() {
+                if left == 0 {
+                    return false;
+                }
+                left -= 1;
+                self.pending.pop();
+                visit(self, h, self.pending_id);
             }
-            hashes.clear();
-            let slot = match from {
-                Pos::Slot { level, index } => &mut self.levels[level][index],
-                Pos::Overflow => &mut self.overflow,
+            self.recycle_pending();
+            let Some((from, mut hashes)) = self.take_next(now_tick) else {
+                break;
             };
-            if slot.is_empty() && hashes.capacity() <= REUSE_CAP {
-                *slot = hashes;
-            }
+            // Collisions and stale items may repeat a hash; one visit handles all its entries.
+            // Descending, so that popping from the end visits them in ascending order.
+            hashes.sort_unstable_by(|a, b| b.cmp(a));
+            hashes.dedup();
+            (self.pending, self.pending_id) = (hashes, from.id());
         }
         self.cur = self.cur.max(now_tick + 1);
+        true
+    }
+
+    /// Gives the worked-off buffer back to its slot if that is still empty and it is small.
+    fn recycle_pending(&mut self) {
+        if self.pending.capacity() == 0 {
+            return;
+        }
+        let buffer = std::mem::take(&mut self.pending);
+        let slot = match Pos::of(self.pending_id) {
+            Pos::Slot { level, index } => &mut self.levels[level][index],
+            Pos::Overflow => &mut self.overflow,
+        };
+        if slot.is_empty() && buffer.capacity() <= REUSE_CAP {
+            *slot = buffer;
+        }
     }
 
     /// Takes the earliest slot due by `now_tick` out of the wheel and moves `cur` to it.
@@ -330,6 +372,10 @@ impl Wheel {
     /// entry's deadline is among the soonest, within that slot's width (one tick at level 0,
     /// 64^l ticks at level l). Returns the hash and the slot's id.
     pub fn pop_soonest(&mut self) -> Option<(u32, SlotId)> {
+        // A slot being worked off fired first: its items are the soonest.
+        if let Some(h) = self.pending.pop() {
+            return Some((h, self.pending_id));
+        }
         let mut best: Option<(u64, Pos)> = None;
         for level in 0..LEVELS {
             let occupied = self.occupied[level];
@@ -407,6 +453,24 @@ mod tests {
             self.last_run = now;
             self.dropped.extend(&dropped);
             dropped
+        }
+
+        /// One bounded step of `run`: at most `budget` visits; whether it caught up.
+        fn step(&mut self, now: Nanos, budget: usize) -> bool {
+            let entries = &mut self.entries;
+            let dropped = &mut self.dropped;
+            self.wheel.advance_some(now, budget, |w, h, id| {
+                if let Some(e) = entries.get_mut(&h)
+                    && e.1 == id
+                {
+                    if e.0 <= now {
+                        entries.remove(&h);
+                        dropped.push(h);
+                    } else {
+                        w.refile(h, &mut e.1, e.0);
+                    }
+                }
+            })
         }
     }
 
@@ -579,5 +643,67 @@ mod tests {
             }
         }
         assert!(h.wheel.items() >= deadlines.len());
+    }
+
+    #[test]
+    fn bounded_steps_drop_what_one_run_drops_and_keep_the_rest() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut whole, mut steps) = (Harness::default(), Harness::default());
+        let mut now = BASE;
+        whole.run(now);
+        while !steps.step(now, 1) {}
+        let mut stopped_early = 0;
+        for round in 0..300u64 {
+            // Waves of keys in one far slot (a cascade of all of them), and some near ones.
+            let mut touch = |whole: &mut Harness, steps: &mut Harness, k: u64, now: Nanos| {
+                let key = (next() % 2000) as u32;
+                let span = if k.is_multiple_of(2) { 40_000 } else { 100 } * TICK_NS;
+                let d = Nanos(now.0 + 1 + next() % span);
+                whole.touch(key, d, now);
+                steps.touch(key, d, now);
+            };
+            for k in 0..40 {
+                touch(&mut whole, &mut steps, k, now);
+            }
+            now = Nanos(now.0 + [2, 700, 50_000][(round % 3) as usize] * TICK_NS);
+            whole.run(now);
+            // Between two bounded steps more keys are filed (by the checks a server serves
+            // there): the steps stay consistent with them.
+            let budget = 1 + (round % 7) as usize;
+            for k in 0.. {
+                if steps.step(now, budget) {
+                    break;
+                }
+                stopped_early += 1;
+                touch(&mut whole, &mut steps, k, now);
+            }
+            whole.run(now);
+            // The same keys live with the same deadlines, none past its tick. (Which keys were
+            // dropped may differ: a due key that a step had not reached yet and that is then
+            // touched again lives on, where the whole run dropped it and the touch made it
+            // anew; a lookup treats both alike.)
+            let deadlines = |h: &Harness| {
+                let mut v: Vec<_> = h.entries.iter().map(|(k, e)| (*k, e.0)).collect();
+                v.sort_unstable();
+                v
+            };
+            assert_eq!(deadlines(&whole), deadlines(&steps), "round {round}");
+            for (k, e) in &steps.entries {
+                assert!(tick_of(e.0) > tick_floor(now), "key {k} survived {now:?}");
+            }
+        }
+        assert!(stopped_early > 100, "{stopped_early}");
+        // Eviction takes from a slot being worked off first.
+        let h = 0xABCD;
+        steps.touch(h, Nanos(now.0 + 40_000 * TICK_NS), now);
+        steps.touch(h + 1, Nanos(now.0 + 40_001 * TICK_NS), now);
+        assert!(!steps.step(Nanos(now.0 + 40_002 * TICK_NS), 0));
+        assert!(steps.wheel.pop_soonest().is_some());
     }
 }

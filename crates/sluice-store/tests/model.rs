@@ -51,6 +51,8 @@ enum Op {
     /// Moves time to exactly the next deadline in the model (or 1 ns before it).
     ToDeadline(bool),
     ExpireDue(usize),
+    /// One bounded housekeeping step: shard, budget.
+    ExpireSome(usize, usize),
     Flush,
 }
 
@@ -88,6 +90,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => prop_oneof![0..3u64, 0..2_000_000u64, 0..5_000_000_000u64, 0..20_000_000_000_000u64].prop_map(Op::Advance),
         2 => any::<bool>().prop_map(Op::ToDeadline),
         2 => (0..8usize).prop_map(Op::ExpireDue),
+        2 => (0..8usize, 1..4usize).prop_map(|(s, b)| Op::ExpireSome(s, b)),
         1 => Just(Op::Flush),
     ]
 }
@@ -287,6 +290,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::ExpireDue(shard) => {
                 store.expire_due(shard % store.shard_count(), now);
+            }
+            Op::ExpireSome(shard, budget) => {
+                store.expire_some(shard % store.shard_count(), now, budget);
             }
             Op::Flush => {
                 store.flush();
