@@ -14,10 +14,13 @@
 # scripts/lua/token_bucket.lua (the Lua token bucket RL.CHECK replaces) on Redis; and NEWKEY,
 # RL.CHECK TOKEN on the empty server before anything is preloaded, so most requests create
 # their bucket and the table grows as it goes (20,000 requests over 100k keys: about 90% new).
+# RL.HIT under a named rule and under a GLOBAL rule (issue 20: a region enforces its share
+# through the rules table, so the two must cost the same); with --regions the server is a
+# region (a real etcd, --rebalance-interval 1s), so its region thread runs during the tests.
 #
 # Usage: scripts/callgrind.sh [--requests N] [--keyspace N] [--out DIR] [--sluice PATH]
 #                             [--skip-redis] [--build] [--cluster] [--cache-sim]
-#                             [--replica [--flush-ms MS]] [--sluice-args "ARGS"]
+#                             [--replica [--flush-ms MS]] [--sluice-args "ARGS"] [--regions]
 #   --requests   requests per test (default 20000)
 #   --keyspace   keys preloaded and used by -r (default 100000)
 #   --out        where the callgrind dumps are kept (default /tmp/sluice-callgrind); annotate
@@ -35,6 +38,7 @@
 #                Sluice under callgrind before the tests, so every change is journaled and
 #                streamed: the figures then include what replication costs the primary's user
 #                space; compare them with a run without it (issue 7, "Cost to the primary")
+#   --regions    start an etcd and run Sluice as region `demo` of it (needs etcd)
 #   --flush-ms   the primary's --repl-flush-ms with --replica (default 20): under callgrind the
 #                server runs some 50x slower, so a 1 ms flush would carry 50x fewer records
 #                than at full speed and overstate the per-flush work; 20 ms brings the records
@@ -48,7 +52,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 REQUESTS=20000 KEYSPACE=100000 OUT="${TMPDIR:-/tmp}/sluice-callgrind" SKIP_REDIS=0 BUILD=0 CLUSTER=0 REPLICA=0 FLUSH_MS=20
-CACHE_SIM=no SLUICE_ARGS=""
+CACHE_SIM=no SLUICE_ARGS="" REGIONS=0
 SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -63,6 +67,7 @@ while [ $# -gt 0 ]; do
     --replica) REPLICA=1 ;;
     --flush-ms) FLUSH_MS="$2"; shift ;;
     --sluice-args) SLUICE_ARGS="$2"; shift ;;
+    --regions) REGIONS=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -152,11 +157,22 @@ TOKEN_ARGS=(1000000 100000000)             # capacity 1,000,000, refill 0.01/s (
 TOKEN_ARGS_MS=(1000000 100000000000 1000000) # the same for the Lua script (period in ms, burst)
 
 # ---- Sluice ----
-free_port
 CLUSTER_ARGS=()
 [ "$CLUSTER" = 1 ] && CLUSTER_ARGS=(--cluster yes --cluster-config-file "$WORK/nodes.conf")
 REPL_ARGS=()
 [ "$REPLICA" = 1 ] && REPL_ARGS=(--repl-flush-ms "$FLUSH_MS")
+if [ "$REGIONS" = 1 ]; then
+  command -v etcd >/dev/null || die "--regions needs etcd"
+  free_port; ETCD_PORT=$PORT; free_port; ETCD_PEER=$PORT
+  etcd --name cg --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls "http://127.0.0.1:$ETCD_PEER" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER" \
+    --initial-cluster "cg=http://127.0.0.1:$ETCD_PEER" >"$WORK/etcd.log" 2>&1 &
+  PIDS+=($!)
+  SLUICE_ARGS="$SLUICE_ARGS --region demo --regions-etcd http://127.0.0.1:$ETCD_PORT --rebalance-interval 1s"
+  log "etcd on port $ETCD_PORT; Sluice is region demo"
+fi
+free_port
 # shellcheck disable=SC2086 # SLUICE_ARGS is a list of flags
 start sluice "$SLUICE" --port "$PORT" --bind 127.0.0.1 --threads 1 "${CLUSTER_ARGS[@]}" "${REPL_ARGS[@]}" $SLUICE_ARGS
 S_PORT=$PORT S_PID=$PID
@@ -175,6 +191,10 @@ preload "$S_PORT" "$KEYSPACE" rlt: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000
 preload "$S_PORT" "$KEYSPACE" rlg: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000 ALGO GCRA
 preload "$S_PORT" "$KEYSPACE" rls: RL.CHECK KEY "${TOKEN_ARGS[@]}" COST 1000 ALGO SLIDING
 preload "$S_PORT" "$KEYSPACE" ctr: SET KEY 0
+redis-cli -p "$S_PORT" RL.RULE SET loc LIMIT 1000000 PERIOD 365d >/dev/null
+redis-cli -p "$S_PORT" RL.RULE SET glb LIMIT 1000000 PERIOD 365d GLOBAL >/dev/null
+preload "$S_PORT" "$KEYSPACE" s: RL.HIT loc KEY COST 1000
+preload "$S_PORT" "$KEYSPACE" s: RL.HIT glb KEY COST 1000
 if [ "$REPLICA" = 1 ]; then
   free_port
   REPLICA_CPU=$(($(nproc) - 1))
@@ -197,6 +217,11 @@ measure sluice "$S_PID" "$S_PORT" INCR INCR ctr:__rand_int__
 measure sluice "$S_PID" "$S_PORT" TOKEN RL.CHECK rlt:__rand_int__ "${TOKEN_ARGS[@]}"
 measure sluice "$S_PID" "$S_PORT" GCRA RL.CHECK rlg:__rand_int__ "${TOKEN_ARGS[@]}" ALGO GCRA
 measure sluice "$S_PID" "$S_PORT" SLIDING RL.CHECK rls:__rand_int__ "${TOKEN_ARGS[@]}" ALGO SLIDING
+measure sluice "$S_PID" "$S_PORT" HIT RL.HIT loc s:__rand_int__
+measure sluice "$S_PID" "$S_PORT" HITGLOBAL RL.HIT glb s:__rand_int__
+if [ "$REGIONS" = 1 ]; then
+  log "region: $(redis-cli -p "$S_PORT" INFO regions | grep -E '^(region_coordinator|global_rule_glb):' | tr -d '\r' | tr '\n' ' ')"
+fi
 stop "$S_PID"
 
 # ---- Redis ----
@@ -248,6 +273,21 @@ line "RL.CHECK TOKEN vs EVALSHA token_bucket" TOKEN TOKEN
 line "RL.CHECK ALGO GCRA" GCRA none
 line "RL.CHECK ALGO SLIDING" SLIDING none
 line "RL.CHECK TOKEN, new keys (empty server)" NEWKEY none
+line "RL.HIT rule" HIT none
+line "RL.HIT GLOBAL rule" HITGLOBAL none
+awk -v g="$(per_request sluice HITGLOBAL)" -v l="$(per_request sluice HIT)" 'BEGIN {
+  if (l > 0) printf "\nRL.HIT GLOBAL rule / RL.HIT rule: %.4f (whole process, idle work subtracted)\n", g / l }'
+# The request path alone: Conn::run_batch's inclusive Ir (decode, execute, reply), which no
+# background thread (the region thread with --regions) adds to.
+path_ir() { # LABEL -> Ir per request under Conn::run_batch
+  local dump
+  dump=$(awk -v l="$1" '$1 == l { print $4 }' "$WORK/sluice")
+  [ -n "$dump" ] || { echo 0; return; }
+  callgrind_annotate --auto=no --threshold=100 --inclusive=yes "$OUT/$dump" 2>/dev/null |
+    awk -v n="$REQUESTS" '!done && /conn::Conn::run_batch/ { gsub(/,/, "", $1); print $1 / n; done = 1 }'
+}
+awk -v g="$(path_ir HITGLOBAL)" -v l="$(path_ir HIT)" 'BEGIN {
+  if (l > 0) printf "Request path (Conn::run_batch inclusive): RL.HIT rule %.1f, GLOBAL rule %.1f Ir/req, ratio %.4f\n", l, g, g / l }'
 # misses DUMP -> "D1 LL": data-cache misses (reads + writes) at the first level and the last
 # level, from the dump's totals in the order its `events:` line names them.
 misses() {

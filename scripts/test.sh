@@ -6,7 +6,8 @@
 # redis-sentinel for the Sentinel tests, etcd for the cluster table and the rules, nginx and
 # iptables for the gateway tests, unshare, ip and iptables for the partition tests (each in a
 # network namespace of its own), libfaketime (package faketime) to jump a node's wall clock,
-# redis-py 8 (pip) and ioredis (npm) for the sidecar's clients. Whichever is missing is
+# redis-py 8 (pip) and ioredis (npm) for the sidecar's clients, openssl (test certificates and
+# s_client) and curl (HTTPS metrics, gRPC over TLS) for the TLS tests. Whichever is missing is
 # installed from Debian packages (as root, or through sudo), after saying which. Then `cargo test --workspace` runs with CI=true,
 # so a test whose tool is still missing fails instead of skipping and passing.
 set -euo pipefail
@@ -34,6 +35,8 @@ faketime faketime
 node nodejs
 npm npm
 pip3 python3-pip
+openssl openssl
+curl curl
 TOOLS
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -573,6 +573,13 @@ impl Etcd {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// Stops etcd now (SIGKILL), as a crash or a lost network would; its directory goes on
+    /// drop.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// What etcd has logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()

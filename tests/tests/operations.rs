@@ -615,6 +615,33 @@ fn info_cpu_errorstats_and_client_list() {
         target.to_string_lossy().starts_with("socket:"),
         "fd={fd} is the client's socket: {target:?}"
     );
+
+    // sub, psub and multi: what the connection holds now, not constants.
+    let mut other = node.raw();
+    other
+        .write_all(b"CLIENT SETNAME watched\r\nMULTI\r\nPING\r\nPING\r\n")
+        .unwrap();
+    let field_of = |line: &str, name: &str| -> i64 {
+        line.split(' ')
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let mut watched = |want: &dyn Fn(&str) -> bool| {
+        wait_until(Duration::from_secs(10), || {
+            let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).ok()?;
+            let line = list.lines().find(|l| l.contains(" name=watched "))?;
+            want(line).then(|| line.to_string())
+        })
+    };
+    watched(&|l| field_of(l, "multi") == 2).expect("multi counts the queued commands");
+    other
+        .write_all(b"DISCARD\r\nSUBSCRIBE a b\r\nPSUBSCRIBE p*\r\n")
+        .unwrap();
+    let line = watched(&|l| field_of(l, "psub") == 1).expect("psub counts patterns");
+    assert_eq!(field_of(&line, "sub"), 2, "{line}");
+    assert_eq!(field_of(&line, "multi"), -1, "{line}");
 }
 
 #[test]

@@ -115,8 +115,8 @@ fn connect(host: &str, port: u16) -> std::io::Result<TcpStream> {
 }
 
 impl Conn {
-    /// Connects, then sends `AUTH password` if there is one.
-    pub fn open(password: Option<&str>, addr: &str) -> Fallible<Conn> {
+    /// Connects, then sends `AUTH [user] password` if there is a password.
+    pub fn open(auth: Option<(Option<&str>, &str)>, addr: &str) -> Fallible<Conn> {
         let (host, port) = split_addr(addr)?;
         let stream = connect(&host, port)
             .and_then(|s| {
@@ -134,8 +134,14 @@ impl Conn {
             buf: BytesMut::with_capacity(4096),
             broken: false,
         };
-        if let Some(pass) = password {
-            let _: String = conn.query(&["AUTH", pass])?;
+        match auth {
+            Some((Some(user), pass)) => {
+                let _: String = conn.query(&["AUTH", user, pass])?;
+            }
+            Some((None, pass)) => {
+                let _: String = conn.query(&["AUTH", pass])?;
+            }
+            None => {}
         }
         Ok(conn)
     }
@@ -283,7 +289,7 @@ mod tests {
             b"-ERR not newer\r\n",
             b"+still in step\r\n",
         ]);
-        let mut c = Conn::open(Some("secret"), &addr).unwrap();
+        let mut c = Conn::open(Some((None, "secret")), &addr).unwrap();
         assert_eq!(c.query::<String>(&["GET", "x"]).unwrap(), "epoch 3\r\n");
         assert_eq!(c.query::<Option<String>>(&["GET", "y"]).unwrap(), None);
         assert_eq!(c.query::<i64>(&["DBSIZE"]).unwrap(), 42);

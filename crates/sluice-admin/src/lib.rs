@@ -18,9 +18,12 @@ mod conn;
 /// `sluice cluster <command>`
 #[derive(Debug, Args)]
 pub struct Admin {
-    /// Password of the nodes (their --requirepass).
+    /// Password of the nodes (their --requirepass, or `--user`'s).
     #[arg(long, global = true)]
     password: Option<String>,
+    /// The ACL user to log in to the nodes as, with `--password` (default: `default`).
+    #[arg(long, global = true, requires = "password")]
+    user: Option<String>,
     /// The etcd that holds the table (the nodes' --etcd): the table is written there with
     /// compare-and-swap, then pushed to the nodes.
     #[arg(long, global = true)]
@@ -76,6 +79,14 @@ const PAUSE: Duration = Duration::from_millis(sluice_cluster::MAX_PAUSE_MS);
 const CATCH_UP: Duration = Duration::from_secs(5);
 
 /// Runs `sluice cluster <command>`; returns the exit code.
+impl Admin {
+    /// Who the tool logs in to the nodes as: `(user, password)`, if a password was given.
+    fn auth(&self) -> Option<(Option<&str>, &str)> {
+        let pass = self.password.as_deref()?;
+        Some((self.user.as_deref(), pass))
+    }
+}
+
 pub fn main(admin: Admin) -> i32 {
     let result = match &admin.command {
         AdminCommand::Create { nodes, replicas } => create(&admin, nodes, *replicas),
@@ -191,7 +202,7 @@ fn create(admin: &Admin, addrs: &[String], replicas: usize) -> Fallible<()> {
     step(&format!("Checking {} nodes", addrs.len()));
     let mut conns = addrs
         .iter()
-        .map(|a| Conn::open(admin.password.as_deref(), a))
+        .map(|a| Conn::open(admin.auth(), a))
         .collect::<Fallible<Vec<_>>>()
         .map_err(|e| format!("{e}; nothing changed"))?;
     let found = conns
@@ -295,7 +306,7 @@ fn connect_all(admin: &Admin, table: &SlotTable) -> Fallible<BTreeMap<String, Co
         .iter()
         .flat_map(|s| std::iter::once(&s.primary).chain(&s.replicas))
     {
-        let c = Conn::open(admin.password.as_deref(), &format!("{}:{}", n.host, n.port))
+        let c = Conn::open(admin.auth(), &format!("{}:{}", n.host, n.port))
             .map_err(|e| format!("{e}; nothing changed"))?;
         all.insert(n.id.clone(), c);
     }
@@ -747,13 +758,11 @@ impl<'a> Migration<'a> {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(200));
-                pushed = Conn::open(self.admin.password.as_deref(), &c.addr.clone()).and_then(
-                    |mut fresh| {
-                        fresh.push(self.new)?;
-                        *c = fresh;
-                        Ok(())
-                    },
-                );
+                pushed = Conn::open(self.admin.auth(), &c.addr.clone()).and_then(|mut fresh| {
+                    fresh.push(self.new)?;
+                    *c = fresh;
+                    Ok(())
+                });
             }
             match pushed {
                 Ok(()) => {}
@@ -780,12 +789,12 @@ impl<'a> Migration<'a> {
 
 fn add_node(admin: &Admin, new_addr: &str, existing: &str) -> Fallible<()> {
     step(&format!("Reading the table from {existing}"));
-    let old = Conn::open(admin.password.as_deref(), existing)?
+    let old = Conn::open(admin.auth(), existing)?
         .table()?
         .ok_or_else(|| format!("{existing} has no table yet: run `sluice cluster create` first"))?;
     let mut conns = connect_all(admin, &old)?;
-    let mut newc = Conn::open(admin.password.as_deref(), new_addr)
-        .map_err(|e| format!("{e}; nothing changed"))?;
+    let mut newc =
+        Conn::open(admin.auth(), new_addr).map_err(|e| format!("{e}; nothing changed"))?;
     let node = newc
         .empty_node()
         .map_err(|e| format!("{e}; nothing changed"))?;
@@ -811,7 +820,7 @@ fn add_node(admin: &Admin, new_addr: &str, existing: &str) -> Fallible<()> {
 
 fn remove_node(admin: &Admin, addr: &str, existing: &str) -> Fallible<()> {
     step(&format!("Reading the table from {existing}"));
-    let old = Conn::open(admin.password.as_deref(), existing)?
+    let old = Conn::open(admin.auth(), existing)?
         .table()?
         .ok_or_else(|| format!("{existing} has no table"))?;
     let mut conns = connect_all(admin, &old)?;
@@ -847,7 +856,7 @@ fn remove_node(admin: &Admin, addr: &str, existing: &str) -> Fallible<()> {
 }
 
 fn show(admin: &Admin, addr: &str) -> Fallible<()> {
-    let table = Conn::open(admin.password.as_deref(), addr)?
+    let table = Conn::open(admin.auth(), addr)?
         .table()?
         .ok_or_else(|| format!("{addr} has no table"))?;
     println!("Table epoch {}:", table.epoch);
@@ -861,7 +870,7 @@ fn show(admin: &Admin, addr: &str) -> Fallible<()> {
             .chain(shard.replicas.iter().map(|r| (r, "replica")))
         {
             let a = format!("{}:{}", n.host, n.port);
-            let (keys, mem) = match Conn::open(admin.password.as_deref(), &a) {
+            let (keys, mem) = match Conn::open(admin.auth(), &a) {
                 Ok(mut c) => (
                     c.query::<i64>(&["DBSIZE"])
                         .map_or("?".into(), |k| k.to_string()),

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::limit::{Decision, FailMode, Limit, Source};
 use crate::local::Expiring;
-use crate::node::{BreakerState, CallError, Node, NodeOptions, cannot_answer};
+use crate::node::{BreakerState, CallError, Credentials, Node, NodeOptions, Secure, cannot_answer};
 
 mod approx;
 
@@ -65,6 +65,10 @@ pub struct Config {
     pub node: NodeOptions,
     /// Most keys held in each of the local maps (local buckets, blocked cache, approximate).
     pub max_local_keys: usize,
+    /// Log in to every node as this user (`AUTH [user] password` on each connection).
+    pub auth: Option<Arc<Credentials>>,
+    /// Reach every node over TLS with this config (the node's `--tls-port`).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Config {
@@ -75,6 +79,8 @@ impl Config {
             gateways: 1,
             node: NodeOptions::default(),
             max_local_keys: 100_000,
+            auth: None,
+            tls: None,
         }
     }
 }
@@ -526,7 +532,16 @@ impl Inner {
         self.nodes
             .lock()
             .entry(addr.clone())
-            .or_insert_with(|| Node::spawn(addr.clone(), self.config.node))
+            .or_insert_with(|| {
+                Node::spawn(
+                    addr.clone(),
+                    self.config.node,
+                    Secure {
+                        tls: self.config.tls.clone(),
+                        auth: self.config.auth.clone(),
+                    },
+                )
+            })
             .clone()
     }
 

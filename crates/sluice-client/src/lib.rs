@@ -33,6 +33,7 @@
 //!   check path, and its pieces for the sidecar's batches; `client::approx` (private):
 //!   approximate mode's shares, syncs and waits, and the check's first step taken without
 //!   waiting ([`Quick`]).
+//! - [`tls`]: the TLS client config for nodes' `--tls-port` (CA, and a client certificate).
 //! - `local` (private): the bounded, expiring maps behind the local buckets, the blocked cache
 //!   and approximate counting.
 //!
@@ -52,9 +53,13 @@ pub mod limit;
 mod local;
 pub mod node;
 pub mod raw;
+pub mod tls;
 
 pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream};
 pub use lease::{Concurrency, Lease, LeaseDecision, LocalLeases};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};
-pub use node::{BreakerState, CallError, Node, NodeOptions, RawBatch, RawReplies, cannot_answer};
+pub use node::{
+    BreakerState, CallError, Credentials, Node, NodeOptions, RawBatch, RawReplies, Secure,
+    cannot_answer,
+};
 pub use sluice_core::Algo;

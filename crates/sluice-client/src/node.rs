@@ -63,6 +63,71 @@ pub fn cannot_answer(error: &str) -> bool {
     )
 }
 
+/// Who a client logs in as at every node: `AUTH [user] password` is its first command on each
+/// new connection (a node with `--requirepass` or ACL users answers nothing else).
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    /// The ACL user; `None` is the `default` user (`AUTH password`).
+    pub user: Option<String>,
+    pub password: String,
+}
+
+impl Credentials {
+    fn frame(&self) -> BytesMut {
+        let mut out = BytesMut::with_capacity(64);
+        match &self.user {
+            Some(user) => value::encode_command(
+                &mut out,
+                &[b"AUTH", user.as_bytes(), self.password.as_bytes()],
+            ),
+            None => value::encode_command(&mut out, &[b"AUTH", self.password.as_bytes()]),
+        }
+        out
+    }
+}
+
+/// A connection to a node: plain TCP, or TLS when the client has a TLS config.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+/// Sends AUTH and reads its one reply within `limit`; `Err` with the node's words if refused.
+async fn login<S>(stream: &mut S, auth: &Credentials, limit: Duration) -> Result<(), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let exchange = async {
+        stream
+            .write_all(&auth.frame())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = BytesMut::with_capacity(256);
+        loop {
+            if let Some(reply) = value::decode(&mut buf).map_err(|e| e.to_string())? {
+                return if reply.is_ok() {
+                    Ok(())
+                } else {
+                    Err(reply.text())
+                };
+            }
+            if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                return Err("connection closed during AUTH".into());
+            }
+        }
+    };
+    timeout(limit, exchange)
+        .await
+        .unwrap_or_else(|_| Err("AUTH timed out".into()))
+}
+
+/// How a client reaches its nodes safely: TLS, and who it logs in as.
+#[derive(Clone, Debug, Default)]
+pub struct Secure {
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub auth: Option<Arc<Credentials>>,
+}
+
 /// Connection and breaker settings.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeOptions {
@@ -182,9 +247,12 @@ impl std::fmt::Debug for Request {
 
 impl Node {
     /// Starts the connection task for `addr` (`host:port`) on the current tokio runtime.
-    pub fn spawn(addr: Arc<str>, options: NodeOptions) -> Arc<Node> {
+    /// With `secure.tls`, every connection is TLS; with `secure.auth`, it logs in first. A
+    /// failed handshake or a refused login counts as a failed connect (the node is down for
+    /// this client until it is accepted).
+    pub fn spawn(addr: Arc<str>, options: NodeOptions, secure: Secure) -> Arc<Node> {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(addr.clone(), rx, options));
+        tokio::spawn(run(addr.clone(), rx, options, secure));
         Arc::new(Node {
             addr,
             tx,
@@ -308,19 +376,23 @@ impl Node {
 }
 
 /// The connection task: connect, serve, and on any fault fail what is in flight and redial.
-async fn run(addr: Arc<str>, mut rx: mpsc::UnboundedReceiver<Request>, options: NodeOptions) {
+async fn run(
+    addr: Arc<str>,
+    mut rx: mpsc::UnboundedReceiver<Request>,
+    options: NodeOptions,
+    secure: Secure,
+) {
     let mut backoff = options.backoff_min;
+    let mut refused_logged = false;
     loop {
-        let connected = timeout(options.connect_timeout, TcpStream::connect(&*addr)).await;
-        match connected {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
+        match dial(&addr, &options, &secure, &mut refused_logged).await {
+            Some(stream) => {
                 backoff = options.backoff_min;
                 if serve(stream, &mut rx, &options).await.is_ok() {
                     return;
                 }
             }
-            _ => {
+            None => {
                 if !refuse_for(backoff, &mut rx).await {
                     return;
                 }
@@ -328,6 +400,56 @@ async fn run(addr: Arc<str>, mut rx: mpsc::UnboundedReceiver<Request>, options: 
             }
         }
     }
+}
+
+/// Connects and logs in. A refused login is said once per streak of refusals (a wrong
+/// password is a setup mistake, and the fail mode hides it from the callers).
+async fn dial(
+    addr: &str,
+    options: &NodeOptions,
+    secure: &Secure,
+    refused_logged: &mut bool,
+) -> Option<Stream> {
+    let tcp = timeout(options.connect_timeout, TcpStream::connect(addr))
+        .await
+        .ok()?
+        .ok()?;
+    let _ = tcp.set_nodelay(true);
+    let mut stream = match &secure.tls {
+        None => Stream::Plain(tcp),
+        Some(config) => {
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let name = rustls::pki_types::ServerName::try_from(host.to_string()).ok()?;
+            let connect = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp);
+            let tls = timeout(options.connect_timeout, connect).await.ok()?;
+            match tls {
+                Ok(tls) => Stream::Tls(Box::new(tls)),
+                Err(e) => {
+                    if !*refused_logged {
+                        eprintln!("sluice-client: TLS with {addr} failed: {e}");
+                        *refused_logged = true;
+                    }
+                    return None;
+                }
+            }
+        }
+    };
+    if let Some(auth) = secure.auth.as_deref() {
+        let logged_in = match &mut stream {
+            Stream::Plain(s) => login(s, auth, options.connect_timeout).await,
+            Stream::Tls(s) => login(s.as_mut(), auth, options.connect_timeout).await,
+        };
+        if let Err(why) = logged_in {
+            if !*refused_logged {
+                eprintln!("sluice-client: {addr} refused AUTH: {why}");
+                *refused_logged = true;
+            }
+            return None;
+        }
+        *refused_logged = false;
+    }
+    Some(stream)
 }
 
 /// Fails every request that arrives during `wait` with `Down`. `false` when every handle is gone.
@@ -353,11 +475,33 @@ const BATCH: usize = 512;
 /// Serves one connection. `Ok` when every handle is gone; `Err` when the connection broke (what
 /// was in flight has been failed).
 async fn serve(
-    stream: TcpStream,
+    stream: Stream,
     rx: &mut mpsc::UnboundedReceiver<Request>,
     options: &NodeOptions,
 ) -> Result<(), ()> {
-    let (mut rd, mut wr) = stream.into_split();
+    match stream {
+        Stream::Plain(tcp) => {
+            let (rd, wr) = tcp.into_split();
+            serve_halves(rd, wr, rx, options).await
+        }
+        Stream::Tls(tls) => {
+            let (rd, wr) = tokio::io::split(*tls);
+            serve_halves(rd, wr, rx, options).await
+        }
+    }
+}
+
+/// [`serve`] on the two halves of a connection.
+async fn serve_halves<R, W>(
+    mut rd: R,
+    mut wr: W,
+    rx: &mut mpsc::UnboundedReceiver<Request>,
+    options: &NodeOptions,
+) -> Result<(), ()>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
     let mut inflight: VecDeque<Waiter> = VecDeque::new();
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
@@ -500,7 +644,7 @@ mod tests {
             backoff_max: Duration::from_millis(5),
             ..NodeOptions::default()
         };
-        let node = Node::spawn(addr.to_string().into(), options);
+        let node = Node::spawn(addr.to_string().into(), options, Secure::default());
         let deadline = || Instant::now() + Duration::from_millis(200);
         for _ in 0..3 {
             let r = node.call(ping(), deadline()).await;

@@ -1,8 +1,9 @@
 //! The etcd v3 client Sluice needs: read a key or a prefix (now or at an earlier revision),
-//! put, delete, put only if a key has not changed, and watch a key or a prefix.
+//! put, delete, put only if a key has not changed, watch a key or a prefix, transactions of
+//! puts under conditions ([`Txn`]), and leases (grant, keep alive once).
 //!
 //! It speaks etcd's gRPC API through tonic, with code generated from the part of etcd's protos
-//! vendored in `proto/` (KV and Watch). `protoc` comes from the `protoc-bin-vendored` crate, so
+//! vendored in `proto/` (KV, Watch and Lease). `protoc` comes from the `protoc-bin-vendored` crate, so
 //! the build needs nothing but cargo; the `etcd-client` crate compiles etcd's protos with the
 //! `protoc` on `PATH`, which a fresh machine does not have.
 //!
@@ -37,12 +38,13 @@ pub use mvccpb::{Event, KeyValue};
 
 use etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use etcdserverpb::kv_client::KvClient;
+use etcdserverpb::lease_client::LeaseClient;
 use etcdserverpb::request_op::Request;
 use etcdserverpb::watch_client::WatchClient;
 use etcdserverpb::watch_request::RequestUnion;
 use etcdserverpb::{
-    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
-    WatchCreateRequest, WatchRequest,
+    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, PutRequest,
+    RangeRequest, RequestOp, TxnRequest, WatchCreateRequest, WatchRequest,
 };
 
 /// A failed call: no connection, or etcd's error status.
@@ -79,6 +81,7 @@ impl From<tonic::Status> for Error {
 pub struct Client {
     kv: KvClient<Channel>,
     watch: WatchClient<Channel>,
+    lease: LeaseClient<Channel>,
 }
 
 impl Client {
@@ -96,6 +99,7 @@ impl Client {
             .map_err(Error::Connect)?;
         Ok(Client {
             kv: KvClient::new(channel.clone()),
+            lease: LeaseClient::new(channel.clone()),
             watch: WatchClient::new(channel),
         })
     }
@@ -171,6 +175,45 @@ impl Client {
         Ok(self.kv.txn(request).await?.into_inner().succeeded)
     }
 
+    /// Applies `txn`: its puts if every one of its conditions holds, else nothing. Whether
+    /// they held.
+    pub async fn commit(&mut self, txn: Txn) -> Result<bool, Error> {
+        let request = TxnRequest {
+            compare: txn.compare,
+            success: txn.success,
+            failure: Vec::new(),
+        };
+        Ok(self.kv.txn(request).await?.into_inner().succeeded)
+    }
+
+    /// Grants a lease of `ttl_secs` seconds; its id.
+    pub async fn lease_grant(&mut self, ttl_secs: i64) -> Result<i64, Error> {
+        let request = LeaseGrantRequest {
+            ttl: ttl_secs,
+            id: 0,
+        };
+        let response = self.lease.lease_grant(request).await?.into_inner();
+        if response.error.is_empty() {
+            Ok(response.id)
+        } else {
+            Err(Error::Rpc(tonic::Status::unknown(response.error)))
+        }
+    }
+
+    /// Renews lease `id` once; the seconds it now has left (0: it had already expired).
+    pub async fn lease_keep_alive(&mut self, id: i64) -> Result<i64, Error> {
+        let request = LeaseKeepAliveRequest { id };
+        // One request, then the stream stays open until the answer is read: etcd ends a
+        // keep-alive stream whose client has finished sending before it answers.
+        let requests =
+            tokio_stream::StreamExt::chain(tokio_stream::iter([request]), tokio_stream::pending());
+        let mut responses = self.lease.lease_keep_alive(requests).await?.into_inner();
+        match responses.message().await? {
+            Some(r) => Ok(r.ttl),
+            None => Ok(0),
+        }
+    }
+
     /// Watches `key` (every key under it, with `prefix`) from `start_revision` on: every change
     /// at or after that revision arrives, in order, through [`Watch::message`].
     pub async fn watch(
@@ -206,6 +249,41 @@ impl Watch {
     /// The next answer, with the events since the last one; `None` when etcd ended the watch.
     pub async fn message(&mut self) -> Result<Option<WatchResponse>, Error> {
         Ok(self.responses.message().await?)
+    }
+}
+
+/// A transaction for [`Client::commit`]: conditions on keys, then the puts made if all hold.
+#[derive(Debug, Default, Clone)]
+pub struct Txn {
+    compare: Vec<Compare>,
+    success: Vec<RequestOp>,
+}
+
+impl Txn {
+    pub fn new() -> Txn {
+        Txn::default()
+    }
+
+    /// Holds if `key` was last written at mod revision `rev` (0: the key does not exist).
+    pub fn mod_revision_is(mut self, key: &[u8], rev: i64) -> Txn {
+        self.compare.push(Compare {
+            result: CompareResult::Equal.into(),
+            target: CompareTarget::Mod.into(),
+            key: key.to_vec(),
+            target_union: Some(TargetUnion::ModRevision(rev)),
+            range_end: Vec::new(),
+        });
+        self
+    }
+
+    /// Puts `value` under `key`, bound to lease `lease` (0: none).
+    pub fn put(mut self, key: &[u8], value: &[u8], lease: i64) -> Txn {
+        let mut put = put_request(key, value);
+        put.lease = lease;
+        self.success.push(RequestOp {
+            request: Some(Request::RequestPut(put)),
+        });
+        self
     }
 }
 

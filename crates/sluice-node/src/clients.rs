@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -20,6 +20,8 @@ pub struct ClientHandle {
     pub addr: SocketAddr,
     pub laddr: SocketAddr,
     pub created: Instant,
+    /// The ACL user the connection runs as (`ACL DELUSER` closes its connections).
+    pub user: Mutex<String>,
     pub name: Mutex<Option<String>>,
     pub lib_name: Mutex<Option<String>>,
     pub lib_ver: Mutex<Option<String>>,
@@ -39,6 +41,12 @@ pub struct ClientHandle {
     /// The connection's buffers as of its last batch: unparsed input, its spare room, and
     /// replies not yet written (CLIENT LIST's `qbuf`, `qbuf-free`, `omem`).
     pub buffers: Buffers,
+    /// Channels and patterns subscribed (CLIENT LIST's `sub`, `psub`), kept by SUBSCRIBE and
+    /// its kin.
+    pub subs: AtomicU32,
+    pub psubs: AtomicU32,
+    /// Commands queued in an open MULTI, or -1 outside one (CLIENT LIST's `multi`).
+    pub multi: AtomicI32,
 }
 
 /// A connection's buffer sizes, stored by its own thread once per batch.
@@ -109,6 +117,7 @@ impl Clients {
             addr,
             laddr,
             created: Instant::now(),
+            user: Mutex::new("default".into()),
             name: Mutex::new(None),
             lib_name: Mutex::new(None),
             lib_ver: Mutex::new(None),
@@ -119,6 +128,9 @@ impl Clients {
             blocked: AtomicBool::new(false),
             fd: AtomicI32::new(-1),
             buffers: Buffers::default(),
+            subs: AtomicU32::new(0),
+            psubs: AtomicU32::new(0),
+            multi: AtomicI32::new(-1),
         });
         self.by_id.lock().insert(id, handle.clone());
         handle
@@ -180,6 +192,12 @@ impl ClientHandle {
         self.kind.store(kind as u8, Relaxed);
     }
 
+    /// Records how many channels and patterns the connection is subscribed to.
+    pub fn set_subs(&self, channels: usize, patterns: usize) {
+        self.subs.store(channels as u32, Relaxed);
+        self.psubs.store(patterns as u32, Relaxed);
+    }
+
     /// One `CLIENT LIST` line, in Redis's field order (the fields that mean something here).
     pub fn list_line(&self, current_cmd: &str) -> String {
         let age = self.created.elapsed().as_secs();
@@ -192,7 +210,7 @@ impl ClientHandle {
             b.omem.load(Relaxed),
         );
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem=0 obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub={} psub={} ssub=0 multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem=0 obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.id,
             self.addr,
             self.laddr,
@@ -201,8 +219,12 @@ impl ClientHandle {
             age,
             idle_ms / 1000,
             self.kind().flags(),
+            self.subs.load(Relaxed),
+            self.psubs.load(Relaxed),
+            self.multi.load(Relaxed),
             qbuf + qbuf_free + omem,
             current_cmd,
+            self.user.lock(),
             self.resp.load(Relaxed),
             self.lib_name.lock().as_deref().unwrap_or(""),
             self.lib_ver.lock().as_deref().unwrap_or(""),

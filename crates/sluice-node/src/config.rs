@@ -94,6 +94,50 @@ pub struct Config {
     #[arg(long)]
     pub masterauth: Option<String>,
 
+    /// The ACL user this replica (and a cluster node calling its peers) AUTHs as with
+    /// `--masterauth` (default: the `default` user).
+    #[arg(long)]
+    pub masteruser: Option<String>,
+
+    /// ACL users are loaded from this file at start, and by `ACL LOAD`; `ACL SAVE` writes it.
+    #[arg(long)]
+    pub aclfile: Option<std::path::PathBuf>,
+
+    /// Also serve RESP over TLS on this port (0 picks a free one).
+    #[arg(long = "tls-port")]
+    pub tls_port: Option<u16>,
+
+    /// The server's certificate chain (PEM); reloaded when the file changes.
+    #[arg(long = "tls-cert-file")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+
+    /// The private key of `--tls-cert-file` (PEM).
+    #[arg(long = "tls-key-file")]
+    pub tls_key_file: Option<std::path::PathBuf>,
+
+    /// CA certificates (PEM) that sign client certificates, and that a replica with
+    /// `--tls-replication` trusts for its primary's.
+    #[arg(long = "tls-ca-cert-file")]
+    pub tls_ca_cert_file: Option<std::path::PathBuf>,
+
+    /// `yes`: TLS clients must present a certificate signed by `--tls-ca-cert-file`;
+    /// `optional`: checked if presented; `no`: not asked for (as Redis's `tls-auth-clients`).
+    #[arg(long = "tls-auth-clients", default_value = "yes", value_parser = parse_auth_clients)]
+    pub tls_auth_clients: AuthClients,
+
+    /// `yes`: this replica connects to its primary over TLS (`--replicaof` names the
+    /// primary's TLS port), presenting `--tls-cert-file`.
+    #[arg(long = "tls-replication", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub tls_replication: bool,
+
+    /// `yes`: `--metrics-port` serves HTTPS with the TLS certificate and client check.
+    #[arg(long = "metrics-tls", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub metrics_tls: bool,
+
+    /// `yes`: `--grpc-port` serves gRPC over TLS with the TLS certificate and client check.
+    #[arg(long = "grpc-tls", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub grpc_tls: bool,
+
     /// Bytes of recent stream a primary keeps so a replica that reconnects can continue
     /// (`+CONTINUE`) instead of syncing everything again.
     #[arg(long = "repl-backlog-size", default_value = "1mb", value_parser = parse_bytes)]
@@ -225,6 +269,29 @@ pub struct Config {
     #[arg(long = "slowlog-max-len", default_value_t = 128, value_parser = clap::value_parser!(u64).range(0..=MAX_SLOWLOG_LEN))]
     pub slowlog_max_len: u64,
 
+    /// This node's region: GLOBAL rules' limits are shared with the other regions registered
+    /// in `--regions-etcd` (1-64 of `A-Z a-z 0-9 _ . -`).
+    #[arg(long, value_name = "NAME", requires = "regions_etcd", value_parser = parse_region)]
+    pub region: Option<String>,
+
+    /// The etcd (`http://HOST:PORT`) where regions publish their demands and shares.
+    #[arg(long = "regions-etcd", value_name = "URL", requires = "region")]
+    pub regions_etcd: Option<String>,
+
+    /// How often a region's coordinator rebalances its shares (100ms to 1h).
+    #[arg(long = "rebalance-interval", default_value = "60s", value_parser = parse_rebalance)]
+    pub rebalance_interval: std::time::Duration,
+
+    /// How long a region's published share outlives its last renewal (default: 3 × the
+    /// rebalance interval; whole seconds, at least 2 and more than the interval).
+    #[arg(long = "region-lease", value_parser = parse_rebalance)]
+    pub region_lease: Option<std::time::Duration>,
+
+    /// The share (0 to 1) each region keeps at least, and falls to without etcd (default:
+    /// 0.5 ÷ the regions registered).
+    #[arg(long = "region-min-share", value_parser = parse_fraction)]
+    pub region_min_share: Option<f64>,
+
     /// The config file this server was started with (`sluice FILE`), which CONFIG REWRITE
     /// rewrites; not a flag.
     #[arg(skip)]
@@ -247,6 +314,40 @@ pub fn with_env(cmd: clap::Command, prefix: &str) -> clap::Command {
             None => arg,
         },
     )
+}
+
+/// Parses a region name: what a rule name may be.
+fn parse_region(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(&c));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "'{s}' is not a region name: use 1-64 of A-Z a-z 0-9 _ . -"
+        ))
+    }
+}
+
+/// Parses a rebalance interval or lease: a duration (`500ms`, `1s`, `2m`) from 100 ms to 1 h.
+fn parse_rebalance(s: &str) -> Result<std::time::Duration, String> {
+    let nanos = sluice_core::spec::parse_period(s.as_bytes())
+        .map_err(|_| format!("'{s}' is not a duration such as 500ms, 1s or 1m"))?;
+    let d = std::time::Duration::from_nanos(nanos.0);
+    if d < std::time::Duration::from_millis(100) || d > std::time::Duration::from_secs(3600) {
+        return Err(format!("'{s}' must be from 100ms to 1h"));
+    }
+    Ok(d)
+}
+
+/// Parses a fraction from 0 to 1.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|f| (0.0..=1.0).contains(f))
+        .ok_or_else(|| format!("'{s}' must be a number from 0 to 1"))
 }
 
 /// The most seconds any setting takes: Redis's bound for its own (`INT_MAX`). Far past any
@@ -297,6 +398,23 @@ pub fn parse_yes_no(s: &str) -> Result<bool, String> {
         "yes" => Ok(true),
         "no" => Ok(false),
         _ => Err(format!("'{s}' must be yes or no")),
+    }
+}
+
+/// Redis's `tls-auth-clients`: whether TLS clients must present a certificate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthClients {
+    Yes,
+    Optional,
+    No,
+}
+
+pub fn parse_auth_clients(s: &str) -> Result<AuthClients, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" => Ok(AuthClients::Yes),
+        "optional" => Ok(AuthClients::Optional),
+        "no" => Ok(AuthClients::No),
+        _ => Err(format!("'{s}' must be yes, optional or no")),
     }
 }
 
@@ -483,5 +601,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn region_flags_are_checked() {
+        let ok = Config::try_parse_from([
+            "sluice",
+            "--region",
+            "mumbai-1",
+            "--regions-etcd",
+            "http://127.0.0.1:2379",
+            "--rebalance-interval",
+            "1s",
+            "--region-min-share",
+            "0.2",
+        ])
+        .unwrap();
+        assert_eq!(ok.rebalance_interval, std::time::Duration::from_secs(1));
+        assert_eq!(ok.region_min_share, Some(0.2));
+        let bad = |args: &[&str]| {
+            let mut all = vec!["sluice", "--region", "r", "--regions-etcd", "http://e:1"];
+            all.extend_from_slice(args);
+            Config::try_parse_from(all).is_err()
+        };
+        assert!(bad(&["--rebalance-interval", "10ms"]));
+        assert!(bad(&["--rebalance-interval", "2h"]));
+        assert!(bad(&["--region-min-share", "1.5"]));
+        assert!(bad(&["--region-min-share", "NaN"]));
+        assert!(bad(&["--region", "a/b"]));
+        // A region needs its etcd, and the other way round.
+        assert!(Config::try_parse_from(["sluice", "--region", "r"]).is_err());
+        assert!(Config::try_parse_from(["sluice", "--regions-etcd", "http://e:1"]).is_err());
     }
 }

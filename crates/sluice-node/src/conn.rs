@@ -27,6 +27,7 @@ use crate::clients::ClientHandle;
 use crate::cmd::{self, Ctx, Session};
 use crate::repl::{Handoff, Job};
 use crate::shared::Shared;
+use crate::wire::Wire;
 
 /// Read buffer growth step; a pipelined batch of small commands fits in one.
 const READ_CHUNK: usize = 16 * 1024;
@@ -43,6 +44,30 @@ enum Close {
 }
 
 pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thread: usize) {
+    serve_wire(stream, peer, shared, thread, Wire::Plain).await;
+}
+
+/// A connection on the TLS port: the same loop, with rustls between the socket and the parser.
+pub async fn serve_tls(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    thread: usize,
+    config: Arc<rustls::ServerConfig>,
+) {
+    match rustls::ServerConnection::new(config) {
+        Ok(tls) => serve_wire(stream, peer, shared, thread, Wire::Tls(Box::new(tls))).await,
+        Err(e) => sluice_log::log(&format!("TLS: cannot start a session for {peer}: {e}")),
+    }
+}
+
+async fn serve_wire(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    thread: usize,
+    mut wire: Wire,
+) {
     let _ = stream.set_nodelay(true);
     let keepalive = crate::live::Live::get(&shared.live.tcp_keepalive);
     if keepalive > 0 {
@@ -55,15 +80,19 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
     client
         .fd
         .store(std::os::fd::AsRawFd::as_raw_fd(&stream), Relaxed);
-    let mut session = Session::new(client.clone(), shared.requirepass.read().is_none());
+    let mut session = Session::new(client.clone(), shared.acl.default_user());
     session.thread = thread;
-    let why = serve_session(&stream, &shared, &mut session, thread).await;
+    let why = serve_session(&stream, &mut wire, &shared, &mut session, thread).await;
     cmd::pubsub::clear(&shared, &mut session.subs, client.id);
     if why == Close::HandOff
         && let Some(request) = session.handoff.take()
     {
         client.set_kind(crate::clients::ClientKind::Replica);
-        match stream.into_std() {
+        let stream = match wire {
+            Wire::Plain => Ok(stream),
+            tls => tls.relay(stream).await,
+        };
+        match stream.and_then(TcpStream::into_std) {
             Ok(stream) => shared.repl.submit(Job::Feed(Handoff { stream, request })),
             Err(e) => {
                 sluice_log::log(&format!("cannot hand replica {peer} over: {e}"));
@@ -73,6 +102,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
         return;
     }
     // FIN after the last reply, so the client reads it before seeing the close.
+    wire.close(&stream);
     let _ = socket2::SockRef::from(&stream).shutdown(std::net::Shutdown::Write);
     match why {
         Close::Quietly => {}
@@ -91,11 +121,12 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thr
 
 async fn serve_session(
     stream: &TcpStream,
+    wire: &mut Wire,
     shared: &Arc<Shared>,
     session: &mut Session,
     thread: usize,
 ) -> Close {
-    let mut conn = Conn::new(stream, shared, session, thread);
+    let mut conn = Conn::new(stream, wire, shared, session, thread);
     loop {
         if conn.pending && conn.session.blocked.is_none() && !conn.closing {
             conn.pending = false;
@@ -127,6 +158,7 @@ async fn serve_session(
 /// One connection's loop state: its buffers, its parser and where it stands.
 struct Conn<'s> {
     stream: &'s TcpStream,
+    wire: &'s mut Wire,
     shared: &'s Arc<Shared>,
     session: &'s mut Session,
     thread: usize,
@@ -158,6 +190,7 @@ struct Ran {
 impl<'s> Conn<'s> {
     fn new(
         stream: &'s TcpStream,
+        wire: &'s mut Wire,
         shared: &'s Arc<Shared>,
         session: &'s mut Session,
         thread: usize,
@@ -165,6 +198,7 @@ impl<'s> Conn<'s> {
         let limit = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         Conn {
             stream,
+            wire,
             shared,
             client: session.client.clone(),
             session,
@@ -308,11 +342,11 @@ impl<'s> Conn<'s> {
     /// Writes all of `out`, waiting for the socket as long as it takes; `Err(Quietly)` if the
     /// socket fails.
     async fn write_all(&mut self) -> Result<(), Close> {
-        while !self.out.is_empty() {
+        while !self.out.is_empty() || self.wire.pending() {
             if self.stream.writable().await.is_err() {
                 return Err(Close::Quietly);
             }
-            match self.stream.try_write(&self.out) {
+            match self.wire.send(self.stream, &self.out) {
                 Ok(n) => self.out.advance(n),
                 Err(e) if e.kind() == WouldBlock => {}
                 Err(_) => return Err(Close::Quietly),
@@ -330,16 +364,18 @@ impl<'s> Conn<'s> {
             }
         }
         if !self.out.is_empty() {
-            match self.stream.try_write(&self.out) {
+            match self.wire.send(self.stream, &self.out) {
                 Ok(n) => self.out.advance(n),
                 Err(e) if e.kind() == WouldBlock => {}
                 Err(_) => return Err(Close::Quietly),
             }
+        } else if self.wire.flush(self.stream).is_err() {
+            return Err(Close::Quietly);
         }
         if self.out.len() > self.output_limit {
             return Err(Close::OutputBufferLimit);
         }
-        if self.closing && self.out.is_empty() {
+        if self.closing && self.out.is_empty() && !self.wire.pending() {
             return Err(Close::Quietly);
         }
         if self.rbuf.len() > self.query_limit {
@@ -370,6 +406,7 @@ impl<'s> Conn<'s> {
         let subscribed = self.session.subs.is_some();
         let Conn {
             stream,
+            wire,
             shared,
             session,
             client,
@@ -386,7 +423,7 @@ impl<'s> Conn<'s> {
             biased;
             _ = client.kill.notified() => return Err(Close::Quietly),
             _ = shutdown.wait_for(|stop| *stop), if !*closing => *closing = true,
-            ready = stream.writable(), if !out.is_empty() => {
+            ready = stream.writable(), if !out.is_empty() || wire.pending() => {
                 if ready.is_err() {
                     return Err(Close::Quietly);
                 }
@@ -414,7 +451,7 @@ impl<'s> Conn<'s> {
                 if ready.is_err() {
                     return Err(Close::Quietly);
                 }
-                match stream.try_read_buf(rbuf) {
+                match wire.read(stream, rbuf) {
                     Ok(0) => return Err(Close::Quietly),
                     Ok(_) => *pending = true,
                     Err(e) if e.kind() == WouldBlock => {}

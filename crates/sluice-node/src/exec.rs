@@ -24,10 +24,17 @@ pub struct Executor {
 impl Executor {
     pub fn new(config: Config) -> Executor {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        let shared =
-            Arc::new(Shared::new(config, addr, crate::cmd::STATS_ROWS).expect("in-process state"));
+        let shared = Arc::new(
+            Shared::new(
+                config,
+                addr,
+                crate::cmd::STATS_ROWS,
+                crate::cmd::acl_catalog(),
+            )
+            .expect("in-process state"),
+        );
         let client = shared.clients.register(addr, addr);
-        let session = Session::new(client, shared.requirepass.read().is_none());
+        let session = Session::new(client, shared.acl.default_user());
         Executor {
             shared,
             session,

@@ -166,6 +166,7 @@ async fn serve(listener: StdListener, mut service: Service) {
         let mut config =
             sluice_client::Config::new(sluice_client::Topology::Cluster(vec![me.to_string()]));
         config.deadline = FORWARD_DEADLINE;
+        config.auth = crate::cluster::adopt::peer_credentials(&service.shared).map(Arc::new);
         service.forward = Some(sluice_client::Client::connect(config).await);
     }
     let config = service.config.clone();
@@ -180,14 +181,77 @@ async fn serve(listener: StdListener, mut service: Service) {
     let stop = async move {
         let _ = shutdown.wait_for(|stop| *stop).await;
     };
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let served = tonic::transport::Server::builder()
-        .add_service(RateLimitServiceServer::new(service))
-        .serve_with_incoming_shutdown(incoming, stop)
-        .await;
+    let tls = (service.shared.config.grpc_tls)
+        .then(|| service.shared.tls.as_ref().map(|t| t.with_alpn(b"h2")))
+        .flatten();
+    let server =
+        tonic::transport::Server::builder().add_service(RateLimitServiceServer::new(service));
+    let served = match tls {
+        Some(config) => {
+            let sessions = crate::tls::accept_tls(listener, config);
+            let incoming = tokio_stream::StreamExt::map(
+                tokio_stream::wrappers::ReceiverStream::new(sessions),
+                |(stream, peer)| Ok::<_, std::io::Error>(TlsConn { stream, peer }),
+            );
+            server.serve_with_incoming_shutdown(incoming, stop).await
+        }
+        None => {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            server.serve_with_incoming_shutdown(incoming, stop).await
+        }
+    };
     reload.abort();
     if let Err(e) = served {
         sluice_log::log(&format!("grpc: server stopped: {e}"));
+    }
+}
+
+/// A gRPC connection over TLS (`--grpc-tls yes`), as tonic serves it.
+struct TlsConn {
+    stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    peer: std::net::SocketAddr,
+}
+
+impl tonic::transport::server::Connected for TlsConn {
+    type ConnectInfo = std::net::SocketAddr;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.peer
+    }
+}
+
+impl tokio::io::AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 

@@ -5,6 +5,7 @@
 //! # Layout: state below, tasks above
 //!
 //! State (no module here imports [`Shared`]):
+//! - [`acl`]: ACL users, their passwords and the bitsets of the commands each may run.
 //! - [`config`]: the clap `Config` (flags and defaults).
 //! - [`clock`]: the process clock (monotonic, anchored to Unix time).
 //! - [`clients`], [`stats`], [`pubsub`] (with [`glob`]): the client registry, the counters,
@@ -18,6 +19,9 @@
 //! - [`conffile`]: the config file (redis.conf syntax), its reading and its rewrite.
 //! - [`live`], [`slowlog`], [`errorstats`]: settings CONFIG SET changes, SLOWLOG's entries,
 //!   INFO errorstats' counts.
+//! - [`tls`]: TLS settings, the certificate that follows its files, the replica's TLS relay.
+//! - [`regions`]: what this node knows of the split of GLOBAL rules between regions
+//!   ([`regions::share`] is its arithmetic).
 //!
 //! The composition: [`shared`] holds every feature's state ([`Shared`]) and imports only the
 //! modules above.
@@ -27,8 +31,10 @@
 //! - [`cluster::control`] with [`cluster::adopt`], [`cluster::peers`], [`cluster::etcd`] and
 //!   [`cluster::migrate`]: the cluster control thread.
 //! - [`persist::saver`], [`rules::file`], [`rules::etcd`]: the saver and the rules' watchers.
+//! - [`regions::task`]: the region thread (etcd lease, election, demand, shares).
 //! - [`cmd`]: the commands (one file each), the table, the dispatcher and the slot check.
-//! - [`conn`]: the connection loop (read, decode every frame, execute, write once).
+//! - [`conn`]: the connection loop (read, decode every frame, execute, write once), over
+//!   [`wire`] (plain TCP or TLS).
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
 //! - [`peer`]: a small async RESP client for node-to-node calls.
 //! - [`metrics`] and [`grpc`]: Prometheus over HTTP, and Envoy's rate limit service.
@@ -39,6 +45,7 @@
 //! lives here. The sidecar and the admin tool are crates of their own (`sluice-proxy`,
 //! `sluice-admin`).
 
+pub mod acl;
 pub mod clients;
 pub mod clock;
 pub mod cluster;
@@ -56,6 +63,7 @@ pub mod metrics;
 pub mod peer;
 pub mod persist;
 pub mod pubsub;
+pub mod regions;
 pub mod repl;
 pub mod rules;
 pub mod server;
@@ -63,6 +71,8 @@ pub mod service;
 pub mod shared;
 pub mod slowlog;
 pub mod stats;
+pub mod tls;
+pub mod wire;
 
 use std::io;
 use std::sync::{Arc, mpsc};

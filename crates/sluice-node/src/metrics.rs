@@ -24,6 +24,11 @@
 //!   `sluice_replica_lag_bytes{replica}`, `sluice_replica_ack_age_seconds{replica}`,
 //!   `sluice_master_link_up`, `sluice_master_last_io_seconds`.
 //! - `sluice_cluster_enabled`, `sluice_cluster_slots_owned`, `sluice_cluster_epoch`.
+//! - With `--region`: `sluice_region_share{rule}` (the share enforced here, 0 to 1),
+//!   `sluice_region_demand{rule}` (the region's smoothed requests per second),
+//!   `sluice_region_published_share{rule,region}` and `sluice_region_published_demand{rule,region}`
+//!   (every region's record), `sluice_region_coordinator`, `sluice_region_etcd_up`,
+//!   `sluice_region_share_valid_seconds` (how long the shares hold without etcd).
 
 use std::io;
 use std::net::TcpListener as StdListener;
@@ -82,10 +87,18 @@ async fn serve(listener: StdListener, shared: Arc<Shared>) {
     let stop = async move {
         let _ = shutdown.wait_for(|stop| *stop).await;
     };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
+    let served = match shared.tls.as_ref().filter(|_| shared.config.metrics_tls) {
+        Some(tls) => match crate::tls::TlsListener::new(listener, tls.with_alpn(b"http/1.1")) {
+            Ok(tls) => axum::serve(tls, app).with_graceful_shutdown(stop).await,
+            Err(e) => Err(e),
+        },
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+    };
+    if let Err(e) = served {
         sluice_log::log(&format!("metrics: server stopped: {e}"));
     }
 }
@@ -157,6 +170,8 @@ enum Value<'a> {
     Gauge(i64),
     /// A gauge in (fractional) seconds.
     Seconds(f64),
+    /// A fractional gauge (a share, a rate).
+    Real(f64),
     /// Latency, cut into buckets at [`HISTOGRAM_POW2`].
     Histogram(&'a CmdTotals),
 }
@@ -166,7 +181,7 @@ impl Value<'_> {
         match self {
             Value::Counter(v) => ConstCounter::new(*v).encode(metric),
             Value::Gauge(v) => ConstGauge::new(*v).encode(metric),
-            Value::Seconds(v) => ConstGauge::new(*v).encode(metric),
+            Value::Seconds(v) | Value::Real(v) => ConstGauge::new(*v).encode(metric),
             Value::Histogram(t) => metric.encode_histogram::<NoLabelSet>(
                 t.nanos as f64 / 1e9,
                 t.latency.iter().sum(),
@@ -349,7 +364,52 @@ static FAMILIES: &[Family] = &[
     gauge("sluice_cluster_epoch", "The slot table's epoch", |r| {
         one(Value::Gauge(r.cluster?.epoch))
     }),
+    gauge(
+        "sluice_region_share",
+        "The share of each GLOBAL rule's limit this node enforces (0 to 1)",
+        |r| r.per_global_rule(|s| Value::Real(share(s.share))),
+    ),
+    gauge(
+        "sluice_region_demand",
+        "This region's smoothed demand of each GLOBAL rule (requests per second)",
+        |r| r.per_global_rule(|s| Value::Real(s.demand)),
+    ),
+    gauge(
+        "sluice_region_published_share",
+        "Every region's published share of each GLOBAL rule",
+        |r| r.per_published(|p| Value::Real(share(p.share))),
+    ),
+    gauge(
+        "sluice_region_published_demand",
+        "Every region's published demand of each GLOBAL rule (requests per second)",
+        |r| r.per_published(|p| Value::Real(p.demand)),
+    ),
+    gauge(
+        "sluice_region_coordinator",
+        "1 while this node is its region's coordinator",
+        |r| one(Value::Gauge(i64::from(r.regions.as_ref()?.coordinator))),
+    ),
+    gauge(
+        "sluice_region_etcd_up",
+        "1 while the last exchange with the regions' etcd succeeded",
+        |r| one(Value::Gauge(i64::from(r.regions.as_ref()?.etcd_ok))),
+    ),
+    family(
+        "sluice_region_share_valid",
+        "How long the shares enforced here hold without etcd (then the minimum)",
+        Some(Unit::Seconds),
+        MetricType::Gauge,
+        |r| {
+            let s = r.regions.as_ref()?;
+            let left = s.valid_until_ms.saturating_sub(r.now_ms);
+            one(Value::Seconds(left as f64 / 1000.0))
+        },
+    ),
 ];
+
+fn share(ppm: u32) -> f64 {
+    f64::from(ppm) / f64::from(crate::rules::SHARE_WHOLE)
+}
 
 /// Everything a scrape reports, read from the server once.
 struct Reading {
@@ -377,6 +437,9 @@ struct Reading {
     master: Option<MasterReading>,
     /// In cluster mode: this node's part of the slot table.
     cluster: Option<ClusterReading>,
+    /// With `--region`: this node's view of the split.
+    regions: Option<crate::regions::Status>,
+    now_ms: u64,
 }
 
 struct ReplicaReading {
@@ -454,7 +517,36 @@ impl Reading {
                 slots_owned: cluster_slots_owned(cluster) as i64,
                 epoch: clamp(cluster.epoch()),
             }),
+            regions: shared.regions.status(),
+            now_ms: now.as_nanos() / 1_000_000,
         }
+    }
+
+    /// One sample per GLOBAL rule, labelled by rule.
+    fn per_global_rule(
+        &self,
+        f: impl Fn(&crate::regions::RuleStatus) -> Value<'static>,
+    ) -> Option<Samples<'_>> {
+        let rows = self.regions.as_ref()?.rules.iter();
+        Some(Samples::Labelled(
+            rows.map(|s| (vec![("rule", s.name.clone())], f(s)))
+                .collect(),
+        ))
+    }
+
+    /// One sample per (GLOBAL rule, region that publishes it).
+    fn per_published(
+        &self,
+        f: impl Fn(&crate::regions::Published) -> Value<'static>,
+    ) -> Option<Samples<'_>> {
+        let status = self.regions.as_ref()?;
+        let rows = status.rules.iter().flat_map(|s| {
+            s.regions.iter().map(|(region, p)| {
+                let labels = vec![("rule", s.name.clone()), ("region", region.clone())];
+                (labels, f(p))
+            })
+        });
+        Some(Samples::Labelled(rows.collect()))
     }
 
     /// The checks that left under 20% of the limit (`near_limit`), or the others by outcome;

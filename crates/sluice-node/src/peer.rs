@@ -35,21 +35,48 @@ impl Peer {
         })
     }
 
-    /// Connects, then sends `AUTH password` if there is one: a peer with `--requirepass`
-    /// answers nothing else.
+    /// Connects over TLS (`--tls-replication`): the session runs in a relay task and this
+    /// peer reads and writes its plain end (see [`crate::tls::connect_relay`]).
+    pub async fn connect_tls(
+        host: &str,
+        port: u16,
+        config: std::sync::Arc<rustls::ClientConfig>,
+    ) -> Result<Peer, String> {
+        let stream = tokio::time::timeout(TIMEOUT, crate::tls::connect_relay(host, port, config))
+            .await
+            .map_err(|_| format!("connecting to {host}:{port} over TLS timed out"))?
+            .map_err(|e| format!("cannot connect to {host}:{port} over TLS: {e}"))?;
+        Ok(Peer {
+            stream,
+            buf: BytesMut::with_capacity(64 * 1024),
+        })
+    }
+
+    /// Connects, then logs in if there are credentials: a peer with `--requirepass` or ACL
+    /// users answers nothing else.
     pub async fn connect_auth(
         host: &str,
         port: u16,
-        password: Option<&str>,
+        auth: Option<&sluice_client::Credentials>,
     ) -> Result<Peer, String> {
         let mut peer = Peer::connect(host, port).await?;
-        if let Some(pass) = password {
-            let reply = peer.call(&[b"AUTH", pass.as_bytes()]).await?;
-            if !reply.is_ok() {
-                return Err(format!("AUTH refused: {}", reply.text()));
-            }
+        if let Some(auth) = auth {
+            peer.login(auth).await?;
         }
         Ok(peer)
+    }
+
+    /// `AUTH [user] password`; `Err` with the peer's answer if refused.
+    pub async fn login(&mut self, auth: &sluice_client::Credentials) -> Result<(), String> {
+        let pass = auth.password.as_bytes();
+        let reply = match &auth.user {
+            Some(user) => self.call(&[b"AUTH", user.as_bytes(), pass]).await?,
+            None => self.call(&[b"AUTH", pass]).await?,
+        };
+        if !reply.is_ok() {
+            return Err(format!("AUTH refused: {}", reply.text()));
+        }
+        Ok(())
     }
 
     /// Sends one command.

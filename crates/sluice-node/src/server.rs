@@ -33,8 +33,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Server {
     pub shared: Arc<Shared>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    /// This process's claim on its port, held for its life (see [`bind_all`]).
-    _claim: Option<std::os::unix::net::UnixListener>,
+    /// This process's claims on its ports (plain and TLS), held for its life (see [`bind_all`]).
+    _claim: [Option<std::os::unix::net::UnixListener>; 2],
 }
 
 impl Server {
@@ -50,6 +50,13 @@ impl Server {
         }
         let (listeners, claim) = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
         let local_addr = listeners[0].local_addr()?;
+        let (tls_listeners, tls_claim) = match config.tls_port {
+            Some(port) => {
+                let (l, c) = bind_all(SocketAddr::new(config.bind, port), threads)?;
+                (l.into_iter().map(Some).collect(), c)
+            }
+            None => ((0..threads).map(|_| None).collect::<Vec<_>>(), None),
+        };
         // Bound before anything slow, so a taken port fails the start at once, not a thread later.
         let side_port = |port: Option<u16>| {
             port.map(|p| bind_one(SocketAddr::new(config.bind, p)))
@@ -57,7 +64,12 @@ impl Server {
         };
         let metrics = side_port(config.metrics_port)?;
         let grpc = side_port(config.grpc_port)?;
-        let shared = Arc::new(Shared::new(config, local_addr, crate::cmd::STATS_ROWS)?);
+        let shared = Arc::new(Shared::new(
+            config,
+            local_addr,
+            crate::cmd::STATS_ROWS,
+            crate::cmd::acl_catalog(),
+        )?);
         let _ = shared
             .settings_at_start
             .set(crate::cmd::config_values(&shared));
@@ -86,6 +98,11 @@ impl Server {
             }
             Err(e) => return Err(io::Error::other(e)),
         }
+        if let Some(path) = shared.config.aclfile.clone() {
+            let n = crate::acl::load_file(&shared.acl, &path, shared.config.requirepass.as_deref())
+                .map_err(io::Error::other)?;
+            sluice_log::log(&format!("ACL file {} loaded: {n} users", path.display()));
+        }
         if let Some(path) = shared.config.rules.clone() {
             let n = crate::rules::file::load(&shared, &path).map_err(io::Error::other)?;
             sluice_log::log(&format!("rules file {} loaded: {n} rules", path.display()));
@@ -94,14 +111,18 @@ impl Server {
             Some(dir) => Some(crate::grpc::EnvoyConfig::open(dir)?),
             None => None,
         };
+        if let Some(Some(l)) = tls_listeners.first() {
+            sluice_log::log(&format!("TLS on {}", l.local_addr()?));
+        }
         let mut handles = listeners
             .into_iter()
+            .zip(tls_listeners)
             .enumerate()
-            .map(|(index, listener)| {
+            .map(|(index, (listener, tls))| {
                 let shared = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("sluice-{index}"))
-                    .spawn(move || thread_main(index, threads, listener, shared))
+                    .spawn(move || thread_main(index, threads, (listener, tls), shared))
             })
             .collect::<io::Result<Vec<_>>>()?;
         handles.push(crate::repl::thread::start(shared.clone())?);
@@ -111,6 +132,7 @@ impl Server {
             handles.push(crate::rules::file::start_watcher(shared.clone(), path)?);
         }
         handles.extend(crate::rules::etcd::start(shared.clone())?);
+        handles.extend(crate::regions::task::start(shared.clone())?);
         if let Some(listener) = metrics {
             sluice_log::log(&format!(
                 "metrics on http://{}/metrics",
@@ -128,7 +150,7 @@ impl Server {
         Ok(Server {
             shared,
             threads: handles,
-            _claim: claim,
+            _claim: [claim, tls_claim],
         })
     }
 
@@ -251,7 +273,10 @@ fn bind_error(addr: SocketAddr, e: io::Error) -> io::Error {
     )
 }
 
-fn thread_main(index: usize, threads: usize, listener: StdListener, shared: Arc<Shared>) {
+/// A thread's listeners: the plain port's, and the TLS port's if there is one.
+type Listeners = (StdListener, Option<StdListener>);
+
+fn thread_main(index: usize, threads: usize, (listener, tls): Listeners, shared: Arc<Shared>) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -267,7 +292,9 @@ fn thread_main(index: usize, threads: usize, listener: StdListener, shared: Arc<
         let _ = shared.repl.stream_runtime.set(runtime.handle().clone());
     }
     runtime.block_on(async move {
-        let listener = match TcpListener::from_std(listener) {
+        let listeners = TcpListener::from_std(listener)
+            .and_then(|l| Ok((l, tls.map(TcpListener::from_std).transpose()?)));
+        let (listener, tls) = match listeners {
             Ok(l) => l,
             Err(e) => {
                 sluice_log::log(&format!(
@@ -278,37 +305,53 @@ fn thread_main(index: usize, threads: usize, listener: StdListener, shared: Arc<
             }
         };
         let housekeeping = tokio::spawn(housekeeping(index, threads, shared.clone()));
-        accept_loop(index, listener, &shared).await;
+        accept_loop(index, listener, tls, &shared).await;
         housekeeping.abort();
     });
 }
 
-async fn accept_loop(index: usize, listener: TcpListener, shared: &Arc<Shared>) {
+async fn accept_loop(
+    index: usize,
+    listener: TcpListener,
+    tls: Option<TcpListener>,
+    shared: &Arc<Shared>,
+) {
     let mut shutdown = shared.shutdown_signal();
     let mut connections = JoinSet::new();
+    let tls_config = shared.tls.as_ref().map(|t| t.server.clone());
     loop {
-        tokio::select! {
+        let accepted = tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    if shared.clients.len() >= shared.maxclients.load(Relaxed) {
-                        // As Redis: tell the client why, then close.
-                        let _ = stream.try_write(b"-ERR max number of clients reached\r\n");
-                        shared.stats.rejected_connections.fetch_add(1, Relaxed);
-                        continue;
-                    }
-                    connections.spawn(conn::serve(stream, peer, shared.clone(), index));
+            accepted = listener.accept() => accepted.map(|a| (a, false)),
+            accepted = async { tls.as_ref().expect("guarded").accept().await }, if tls.is_some() => {
+                accepted.map(|a| (a, true))
+            }
+        };
+        match accepted {
+            Ok(((stream, _), tls)) if shared.clients.len() >= shared.maxclients.load(Relaxed) => {
+                // As Redis: tell the client why, then close (a TLS client only sees the close).
+                if !tls {
+                    let _ = stream.try_write(b"-ERR max number of clients reached\r\n");
                 }
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning, keep serving the others.
-                    sluice_log::log(&format!("accept failed: {e}"));
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            },
+                shared.stats.rejected_connections.fetch_add(1, Relaxed);
+            }
+            Ok(((stream, peer), false)) => {
+                connections.spawn(conn::serve(stream, peer, shared.clone(), index));
+            }
+            Ok(((stream, peer), true)) => {
+                let config = tls_config.clone().expect("a TLS listener has a TLS config");
+                connections.spawn(conn::serve_tls(stream, peer, shared.clone(), index, config));
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning, keep serving the others.
+                sluice_log::log(&format!("accept failed: {e}"));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
         while connections.try_join_next().is_some() {}
     }
     drop(listener);
+    drop(tls);
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while connections.join_next().await.is_some() {}
     })

@@ -42,10 +42,16 @@ pub struct Shared {
     pub timeout_secs: AtomicU64,
     /// The password clients must AUTH with, if any (`CONFIG SET requirepass` changes it).
     pub requirepass: RwLock<Option<String>>,
+    /// TLS (`--tls-port`, `--tls-replication`), if configured.
+    pub tls: Option<crate::tls::Tls>,
+    /// ACL users (`ACL SETUSER`, `AUTH user pass`, `--aclfile`).
+    pub acl: crate::acl::Acl,
     /// Named rules (`RL.RULE`, `RL.HIT`).
     pub rules: crate::rules::Rules,
     /// The etcd thread's handle, with `--rules-etcd` (set once it starts).
     pub rules_etcd: std::sync::OnceLock<crate::rules::handle::Handle>,
+    /// What this node knows of the regions' split of GLOBAL rules (`--region`).
+    pub regions: crate::regions::Regions,
     /// Snapshots on disk (`--dir`).
     pub persist: crate::persist::Persist,
     /// Settings CONFIG SET changes that no feature above holds.
@@ -69,11 +75,12 @@ impl Shared {
     /// # Errors
     /// If cluster mode is on and its config file cannot be read or written.
     /// `command_rows` sizes the per-command counters: the command table's rows (it lives
-    /// above, in `cmd`) and Envoy's.
+    /// above, in `cmd`) and Envoy's; `commands` is the table as ACL rules name it.
     pub fn new(
         config: Config,
         local_addr: SocketAddr,
         command_rows: usize,
+        commands: crate::acl::Catalog,
     ) -> std::io::Result<Shared> {
         let (shutdown, _) = watch::channel(false);
         let cluster = if config.cluster {
@@ -100,6 +107,12 @@ impl Shared {
             maxclients: AtomicUsize::new(config.maxclients),
             timeout_secs: AtomicU64::new(config.timeout),
             requirepass: RwLock::new(config.requirepass.clone()),
+            tls: crate::tls::Tls::from_config(&config)?,
+            acl: crate::acl::Acl::new(
+                commands,
+                config.requirepass.as_deref(),
+                config.aclfile.clone(),
+            ),
             persist: crate::persist::Persist::new(config.dir.clone()),
             rules: crate::rules::Rules::new(match (&config.rules, &config.rules_etcd) {
                 (Some(path), _) => crate::rules::Source::File(path.clone()),
@@ -114,6 +127,7 @@ impl Shared {
             ),
             errors: crate::errorstats::ErrorStats::default(),
             settings_at_start: std::sync::OnceLock::new(),
+            regions: crate::regions::Regions::default(),
             local_addr,
             shutdown,
             config,

@@ -315,6 +315,22 @@ impl Stats {
         id
     }
 
+    /// Checks made under rule `name` since start (allowed, denied and shadow-denied, every
+    /// algorithm and thread): a region's demand is the rate of this count.
+    pub fn rule_checks(&self, name: &str) -> u64 {
+        let Some(&rule) = self.rules.read().ids.get(name) else {
+            return 0;
+        };
+        let mut n = 0u64;
+        for algo in ALGOS {
+            for outcome in [Outcome::Allowed, Outcome::Denied, Outcome::ShadowDenied] {
+                let i = check_index(rule, algo, outcome);
+                n = n.wrapping_add(self.slots.iter().map(|s| s.checks[i].load(Relaxed)).sum());
+            }
+        }
+        n
+    }
+
     /// Counts `n` commands executed on `thread`.
     pub fn add_commands(&self, thread: usize, n: u64) {
         if n > 0 {

@@ -9,6 +9,8 @@
 //! sluice proxy [--port 6390] (--upstream HOST:PORT[,...] | --sentinel HOST:PORT[,...] --master-name NAME)
 //!              [--bind 127.0.0.1] [--timeout-ms 20] [--gateways N] [--fail-mode open|closed|local]
 //!              [--requirepass PASS]
+//!              [--upstream-user USER] [--upstream-password PASS | --upstream-password-file FILE]
+//!              [--upstream-tls-ca-cert-file CA [--upstream-tls-cert-file CRT --upstream-tls-key-file KEY]]
 //! ```
 //! One upstream is a single node; several are the seeds of a cluster. Commands: `RL.CHECK` (with
 //! `FAILMODE open|closed|local`, `SPLIT k`, `APPROX ms`), `RL.HIT` and `RL.HITS` (each rule's
@@ -42,7 +44,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use sluice_client::{Client, Config, Decision, FailMode, Limit, Quick, Source, Topology};
+use sluice_client::{
+    Client, Config, Credentials, Decision, FailMode, Limit, Quick, Source, Topology,
+};
 use sluice_resp::Request;
 use sluice_resp::reply::{self, Proto};
 use tokio::net::TcpListener;
@@ -104,6 +108,26 @@ pub struct ProxyConfig {
     /// `text` (Redis's line) or `json` (one object a line).
     #[arg(long = "log-format", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// The ACL user the sidecar logs in to the nodes as (default: the `default` user).
+    #[arg(long, requires = "upstream_password_source")]
+    pub upstream_user: Option<String>,
+    /// The password the sidecar logs in to the nodes with (`AUTH [user] password` on every
+    /// connection). Prefer `--upstream-password-file`: flags show in `ps`.
+    #[arg(long, group = "upstream_password_source")]
+    pub upstream_password: Option<String>,
+    /// A file holding the upstream password (its first line; a trailing newline is dropped).
+    #[arg(long, group = "upstream_password_source")]
+    pub upstream_password_file: Option<std::path::PathBuf>,
+    /// Reach the nodes over TLS (their `--tls-port`), trusting the CA certificates in this
+    /// file (PEM).
+    #[arg(long = "upstream-tls-ca-cert-file")]
+    pub upstream_tls_ca_cert_file: Option<std::path::PathBuf>,
+    /// The certificate the sidecar presents to nodes with `--tls-auth-clients yes` (PEM).
+    #[arg(long = "upstream-tls-cert-file", requires_all = ["upstream_tls_key_file", "upstream_tls_ca_cert_file"])]
+    pub upstream_tls_cert_file: Option<std::path::PathBuf>,
+    /// The key of `--upstream-tls-cert-file` (PEM).
+    #[arg(long = "upstream-tls-key-file", requires = "upstream_tls_cert_file")]
+    pub upstream_tls_key_file: Option<std::path::PathBuf>,
 }
 
 impl ProxyConfig {
@@ -125,7 +149,39 @@ impl ProxyConfig {
         c.deadline = Duration::from_millis(self.timeout_ms.max(1));
         c.gateways = self.gateways.max(1);
         c.max_local_keys = self.max_local_keys;
+        c.auth = self.upstream_credentials()?.map(Arc::new);
+        if let Some(ca) = &self.upstream_tls_ca_cert_file {
+            let identity = self
+                .upstream_tls_cert_file
+                .as_deref()
+                .zip(self.upstream_tls_key_file.as_deref());
+            c.tls = Some(Arc::new(sluice_client::tls::client_config(ca, identity)?));
+        }
         Ok(c)
+    }
+
+    /// `--upstream-user` with `--upstream-password` or the first line of
+    /// `--upstream-password-file`.
+    fn upstream_credentials(&self) -> Result<Option<Credentials>, String> {
+        let password = match (&self.upstream_password, &self.upstream_password_file) {
+            (Some(p), _) => p.clone(),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map_err(|e| {
+                    format!(
+                        "cannot read --upstream-password-file {}: {e}",
+                        path.display()
+                    )
+                })?
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(Credentials {
+            user: self.upstream_user.clone(),
+            password,
+        }))
     }
 }
 

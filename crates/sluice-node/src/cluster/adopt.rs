@@ -90,14 +90,25 @@ pub fn peers(shared: &Shared) -> Vec<(String, u16)> {
         .collect()
 }
 
-/// The password a node sends its cluster peers (table fetch and push, slot import):
-/// `--masterauth`, as Redis Cluster nodes use it to reach each other, or else this node's own
-/// `requirepass`, which the nodes of one cluster share.
-pub fn peer_password(shared: &Shared) -> Option<String> {
-    shared
-        .live
-        .masterauth()
-        .or_else(|| shared.requirepass.read().clone())
+/// Who a node logs in as at its cluster peers (table fetch and push, slot import, gRPC
+/// forwarding): `--masteruser`/`--masterauth`, as Redis Cluster nodes use them to reach each
+/// other, or else the `default` user with this node's own `requirepass`, which the nodes of
+/// one cluster share.
+pub fn peer_credentials(shared: &Shared) -> Option<sluice_client::Credentials> {
+    match shared.live.masterauth() {
+        Some(pass) => Some(sluice_client::Credentials {
+            user: shared.config.masteruser.clone(),
+            password: pass,
+        }),
+        None => shared
+            .requirepass
+            .read()
+            .clone()
+            .map(|password| sluice_client::Credentials {
+                user: None,
+                password,
+            }),
+    }
 }
 
 /// `theirs` (a table at least as new as `mine`, from a peer or etcd) with this node's

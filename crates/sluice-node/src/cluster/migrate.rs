@@ -173,7 +173,7 @@ async fn import(
     shared.store.delete_where(shared.clock.now(), in_ranges);
 
     let mut peer =
-        Peer::connect_auth(host, port, super::adopt::peer_password(shared).as_deref()).await?;
+        Peer::connect_auth(host, port, super::adopt::peer_credentials(shared).as_ref()).await?;
     let capa = sluice_repl::CAPA.as_bytes();
     let reply = peer.call(&[b"REPLCONF", b"capa", capa]).await?;
     if !reply.is_ok() {

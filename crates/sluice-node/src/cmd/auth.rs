@@ -1,11 +1,15 @@
-//! `AUTH [username] password` — authenticates the connection against `requirepass`.
+//! `AUTH [username] password` — logs the connection in as an ACL user.
 //!
-//! There is one user, `default`, as in Redis without ACLs: its password is `requirepass`, and
-//! with no password set it accepts anything under the two-argument form.
+//! The one-argument form names the `default` user, whose password is `requirepass`; with no
+//! password set it is refused, as in Redis. Every failure answers the same `WRONGPASS`, so a
+//! client learns nothing about which users exist.
+
+use std::sync::Arc;
 
 use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
+use crate::acl::User;
 use crate::shared::Shared;
 
 pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
@@ -16,25 +20,25 @@ pub struct Auth<'a> {
     pass: &'a [u8],
 }
 
-/// Checks a username/password pair; `user` None means the legacy one-argument form.
-pub fn check(shared: &Shared, user: Option<&[u8]>, pass: &[u8]) -> Result<(), CmdError> {
-    let required = shared.requirepass.read();
-    if user.is_some_and(|u| u != b"default") {
-        return Err(CmdError::msg(WRONGPASS));
-    }
-    match required.as_deref() {
-        None if user.is_none() => Err(CmdError::msg(
-            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-        )),
-        None => Ok(()),
-        Some(p) if constant_time_eq(p.as_bytes(), pass) => Ok(()),
-        Some(_) => Err(CmdError::msg(WRONGPASS)),
-    }
-}
-
-/// Compares without an early exit, so response time says nothing about a prefix match.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Checks a username/password pair; `user` None means the legacy one-argument form. Returns
+/// the user to run as.
+pub fn check(shared: &Shared, user: Option<&[u8]>, pass: &[u8]) -> Result<Arc<User>, CmdError> {
+    let Some(user) = user else {
+        let default = shared.acl.default_user();
+        if default.needs_no_password() {
+            return Err(CmdError::msg(
+                "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+            ));
+        }
+        return default
+            .accepts(pass)
+            .then_some(default)
+            .ok_or_else(|| CmdError::msg(WRONGPASS));
+    };
+    std::str::from_utf8(user)
+        .ok()
+        .and_then(|name| shared.acl.authenticate(name, pass))
+        .ok_or_else(|| CmdError::msg(WRONGPASS))
 }
 
 impl<'a> Command<'a> for Auth<'a> {
@@ -55,7 +59,8 @@ impl<'a> Command<'a> for Auth<'a> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        check(ctx.shared, self.user, self.pass)?;
+        let user = check(ctx.shared, self.user, self.pass)?;
+        ctx.session.login(user);
         ctx.session.authenticated = true;
         reply::simple(ctx.out, "OK");
         Ok(())

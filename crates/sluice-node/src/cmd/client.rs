@@ -40,6 +40,8 @@ pub enum KillFilter {
     LAddr(SocketAddr),
     Type(ClientKind),
     SkipMe(bool),
+    /// The connections running as this ACL user.
+    User(String),
 }
 
 fn arity(sub: &str) -> CmdError {
@@ -118,6 +120,7 @@ fn parse_kill_filters(args: &mut Args<'_>) -> Result<Vec<KillFilter>, CmdError> 
             b"ADDR" => KillFilter::Addr(parse_addr(v)?),
             b"LADDR" => KillFilter::LAddr(parse_addr(v)?),
             b"TYPE" => KillFilter::Type(parse_kind(v)?),
+            b"USER" => KillFilter::User(String::from_utf8_lossy(v).into_owned()),
             b"SKIPME" => match v.to_ascii_lowercase().as_slice() {
                 b"yes" => KillFilter::SkipMe(true),
                 b"no" => KillFilter::SkipMe(false),
@@ -233,6 +236,13 @@ impl<'a> Command<'a> for Client<'a> {
                 reply::simple(ctx.out, "OK");
             }
             Client::KillFilter(filters) => {
+                for f in &filters {
+                    if let KillFilter::User(u) = f
+                        && ctx.shared.acl.get(u).is_none()
+                    {
+                        return Err(CmdError::msg(format!("ERR No such user '{u}'")));
+                    }
+                }
                 let skip_me = !filters
                     .iter()
                     .any(|f| matches!(f, KillFilter::SkipMe(false)));
@@ -245,6 +255,7 @@ impl<'a> Command<'a> for Client<'a> {
                             KillFilter::LAddr(a) => c.laddr == *a,
                             KillFilter::Type(k) => c.kind() == *k,
                             KillFilter::SkipMe(_) => true,
+                            KillFilter::User(u) => *c.user.lock() == *u,
                         })
                 });
                 reply::integer(ctx.out, killed as i64);
@@ -267,7 +278,7 @@ impl<'a> Command<'a> for Client<'a> {
                     "KILL <ip:port>",
                     "    Kill connection made from <ip:port>.",
                     "KILL <option> <value> [<option> <value> [...]]",
-                    "    Kill connections. Options are: ID, ADDR, LADDR, TYPE (normal|pubsub|replica|master), SKIPME.",
+                    "    Kill connections. Options are: ID, ADDR, LADDR, TYPE (normal|pubsub|replica|master), USER, SKIPME.",
                     "HELP",
                     "    Print this help.",
                 ];

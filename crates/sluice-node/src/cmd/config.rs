@@ -63,7 +63,10 @@ impl Change {
                 .store
                 .set_maxmemory(usize::try_from(n).unwrap_or(usize::MAX)),
             Change::Policy(p) => s.store.set_policy(p),
-            Change::RequirePass(p) => *s.requirepass.write() = p,
+            Change::RequirePass(p) => {
+                s.acl.set_requirepass(p.as_deref());
+                *s.requirepass.write() = p;
+            }
             Change::Timeout(secs) => s.timeout_secs.store(secs, Relaxed),
             Change::MinReplicasToWrite(n) => {
                 s.repl.min_replicas.set_to_write(n);

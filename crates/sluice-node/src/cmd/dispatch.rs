@@ -37,6 +37,13 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     if !ctx.session.authenticated && !spec.has_flag(NOAUTH) {
         return refuse(ctx, row, "NOAUTH Authentication required.");
     }
+    // The user's bit for this command: one load. A clear bit may still be granted by the
+    // subcommand (`+rl.rule|get`).
+    if !ctx.session.user.allows(row)
+        && let Err(name) = subcommand_allowed(ctx, row, req)
+    {
+        return refuse(ctx, row, &super::acl::noperm(&name));
+    }
     if ctx.session.proto == Proto::Resp2
         && ctx.session.subscribed()
         && !allowed_when_subscribed(spec.name)
@@ -65,6 +72,8 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
             return reply::error(ctx.out, "ERR Command not allowed inside a transaction");
         }
         tx.queued.push(req.clone());
+        (ctx.session.client.multi)
+            .store(tx.queued.len() as i32, std::sync::atomic::Ordering::Relaxed);
         return reply::simple(ctx.out, "QUEUED");
     }
     let mut args = Args::new(req);
@@ -80,6 +89,17 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         let text = e.text(spec.name);
         shared.errors.note(text.as_bytes());
         reply::error(ctx.out, &text);
+    }
+}
+
+/// Whether the session's user may run `req`'s subcommand of the command at `row`; `Err` names
+/// what it may not run (`command` or `command|subcommand`).
+fn subcommand_allowed(ctx: &Ctx<'_>, row: usize, req: &Request) -> Result<(), String> {
+    let acl = &ctx.shared.acl;
+    match req.arg(1).and_then(|sub| acl.subcommand_id(row, sub)) {
+        Some(id) if ctx.session.user.allows(id) => Ok(()),
+        Some(id) => Err(acl.catalog().name(id).to_string()),
+        None => Err(acl.catalog().name(row).to_string()),
     }
 }
 

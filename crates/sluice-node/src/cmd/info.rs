@@ -11,7 +11,7 @@ use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
 
-const SECTIONS: [&str; 12] = [
+const SECTIONS: [&str; 13] = [
     "server",
     "clients",
     "memory",
@@ -23,6 +23,7 @@ const SECTIONS: [&str; 12] = [
     "commandstats",
     "latencystats",
     "cluster",
+    "regions",
     "keyspace",
 ];
 
@@ -338,6 +339,10 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             "# Cluster\r\ncluster_enabled:{}\r\n",
             u8::from(shared.cluster.is_some())
         ),
+        "regions" => {
+            super::rl_region::info_section(shared.regions.status().as_ref(), t);
+            Ok(())
+        }
         "keyspace" => {
             let keys = shared.store.len(ctx.now);
             let _ = t.write_str("# Keyspace\r\n");

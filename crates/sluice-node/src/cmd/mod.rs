@@ -15,6 +15,7 @@ mod route;
 mod session;
 mod table;
 
+pub use acl::acl_catalog;
 pub use args::{Args, parse_u64};
 pub use config::values as config_values;
 pub use dispatch::execute;
@@ -25,6 +26,7 @@ pub use table::{
     COMMANDS, CommandSpec, SHOULD_RATE_LIMIT_ROW, STATS_ROWS, flag, lookup, row, row_name,
 };
 
+mod acl;
 mod auth;
 mod cl_throttle;
 mod client;
@@ -53,6 +55,7 @@ mod reset;
 pub(crate) mod rl_check;
 mod rl_hit;
 mod rl_lease;
+mod rl_region;
 mod rl_rule;
 mod rl_settle;
 mod role;

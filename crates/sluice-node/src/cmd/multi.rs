@@ -13,6 +13,8 @@
 //! (un)subscribe family, whose replies are one per channel) carry the `no_multi` flag and are refused when queued, as Redis refuses SHUTDOWN:
 //! `-ERR Command not allowed inside a transaction`, and the EXEC that follows aborts.
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use sluice_resp::Request;
 use sluice_resp::reply;
 
@@ -44,6 +46,7 @@ impl Command<'_> for Multi {
             return Err(CmdError::msg("ERR MULTI calls can not be nested"));
         }
         ctx.session.transaction = Some(Transaction::default());
+        ctx.session.client.multi.store(0, Relaxed);
         reply::simple(ctx.out, "OK");
         Ok(())
     }
@@ -61,6 +64,7 @@ impl Command<'_> for Exec {
         let Some(tx) = ctx.session.transaction.take() else {
             return Err(CmdError::msg("ERR EXEC without MULTI"));
         };
+        ctx.session.client.multi.store(-1, Relaxed);
         if tx.failed {
             return Err(CmdError::msg(
                 "EXECABORT Transaction discarded because of previous errors.",
@@ -92,6 +96,7 @@ impl Command<'_> for Discard {
         if ctx.session.transaction.take().is_none() {
             return Err(CmdError::msg("ERR DISCARD without MULTI"));
         }
+        ctx.session.client.multi.store(-1, Relaxed);
         reply::simple(ctx.out, "OK");
         Ok(())
     }

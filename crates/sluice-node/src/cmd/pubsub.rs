@@ -80,6 +80,9 @@ fn run(ctx: &mut Ctx<'_>, kind: Kind, names: Vec<&[u8]>) {
             }
         }
     }
+    ctx.session
+        .client
+        .set_subs(subs.channels.len(), subs.patterns.len());
     let subscribed = subs.count() > 0;
     ctx.session.client.set_kind(if subscribed {
         ClientKind::PubSub

@@ -1,5 +1,5 @@
 //! `RESET` — back to a fresh connection: RESP2, no name, no transaction, no subscriptions, not
-//! READONLY, unauthenticated if a password is set.
+//! READONLY, the `default` user again (unauthenticated if it has a password).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -18,15 +18,17 @@ impl Command<'_> for Reset {
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         ctx.session.proto = Proto::Resp2;
         ctx.session.transaction = None;
+        ctx.session.client.multi.store(-1, Relaxed);
         // Redis's RESET also leaves READONLY mode.
         ctx.session.readonly = false;
         super::pubsub::clear(ctx.shared, &mut ctx.session.subs, ctx.session.client.id);
         ctx.session
             .client
             .set_kind(crate::clients::ClientKind::Normal);
+        ctx.session.client.set_subs(0, 0);
         ctx.session.client.resp.store(2, Relaxed);
         *ctx.session.client.name.lock() = None;
-        ctx.session.authenticated = ctx.shared.requirepass.read().is_none();
+        ctx.session.login(ctx.shared.acl.default_user());
         reply::simple(ctx.out, "RESET");
         Ok(())
     }

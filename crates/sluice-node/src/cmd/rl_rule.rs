@@ -98,7 +98,13 @@ impl<'a> Command<'a> for RlRule<'a> {
             RlRule::Get(name) => match rules.get(name) {
                 None => reply::null(ctx.out, ctx.session.proto),
                 Some(live) => {
+                    // `limit` and `burst` are what this node enforces (a GLOBAL rule's regional
+                    // share); `spec` is the rule as declared.
                     let s = &live.current.spec;
+                    let declared = rules
+                        .history(name)
+                        .and_then(|h| h.last().map(|v| v.spec.to_text()))
+                        .unwrap_or_else(|| s.to_text());
                     let c = &live.counters;
                     let load = |a: &std::sync::atomic::AtomicU64| {
                         a.load(std::sync::atomic::Ordering::Relaxed) as i64
@@ -127,7 +133,7 @@ impl<'a> Command<'a> for RlRule<'a> {
                     field(out, "rollout");
                     reply::integer(out, i64::from(s.rollout));
                     field(out, "spec");
-                    reply::bulk(out, s.to_text().as_bytes());
+                    reply::bulk(out, declared.as_bytes());
                     field(out, "denied");
                     reply::integer(out, load(&c.denied));
                     field(out, "shadow_denied");

@@ -17,6 +17,8 @@ pub struct Session {
     pub client: Arc<ClientHandle>,
     pub proto: Proto,
     pub authenticated: bool,
+    /// The ACL user this connection runs as (`default` until AUTH names another).
+    pub user: Arc<crate::acl::User>,
     /// Set by QUIT and SHUTDOWN: close once this batch's replies are written.
     pub close: bool,
     /// Commands queued since MULTI.
@@ -50,11 +52,14 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(client: Arc<ClientHandle>, authenticated: bool) -> Session {
+    /// A new connection, running as `user` (the `default` user): logged in at once if that
+    /// user needs no password.
+    pub fn new(client: Arc<ClientHandle>, user: Arc<crate::acl::User>) -> Session {
         Session {
             client,
             proto: Proto::default(),
-            authenticated,
+            authenticated: user.needs_no_password(),
+            user,
             close: false,
             transaction: None,
             last_command: None,
@@ -70,6 +75,15 @@ impl Session {
             asked: Vec::new(),
             batch: crate::stats::Batch::default(),
         }
+    }
+
+    /// Runs as `user` from now on (AUTH, HELLO AUTH, RESET).
+    pub fn login(&mut self, user: Arc<crate::acl::User>) {
+        self.authenticated = user.needs_no_password();
+        if *self.client.user.lock() != user.name {
+            *self.client.user.lock() = user.name.clone();
+        }
+        self.user = user;
     }
 
     /// True while subscribed to any channel or pattern.

@@ -111,6 +111,17 @@ use flag::*;
 /// The command table, sorted by name (dispatch binary-searches it).
 pub static COMMANDS: &[CommandSpec] = &[
     spec!(
+        "acl",
+        -2,
+        [ADMIN, NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "server",
+        "6.0.0",
+        "A container for Access List Control commands.",
+        "subcommand [argument ...]",
+        acl::AclCmd
+    ),
+    spec!(
         "auth",
         -2,
         [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
@@ -582,6 +593,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Checks a subject under several rules (or keys) at once, all or nothing.",
         "subject rule [rule ...] [COST cost]",
         rl_hit::RlHits
+    ),
+    spec!(
+        "rl.region",
+        -2,
+        [NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Shows how this region shares its GLOBAL rules with the other regions.",
+        "INFO",
+        rl_region::RlRegion
     ),
     spec!(
         "rl.release",

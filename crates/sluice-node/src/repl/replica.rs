@@ -74,7 +74,14 @@ pub async fn send_ack(stream: &mut TcpStream, offset: u64) -> LinkResult<()> {
 
 async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     set_link(shared, LinkState::Connecting);
-    let mut peer = Peer::connect(&addr.host, addr.port).await?;
+    let mut peer = match shared
+        .tls
+        .as_ref()
+        .filter(|_| shared.config.tls_replication)
+    {
+        Some(tls) => Peer::connect_tls(&addr.host, addr.port, tls.client.clone()).await?,
+        None => Peer::connect(&addr.host, addr.port).await?,
+    };
 
     let pong = peer.call(&[b"PING"]).await?;
     let pong_text = pong.text();
@@ -82,15 +89,17 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     {
         return Err(format!("unexpected reply to PING: {pong_text}"));
     }
-    if let Some(pass) = &shared.live.masterauth() {
-        let reply = peer.call(&[b"AUTH", pass.as_bytes()]).await?;
-        if !reply.is_ok() {
-            let reply = reply.text();
+    if let Some(pass) = shared.live.masterauth() {
+        let auth = sluice_client::Credentials {
+            user: shared.config.masteruser.clone(),
+            password: pass,
+        };
+        if let Err(reply) = peer.login(&auth).await {
             sluice_log::log(&format!(
-                "MASTER {}:{} refused AUTH (check --masterauth): {reply}",
+                "MASTER {}:{} refused AUTH (check --masteruser/--masterauth): {reply}",
                 addr.host, addr.port
             ));
-            return Err(format!("AUTH failed: {reply}"));
+            return Err(reply);
         }
     }
     let port = shared.local_addr.port().to_string();

@@ -3,7 +3,8 @@
 //! # Format
 //! One table (TOML) or mapping (YAML) per rule, named by the rule; its fields are the words
 //! of `RL.RULE SET`, lower-case: `limit`, `period` (`"1m"`, or integer seconds), and
-//! optionally `burst`, `algo`, `failmode`, `shadow` (boolean), `floor`, `rollout`.
+//! optionally `burst`, `algo`, `failmode`, `shadow` (boolean), `floor`, `rollout`, `global`
+//! (boolean: the limit is shared by every region).
 //!
 //! ```toml
 //! [user]
@@ -39,6 +40,11 @@ enum Scalar {
     Bool(bool),
 }
 
+/// Whether `field` is a boolean field (a word of the spec with no value).
+fn is_flag(field: &str) -> bool {
+    field.eq_ignore_ascii_case("shadow") || field.eq_ignore_ascii_case("global")
+}
+
 /// Reads and validates the whole file: every rule or an error naming the first problem.
 pub fn read(path: &Path) -> Result<BTreeMap<String, RuleSpec>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
@@ -56,16 +62,14 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, RuleSpec>, String> {
         let mut words: Vec<String> = Vec::new();
         for (field, value) in fields {
             match value {
-                Scalar::Bool(true) if field.eq_ignore_ascii_case("shadow") => {
-                    words.push("SHADOW".into())
-                }
-                Scalar::Bool(false) if field.eq_ignore_ascii_case("shadow") => {}
+                Scalar::Bool(true) if is_flag(&field) => words.push(field.to_ascii_uppercase()),
+                Scalar::Bool(false) if is_flag(&field) => {}
                 Scalar::Bool(_) => {
                     return Err(format!("rule '{name}': {field} is not a boolean field"));
                 }
                 Scalar::Text(v) => {
-                    if field.eq_ignore_ascii_case("shadow") {
-                        return Err(format!("rule '{name}': shadow must be true or false"));
+                    if is_flag(&field) {
+                        return Err(format!("rule '{name}': {field} must be true or false"));
                     }
                     words.push(field.to_ascii_uppercase());
                     words.push(v);

@@ -83,6 +83,9 @@ pub struct RuleSpec {
     pub floor: Option<u64>,
     /// Percent of subjects this version applies to (the rest keep the previous version).
     pub rollout: u8,
+    /// `GLOBAL`: the limit is shared by every region; this region enforces its share of it
+    /// (see [`Rules::set_region_shares`]).
+    pub global: bool,
 }
 
 impl RuleSpec {
@@ -113,7 +116,26 @@ impl RuleSpec {
         if self.rollout < 100 {
             t.push_str(&format!(" ROLLOUT {}", self.rollout));
         }
+        if self.global {
+            t.push_str(" GLOBAL");
+        }
         t
+    }
+
+    /// This spec as a region enforces it under `share` (parts per million of the whole):
+    /// limit and burst are `floor(x × share)`, at least 1 (a check needs a limit of 1 or
+    /// more). The period, algorithm and everything else stay.
+    pub fn regional(&self, share: u32) -> RuleSpec {
+        let scale = |x: u64| {
+            let scaled =
+                u128::from(x) * u128::from(share.min(SHARE_WHOLE)) / u128::from(SHARE_WHOLE);
+            u64::try_from(scaled).unwrap_or(u64::MAX).max(1)
+        };
+        RuleSpec {
+            limit: scale(self.limit),
+            burst: self.burst.map(scale),
+            ..self.clone()
+        }
     }
 
     /// This version's floor carried over from `prev` when it states none: the same rate,
@@ -140,6 +162,10 @@ impl RuleSpec {
         }
     }
 }
+
+/// A whole share, in parts per million: shares are integers so that every node of a region
+/// computes the same regional limit from the same published share.
+pub const SHARE_WHOLE: u32 = 1_000_000;
 
 /// A period as the shortest exact text with a unit (`1m`, `500ms`, `90s`).
 pub fn period_text(p: Nanos) -> String {
@@ -178,7 +204,7 @@ pub fn check_name(name: &[u8]) -> Result<&str, RuleError> {
 }
 
 /// Parses and validates a spec from its words (`LIMIT n PERIOD p [BURST b] [ALGO a]
-/// [FAILMODE open|closed|local] [SHADOW] [FLOOR n] [ROLLOUT pct]`).
+/// [FAILMODE open|closed|local] [SHADOW] [FLOOR n] [ROLLOUT pct] [GLOBAL]`).
 pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleSpec, RuleError> {
     let mut limit = None;
     let mut period = None;
@@ -188,6 +214,7 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
     let mut shadow = false;
     let mut floor = None;
     let mut rollout = 100u8;
+    let mut global = false;
     while let Some(word) = words.next() {
         let is = |name: &str| word.eq_ignore_ascii_case(name.as_bytes());
         let mut value = |name: &str| {
@@ -228,6 +255,7 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
                 })?;
             }
             _ if is("SHADOW") => shadow = true,
+            _ if is("GLOBAL") => global = true,
             _ if is("FLOOR") => floor = Some(count(value("FLOOR")?, "FLOOR")?),
             _ if is("ROLLOUT") => {
                 let r = value("ROLLOUT")?;
@@ -257,6 +285,7 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
         shadow,
         floor,
         rollout,
+        global,
     })
 }
 
@@ -328,8 +357,24 @@ pub struct Rules {
     generation: AtomicU64,
     histories: Mutex<BTreeMap<String, History>>,
     live: Mutex<Arc<LiveSet>>,
+    /// This region's shares of its GLOBAL rules, when regions are on.
+    shares: Mutex<RegionShares>,
     /// Where rules come from; decides what RL.RULE writes do.
     pub source: Source,
+}
+
+/// This region's shares of the GLOBAL rules, in parts per million of [`SHARE_WHOLE`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct RegionShares {
+    /// The share of a GLOBAL rule with none of its own; `None` (no regions): the whole limit.
+    default: Option<u32>,
+    by_rule: HashMap<String, u32>,
+}
+
+impl RegionShares {
+    fn of(&self, name: &str) -> Option<u32> {
+        self.by_rule.get(name).copied().or(self.default)
+    }
 }
 
 /// Looked up by every RL.HIT: ahash, not SipHash (rule names are the server's, not hostile).
@@ -355,6 +400,7 @@ impl Rules {
             generation: AtomicU64::new(1),
             histories: Mutex::new(BTreeMap::new()),
             live: Mutex::new(Arc::new(LiveSet::default())),
+            shares: Mutex::new(RegionShares::default()),
             source,
         }
     }
@@ -373,18 +419,61 @@ impl Rules {
         })
     }
 
+    /// Sets this region's shares of its GLOBAL rules (parts per million): `by_rule` for the
+    /// rules named, `default` for every other GLOBAL rule. The live rules are rebuilt only if
+    /// a share changed, so the request path sees the new regional limits at its next check,
+    /// and a bucket keeps its state (capped), as for any limit change.
+    pub fn set_region_shares(&self, default: u32, by_rule: HashMap<String, u32>) {
+        let next = RegionShares {
+            default: Some(default.min(SHARE_WHOLE)),
+            by_rule,
+        };
+        let histories = self.histories.lock();
+        {
+            let mut shares = self.shares.lock();
+            if *shares == next {
+                return;
+            }
+            *shares = next;
+        }
+        self.publish(&histories);
+    }
+
+    /// The GLOBAL rules' names, sorted.
+    pub fn global_names(&self) -> Vec<String> {
+        let histories = self.histories.lock();
+        histories
+            .iter()
+            .filter(|(_, h)| !h.deleted && h.versions.last().is_some_and(|v| v.spec.global))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// The spec `spec` of rule `name` as this region enforces it.
+    fn effective(shares: &RegionShares, name: &str, spec: &RuleSpec) -> RuleSpec {
+        match shares.of(name) {
+            Some(share) if spec.global => spec.regional(share),
+            _ => spec.clone(),
+        }
+    }
+
     /// Rebuilds the live map after a change (the caller holds `histories`).
     fn publish(&self, histories: &BTreeMap<String, History>) {
+        let shares = self.shares.lock().clone();
         let set: LiveSet = histories
             .iter()
             .filter(|(_, h)| !h.deleted)
             .filter_map(|(name, h)| {
-                let current = h.versions.last()?.clone();
+                let last = h.versions.last()?;
+                let current = Version {
+                    version: last.version,
+                    spec: Self::effective(&shares, name, &last.spec),
+                };
                 let previous = h
                     .versions
                     .len()
                     .checked_sub(2)
-                    .map(|i| h.versions[i].spec.clone());
+                    .map(|i| Self::effective(&shares, name, &h.versions[i].spec));
                 Some((
                     name.as_bytes().into(),
                     Arc::new(Live {
@@ -550,6 +639,7 @@ mod tests {
             "LIMIT 100 PERIOD 1m ALGO TOKEN FAILMODE open",
             "LIMIT 5 PERIOD 500ms BURST 10 ALGO GCRA FAILMODE closed SHADOW FLOOR 2 ROLLOUT 25",
             "LIMIT 7 PERIOD 90s ALGO SLIDING FAILMODE local",
+            "LIMIT 1000 PERIOD 1m ALGO TOKEN FAILMODE open GLOBAL",
         ] {
             assert_eq!(spec(text).unwrap().to_text(), text);
         }
@@ -599,6 +689,35 @@ mod tests {
             .prepare("r", spec("LIMIT 6000 PERIOD 1h").unwrap())
             .unwrap();
         assert_eq!(ok.floor, Some(3000));
+    }
+
+    #[test]
+    fn global_rules_enforce_the_regions_share() {
+        let rules = Rules::new(Source::Memory);
+        rules.install(
+            "g",
+            spec("LIMIT 1000 PERIOD 1m BURST 50 GLOBAL").unwrap(),
+            None,
+        );
+        rules.install("l", spec("LIMIT 1000 PERIOD 1m").unwrap(), None);
+        // No regions: the whole limit.
+        assert_eq!(rules.get("g").unwrap().current.spec.limit, 1000);
+        rules.set_region_shares(250_000, HashMap::from([("g".to_string(), 600_000)]));
+        let g = rules.get("g").unwrap();
+        assert_eq!(
+            (g.current.spec.limit, g.current.spec.burst),
+            (600, Some(30))
+        );
+        // A rule that is not GLOBAL is untouched by shares.
+        assert_eq!(rules.get("l").unwrap().current.spec.limit, 1000);
+        // floor(limit × share), at least 1; the default share for rules not named.
+        rules.set_region_shares(333_333, HashMap::new());
+        assert_eq!(rules.get("g").unwrap().current.spec.limit, 333);
+        rules.set_region_shares(0, HashMap::new());
+        assert_eq!(rules.get("g").unwrap().current.spec.limit, 1);
+        // The declared spec is unchanged in the history.
+        assert_eq!(rules.history("g").unwrap()[0].spec.limit, 1000);
+        assert_eq!(rules.global_names(), vec!["g".to_string()]);
     }
 
     #[test]

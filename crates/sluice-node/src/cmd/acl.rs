@@ -1,0 +1,289 @@
+//! `ACL SETUSER|GETUSER|DELUSER|USERS|LIST|WHOAMI|CAT|LOAD|SAVE` — ACL users (see `acl`), and
+//! the command catalog their rules name.
+//!
+//! # Format
+//! - `ACL SETUSER name [rule ...]` → `+OK`. Rules: `on` `off` `>pass` `<pass` `#sha256`
+//!   `!sha256` `nopass` `resetpass` `reset` `allcommands` `nocommands` `+@cat` `-@cat` `+cmd`
+//!   `-cmd` `+cmd|sub` `-cmd|sub`; `~*`, `allkeys`, `&*`, `allchannels` are accepted (keys and
+//!   channels are never restricted: any other pattern is an error).
+//! - `ACL GETUSER name` → a map: `flags`, `passwords` (SHA-256 hex), `commands`, `keys`,
+//!   `channels`; nil if there is no such user.
+//! - `ACL DELUSER name [name ...]` → `:removed`. `ACL USERS` → the names. `ACL LIST` → one
+//!   `user ...` line per user. `ACL WHOAMI` → this connection's user.
+//! - `ACL CAT` → the categories; `ACL CAT category` → its commands.
+//! - `ACL LOAD` / `ACL SAVE` → `+OK`, with `--aclfile`.
+//!
+//! # Categories
+//! - `@ratelimit`: the checks a gateway makes (RL.CHECK, RL.HIT, RL.HITS, RL.ALLOW,
+//!   CL.THROTTLE, GCRA), the leases and settlements a gateway takes and corrects for its own
+//!   requests (RL.ACQUIRE, RL.RELEASE, RL.RENEW, RL.SETTLE: each touches only the key it
+//!   names, as a check does), and the rules read-only (RL.RULE GET, LIST, HISTORY).
+//! - `@connection`: what a client sends to connect and stay connected: PING, ECHO, SELECT,
+//!   COMMAND, AUTH, HELLO, QUIT, RESET.
+//! - `@admin`: every other command (FLUSHALL, CONFIG, REPLICAOF, RL.RULE SET ...).
+//! - `@read`, `@write`, `@fast`: by the commands' flags.
+//!
+//! AUTH, HELLO, QUIT and RESET (Redis's `no-auth` commands) are allowed to every user.
+
+use sluice_resp::reply;
+
+use super::table::flag::{FAST, NOAUTH, READONLY};
+use super::table::{COMMANDS, CommandSpec};
+use super::{Args, CmdError, Command, Ctx};
+use crate::acl::category::{ADMIN, CONNECTION, RATELIMIT, READ, WRITE};
+use crate::acl::{CATEGORIES, Catalog, Category, category};
+
+/// The commands of `@ratelimit`, by name (a name not in the table is skipped).
+const RATELIMIT_COMMANDS: &[&str] = &[
+    "rl.check",
+    "rl.hit",
+    "rl.hits",
+    "rl.allow",
+    "cl.throttle",
+    "gcra",
+    "rl.acquire",
+    "rl.release",
+    "rl.renew",
+    "rl.settle",
+];
+
+/// The commands of `@connection`.
+const CONNECTION_COMMANDS: &[&str] = &[
+    "ping", "echo", "select", "command", "auth", "hello", "quit", "reset",
+];
+
+/// Subcommands with permissions of their own: `(command, subcommand, read-only)`. The
+/// read-only ones are `@ratelimit`, the others `@admin`.
+const SUBCOMMANDS: &[(&str, &str, bool)] = &[
+    ("rl.rule", "get", true),
+    ("rl.rule", "list", true),
+    ("rl.rule", "history", true),
+    ("rl.rule", "set", false),
+    ("rl.rule", "del", false),
+    ("rl.rule", "rollback", false),
+];
+
+/// The command table as ACL rules name it: each row's id is its row.
+pub fn acl_catalog() -> Catalog {
+    let mut catalog = Catalog::default();
+    for spec in COMMANDS {
+        let has_subcommands = SUBCOMMANDS.iter().any(|(c, _, _)| *c == spec.name);
+        let kind = if has_subcommands {
+            0
+        } else if RATELIMIT_COMMANDS.contains(&spec.name) {
+            RATELIMIT
+        } else if CONNECTION_COMMANDS.contains(&spec.name) {
+            CONNECTION
+        } else {
+            ADMIN
+        };
+        catalog.add(
+            spec.name,
+            kind | flag_categories(spec),
+            spec.has_flag(NOAUTH),
+        );
+    }
+    for &(command, sub, read_only) in SUBCOMMANDS {
+        if let Some(parent) = catalog.id(command) {
+            let kind = if read_only {
+                RATELIMIT | READ
+            } else {
+                ADMIN | WRITE
+            };
+            catalog.add_subcommand(parent, sub, kind);
+        }
+    }
+    catalog
+}
+
+fn flag_categories(spec: &CommandSpec) -> Category {
+    let mut c = 0;
+    if spec.write {
+        c |= WRITE;
+    }
+    if spec.has_flag(READONLY) {
+        c |= READ;
+    }
+    if spec.has_flag(FAST) {
+        c |= category::FAST;
+    }
+    c
+}
+
+/// Redis's refusal of a command (or `command|subcommand`) the user may not run.
+pub fn noperm(name: &str) -> String {
+    format!("NOPERM this user has no permissions to run the '{name}' command")
+}
+
+#[derive(Debug)]
+pub enum AclCmd<'a> {
+    SetUser(&'a str, Vec<&'a [u8]>),
+    GetUser(&'a [u8]),
+    DelUser(Vec<&'a str>),
+    Users,
+    List,
+    WhoAmI,
+    Cat(Option<&'a [u8]>),
+    Load,
+    Save,
+}
+
+fn text(arg: &[u8]) -> Result<&str, CmdError> {
+    std::str::from_utf8(arg)
+        .map_err(|_| CmdError::msg("ERR Usernames can't contain spaces or null characters"))
+}
+
+impl<'a> Command<'a> for AclCmd<'a> {
+    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
+        let sub = args.key()?.to_ascii_uppercase();
+        let cmd = match sub.as_slice() {
+            b"SETUSER" => AclCmd::SetUser(text(args.key()?)?, args.rest().collect()),
+            b"GETUSER" => AclCmd::GetUser(args.key()?),
+            b"DELUSER" => {
+                let first = text(args.key()?)?;
+                let mut names = vec![first];
+                for n in args.rest() {
+                    names.push(text(n)?);
+                }
+                AclCmd::DelUser(names)
+            }
+            b"USERS" => AclCmd::Users,
+            b"LIST" => AclCmd::List,
+            b"WHOAMI" => AclCmd::WhoAmI,
+            b"CAT" => AclCmd::Cat(args.next()),
+            b"LOAD" => AclCmd::Load,
+            b"SAVE" => AclCmd::Save,
+            _ => {
+                return Err(CmdError::msg(format!(
+                    "ERR unknown subcommand '{}'. Try ACL SETUSER|GETUSER|DELUSER|USERS|LIST|WHOAMI|CAT|LOAD|SAVE.",
+                    String::from_utf8_lossy(&sub)
+                )));
+            }
+        };
+        args.finish()?;
+        Ok(cmd)
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        let acl = &ctx.shared.acl;
+        let out = &mut *ctx.out;
+        match self {
+            AclCmd::SetUser(name, rules) => {
+                acl.set_user(name, &rules)
+                    .map_err(|e| CmdError::msg(format!("ERR {e}")))?;
+                reply::simple(out, "OK");
+            }
+            AclCmd::GetUser(name) => get_user(ctx, name),
+            AclCmd::DelUser(names) => {
+                let n = acl
+                    .del_users(&names)
+                    .map_err(|e| CmdError::msg(format!("ERR {e}")))?;
+                // As Redis: the removed users' connections are closed.
+                ctx.shared
+                    .clients
+                    .kill_where(|c| names.contains(&c.user.lock().as_str()));
+                reply::integer(out, n as i64);
+            }
+            AclCmd::Users => {
+                let users = acl.users();
+                reply::array(out, users.len());
+                for u in users {
+                    reply::bulk(out, u.name.as_bytes());
+                }
+            }
+            AclCmd::List => {
+                let users = acl.users();
+                reply::array(out, users.len());
+                for u in users {
+                    reply::bulk(out, u.describe().as_bytes());
+                }
+            }
+            AclCmd::WhoAmI => reply::bulk(out, ctx.session.user.name.as_bytes()),
+            AclCmd::Cat(category) => cat(ctx, category)?,
+            AclCmd::Load => load(ctx)?,
+            AclCmd::Save => {
+                let path = aclfile(ctx.shared)?;
+                crate::acl::save_file(acl, &path).map_err(|e| CmdError::msg(format!("ERR {e}")))?;
+                reply::simple(out, "OK");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn aclfile(shared: &crate::shared::Shared) -> Result<std::path::PathBuf, CmdError> {
+    shared.acl.file.clone().ok_or_else(|| {
+        CmdError::msg("ERR This Sluice instance is not configured to use an ACL file (--aclfile).")
+    })
+}
+
+fn load(ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+    let path = aclfile(ctx.shared)?;
+    let requirepass = ctx.shared.requirepass.read().clone();
+    crate::acl::load_file(&ctx.shared.acl, &path, requirepass.as_deref())
+        .map_err(|e| CmdError::msg(format!("ERR {e}")))?;
+    // The connections of users the file no longer has are closed, as by ACL DELUSER.
+    let users: Vec<String> = ctx
+        .shared
+        .acl
+        .users()
+        .iter()
+        .map(|u| u.name.clone())
+        .collect();
+    ctx.shared
+        .clients
+        .kill_where(|c| !users.contains(&*c.user.lock()));
+    reply::simple(ctx.out, "OK");
+    Ok(())
+}
+
+fn get_user(ctx: &mut Ctx<'_>, name: &[u8]) {
+    let p = ctx.session.proto;
+    let out = &mut *ctx.out;
+    let Some(user) = std::str::from_utf8(name)
+        .ok()
+        .and_then(|n| ctx.shared.acl.get(n))
+    else {
+        return reply::null(out, p);
+    };
+    let perms = user.perms();
+    reply::map(out, p, 5);
+    reply::bulk(out, b"flags");
+    let flags = perms.flags();
+    reply::array(out, flags.len());
+    for f in flags {
+        reply::bulk(out, f.as_bytes());
+    }
+    reply::bulk(out, b"passwords");
+    let hashes = perms.password_hashes();
+    reply::array(out, hashes.len());
+    for h in hashes {
+        reply::bulk(out, h.as_bytes());
+    }
+    reply::bulk(out, b"commands");
+    reply::bulk(out, perms.command_rules().as_bytes());
+    reply::bulk(out, b"keys");
+    reply::bulk(out, b"~*");
+    reply::bulk(out, b"channels");
+    reply::bulk(out, b"&*");
+}
+
+fn cat(ctx: &mut Ctx<'_>, category: Option<&[u8]>) -> Result<(), CmdError> {
+    let out = &mut *ctx.out;
+    let Some(name) = category else {
+        reply::array(out, CATEGORIES.len());
+        for (name, _) in CATEGORIES {
+            reply::bulk(out, name.as_bytes());
+        }
+        return Ok(());
+    };
+    let name = String::from_utf8_lossy(name);
+    let bits = Catalog::category(&name)
+        .ok_or_else(|| CmdError::msg(format!("ERR Unknown category '{name}'")))?;
+    let names: Vec<&str> = ctx.shared.acl.catalog().in_category(bits).collect();
+    reply::array(out, names.len());
+    for n in names {
+        reply::bulk(out, n.as_bytes());
+    }
+    Ok(())
+}
