@@ -196,3 +196,33 @@ fn a_bucket_is_removed_once_it_is_full_again() {
     let r = rl_check(&mut conn, &["short", "2", "200ms"]).unwrap();
     assert_eq!(&r[..4], &[1, 2, 1, -1]);
 }
+
+/// The arguments after the key are parsed once per worker and remembered by their wire bytes
+/// (issue 23): a check that repeats them, one that differs by a byte, a bad one between them,
+/// and the same options on another connection must each answer as if parsed afresh.
+#[test]
+fn repeated_arguments_answer_as_if_parsed_afresh() {
+    let server = Sluice::start();
+    let mut a = server.client();
+    let mut b = server.client();
+    let limit = |r: Vec<i64>| r[1];
+    assert_eq!(limit(rl_check(&mut a, &["m:1", "10", "60"]).unwrap()), 10);
+    assert_eq!(limit(rl_check(&mut a, &["m:2", "10", "60"]).unwrap()), 10);
+    assert_eq!(limit(rl_check(&mut a, &["m:3", "11", "60"]).unwrap()), 11);
+    assert_eq!(limit(rl_check(&mut b, &["m:4", "11", "60"]).unwrap()), 11);
+    let bad = rl_check(&mut a, &["m:5", "11", "60", "ALGO", "NOPE"]).unwrap_err();
+    assert!(err_text(bad).contains("unknown ALGO 'NOPE'"));
+    let bad = rl_check(&mut a, &["m:5", "11", "60", "ALGO", "NOPE"]).unwrap_err();
+    assert!(err_text(bad).contains("unknown ALGO 'NOPE'"));
+    // The same bytes split differently between key and arguments.
+    assert_eq!(limit(rl_check(&mut a, &["11", "60", "1"]).unwrap()), 60);
+    // DRY remembered is DRY answered: what a check would leave, and nothing consumed.
+    let dry = ["m:6", "3", "1h", "DRY"];
+    let first = rl_check(&mut a, &dry).unwrap();
+    let again = rl_check(&mut b, &dry).unwrap();
+    assert_eq!((first[2], again[2]), (2, 2));
+    // A SLIDING tail after a TOKEN one on the same key is WRONGTYPE, not the remembered TOKEN.
+    rl_check(&mut a, &["m:7", "5", "60"]).unwrap();
+    let wrong = err_text(rl_check(&mut a, &["m:7", "5", "60", "ALGO", "SLIDING"]).unwrap_err());
+    assert!(wrong.contains("WRONGTYPE"), "{wrong}");
+}

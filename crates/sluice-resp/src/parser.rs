@@ -246,6 +246,19 @@ impl Request {
         self.wire.then_some(&self.frame)
     }
 
+    /// The wire bytes of arguments `from..` of a multibulk frame as it arrived, each with its
+    /// `$len` header: `$len\r\narg\r\n...` to the end of the frame. The headers make the bytes
+    /// an unambiguous encoding of those arguments, so two requests whose tails are equal (and
+    /// whose argument counts are equal) have equal arguments from `from` on. `None` for an
+    /// inline command, a request made with [`Request::from_args`], or `from` 0 or past the end.
+    pub fn wire_from(&self, from: usize) -> Option<&[u8]> {
+        if !self.wire || from == 0 || from >= self.args.len() {
+            return None;
+        }
+        let (offset, len) = self.args[from - 1];
+        self.frame.get(offset + len + 2..)
+    }
+
     /// Whether this came as an inline command rather than a multibulk frame.
     pub fn is_inline(&self) -> bool {
         self.inline
@@ -747,6 +760,35 @@ mod tests {
     fn error_of(input: &[u8]) -> String {
         let (_, result, _) = parse_all(input);
         result.expect_err("should be a protocol error").to_string()
+    }
+
+    #[test]
+    fn wire_from_is_the_tail_of_the_frame_with_its_headers() {
+        // Whole in one buffer (the fast path), then byte by byte (the incremental path).
+        let frame = b"*4\r\n$8\r\nRL.CHECK\r\n$1\r\nk\r\n$2\r\n10\r\n$3\r\n60s\r\n";
+        let (reqs, result, _) = parse_all(frame);
+        result.unwrap();
+        let mut p = parser();
+        let mut buf = BytesMut::new();
+        let mut split = None;
+        for &b in frame.iter() {
+            buf.extend_from_slice(&[b]);
+            if let Some(r) = p.parse(&mut buf).unwrap() {
+                split = Some(r);
+            }
+        }
+        for r in [&reqs[0], &split.unwrap()] {
+            assert_eq!(r.wire_from(2), Some(&b"$2\r\n10\r\n$3\r\n60s\r\n"[..]));
+            assert_eq!(r.wire_from(3), Some(&b"$3\r\n60s\r\n"[..]));
+            assert_eq!(r.wire_from(0), None);
+            assert_eq!(r.wire_from(4), None);
+        }
+        let (inline, _, _) = parse_all(b"RL.CHECK k 10 60s\r\n");
+        assert_eq!(inline[0].wire_from(2), None);
+        assert_eq!(
+            Request::from_args(&["RL.CHECK", "k", "10"]).wire_from(2),
+            None
+        );
     }
 
     #[test]

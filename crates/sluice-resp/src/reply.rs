@@ -215,6 +215,13 @@ pub fn int_array(out: &mut BytesMut, values: &[i64]) {
 /// # Safety
 /// `dst` must be valid for 24 bytes of writes.
 unsafe fn put_line(dst: *mut u8, prefix: u8, n: i64) -> usize {
+    // One digit (a check's `allowed`, a zero wait, an array's length): one 4-byte store.
+    if (0..10).contains(&n) {
+        let line = u32::from_le_bytes([prefix, b'0' + n as u8, b'\r', b'\n']);
+        // SAFETY: 4 <= 24 bytes from `dst`, which the caller guarantees.
+        unsafe { dst.cast::<u32>().write_unaligned(line) };
+        return 4;
+    }
     // The digits are written straight to their place, right to left, two at a time: no
     // intermediate buffer and no copy. 24 bytes: prefix, sign, 19 digits, CR LF.
     let mut v = n.unsigned_abs();

@@ -60,6 +60,12 @@ impl<'a> Args<'a> {
         rest
     }
 
+    /// The arguments not yet consumed as they arrived on the wire, with their headers (see
+    /// [`Request::wire_from`]); `None` when none are left or the request was not a wire frame.
+    pub fn wire_rest(&self) -> Option<&'a [u8]> {
+        self.request.wire_from(self.pos)
+    }
+
     /// Errors with a syntax error if arguments are left over.
     pub fn finish(&self) -> Result<(), CmdError> {
         if self.is_empty() {

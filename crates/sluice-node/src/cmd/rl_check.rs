@@ -18,6 +18,8 @@ use sluice_store::StoreError;
 
 use super::{Args, CmdError, Command, Ctx};
 
+mod memo;
+
 #[derive(Debug)]
 pub struct RlCheck<'a> {
     key: &'a [u8],
@@ -31,14 +33,22 @@ impl<'a> Command<'a> for RlCheck<'a> {
 
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
+        let wire = args.wire_rest();
+        if let Some(parsed) = wire.and_then(memo::lookup) {
+            args.rest();
+            return Ok(RlCheck::with(key, parsed));
+        }
         // The gateway options (FAILMODE, SPLIT, APPROX) are validated and ignored here.
         let spec = CheckArgs::parse(args.rest())?;
-        Ok(RlCheck {
-            key,
+        let parsed = memo::Parsed {
             algo: spec.algo,
             params: spec.params()?,
             dry: spec.dry,
-        })
+        };
+        if let Some(wire) = wire {
+            memo::store(wire, parsed);
+        }
+        Ok(RlCheck::with(key, parsed))
     }
 
     fn keys(&self) -> impl Iterator<Item = &[u8]> {
@@ -71,6 +81,17 @@ impl<'a> Command<'a> for RlCheck<'a> {
             ],
         );
         Ok(())
+    }
+}
+
+impl<'a> RlCheck<'a> {
+    fn with(key: &'a [u8], parsed: memo::Parsed) -> RlCheck<'a> {
+        RlCheck {
+            key,
+            algo: parsed.algo,
+            params: parsed.params,
+            dry: parsed.dry,
+        }
     }
 }
 
