@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use sluice_client::{BreakerState, Client, Config, FailMode, Limit, Source, Topology};
 use sluice_tests::{
-    RedisSentinel, Sluice, TempDir, cluster_node, have_tool, info_field, redis_benchmark,
-    redis_cli, runtime, sluice_cluster, wait_until,
+    RedisSentinel, Sluice, TempDir, have_tool, info_field, redis_benchmark, redis_cli, runtime,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -208,7 +207,11 @@ fn split_spreads_one_key_over_the_nodes_of_a_cluster() {
     let rt = runtime();
     let (allowed, sources) = rt.block_on(async {
         // Seeded with one node only: the rest comes from CLUSTER SLOTS.
-        let client = Client::connect(Config::new(Topology::Cluster(vec![addrs[0].clone()]))).await;
+        let client = Client::connect(Config::new(Topology::Cluster(vec![format!(
+            "127.0.0.1:{}",
+            nodes[0].port
+        )])))
+        .await;
         let limit = Limit::new(240, HOUR).split(8);
         let mut allowed = 0;
         let mut sources = BTreeMap::new();

@@ -7,8 +7,7 @@ use std::time::Duration;
 use sluice_client::rules::RuleBook;
 use sluice_client::{AllowRequest, Client, Config, Source, Topology};
 use sluice_tests::{
-    TempDir, cluster_info_field, cluster_node, cluster_slots, key_slot, owner_of, primaries,
-    runtime, sluice_cluster, wait_cluster_ok, wait_until,
+    TempDir, cluster_slots, key_slot, owner_of, primaries, runtime, wait_cluster_ok,
 };
 
 fn request(user: &str, ip: &str) -> AllowRequest {
@@ -63,7 +62,11 @@ fn allow_splits_a_check_across_nodes_dry_first_and_fails_by_each_rules_mode() {
 
     let rt = runtime();
     let (client, book) = rt.block_on(async {
-        let client = Client::connect(Config::new(Topology::Cluster(vec![addrs[0].clone()]))).await;
+        let client = Client::connect(Config::new(Topology::Cluster(vec![format!(
+            "127.0.0.1:{}",
+            nodes[0].port
+        )])))
+        .await;
         let book = RuleBook::default();
         for _ in 0..100 {
             book.refresh(&client).await;

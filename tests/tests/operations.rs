@@ -372,7 +372,7 @@ fn json_logs_parse() {
     let logfile = dir.path().join("sluice.log");
     let port = free_port();
     let data = dir.path().join("data");
-    let mut node = logging_node(
+    let node = logging_node(
         port,
         &logfile,
         &["--log-format", "json", "--dir", data.to_str().unwrap()],

@@ -11,8 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluice_tests::{
-    Etcd, Sluice, TempDir, cluster_node, free_port, http_get, primaries, sluice_cluster,
-    try_connect, wait_until,
+    Etcd, Sluice, TempDir, free_port, http_get, primaries, try_connect, wait_until,
 };
 
 const LIMIT: f64 = 1000.0;
