@@ -44,6 +44,9 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
 }
 
+/// One per-upstream counter, read from its row.
+type UpstreamCount = fn(&Upstream) -> u64;
+
 /// The exposition text for the sidecar's counters now.
 fn render(p: &Proxy) -> String {
     let mut s = String::with_capacity(2048);
@@ -78,7 +81,7 @@ fn render(p: &Proxy) -> String {
     );
     let _ = writeln!(s, "sluice_proxy_node_calls_total {}", c.node_calls());
     let upstreams = c.upstreams();
-    let counts: [(&str, &str, fn(&Upstream) -> u64); 2] = [
+    let counts: [(&str, &str, UpstreamCount); 2] = [
         (
             "sluice_proxy_upstream_answered_total",
             "Calls each upstream answered.",

@@ -44,7 +44,7 @@ struct Cli {
 enum Mode {
     /// The gateway sidecar: a RESP front that routes checks to the nodes and applies fail
     /// modes, the blocked cache, key splitting and approximate counting.
-    Proxy(sluice_proxy::ProxyConfig),
+    Proxy(Box<sluice_proxy::ProxyConfig>),
     /// Create and change a Sluice cluster: create, add-node, remove-node, show.
     Cluster(sluice_admin::Admin),
 }
@@ -52,7 +52,7 @@ enum Mode {
 fn main() {
     let (cli, config_file) = parse();
     let code = match cli.mode {
-        Some(Mode::Proxy(config)) => sluice_proxy::main(config),
+        Some(Mode::Proxy(config)) => sluice_proxy::main(*config),
         Some(Mode::Cluster(admin)) => sluice_admin::main(admin),
         None => {
             let mut config = cli.node;
