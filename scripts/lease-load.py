@@ -17,15 +17,9 @@ import socket
 import sys
 import threading
 
+from resp_wire import command
+
 CONNS, DEPTH, KEYS = 4, 64, 10_000
-
-
-def command(*words):
-    out = [b"*%d\r\n" % len(words)]
-    for w in words:
-        w = w if isinstance(w, bytes) else str(w).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(w), w))
-    return b"".join(out)
 
 
 class Replies:

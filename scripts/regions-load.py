@@ -17,13 +17,7 @@ import socket
 import sys
 import time
 
-
-def command(*words):
-    out = [b"*%d\r\n" % len(words)]
-    for w in words:
-        w = w if isinstance(w, bytes) else str(w).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(w), w))
-    return b"".join(out)
+from resp_wire import command
 
 
 class Conn:

@@ -745,6 +745,40 @@ pub fn cluster_node(port: u16, config: &std::path::Path, extra: &[&str]) -> Slui
     Sluice::start_on(port, &args)
 }
 
+/// Cluster nodes keeping their files in `dir` as `NAME-I.conf`, node `i` started with
+/// `flags[i]`, made one cluster of primaries by `sluice cluster create`, which must succeed.
+pub fn primaries(dir: &TempDir, name: &str, flags: &[&[&str]]) -> Vec<Sluice> {
+    let nodes: Vec<Sluice> = flags
+        .iter()
+        .enumerate()
+        .map(|(i, f)| cluster_node(0, &dir.path().join(format!("{name}-{i}.conf")), f))
+        .collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let mut args = vec!["create"];
+    args.extend(addrs.iter().map(String::as_str));
+    let out = sluice_cluster(&args);
+    assert!(
+        out.status.success(),
+        "create: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    nodes
+}
+
+/// Waits (10 s at most) until every one of `nodes` says `cluster_state:ok`.
+pub fn wait_cluster_ok(nodes: &[Sluice]) {
+    wait_until(Duration::from_secs(10), || {
+        nodes
+            .iter()
+            .all(|n| cluster_info_field(n.port, "cluster_state").as_deref() == Some("ok"))
+            .then_some(())
+    })
+    .expect("cluster ok");
+}
+
 /// Two shards of a primary and a replica each: four cluster nodes (`flags` added to each)
 /// keeping their files in `dir`, made one cluster by `sluice cluster create ... --replicas 1`
 /// (`admin` added to its arguments), which must succeed. Nodes 0 and 1 are the primaries,

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use sluice_client::{BreakerState, Client, Config, FailMode, Limit, Source, Topology};
 use sluice_tests::{
-    RedisSentinel, Sluice, TempDir, cluster_node, have_tool, info_field, redis_benchmark,
-    redis_cli, runtime, sluice_cluster, wait_until,
+    RedisSentinel, Sluice, TempDir, have_tool, info_field, redis_benchmark, redis_cli, runtime,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -182,29 +181,9 @@ fn blocked_cache_cuts_the_calls_that_reach_the_node() {
 #[test]
 fn split_spreads_one_key_over_the_nodes_of_a_cluster() {
     let dir = TempDir::new("gw-cluster");
-    let nodes: Vec<Sluice> = (0..3)
-        .map(|i| cluster_node(0, &dir.path().join(format!("n{i}.conf")), &[]))
-        .collect();
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let mut args = vec!["create"];
-    args.extend(addrs.iter().map(String::as_str));
-    let out = sluice_cluster(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let nodes = sluice_tests::primaries(&dir, "n", &[&[], &[], &[]]);
+    sluice_tests::wait_cluster_ok(&nodes);
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    wait_until(Duration::from_secs(10), || {
-        ports
-            .iter()
-            .all(|&p| sluice_tests::cluster_info_field(p, "cluster_state").as_deref() == Some("ok"))
-            .then_some(())
-    })
-    .expect("cluster ok");
     let before: Vec<u64> = ports
         .iter()
         .map(|&p| info_field(p, "total_commands_processed").unwrap())
@@ -228,7 +207,11 @@ fn split_spreads_one_key_over_the_nodes_of_a_cluster() {
     let rt = runtime();
     let (allowed, sources) = rt.block_on(async {
         // Seeded with one node only: the rest comes from CLUSTER SLOTS.
-        let client = Client::connect(Config::new(Topology::Cluster(vec![addrs[0].clone()]))).await;
+        let client = Client::connect(Config::new(Topology::Cluster(vec![format!(
+            "127.0.0.1:{}",
+            nodes[0].port
+        )])))
+        .await;
         let limit = Limit::new(240, HOUR).split(8);
         let mut allowed = 0;
         let mut sources = BTreeMap::new();

@@ -7,8 +7,7 @@ use std::time::Duration;
 use sluice_client::rules::RuleBook;
 use sluice_client::{AllowRequest, Client, Config, Source, Topology};
 use sluice_tests::{
-    TempDir, cluster_info_field, cluster_node, cluster_slots, key_slot, owner_of, runtime,
-    sluice_cluster, wait_until,
+    TempDir, cluster_slots, key_slot, owner_of, primaries, runtime, wait_cluster_ok,
 };
 
 fn request(user: &str, ip: &str) -> AllowRequest {
@@ -35,22 +34,8 @@ fn remaining(port: u16, rule: &str, subject: &str) -> i64 {
 #[test]
 fn allow_splits_a_check_across_nodes_dry_first_and_fails_by_each_rules_mode() {
     let dir = TempDir::new("client-allow");
-    let nodes: Vec<_> = (0..2)
-        .map(|i| cluster_node(0, &dir.path().join(format!("n{i}.conf")), &[]))
-        .collect();
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let out = sluice_cluster(&["create", &addrs[0], &addrs[1]]);
-    assert!(out.status.success(), "{out:?}");
-    wait_until(Duration::from_secs(10), || {
-        nodes
-            .iter()
-            .all(|n| cluster_info_field(n.port, "cluster_state").as_deref() == Some("ok"))
-            .then_some(())
-    })
-    .expect("cluster ok");
+    let nodes = primaries(&dir, "n", &[&[], &[]]);
+    wait_cluster_ok(&nodes);
     // Rules live on each node: both learn them.
     for n in &nodes {
         let mut c = n.client();
@@ -77,7 +62,11 @@ fn allow_splits_a_check_across_nodes_dry_first_and_fails_by_each_rules_mode() {
 
     let rt = runtime();
     let (client, book) = rt.block_on(async {
-        let client = Client::connect(Config::new(Topology::Cluster(vec![addrs[0].clone()]))).await;
+        let client = Client::connect(Config::new(Topology::Cluster(vec![format!(
+            "127.0.0.1:{}",
+            nodes[0].port
+        )])))
+        .await;
         let book = RuleBook::default();
         for _ in 0..100 {
             book.refresh(&client).await;

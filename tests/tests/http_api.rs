@@ -867,35 +867,12 @@ fn server_client(port: u16) -> redis::Connection {
 
 #[test]
 fn a_check_another_node_owns_is_forwarded_to_it() {
-    use sluice_tests::{
-        cluster_info_field, cluster_node, cluster_slots, free_port, key_slot, owner_of,
-        sluice_cluster,
-    };
+    use sluice_tests::{cluster_slots, free_port, key_slot, owner_of, primaries, wait_cluster_ok};
     let dir = TempDir::new("http-forward");
     let https: Vec<u16> = (0..2).map(|_| free_port()).collect();
-    let nodes: Vec<_> = (0..2)
-        .map(|i| {
-            let p = https[i].to_string();
-            cluster_node(
-                0,
-                &dir.path().join(format!("n{i}.conf")),
-                &["--http-port", &p],
-            )
-        })
-        .collect();
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let out = sluice_cluster(&["create", &addrs[0], &addrs[1]]);
-    assert!(out.status.success(), "{out:?}");
-    wait_until(Duration::from_secs(10), || {
-        nodes
-            .iter()
-            .all(|n| cluster_info_field(n.port, "cluster_state").as_deref() == Some("ok"))
-            .then_some(())
-    })
-    .expect("cluster ok");
+    let (p0, p1) = (https[0].to_string(), https[1].to_string());
+    let nodes = primaries(&dir, "n", &[&["--http-port", &p0], &["--http-port", &p1]]);
+    wait_cluster_ok(&nodes);
     let slots = cluster_slots(nodes[0].port).expect("CLUSTER SLOTS");
     let owner = |key: &str| owner_of(&slots, key_slot(key.as_bytes())).expect("owned");
     // A key and a user whose buckets node 1 owns, asked of node 0's HTTP port.

@@ -342,27 +342,41 @@ fn systemd_notify_pidfile_and_sighup() {
     assert!(node.log().contains("Saving the final snapshot"));
 }
 
+/// A node on `port` (one thread) logging to `logfile`, `flags` added, once it answers PING.
+fn logging_node(port: u16, logfile: &std::path::Path, flags: &[&str]) -> Bare {
+    let port_text = port.to_string();
+    let mut args = vec![
+        "--port",
+        &port_text,
+        "--threads",
+        "1",
+        "--logfile",
+        logfile.to_str().unwrap(),
+    ];
+    args.extend_from_slice(flags);
+    let node = Bare::start(&args, &[]);
+    wait_ping(port);
+    node
+}
+
+/// Stops `node` by SIGTERM, which must exit cleanly, and reads its `logfile`.
+fn stop_reading_log(mut node: Bare, logfile: &std::path::Path) -> String {
+    node.signal(libc::SIGTERM);
+    assert!(node.wait_exit().is_some_and(|s| s.success()));
+    std::fs::read_to_string(logfile).unwrap()
+}
+
 #[test]
 fn json_logs_parse() {
     let dir = TempDir::new("ops-json2");
     let logfile = dir.path().join("sluice.log");
     let port = free_port();
-    let mut node = Bare::start(
-        &[
-            "--port",
-            &port.to_string(),
-            "--threads",
-            "1",
-            "--log-format",
-            "json",
-            "--logfile",
-            logfile.to_str().unwrap(),
-            "--dir",
-            dir.path().join("data").to_str().unwrap(),
-        ],
-        &[],
+    let data = dir.path().join("data");
+    let node = logging_node(
+        port,
+        &logfile,
+        &["--log-format", "json", "--dir", data.to_str().unwrap()],
     );
-    wait_ping(port);
     let mut raw = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     raw.write_all(b"POST / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -377,9 +391,8 @@ fn json_logs_parse() {
         text.contains("SIGHUP received").then_some(())
     });
     assert!(logged.is_some(), "SIGHUP is logged");
-    node.signal(libc::SIGTERM);
-    assert!(node.wait_exit().is_some_and(|s| s.success()));
-    let text = std::fs::read_to_string(&logfile).unwrap();
+    let pid = node.0.id();
+    let text = stop_reading_log(node, &logfile);
     let mut messages = Vec::new();
     for line in text.lines() {
         let v: serde_json::Value =
@@ -390,7 +403,7 @@ fn json_logs_parse() {
         for key in ["time", "ts", "pid", "role", "level", "msg"] {
             assert!(o.contains_key(key), "{key} missing: {line}");
         }
-        assert_eq!(o["pid"].as_u64(), Some(u64::from(node.0.id())));
+        assert_eq!(o["pid"].as_u64(), Some(u64::from(pid)));
         assert!(o["ts"].as_f64().unwrap() > 1.7e9, "{line}");
         // `01 Dec 2026 13:52:38.123`: a human-readable time.
         let time = o["time"].as_str().unwrap();
@@ -418,23 +431,8 @@ fn loglevel_warning_keeps_only_warnings() {
     let dir = TempDir::new("ops-level");
     let logfile = dir.path().join("sluice.log");
     let port = free_port();
-    let mut node = Bare::start(
-        &[
-            "--port",
-            &port.to_string(),
-            "--threads",
-            "1",
-            "--loglevel",
-            "warning",
-            "--logfile",
-            logfile.to_str().unwrap(),
-        ],
-        &[],
-    );
-    wait_ping(port);
-    node.signal(libc::SIGTERM);
-    assert!(node.wait_exit().is_some_and(|s| s.success()));
-    let text = std::fs::read_to_string(&logfile).unwrap();
+    let node = logging_node(port, &logfile, &["--loglevel", "warning"]);
+    let text = stop_reading_log(node, &logfile);
     assert!(text.contains(" # WARNING: no --maxmemory set"), "{text}");
     assert!(
         !text.contains("ready to accept"),

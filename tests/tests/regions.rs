@@ -11,8 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluice_tests::{
-    Etcd, Sluice, TempDir, cluster_node, free_port, http_get, sluice_cluster, try_connect,
-    wait_until,
+    Etcd, Sluice, TempDir, free_port, http_get, primaries, try_connect, wait_until,
 };
 
 const LIMIT: f64 = 1000.0;
@@ -240,20 +239,7 @@ fn two_regions_split_by_demand_follow_traffic_and_fall_to_the_minimum_without_et
 
 /// A region of two cluster nodes (`sluice cluster create` of both, as primaries).
 fn two_node_region(dir: &TempDir, name: &str, flags: &[&str]) -> Vec<Sluice> {
-    let nodes: Vec<Sluice> = (0..2)
-        .map(|i| cluster_node(0, &dir.path().join(format!("{name}-{i}.conf")), flags))
-        .collect();
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let out = sluice_cluster(&["create", &addrs[0], &addrs[1]]);
-    assert!(
-        out.status.success(),
-        "create: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    nodes
+    primaries(dir, name, &[flags, flags])
 }
 
 /// The index of the one coordinator among `nodes`, once there is exactly one.

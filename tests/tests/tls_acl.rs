@@ -664,32 +664,32 @@ except redis.exceptions.NoPermissionError as e:
     drop(server);
 }
 
+/// `--tls-port PORT --tls-cert-file CRT --tls-key-file KEY`.
+fn tls_flags<'a>(port: &'a str, crt: &'a str, key: &'a str) -> Vec<&'a str> {
+    vec![
+        "--tls-port",
+        port,
+        "--tls-cert-file",
+        crt,
+        "--tls-key-file",
+        key,
+    ]
+}
+
 #[test]
 fn bad_tls_settings_refuse_to_start() {
     let certs = if have_openssl() { Certs::new() } else { return };
     let port = free_port().to_string();
+    let (crt, node_key, ca_key) = (
+        certs.path("node.crt"),
+        certs.path("node.key"),
+        certs.path("ca.key"),
+    );
     for (flags, why) in [
         (vec!["--tls-port", &port], "need --tls-cert-file"),
+        (tls_flags(&port, &crt, &ca_key), "cannot load key"),
         (
-            vec![
-                "--tls-port",
-                &port,
-                "--tls-cert-file",
-                &certs.path("node.crt"),
-                "--tls-key-file",
-                &certs.path("ca.key"),
-            ],
-            "cannot load key",
-        ),
-        (
-            vec![
-                "--tls-port",
-                &port,
-                "--tls-cert-file",
-                &certs.path("node.crt"),
-                "--tls-key-file",
-                &certs.path("node.key"),
-            ],
+            tls_flags(&port, &crt, &node_key),
             "needs --tls-ca-cert-file",
         ),
     ] {

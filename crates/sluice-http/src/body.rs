@@ -192,6 +192,31 @@ pub struct SubjectHeaders {
     pub tier: String,
 }
 
+/// The flags naming those headers, the node's and the sidecar's alike.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SubjectHeaderArgs {
+    /// The request header `GET /v1/auth` reads the user id from.
+    #[arg(long = "http-user-header", default_value = "X-User-Id")]
+    pub http_user_header: String,
+    /// The request header `GET /v1/auth` reads the API key from.
+    #[arg(long = "http-key-header", default_value = "X-Api-Key")]
+    pub http_key_header: String,
+    /// The request header `GET /v1/auth` reads the tier from.
+    #[arg(long = "http-tier-header", default_value = "X-Tier")]
+    pub http_tier_header: String,
+}
+
+impl SubjectHeaderArgs {
+    /// The names as looked up (header names are lower case).
+    pub fn headers(&self) -> SubjectHeaders {
+        SubjectHeaders {
+            user: self.http_user_header.to_ascii_lowercase(),
+            key: self.http_key_header.to_ascii_lowercase(),
+            tier: self.http_tier_header.to_ascii_lowercase(),
+        }
+    }
+}
+
 /// The query of `GET /v1/auth`: subjects and `deny_status`.
 pub fn parse_query(query: &str) -> Result<(Allow, Option<StatusCode>), Refusal> {
     let mut allow = Allow::default();

@@ -17,8 +17,11 @@ pub mod verdict;
 
 use std::time::Duration;
 
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 
 pub use reply::Refusal;
 pub use verdict::Verdict;
@@ -71,4 +74,15 @@ pub async fn healthz() -> Response {
 /// `GET /openapi.json`.
 pub async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// The whole router around a program's `guarded` routes (those behind its Bearer check):
+/// `GET /healthz` open to all, a JSON `404` for any other path, bodies bounded by
+/// [`MAX_BODY`].
+pub fn routes<S: Clone + Send + Sync + 'static>(guarded: Router<S>) -> Router<S> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(guarded)
+        .fallback(|| async { reply::error(StatusCode::NOT_FOUND, "no such route") })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
 }

@@ -28,6 +28,25 @@ static JSON: AtomicBool = AtomicBool::new(false);
 /// The log file, when there is one; standard error otherwise.
 static FILE: Mutex<Option<File>> = Mutex::new(None);
 
+/// The log flags the node and the sidecar both take (`--loglevel`, `--logfile`,
+/// `--log-format`), flattened into each one's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LogArgs {
+    /// Which log lines are written: `debug`, `verbose`, `notice` (default) or `warning`
+    /// (on a node also `CONFIG SET loglevel`).
+    #[arg(long, default_value = "notice", value_parser = ["debug", "verbose", "notice", "warning"])]
+    pub loglevel: String,
+
+    /// Append log lines to this file instead of standard error (empty: standard error).
+    #[arg(long, value_name = "FILE")]
+    pub logfile: Option<std::path::PathBuf>,
+
+    /// `text`, Redis's line format, or `json`: one object a line with `time`, `ts`, `pid`,
+    /// `role`, `level` and `msg`.
+    #[arg(long = "log-format", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
 /// How much a line matters, least first (Redis's `loglevel` names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {

@@ -231,17 +231,8 @@ pub struct Config {
     #[arg(long = "http-port")]
     pub http_port: Option<u16>,
 
-    /// The request header `GET /v1/auth` reads the user id from.
-    #[arg(long = "http-user-header", default_value = "X-User-Id")]
-    pub http_user_header: String,
-
-    /// The request header `GET /v1/auth` reads the API key from.
-    #[arg(long = "http-key-header", default_value = "X-Api-Key")]
-    pub http_key_header: String,
-
-    /// The request header `GET /v1/auth` reads the tier from.
-    #[arg(long = "http-tier-header", default_value = "X-Tier")]
-    pub http_tier_header: String,
+    #[command(flatten)]
+    pub subject_headers: sluice_http::body::SubjectHeaderArgs,
 
     /// A directory of envoyproxy/ratelimit config files (`*.yaml`, `*.yml`), read at start
     /// and again whenever one changes.
@@ -254,19 +245,8 @@ pub struct Config {
     #[arg(long = "envoy-headers", default_value = "off", value_parser = ["off", "ratelimit", "x-ratelimit"])]
     pub envoy_headers: String,
 
-    /// Which log lines are written: `debug`, `verbose`, `notice` (default) or `warning`
-    /// (also `CONFIG SET loglevel`).
-    #[arg(long, default_value = "notice", value_parser = ["debug", "verbose", "notice", "warning"])]
-    pub loglevel: String,
-
-    /// Append log lines to this file instead of standard error (empty: standard error).
-    #[arg(long, value_name = "FILE")]
-    pub logfile: Option<std::path::PathBuf>,
-
-    /// `text`, Redis's line format, or `json`: one object a line with `time`, `ts`, `pid`,
-    /// `role`, `level` and `msg`.
-    #[arg(long = "log-format", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    #[command(flatten)]
+    pub log: sluice_log::LogArgs,
 
     /// `systemd`: tell the service manager over `$NOTIFY_SOCKET` when the server is ready
     /// (`READY=1`) and when it stops (`STOPPING=1`), for `Type=notify` units. `no`: don't.

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -72,12 +72,7 @@ fn router(front: Arc<Front>) -> Router {
             front.clone(),
             require_password,
         ));
-    Router::new()
-        .route("/healthz", get(sluice_http::healthz))
-        .merge(guarded)
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
-        .layer(DefaultBodyLimit::max(sluice_http::MAX_BODY))
-        .with_state(front)
+    sluice_http::routes(guarded).with_state(front)
 }
 
 async fn require_password(State(front): State<Arc<Front>>, req: Request, next: Next) -> Response {

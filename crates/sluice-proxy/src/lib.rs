@@ -103,15 +103,8 @@ pub struct ProxyConfig {
     /// Serve Prometheus metrics (`GET /metrics`) on this port, on the `--bind` address.
     #[arg(long = "metrics-port")]
     pub metrics_port: Option<u16>,
-    /// Which log lines are written: `debug`, `verbose`, `notice` or `warning`.
-    #[arg(long, default_value = "notice", value_parser = ["debug", "verbose", "notice", "warning"])]
-    pub loglevel: String,
-    /// Append log lines to this file instead of standard error.
-    #[arg(long, value_name = "FILE")]
-    pub logfile: Option<std::path::PathBuf>,
-    /// `text` (Redis's line) or `json` (one object a line).
-    #[arg(long = "log-format", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    #[command(flatten)]
+    pub log: sluice_log::LogArgs,
     /// The ACL user the sidecar logs in to the nodes as (default: the `default` user).
     #[arg(long, requires = "upstream_password_source")]
     pub upstream_user: Option<String>,
@@ -135,15 +128,8 @@ pub struct ProxyConfig {
     /// Serve the HTTP API (as a node's `--http-port`) on this port, on the `--bind` address.
     #[arg(long = "http-port")]
     pub http_port: Option<u16>,
-    /// The request header `GET /v1/auth` reads the user id from.
-    #[arg(long = "http-user-header", default_value = "X-User-Id")]
-    pub http_user_header: String,
-    /// The request header `GET /v1/auth` reads the API key from.
-    #[arg(long = "http-key-header", default_value = "X-Api-Key")]
-    pub http_key_header: String,
-    /// The request header `GET /v1/auth` reads the tier from.
-    #[arg(long = "http-tier-header", default_value = "X-Tier")]
-    pub http_tier_header: String,
+    #[command(flatten)]
+    pub subject_headers: sluice_http::body::SubjectHeaderArgs,
 }
 
 impl ProxyConfig {
@@ -203,11 +189,11 @@ impl ProxyConfig {
 
 /// Runs `sluice proxy` with these flags until SIGTERM or SIGINT; returns the exit code.
 pub fn main(config: ProxyConfig) -> i32 {
-    let level = sluice_log::Level::parse(&config.loglevel).unwrap_or(sluice_log::Level::Notice);
+    let level = sluice_log::Level::parse(&config.log.loglevel).unwrap_or(sluice_log::Level::Notice);
     if let Err(e) = sluice_log::configure(
         level,
-        config.logfile.as_deref(),
-        config.log_format == "json",
+        config.log.logfile.as_deref(),
+        config.log.log_format == "json",
     ) {
         eprintln!("sluice proxy: cannot open --logfile: {e}");
         return 1;
@@ -282,11 +268,7 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
     if let Some(l) = http_listener {
         let front = Arc::new(http::Front {
             proxy: state.clone(),
-            subjects: sluice_http::body::SubjectHeaders {
-                user: config.http_user_header.to_ascii_lowercase(),
-                key: config.http_key_header.to_ascii_lowercase(),
-                tier: config.http_tier_header.to_ascii_lowercase(),
-            },
+            subjects: config.subject_headers.headers(),
         });
         sluice_log::log(&format!(
             "HTTP API on http://{}",

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use axum::Router;
 use axum::http::header::CONTENT_TYPE;
 use axum::routing::get;
-use sluice_client::Source;
+use sluice_client::{Source, Upstream};
 use tokio::net::TcpListener;
 
 use crate::Proxy;
@@ -43,6 +43,9 @@ pub(crate) fn spawn(listener: TcpListener, proxy: Arc<Proxy>) {
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
 }
+
+/// One per-upstream counter, read from its row.
+type UpstreamCount = fn(&Upstream) -> u64;
 
 /// The exposition text for the sidecar's counters now.
 fn render(p: &Proxy) -> String {
@@ -78,31 +81,23 @@ fn render(p: &Proxy) -> String {
     );
     let _ = writeln!(s, "sluice_proxy_node_calls_total {}", c.node_calls());
     let upstreams = c.upstreams();
-    family(
-        &mut s,
-        "sluice_proxy_upstream_answered_total",
-        "counter",
-        "Calls each upstream answered.",
-    );
-    for u in &upstreams {
-        let _ = writeln!(
-            s,
-            "sluice_proxy_upstream_answered_total{{upstream=\"{}\"}} {}",
-            u.addr, u.answered
-        );
-    }
-    family(
-        &mut s,
-        "sluice_proxy_upstream_failed_total",
-        "counter",
-        "Calls to each upstream that failed or timed out.",
-    );
-    for u in &upstreams {
-        let _ = writeln!(
-            s,
-            "sluice_proxy_upstream_failed_total{{upstream=\"{}\"}} {}",
-            u.addr, u.failed
-        );
+    let counts: [(&str, &str, UpstreamCount); 2] = [
+        (
+            "sluice_proxy_upstream_answered_total",
+            "Calls each upstream answered.",
+            |u| u.answered,
+        ),
+        (
+            "sluice_proxy_upstream_failed_total",
+            "Calls to each upstream that failed or timed out.",
+            |u| u.failed,
+        ),
+    ];
+    for (name, help, count) in counts {
+        family(&mut s, name, "counter", help);
+        for u in &upstreams {
+            let _ = writeln!(s, "{name}{{upstream=\"{}\"}} {}", u.addr, count(u));
+        }
     }
     family(
         &mut s,

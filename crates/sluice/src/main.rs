@@ -87,16 +87,17 @@ fn parse() -> (Cli, Option<std::path::PathBuf>) {
 
 /// Sets up the log as the flags say; the error as a line for the operator.
 fn configure_log(config: &sluice_node::Config) -> Result<(), String> {
-    let level = sluice_log::Level::parse(&config.loglevel)?;
+    let level = sluice_log::Level::parse(&config.log.loglevel)?;
     sluice_log::configure(
         level,
-        config.logfile.as_deref(),
-        config.log_format == "json",
+        config.log.logfile.as_deref(),
+        config.log.log_format == "json",
     )
     .map_err(|e| {
         format!(
             "cannot open --logfile {}: {e}",
             config
+                .log
                 .logfile
                 .as_deref()
                 .unwrap_or(std::path::Path::new(""))

@@ -230,12 +230,12 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "log-format",
-        get: |s| s.config.log_format.clone(),
+        get: |s| s.config.log.log_format.clone(),
         set: None,
     },
     Setting {
         name: "logfile",
-        get: |s| path_setting(&s.config.logfile),
+        get: |s| path_setting(&s.config.log.logfile),
         set: None,
     },
     Setting {

@@ -89,12 +89,7 @@ pub async fn get_auth(
 
 /// The subject headers' names, from the flags.
 fn subject_headers(front: &Front) -> SubjectHeaders {
-    let config = &front.shared.config;
-    SubjectHeaders {
-        user: config.http_user_header.to_ascii_lowercase(),
-        key: config.http_key_header.to_ascii_lowercase(),
-        tier: config.http_tier_header.to_ascii_lowercase(),
-    }
+    front.shared.config.subject_headers.headers()
 }
 
 pub async fn get_auth_prefixed(

@@ -31,7 +31,7 @@ use std::net::TcpListener as StdListener;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -39,8 +39,6 @@ use axum::routing::{get, post};
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use sluice_resp::Value;
-
-use sluice_http::reply::error;
 
 use crate::cmd::{self, Ctx, Session};
 use crate::shared::Shared;
@@ -167,12 +165,7 @@ pub fn router(front: Arc<Front>) -> Router {
             front.clone(),
             require_password,
         ));
-    Router::new()
-        .route("/healthz", get(sluice_http::healthz))
-        .merge(guarded)
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
-        .layer(DefaultBodyLimit::max(sluice_http::MAX_BODY))
-        .with_state(front)
+    sluice_http::routes(guarded).with_state(front)
 }
 
 /// `Authorization: Bearer <requirepass>`, when a password is set.

@@ -120,15 +120,20 @@ async fn write(front: Arc<Front>, args: Vec<String>) -> Value {
         .unwrap_or_else(|_| Value::Error("ERR the rule write did not finish".into()))
 }
 
+/// A `500` for a reply the rule commands never give.
+fn unexpected(reply: &Value) -> Response {
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("unexpected reply {reply:?}"),
+    )
+}
+
 /// `{"id", "version"}` from `RL.RULE SET|ROLLBACK`'s reply.
 fn versioned(id: &str, reply: &Value) -> Response {
     match reply {
         Value::Int(v) => axum::Json(json!({"id": id, "version": v})).into_response(),
         Value::Error(e) => resp_error(e),
-        other => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("unexpected reply {other:?}"),
-        ),
+        other => unexpected(other),
     }
 }
 
@@ -159,10 +164,7 @@ pub async fn delete(State(front): State<Arc<Front>>, Path(id): Path<String>) -> 
         Value::Int(1) => axum::Json(json!({"id": id, "deleted": true})).into_response(),
         Value::Int(_) => no_rule(&id),
         Value::Error(e) => resp_error(&e),
-        other => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("unexpected reply {other:?}"),
-        ),
+        other => unexpected(&other),
     }
 }
 

@@ -433,6 +433,12 @@ impl Rules {
 
     /// Runs `f` on the live rule `name` (`None` if there is none).
     pub fn with<R>(&self, name: &[u8], f: impl FnOnce(Option<&Live>) -> R) -> R {
+        self.view(|set| f(set.get(name).map(|l| &**l)))
+    }
+
+    /// Runs `f` on this thread's copy of the live set, fetched again when it is stale (another
+    /// `Rules`, or a generation ago).
+    fn view<R>(&self, f: impl FnOnce(&LiveSet) -> R) -> R {
         let generation = self.generation.load(Ordering::Acquire);
         VIEW.with(|view| {
             let mut view = view.borrow_mut();
@@ -441,7 +447,7 @@ impl Rules {
                 *view = Some((self.id, generation, self.live.lock().clone()));
             }
             let set = &view.as_ref().expect("just set").2;
-            f(set.get(name).map(|l| &**l))
+            f(set)
         })
     }
 
@@ -486,16 +492,7 @@ impl Rules {
     /// Runs `f` on every live rule (RL.ALLOW finds the rules that apply to a request), through
     /// the same per-thread copy as [`Rules::with`].
     pub fn with_all<R>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &Live>) -> R) -> R {
-        let generation = self.generation.load(Ordering::Acquire);
-        VIEW.with(|view| {
-            let mut view = view.borrow_mut();
-            let fresh = matches!(&*view, Some((id, g, _)) if *id == self.id && *g == generation);
-            if !fresh {
-                *view = Some((self.id, generation, self.live.lock().clone()));
-            }
-            let set = &view.as_ref().expect("just set").2;
-            f(&mut set.values().map(|l| &**l))
-        })
+        self.view(|set| f(&mut set.values().map(|l| &**l)))
     }
 
     /// Rebuilds the live map after a change (the caller holds `histories`).
