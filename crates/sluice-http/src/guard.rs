@@ -2,7 +2,8 @@
 //! (past that, new ones wait in the kernel's backlog), and a connection that neither sends nor
 //! takes a byte for [`IDLE`] is closed — a client that sends half a request and stalls (or
 //! holds a keep-alive connection forever) costs a socket for that long, not for good. The head
-//! itself has a shorter bound, hyper's header-read timeout (see [`crate::serve`]).
+//! itself has a shorter bound, hyper's header-read timeout, set where connections are served
+//! (the `serve` module).
 
 use std::future::Future;
 use std::io;
