@@ -256,17 +256,11 @@ impl Wheel {
         }
     }
 
-    /// Processes every slot due by `now`: calls `visit(wheel, hash, id)` once per distinct
+    /// Processes the slots due by `now`, calling `visit(wheel, hash, id)` once per distinct
     /// hash of each fired slot, where `id` is the slot's id (an entry matches iff its `filed` is
-    /// `id`). `visit` drops due entries and [`refile`](Wheel::refile)s the others.
-    #[cfg(test)]
-    pub fn advance(&mut self, now: Nanos, visit: impl FnMut(&mut Wheel, u32, SlotId)) {
-        self.advance_some(now, usize::MAX, visit);
-    }
-
-    /// [`advance`](Wheel::advance), but at most `budget` visits: a slot that fired holding a
-    /// wave of items (a cascade of a whole shard's keys, a mass expiry) is worked off over
-    /// several calls, so no call holds the shard's lock for long. Returns whether everything
+    /// `id`); `visit` drops due entries and [`refile`](Wheel::refile)s the others. At most
+    /// `budget` visits: a slot that fired holding a wave of items (a cascade of a whole
+    /// shard's keys, a mass expiry) is worked off over several calls, so no call holds the shard's lock for long. Returns whether everything
     /// due by `now` was processed; if not, the next call (at any `now`) goes on where this one
     /// stopped, and `cur` stays at the slot being worked off until then. Entries waiting in
     /// that slot are looked at late, never lost: a lookup sees a passed deadline by itself.
@@ -318,7 +312,7 @@ impl Wheel {
 
     /// Takes the earliest slot due by `now_tick` out of the wheel and moves `cur` to it.
     /// Level 0 fires at its tick; higher levels and the overflow cascade when `cur` is about to
-    /// enter their range (up to `now_tick + 1`), so that when `advance` returns no occupied
+    /// enter their range (up to `now_tick + 1`), so that when `advance_some` catches up no occupied
     /// slot's range contains `cur` and the positions stay a partition.
     fn take_next(&mut self, now_tick: u64) -> Option<(Pos, Vec<u32>)> {
         let mut best: Option<(u64, Pos, u64)> = None; // (event tick, slot, slot start)
@@ -435,24 +429,12 @@ mod tests {
             self.wheel.reschedule(h, &mut e.1, deadline);
         }
 
+        /// One unbounded run: what it dropped.
         fn run(&mut self, now: Nanos) -> Vec<u32> {
-            let entries = &mut self.entries;
-            let mut dropped = Vec::new();
-            self.wheel.advance(now, |w, h, id| {
-                if let Some(e) = entries.get_mut(&h)
-                    && e.1 == id
-                {
-                    if e.0 <= now {
-                        entries.remove(&h);
-                        dropped.push(h);
-                    } else {
-                        w.refile(h, &mut e.1, e.0);
-                    }
-                }
-            });
+            let before = self.dropped.len();
+            assert!(self.step(now, usize::MAX), "an unbounded step catches up");
             self.last_run = now;
-            self.dropped.extend(&dropped);
-            dropped
+            self.dropped[before..].to_vec()
         }
 
         /// One bounded step of `run`: at most `budget` visits; whether it caught up.
