@@ -260,8 +260,9 @@ impl Wheel {
     /// hash of each fired slot, where `id` is the slot's id (an entry matches iff its `filed` is
     /// `id`); `visit` drops due entries and [`refile`](Wheel::refile)s the others. At most
     /// `budget` visits: a slot that fired holding a wave of items (a cascade of a whole
-    /// shard's keys, a mass expiry) is worked off over several calls, so no call holds the shard's lock for long. Returns whether everything
-    /// due by `now` was processed; if not, the next call (at any `now`) goes on where this one
+    /// shard's keys, a mass expiry) is worked off over several calls, so no call holds the
+    /// shard's lock for long. Returns whether everything due by `now` was processed; if not,
+    /// the next call (at any `now`) goes on where this one
     /// stopped, and `cur` stays at the slot being worked off until then. Entries waiting in
     /// that slot are looked at late, never lost: a lookup sees a passed deadline by itself.
     pub fn advance_some(
@@ -312,8 +313,8 @@ impl Wheel {
 
     /// Takes the earliest slot due by `now_tick` out of the wheel and moves `cur` to it.
     /// Level 0 fires at its tick; higher levels and the overflow cascade when `cur` is about to
-    /// enter their range (up to `now_tick + 1`), so that when `advance_some` catches up no occupied
-    /// slot's range contains `cur` and the positions stay a partition.
+    /// enter their range (up to `now_tick + 1`), so that when `advance_some` catches up no
+    /// occupied slot's range contains `cur` and the positions stay a partition.
     fn take_next(&mut self, now_tick: u64) -> Option<(Pos, Vec<u32>)> {
         let mut best: Option<(u64, Pos, u64)> = None; // (event tick, slot, slot start)
         // Highest level first: on a tie a cascade runs before the lower slot it may feed.
