@@ -23,13 +23,44 @@ use crate::SLOTS;
 use crate::circle::Circle;
 use crate::error::TableError;
 
-/// One server: its `CLUSTER MYID` and the address clients connect to.
+/// One server: its `CLUSTER MYID` and the addresses clients connect to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Node {
     /// 40 lowercase hex characters.
     pub id: String,
     pub host: String,
+    /// The plain port.
     pub port: u16,
+    /// The node's `--tls-port`, if it has one: what TLS clients are sent to (CLUSTER SLOTS,
+    /// SHARDS, NODES and MOVED over a TLS connection), and what nodes reach each other on with
+    /// `--tls-cluster yes`.
+    pub tls_port: Option<u16>,
+}
+
+impl Node {
+    /// A node without a TLS port.
+    pub fn plain(id: impl Into<String>, host: impl Into<String>, port: u16) -> Node {
+        Node {
+            id: id.into(),
+            host: host.into(),
+            port,
+            tls_port: None,
+        }
+    }
+
+    /// The port a client reaches this node on: the TLS port for a TLS client when the node
+    /// has one, else the plain port.
+    pub fn port_for(&self, tls: bool) -> u16 {
+        match self.tls_port {
+            Some(port) if tls => port,
+            _ => self.port,
+        }
+    }
+
+    /// Whether `port` is one of this node's ports (plain or TLS).
+    pub fn listens_on(&self, port: u16) -> bool {
+        self.port == port || self.tls_port == Some(port)
+    }
 }
 
 /// A primary with its replicas; it owns the slots of the ranges that name its index.
@@ -246,7 +277,7 @@ fn check_nodes(shards: &[Shard]) -> Result<(), TableError> {
                 id: node.id.clone(),
             });
         }
-        if !is_host(&node.host) || node.port == 0 {
+        if !is_host(&node.host) || node.port == 0 || node.tls_port == Some(0) {
             return Err(TableError::BadAddress {
                 host: node.host.clone(),
                 port: node.port,
@@ -305,11 +336,7 @@ mod tests {
     use super::*;
 
     fn node(n: u8) -> Node {
-        Node {
-            id: format!("{n:040x}"),
-            host: "127.0.0.1".to_owned(),
-            port: 7000 + u16::from(n),
-        }
+        Node::plain(format!("{n:040x}"), "127.0.0.1", 7000 + u16::from(n))
     }
 
     fn shard(n: u8) -> Shard {
@@ -428,6 +455,12 @@ mod tests {
         port0.primary.port = 0;
         assert!(matches!(
             with(vec![port0]),
+            Err(TableError::BadAddress { .. })
+        ));
+        let mut tls0 = shard(1);
+        tls0.primary.tls_port = Some(0);
+        assert!(matches!(
+            with(vec![tls0]),
             Err(TableError::BadAddress { .. })
         ));
 

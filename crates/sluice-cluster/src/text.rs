@@ -14,6 +14,10 @@
 //! range <start> <end> <shard-index>
 //! ```
 //!
+//! A node with a TLS port has `tls <port>` at the end of its `shard` or `replica` line. It is
+//! written only for such nodes, so a table without TLS ports reads (and is written) exactly as
+//! before, and a line without it is a node without a TLS port.
+//!
 //! The header and the epoch are the first two lines. After them `shard`, `replica` and `range`
 //! lines may come in any order; shards are numbered 0, 1, ... in the order of their `shard`
 //! lines, and replicas join their shard in the order of their lines. [`SlotTable::encode`] writes
@@ -42,7 +46,7 @@ impl SlotTable {
         let _ = writeln!(text, "{MAGIC} {FORMAT_VERSION}");
         let _ = writeln!(text, "epoch {}", self.epoch);
         for (index, shard) in self.shards.iter().enumerate() {
-            let Node { id, host, port } = &shard.primary;
+            let Node { id, host, port, .. } = &shard.primary;
             let _ = write!(text, "shard {id} {host} {port} tokens ");
             if shard.tokens.is_empty() {
                 text.push('-');
@@ -53,9 +57,11 @@ impl SlotTable {
                 }
                 let _ = write!(text, "{token}");
             }
-            text.push('\n');
-            for Node { id, host, port } in &shard.replicas {
-                let _ = writeln!(text, "replica {index} {id} {host} {port}");
+            push_tls(&mut text, &shard.primary);
+            for replica in &shard.replicas {
+                let Node { id, host, port, .. } = replica;
+                let _ = write!(text, "replica {index} {id} {host} {port}");
+                push_tls(&mut text, replica);
             }
         }
         for SlotRange { start, end, shard } in &self.ranges {
@@ -95,17 +101,18 @@ impl SlotTable {
         let mut replicas = Vec::new();
         let mut ranges = Vec::new();
         for (n, line) in lines {
-            match fields(line).as_slice() {
+            let (words, tls) = split_tls(fields(line), n)?;
+            match words.as_slice() {
                 ["shard", id, host, port, "tokens", tokens] => shards.push(Shard {
-                    primary: node(id, host, port, n)?,
+                    primary: node(id, host, port, tls, n)?,
                     replicas: Vec::new(),
                     tokens: token_list(tokens, n)?,
                 }),
                 ["replica", index, id, host, port] => {
                     let index: usize = number(index, n, "the shard index is not a number")?;
-                    replicas.push((index, node(id, host, port, n)?));
+                    replicas.push((index, node(id, host, port, tls, n)?));
                 }
-                ["range", start, end, index] => ranges.push(SlotRange {
+                ["range", start, end, index] if tls.is_none() => ranges.push(SlotRange {
                     start: number(start, n, "the range start is not a slot number")?,
                     end: number(end, n, "the range end is not a slot number")?,
                     shard: number(index, n, "the shard index is not a number")?,
@@ -148,11 +155,38 @@ fn number<T: FromStr>(field: &str, line: usize, reason: &'static str) -> Result<
     field.parse().map_err(|_| bad(line, reason))
 }
 
-fn node(id: &str, host: &str, port: &str, line: usize) -> Result<Node, TableError> {
+/// Ends a node's line with ` tls <port>` if it has a TLS port, then the line break.
+fn push_tls(text: &mut String, node: &Node) {
+    if let Some(port) = node.tls_port {
+        let _ = write!(text, " tls {port}");
+    }
+    text.push('\n');
+}
+
+/// A line's words without a trailing `tls <port>`, and that port.
+fn split_tls(mut words: Vec<&str>, line: usize) -> Result<(Vec<&str>, Option<u16>), TableError> {
+    match words.as_slice() {
+        [.., "tls", port] if words.len() > 2 => {
+            let port = number(port, line, "the TLS port is not a number up to 65535")?;
+            words.truncate(words.len() - 2);
+            Ok((words, Some(port)))
+        }
+        _ => Ok((words, None)),
+    }
+}
+
+fn node(
+    id: &str,
+    host: &str,
+    port: &str,
+    tls_port: Option<u16>,
+    line: usize,
+) -> Result<Node, TableError> {
     Ok(Node {
         id: id.to_owned(),
         host: host.to_owned(),
         port: number(port, line, "the port is not a number up to 65535")?,
+        tls_port,
     })
 }
 
@@ -172,11 +206,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn sample() -> SlotTable {
-        let node = |n: u8, port: u16| Node {
-            id: format!("{n:040x}"),
-            host: "10.0.0.1".to_owned(),
-            port,
-        };
+        let node = |n: u8, port: u16| Node::plain(format!("{n:040x}"), "10.0.0.1", port);
         SlotTable::new(
             7,
             vec![
@@ -230,6 +260,38 @@ mod tests {
         // Windows line ends and extra spaces read the same.
         let loose = text.replace('\n', "\r\n").replace(' ', "  ");
         assert_eq!(SlotTable::decode(&loose), Ok(table));
+    }
+
+    #[test]
+    fn tls_ports_are_optional_and_round_trip() {
+        let mut table = sample();
+        table.shards[0].primary.tls_port = Some(17000);
+        table.shards[0].replicas[1].tls_port = Some(17200);
+        let text = table.encode();
+        let a1 = format!("{:040x}", 0xa1);
+        let b1 = format!("{:040x}", 0xb1);
+        let c1 = format!("{:040x}", 0xc1);
+        assert!(text.contains(&format!("shard {a1} 10.0.0.1 7000 tokens - tls 17000\n")));
+        assert!(text.contains(&format!("replica 0 {b1} 10.0.0.1 7100\n")));
+        assert!(text.contains(&format!("replica 0 {c1} 10.0.0.1 7200 tls 17200\n")));
+        assert_eq!(SlotTable::decode(&text), Ok(table.clone()));
+        // An old table (no TLS ports) reads as nodes without one.
+        assert_eq!(
+            SlotTable::decode(&sample().encode()).unwrap().shards[0]
+                .primary
+                .tls_port,
+            None
+        );
+        for bad in ["tls 0", "tls x", "tls 70000", "tls"] {
+            let text = text.replace("tls 17000", bad);
+            assert!(SlotTable::decode(&text).is_err(), "{bad}");
+        }
+        let range = text.replace("range 0 5000 1", "range 0 5000 1 tls 1");
+        assert!(SlotTable::decode(&range).is_err(), "a range has no TLS port");
+        assert_eq!(table.shards[0].primary.port_for(true), 17000);
+        assert_eq!(table.shards[0].primary.port_for(false), 7000);
+        assert_eq!(table.shards[0].replicas[0].port_for(true), 7100);
+        assert!(table.shards[0].primary.listens_on(17000));
     }
 
     #[test]

@@ -13,6 +13,7 @@ fn node(n: u32) -> Node {
         id: format!("{n:040x}"),
         host: "127.0.0.1".to_owned(),
         port: 7000 + n as u16,
+        tls_port: None,
     }
 }
 
@@ -21,6 +22,7 @@ fn replica(n: u32) -> Node {
         id: format!("{:040x}", 0x1000 + n),
         host: "127.0.0.1".to_owned(),
         port: 8000 + n as u16,
+        tls_port: None,
     }
 }
 
@@ -299,6 +301,7 @@ fn golden_create_three_nodes() {
                 id: format!("{i:040}"),
                 host: "127.0.0.1".to_owned(),
                 port: 6999 + i,
+                tls_port: None,
             };
             (primary, vec![])
         })
