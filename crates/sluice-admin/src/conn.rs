@@ -180,6 +180,16 @@ impl Conn {
         self.query(&["CLUSTER", "MYID"])
     }
 
+    /// The node's `--tls-port` (`CONFIG GET tls-port`); `None` without one, or from a node
+    /// that does not know the setting.
+    pub fn tls_port(&mut self) -> Fallible<Option<u16>> {
+        let reply: Vec<String> = self.query(&["CONFIG", "GET", "tls-port"])?;
+        Ok(match reply.as_slice() {
+            [_, port] => port.parse().ok().filter(|&p| p != 0),
+            _ => None,
+        })
+    }
+
     /// `name` from `INFO section`.
     pub fn field(&mut self, section: &str, name: &str) -> Fallible<Option<String>> {
         let text: String = self.query(&["INFO", section])?;
@@ -211,6 +221,7 @@ impl Conn {
             id,
             host: self.host.clone(),
             port: self.port,
+            tls_port: self.tls_port()?,
         };
         Ok((node, self.table()?))
     }

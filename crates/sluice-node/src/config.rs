@@ -130,6 +130,12 @@ pub struct Config {
     #[arg(long = "tls-replication", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     pub tls_replication: bool,
 
+    /// `yes`: this cluster node calls its peers (table fetch and push, slot imports, forwarded
+    /// calls) over TLS on their TLS ports, presenting `--tls-cert-file` (as Redis's
+    /// `tls-cluster`).
+    #[arg(long = "tls-cluster", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub tls_cluster: bool,
+
     /// `yes`: `--metrics-port` serves HTTPS with the TLS certificate and client check.
     #[arg(long = "metrics-tls", default_value = "no", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     pub metrics_tls: bool,

@@ -82,6 +82,7 @@ async fn serve_wire(
         .store(std::os::fd::AsRawFd::as_raw_fd(&stream), Relaxed);
     let mut session = Session::new(client.clone(), shared.acl.default_user());
     session.thread = thread;
+    session.tls = !matches!(wire, Wire::Plain);
     let why = serve_session(&stream, &mut wire, &shared, &mut session, thread).await;
     cmd::pubsub::clear(&shared, &mut session.subs, client.id);
     if why == Close::HandOff

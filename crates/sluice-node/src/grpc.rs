@@ -166,6 +166,17 @@ async fn serve(listener: StdListener, mut service: Service) {
         let mut config =
             sluice_client::Config::new(sluice_client::Topology::Cluster(vec![me.to_string()]));
         config.deadline = FORWARD_DEADLINE;
+        // `--tls-cluster yes`: forwarded checks go over TLS, from this node's TLS port (the
+        // nodes then report their TLS ports to this client).
+        if let (Some(tls), true, Some(port)) = (
+            &service.shared.tls,
+            service.shared.config.tls_cluster,
+            service.shared.config.tls_port,
+        ) {
+            me.set_port(port);
+            config.topology = sluice_client::Topology::Cluster(vec![me.to_string()]);
+            config.tls = Some(tls.client.clone());
+        }
         config.auth = crate::cluster::adopt::peer_credentials(&service.shared).map(Arc::new);
         service.forward = Some(sluice_client::Client::connect(config).await);
     }

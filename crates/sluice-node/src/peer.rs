@@ -52,20 +52,6 @@ impl Peer {
         })
     }
 
-    /// Connects, then logs in if there are credentials: a peer with `--requirepass` or ACL
-    /// users answers nothing else.
-    pub async fn connect_auth(
-        host: &str,
-        port: u16,
-        auth: Option<&sluice_client::Credentials>,
-    ) -> Result<Peer, String> {
-        let mut peer = Peer::connect(host, port).await?;
-        if let Some(auth) = auth {
-            peer.login(auth).await?;
-        }
-        Ok(peer)
-    }
-
     /// `AUTH [user] password`; `Err` with the peer's answer if refused.
     pub async fn login(&mut self, auth: &sluice_client::Credentials) -> Result<(), String> {
         let pass = auth.password.as_bytes();

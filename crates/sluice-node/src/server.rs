@@ -41,7 +41,7 @@ pub struct Server {
 
 impl Server {
     /// Binds every listener and starts every thread. Returns once the server accepts connections.
-    pub fn start(config: Config) -> io::Result<Server> {
+    pub fn start(mut config: Config) -> io::Result<Server> {
         let threads = config.threads();
         raise_open_files_limit(config.maxclients);
         if !config.bind.is_loopback() && config.requirepass.is_none() {
@@ -59,6 +59,11 @@ impl Server {
             }
             None => ((0..threads).map(|_| None).collect::<Vec<_>>(), None),
         };
+        // `--tls-port 0` picked a free port: the one bound is what CONFIG GET and the cluster
+        // table report.
+        if let Some(Some(l)) = tls_listeners.first() {
+            config.tls_port = Some(l.local_addr()?.port());
+        }
         // Bound before anything slow, so a taken port fails the start at once, not a thread later.
         let side_port = |port: Option<u16>| {
             port.map(|p| bind_one(SocketAddr::new(config.bind, p)))

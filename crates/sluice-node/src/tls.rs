@@ -32,7 +32,7 @@ const RECHECK: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct Tls {
     pub server: Arc<ServerConfig>,
-    /// For `--tls-replication`: trusts `--tls-ca-cert-file`, presents the node's certificate.
+    /// For `--tls-replication` and `--tls-cluster`: trusts `--tls-ca-cert-file`, presents the node's certificate.
     pub client: Arc<ClientConfig>,
 }
 
@@ -78,6 +78,7 @@ impl Tls {
     pub fn from_config(config: &Config) -> io::Result<Option<Tls>> {
         let wanted = config.tls_port.is_some()
             || config.tls_replication
+            || config.tls_cluster
             || config.metrics_tls
             || config.grpc_tls;
         if !wanted {
@@ -85,7 +86,7 @@ impl Tls {
         }
         let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) else {
             return Err(io::Error::other(
-                "TLS: --tls-port, --tls-replication, --metrics-tls and --grpc-tls need --tls-cert-file and --tls-key-file",
+                "TLS: --tls-port, --tls-replication, --tls-cluster, --metrics-tls and --grpc-tls need --tls-cert-file and --tls-key-file",
             ));
         };
         let provider = provider();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use sluice_cluster::{SLOTS, SlotTable, key_slot};
 
 use super::{Cluster, Job, View};
+use crate::peer::Peer;
 use crate::shared::Shared;
 
 /// Installs a table pushed by the admin tool or a peer, then does what follows from it: a
@@ -108,6 +109,45 @@ pub fn peer_credentials(shared: &Shared) -> Option<sluice_client::Credentials> {
                 user: None,
                 password,
             }),
+    }
+}
+
+/// Connects to the cluster peer at `host:port` and logs in ([`peer_credentials`]): every
+/// node-to-node call (table fetch and push, slot import, forwarded checks) starts here.
+/// `port` may be either of the peer's ports, as the table or a `MOVED` names it. With
+/// `--tls-cluster yes` the call goes over TLS to the TLS port the table gives the peer, with this
+/// node's certificate as the client's (a peer the table does not name is reached over TLS at
+/// `port` itself); a peer the table names without a TLS port is refused then.
+pub async fn connect_peer(shared: &Shared, host: &str, port: u16) -> Result<Peer, String> {
+    let mut peer = match (&shared.tls, shared.config.tls_cluster) {
+        (Some(tls), true) => {
+            let port = tls_port_of(shared, host, port)?;
+            Peer::connect_tls(host, port, tls.client.clone()).await?
+        }
+        _ => Peer::connect(host, port).await?,
+    };
+    if let Some(auth) = peer_credentials(shared) {
+        peer.login(&auth).await?;
+    }
+    Ok(peer)
+}
+
+/// The TLS port of the peer at `host:port` (either of its ports) by the current table.
+fn tls_port_of(shared: &Shared, host: &str, port: u16) -> Result<u16, String> {
+    let view = shared.cluster.as_ref().and_then(Cluster::view);
+    let node = view.as_ref().and_then(|v| {
+        v.table
+            .shards
+            .iter()
+            .flat_map(|s| std::iter::once(&s.primary).chain(&s.replicas))
+            .find(|n| n.host == host && n.listens_on(port))
+            .cloned()
+    });
+    match node {
+        None => Ok(port),
+        Some(n) => n.tls_port.ok_or_else(|| {
+            format!("{host}:{port} has no TLS port in the cluster table (--tls-cluster yes)")
+        }),
     }
 }
 

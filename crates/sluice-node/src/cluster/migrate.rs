@@ -172,8 +172,7 @@ async fn import(
     // yet, so nothing else wrote them.
     shared.store.delete_where(shared.clock.now(), in_ranges);
 
-    let mut peer =
-        Peer::connect_auth(host, port, super::adopt::peer_credentials(shared).as_ref()).await?;
+    let mut peer = super::adopt::connect_peer(shared, host, port).await?;
     let capa = sluice_repl::CAPA.as_bytes();
     let reply = peer.call(&[b"REPLCONF", b"capa", capa]).await?;
     if !reply.is_ok() {

@@ -76,10 +76,40 @@ impl Drop for Batch<'_> {
 /// Why a keyed command is not served here, as the Redis Cluster error a client expects.
 #[derive(Debug)]
 pub enum Redirect {
-    Moved { slot: u16, host: String, port: u16 },
+    /// `port` is the plain port; [`Redirect::for_client`] picks the TLS one for TLS clients.
+    Moved {
+        slot: u16,
+        host: String,
+        port: u16,
+        tls_port: Option<u16>,
+    },
     CrossSlot,
     Down,
     TryAgain,
+}
+
+impl Redirect {
+    /// The redirect as a client on a TLS connection (`tls`) or a plain one is sent it: to the
+    /// owner's TLS port, or its plain port.
+    pub fn for_client(self, tls: bool) -> Redirect {
+        match self {
+            Redirect::Moved {
+                slot,
+                host,
+                port,
+                tls_port,
+            } => Redirect::Moved {
+                slot,
+                host,
+                port: match tls_port {
+                    Some(t) if tls => t,
+                    _ => port,
+                },
+                tls_port: None,
+            },
+            other => other,
+        }
+    }
 }
 
 /// What the config file holds: the node's id and its last table.
@@ -371,6 +401,7 @@ impl Cluster {
             slot,
             host: p.host.clone(),
             port: p.port,
+            tls_port: p.tls_port,
         })
     }
 }
@@ -489,11 +520,7 @@ mod tests {
         let _ = std::fs::remove_file(&file);
         let c = Cluster::open(file.clone(), 1).unwrap();
         assert_eq!(c.epoch(), 0);
-        let me = sluice_cluster::Node {
-            id: c.myid.clone(),
-            host: "127.0.0.1".into(),
-            port: 7000,
-        };
+        let me = sluice_cluster::Node::plain(c.myid.clone(), "127.0.0.1", 7000);
         let table = sluice_cluster::create(3, vec![(me, vec![])]);
         c.install(table.clone()).unwrap();
         assert!(
@@ -517,11 +544,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let c = Cluster::open(dir.join("nodes.conf"), 1).unwrap();
-        let me = sluice_cluster::Node {
-            id: c.myid.clone(),
-            host: "127.0.0.1".into(),
-            port: 7000,
-        };
+        let me = sluice_cluster::Node::plain(c.myid.clone(), "127.0.0.1", 7000);
         let table = sluice_cluster::create(1, vec![(me, vec![])]);
         c.install(table.clone()).unwrap();
         // The directory becomes a plain file: the config file cannot be written (even by root).

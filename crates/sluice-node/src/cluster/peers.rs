@@ -6,8 +6,7 @@ use std::sync::atomic::Ordering;
 
 use sluice_cluster::SlotTable;
 
-use super::adopt::{adopt, peer_credentials, peers, reapply_promotion};
-use crate::peer::Peer;
+use super::adopt::{adopt, connect_peer, peers, reapply_promotion};
 use crate::shared::Shared;
 use sluice_resp::Value;
 
@@ -39,12 +38,11 @@ async fn refresh_once(shared: &Arc<Shared>, verbose: bool) {
         return;
     };
     let peers = peers(shared);
-    let password = peer_credentials(shared);
     let mut answered = 0;
     let mut newest: Option<SlotTable> = None;
     for (host, port) in &peers {
         let got = async {
-            let mut p = Peer::connect_auth(host, *port, password.as_ref()).await?;
+            let mut p = connect_peer(shared, host, *port).await?;
             match p.call(&[b"CLUSTER", b"GETTABLE"]).await? {
                 Value::Bulk(text) => SlotTable::decode(&String::from_utf8_lossy(&text))
                     .map(Some)
@@ -100,10 +98,9 @@ pub async fn push_table(shared: Arc<Shared>) {
         };
         let text = view.table.encode();
         let mut theirs: Option<SlotTable> = None;
-        let password = peer_credentials(&shared);
         for (host, port) in peers(&shared) {
             let sent = async {
-                let mut p = Peer::connect_auth(&host, port, password.as_ref()).await?;
+                let mut p = connect_peer(&shared, &host, port).await?;
                 let reply = p.call(&[b"CLUSTER", b"SETTABLE", text.as_bytes()]).await?;
                 let reply = reply.text();
                 let table = if reply.contains("not newer") {

@@ -141,6 +141,7 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
         let view = cluster.view();
         let out = &mut *ctx.out;
         let proto = ctx.session.proto;
+        let tls = ctx.session.tls;
         match self {
             ClusterCmd::MyId => reply::bulk(out, cluster.myid.as_bytes()),
             ClusterCmd::KeySlot(key) => reply::integer(out, i64::from(key_slot(key))),
@@ -150,7 +151,7 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
             }
             ClusterCmd::Slots => match &view {
                 None => reply::array(out, 0),
-                Some(v) => slots(out, &v.table),
+                Some(v) => slots(out, &v.table, tls),
             },
             ClusterCmd::Shards => match &view {
                 None => reply::array(out, 0),
@@ -160,7 +161,7 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                 }
             },
             ClusterCmd::Nodes => {
-                let text = nodes(cluster);
+                let text = nodes(cluster, tls);
                 reply::verbatim(out, proto, "txt", text.as_bytes());
             }
             ClusterCmd::CountKeysInSlot(slot) => {
@@ -341,8 +342,9 @@ fn info(cluster: &Cluster) -> String {
     )
 }
 
-/// `[start, end, [ip, port, id], replicas...]` per range.
-fn slots(out: &mut bytes::BytesMut, table: &SlotTable) {
+/// `[start, end, [ip, port, id], replicas...]` per range; `port` is the TLS port for a TLS
+/// client (`tls`) where the node has one, as here and in SHARDS and NODES.
+fn slots(out: &mut bytes::BytesMut, table: &SlotTable, tls: bool) {
     reply::array(out, table.ranges.len());
     for r in &table.ranges {
         let shard = &table.shards[r.shard];
@@ -352,7 +354,7 @@ fn slots(out: &mut bytes::BytesMut, table: &SlotTable) {
         for n in std::iter::once(&shard.primary).chain(&shard.replicas) {
             reply::array(out, 3);
             reply::bulk(out, n.host.as_bytes());
-            reply::integer(out, i64::from(n.port));
+            reply::integer(out, i64::from(n.port_for(tls)));
             reply::bulk(out, n.id.as_bytes());
         }
     }
@@ -396,7 +398,7 @@ impl Links {
             let linked = self
                 .replicas
                 .iter()
-                .find(|r| r.0 == node.host && r.1 == node.port);
+                .find(|r| r.0 == node.host && node.listens_on(r.1));
             return Some(match linked {
                 Some(&(_, _, ack, true)) => (ack, "online"),
                 Some(&(_, _, ack, false)) => (ack, "loading"),
@@ -413,9 +415,15 @@ impl Links {
     }
 }
 
-/// Redis 7's CLUSTER SHARDS: per shard, its slots and its nodes. `replication-offset` and
-/// `health` are given for the nodes this one has a replication link with (see [`Links`]).
-fn shards(out: &mut bytes::BytesMut, proto: reply::Proto, table: &SlotTable, links: &Links) {
+/// Redis 7's CLUSTER SHARDS: per shard, its slots and its nodes, with `port` and, for a node
+/// that has one, `tls-port`. `replication-offset` and `health` are given for the nodes this one
+/// has a replication link with (see [`Links`]).
+fn shards(
+    out: &mut bytes::BytesMut,
+    proto: reply::Proto,
+    table: &SlotTable,
+    links: &Links,
+) {
     reply::array(out, table.shards.len());
     for (i, shard) in table.shards.iter().enumerate() {
         reply::map(out, proto, 2);
@@ -432,11 +440,16 @@ fn shards(out: &mut bytes::BytesMut, proto: reply::Proto, table: &SlotTable, lin
             .chain(shard.replicas.iter().map(|r| (r, "replica")))
         {
             let known = links.of_node(n, &shard.primary.id);
-            reply::map(out, proto, if known.is_some() { 7 } else { 5 });
+            let fields = 5 + usize::from(n.tls_port.is_some()) + 2 * usize::from(known.is_some());
+            reply::map(out, proto, fields);
             reply::bulk(out, b"id");
             reply::bulk(out, n.id.as_bytes());
             reply::bulk(out, b"port");
             reply::integer(out, i64::from(n.port));
+            if let Some(tls_port) = n.tls_port {
+                reply::bulk(out, b"tls-port");
+                reply::integer(out, i64::from(tls_port));
+            }
             reply::bulk(out, b"ip");
             reply::bulk(out, n.host.as_bytes());
             reply::bulk(out, b"endpoint");
@@ -454,7 +467,7 @@ fn shards(out: &mut bytes::BytesMut, proto: reply::Proto, table: &SlotTable, lin
 }
 
 /// CLUSTER NODES: `<id> <ip:port@cport> <flags> <master> 0 0 <epoch> connected <slots>...`.
-fn nodes(cluster: &Cluster) -> String {
+fn nodes(cluster: &Cluster, tls: bool) -> String {
     let Some(view) = cluster.view() else {
         return format!("{} :0@0 myself,master - 0 0 0 connected\n", cluster.myid);
     };
@@ -467,7 +480,7 @@ fn nodes(cluster: &Cluster) -> String {
             "{} {}:{}@{} {}master - 0 0 {} connected",
             p.id,
             p.host,
-            p.port,
+            p.port_for(tls),
             u32::from(p.port) + 10000,
             me(&p.id),
             t.epoch
@@ -485,7 +498,7 @@ fn nodes(cluster: &Cluster) -> String {
                 "{} {}:{}@{} {}slave {} 0 0 {} connected\n",
                 n.id,
                 n.host,
-                n.port,
+                n.port_for(tls),
                 u32::from(n.port) + 10000,
                 me(&n.id),
                 p.id,

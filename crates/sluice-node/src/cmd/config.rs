@@ -300,6 +300,11 @@ const SETTINGS: &[Setting] = &[
         set: None,
     },
     Setting {
+        name: "tls-port",
+        get: |s| s.config.tls_port.unwrap_or(0).to_string(),
+        set: None,
+    },
+    Setting {
         name: "proto-max-bulk-len",
         get: |s| s.config.proto_max_bulk_len.to_string(),
         set: None,

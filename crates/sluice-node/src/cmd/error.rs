@@ -75,7 +75,9 @@ impl From<crate::cluster::Redirect> for CmdError {
 fn redirect_text(r: &crate::cluster::Redirect) -> String {
     use crate::cluster::Redirect;
     match r {
-        Redirect::Moved { slot, host, port } => format!("MOVED {slot} {host}:{port}"),
+        Redirect::Moved {
+            slot, host, port, ..
+        } => format!("MOVED {slot} {host}:{port}"),
         Redirect::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
         Redirect::Down => "CLUSTERDOWN Hash slot not served".into(),
         Redirect::TryAgain => "TRYAGAIN Slot is being migrated; retry in a few milliseconds".into(),

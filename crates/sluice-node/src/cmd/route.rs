@@ -53,6 +53,7 @@ pub(super) fn check_serve<'k>(
     write: bool,
 ) -> Result<(), CmdError> {
     let readonly = ctx.session.readonly;
+    let tls = ctx.session.tls;
     may_serve(
         ctx.shared,
         &mut ctx.session.cluster_view,
@@ -61,7 +62,7 @@ pub(super) fn check_serve<'k>(
         write,
     )
     .map_err(|r| match r {
-        Refusal::Redirect(r) => CmdError::Redirect(r),
+        Refusal::Redirect(r) => CmdError::Redirect(r.for_client(tls)),
         Refusal::ReadOnly => CmdError::ReadOnly,
         Refusal::NoReplicas => CmdError::NoReplicas,
     })

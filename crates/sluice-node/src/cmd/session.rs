@@ -43,6 +43,8 @@ pub struct Session {
     pub readonly: bool,
     /// The worker thread this connection lives on.
     pub thread: usize,
+    /// The connection came in on the TLS port: cluster replies name nodes' TLS ports.
+    pub tls: bool,
     /// The CLUSTER IMPORTs and PAUSEs this connection asked for: dropped with it, which
     /// abandons the imports whose slots are not this node's yet and lifts a pause the table
     /// did not end (an admin tool killed mid-move).
@@ -72,6 +74,7 @@ impl Session {
             cluster_view: None,
             readonly: false,
             thread: 0,
+            tls: false,
             asked: Vec::new(),
             batch: crate::stats::Batch::default(),
         }

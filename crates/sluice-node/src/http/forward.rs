@@ -70,8 +70,7 @@ async fn connect(shared: &Shared, owner: &str) -> Result<Peer, String> {
         .rsplit_once(':')
         .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
         .ok_or_else(|| format!("bad address '{owner}'"))?;
-    let login = crate::cluster::adopt::peer_credentials(shared);
-    Peer::connect_auth(host, port, login.as_ref()).await
+    crate::cluster::adopt::connect_peer(shared, host, port).await
 }
 
 /// The `host:port` of `-MOVED slot host:port`.
