@@ -7,6 +7,8 @@
 //! The binary is `target/<profile>/sluice`, built by `cargo test --workspace` (the `sluice` crate's
 //! own integration test makes cargo build it first); `SLUICE_BIN` overrides the path.
 
+pub mod tls;
+
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;

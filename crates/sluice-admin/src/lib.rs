@@ -478,6 +478,11 @@ impl<'a> Migration<'a> {
             ));
             let port = src.port.to_string();
             let mut args = vec!["CLUSTER", "IMPORT", src.host.as_str(), port.as_str()];
+            // A target with `--tls-cluster yes` reaches the source on its TLS port.
+            let tls_port = src.tls_port.map(|p| p.to_string());
+            if let Some(tls_port) = &tls_port {
+                args.extend(["TLS-PORT", tls_port.as_str()]);
+            }
             args.extend(listed.iter().map(String::as_str));
             if let Err(e) = t.query::<String>(&args) {
                 self.cancel(conns);

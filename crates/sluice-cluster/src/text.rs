@@ -287,7 +287,10 @@ mod tests {
             assert!(SlotTable::decode(&text).is_err(), "{bad}");
         }
         let range = text.replace("range 0 5000 1", "range 0 5000 1 tls 1");
-        assert!(SlotTable::decode(&range).is_err(), "a range has no TLS port");
+        assert!(
+            SlotTable::decode(&range).is_err(),
+            "a range has no TLS port"
+        );
         assert_eq!(table.shards[0].primary.port_for(true), 17000);
         assert_eq!(table.shards[0].primary.port_for(false), 7000);
         assert_eq!(table.shards[0].replicas[0].port_for(true), 7100);

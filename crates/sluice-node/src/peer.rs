@@ -20,6 +20,8 @@ pub struct Peer {
     pub stream: TcpStream,
     /// Bytes read past the last reply (a replica's snapshot may follow PSYNC's line).
     pub buf: BytesMut,
+    /// The connection runs over TLS (through the relay task).
+    pub tls: bool,
 }
 
 impl Peer {
@@ -32,6 +34,7 @@ impl Peer {
         Ok(Peer {
             stream,
             buf: BytesMut::with_capacity(64 * 1024),
+            tls: false,
         })
     }
 
@@ -49,6 +52,7 @@ impl Peer {
         Ok(Peer {
             stream,
             buf: BytesMut::with_capacity(64 * 1024),
+            tls: true,
         })
     }
 

@@ -115,9 +115,9 @@ pub fn peer_credentials(shared: &Shared) -> Option<sluice_client::Credentials> {
 /// Connects to the cluster peer at `host:port` and logs in ([`peer_credentials`]): every
 /// node-to-node call (table fetch and push, slot import, forwarded checks) starts here.
 /// `port` may be either of the peer's ports, as the table or a `MOVED` names it. With
-/// `--tls-cluster yes` the call goes over TLS to the TLS port the table gives the peer, with this
-/// node's certificate as the client's (a peer the table does not name is reached over TLS at
-/// `port` itself); a peer the table names without a TLS port is refused then.
+/// `--tls-cluster yes` the call goes over TLS to the TLS port the table (or `CLUSTER IMPORT`)
+/// gives the peer, with this node's certificate as the client's (a peer nothing names is reached
+/// over TLS at `port` itself); a peer the table names without a TLS port is refused then.
 pub async fn connect_peer(shared: &Shared, host: &str, port: u16) -> Result<Peer, String> {
     let mut peer = match (&shared.tls, shared.config.tls_cluster) {
         (Some(tls), true) => {
@@ -132,22 +132,12 @@ pub async fn connect_peer(shared: &Shared, host: &str, port: u16) -> Result<Peer
     Ok(peer)
 }
 
-/// The TLS port of the peer at `host:port` (either of its ports) by the current table.
+/// The TLS port of the peer at `host:port` ([`Cluster::tls_port_of`]), or `port` itself for a
+/// peer nothing names.
 fn tls_port_of(shared: &Shared, host: &str, port: u16) -> Result<u16, String> {
-    let view = shared.cluster.as_ref().and_then(Cluster::view);
-    let node = view.as_ref().and_then(|v| {
-        v.table
-            .shards
-            .iter()
-            .flat_map(|s| std::iter::once(&s.primary).chain(&s.replicas))
-            .find(|n| n.host == host && n.listens_on(port))
-            .cloned()
-    });
-    match node {
+    match shared.cluster.as_ref() {
+        Some(c) => Ok(c.tls_port_of(host, port)?.unwrap_or(port)),
         None => Ok(port),
-        Some(n) => n.tls_port.ok_or_else(|| {
-            format!("{host}:{port} has no TLS port in the cluster table (--tls-cluster yes)")
-        }),
     }
 }
 

@@ -206,8 +206,9 @@ async fn import(
         skew.apply(&shared.store, rec, now);
     }
     sluice_log::log(&format!(
-        "Importing slots {} from {host}:{port}: loaded {entries} entries ({} bytes) in {} ms; streaming",
+        "Importing slots {} from {host}:{port}{}: loaded {entries} entries ({} bytes) in {} ms; streaming",
         listed.join(" "),
+        if peer.tls { " over TLS" } else { "" },
         snapshot.len(),
         started.elapsed().as_millis()
     ));
@@ -219,6 +220,7 @@ async fn import(
     let Peer {
         mut stream,
         mut buf,
+        ..
     } = peer;
     let mut offset = 0u64;
     let mut tick = tokio::time::interval(ACK_EVERY);

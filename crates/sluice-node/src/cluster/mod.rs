@@ -55,6 +55,9 @@ pub struct Cluster {
     pub imports: Imports,
     /// Held through [`Cluster::install`].
     installing: Mutex<()>,
+    /// TLS ports of peers the table does not name yet (`CLUSTER IMPORT ... TLS-PORT n`), by
+    /// their plain `host:port`.
+    tls_hints: Mutex<std::collections::HashMap<(String, u16), u16>>,
     /// Work for the control loop.
     pub jobs: crate::jobs::Jobs<Job>,
     /// Per worker thread: set while it runs a batch of commands. A pause waits until every
@@ -152,6 +155,7 @@ impl Cluster {
             hold: window::SlotWindow::default(),
             imports: Imports::default(),
             installing: Mutex::new(()),
+            tls_hints: Mutex::default(),
             jobs: crate::jobs::Jobs::default(),
             in_batch: (0..threads.max(1))
                 .map(|_| crossbeam_utils::CachePadded::new(AtomicBool::new(false)))
@@ -174,6 +178,35 @@ impl Cluster {
             primary,
         }));
         self.epoch.store(epoch, Ordering::Release);
+    }
+
+    /// Remembers the TLS port of the peer at plain `host:port` (see `tls_hints`).
+    pub fn learn_tls_port(&self, host: &str, port: u16, tls_port: u16) {
+        let mut hints = self.tls_hints.lock();
+        // Bounded: an admin tool names a handful of sources.
+        if hints.len() >= 1024 {
+            hints.clear();
+        }
+        hints.insert((host.to_owned(), port), tls_port);
+    }
+
+    /// The TLS port of the peer at `host:port` (either of its ports): by the table, else by
+    /// what `CLUSTER IMPORT` said; `Err` when the table names the peer without one.
+    pub fn tls_port_of(&self, host: &str, port: u16) -> Result<Option<u16>, String> {
+        let view = self.view();
+        let node = view.as_ref().and_then(|v| {
+            v.table
+                .shards
+                .iter()
+                .flat_map(|s| std::iter::once(&s.primary).chain(&s.replicas))
+                .find(|n| n.host == host && n.listens_on(port))
+        });
+        match node {
+            Some(n) => n.tls_port.map(Some).ok_or_else(|| {
+                format!("{host}:{port} has no TLS port in the cluster table (--tls-cluster yes)")
+            }),
+            None => Ok(self.tls_hints.lock().get(&(host.to_owned(), port)).copied()),
+        }
     }
 
     /// The current table's epoch (0: none).

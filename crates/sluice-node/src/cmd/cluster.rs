@@ -32,7 +32,8 @@ pub enum ClusterCmd<'a> {
     GetKeysInSlot(u16, usize),
     SetTable(&'a [u8]),
     GetTable,
-    Import(String, u16, Vec<(u16, u16)>),
+    /// Source host, port, its TLS port if given (`TLS-PORT n`), ranges.
+    Import(String, u16, Option<u16>, Vec<(u16, u16)>),
     ImportStatus,
     MigrateFeed(Vec<(u16, u16)>),
     Pause(u64, Vec<(u16, u16)>),
@@ -50,8 +51,13 @@ fn slot_arg(b: &[u8]) -> Result<u16, CmdError> {
 }
 
 fn ranges(args: &mut Args<'_>) -> Result<Vec<(u16, u16)>, CmdError> {
+    ranges_in(args.rest())
+}
+
+/// [`ranges`] of these arguments.
+fn ranges_in<'x>(items: impl IntoIterator<Item = &'x [u8]>) -> Result<Vec<(u16, u16)>, CmdError> {
     let mut out = Vec::new();
-    for a in args.rest() {
+    for a in items {
         out.push(parse_range(a).ok_or_else(|| {
             CmdError::msg(format!(
                 "ERR '{}' is not a slot range (start-end, 0-16383)",
@@ -97,10 +103,22 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
             b"GETTABLE" => ClusterCmd::GetTable,
             b"IMPORT" => {
                 let host = String::from_utf8_lossy(args.required()?).into_owned();
-                let port = parse_i64(args.required()?)
-                    .and_then(|p| u16::try_from(p).ok())
-                    .ok_or(CmdError::NotInteger)?;
-                ClusterCmd::Import(host, port, ranges(args)?)
+                let port_arg = |a: &[u8]| {
+                    parse_i64(a)
+                        .and_then(|p| u16::try_from(p).ok())
+                        .ok_or(CmdError::NotInteger)
+                };
+                let port = port_arg(args.required()?)?;
+                // `CLUSTER IMPORT host port [TLS-PORT n] range...`: the source's TLS port, for
+                // `--tls-cluster yes` before this node has a table that names it.
+                let rest: Vec<&[u8]> = args.rest().collect();
+                let (tls_port, rest) = match rest.as_slice() {
+                    [opt, n, rest @ ..] if opt.eq_ignore_ascii_case(b"TLS-PORT") => {
+                        (Some(port_arg(n)?), rest)
+                    }
+                    rest => (None, rest),
+                };
+                ClusterCmd::Import(host, port, tls_port, ranges_in(rest.iter().copied())?)
             }
             b"IMPORT-STATUS" => ClusterCmd::ImportStatus,
             b"MIGRATE-FEED" => ClusterCmd::MigrateFeed(ranges(args)?),
@@ -189,7 +207,10 @@ impl<'a> Command<'a> for ClusterCmd<'a> {
                 set_table(ctx.shared, text)?;
                 reply::simple(ctx.out, "OK");
             }
-            ClusterCmd::Import(host, port, ranges) => {
+            ClusterCmd::Import(host, port, tls_port, ranges) => {
+                if let Some(tls_port) = tls_port {
+                    cluster.learn_tls_port(&host, port, tls_port);
+                }
                 sluice_log::log(&format!(
                     "CLUSTER IMPORT of slots {} from {host}:{port}",
                     format_ranges(&ranges).join(" ")
@@ -418,12 +439,7 @@ impl Links {
 /// Redis 7's CLUSTER SHARDS: per shard, its slots and its nodes, with `port` and, for a node
 /// that has one, `tls-port`. `replication-offset` and `health` are given for the nodes this one
 /// has a replication link with (see [`Links`]).
-fn shards(
-    out: &mut bytes::BytesMut,
-    proto: reply::Proto,
-    table: &SlotTable,
-    links: &Links,
-) {
+fn shards(out: &mut bytes::BytesMut, proto: reply::Proto, table: &SlotTable, links: &Links) {
     reply::array(out, table.shards.len());
     for (i, shard) in table.shards.iter().enumerate() {
         reply::map(out, proto, 2);
@@ -549,6 +565,31 @@ fn enabled<'c>(ctx: &Ctx<'c>) -> Result<&'c Cluster, CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn import_takes_an_optional_tls_port() {
+        let parse = |words: &[&str]| {
+            let req = sluice_resp::Request::from_args(words);
+            match ClusterCmd::parse(&mut Args::new(&req)) {
+                Ok(ClusterCmd::Import(host, port, tls, ranges)) => Ok((host, port, tls, ranges)),
+                Ok(_) => panic!("not an import"),
+                Err(e) => Err(e),
+            }
+        };
+        assert_eq!(
+            parse(&["CLUSTER", "IMPORT", "h", "7000", "0-9"]).unwrap(),
+            ("h".into(), 7000, None, vec![(0, 9)])
+        );
+        assert_eq!(
+            parse(&[
+                "CLUSTER", "IMPORT", "h", "7000", "tls-port", "17000", "0-9", "20"
+            ])
+            .unwrap(),
+            ("h".into(), 7000, Some(17000), vec![(0, 9), (20, 20)])
+        );
+        assert!(parse(&["CLUSTER", "IMPORT", "h", "7000", "TLS-PORT", "x", "0-9"]).is_err());
+        assert!(parse(&["CLUSTER", "IMPORT", "h", "7000", "TLS-PORT", "17000"]).is_err());
+    }
 
     #[test]
     fn ranges_merge_so_each_slot_is_marked_once() {
