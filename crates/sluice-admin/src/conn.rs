@@ -183,10 +183,16 @@ impl Conn {
     /// The node's `--tls-port` (`CONFIG GET tls-port`); `None` without one, or from a node
     /// that does not know the setting.
     pub fn tls_port(&mut self) -> Fallible<Option<u16>> {
-        let reply: Vec<String> = self.query(&["CONFIG", "GET", "tls-port"])?;
-        Ok(match reply.as_slice() {
-            [_, port] => port.parse().ok().filter(|&p| p != 0),
-            _ => None,
+        let port = self.setting("tls-port")?;
+        Ok(port.and_then(|p| p.parse().ok()).filter(|&p| p != 0))
+    }
+
+    /// `CONFIG GET name`'s value; `None` from a node that does not know the setting.
+    pub fn setting(&mut self, name: &str) -> Fallible<Option<String>> {
+        let reply: Vec<String> = self.query(&["CONFIG", "GET", name])?;
+        Ok(match <[String; 2]>::try_from(reply) {
+            Ok([_, value]) => Some(value),
+            Err(_) => None,
         })
     }
 

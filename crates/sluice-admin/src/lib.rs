@@ -257,11 +257,17 @@ fn create(admin: &Admin, addrs: &[String], replicas: usize) -> Fallible<()> {
                 .iter_mut()
                 .find(|c| c.port == r.port && c.host == r.host)
                 .ok_or("internal: replica not connected")?;
+            // A replica with `--tls-replication yes` reaches its primary's TLS port.
+            let tls = c.setting("tls-replication")?.as_deref() == Some("yes");
+            let port = match shard.primary.tls_port {
+                Some(p) if tls => p,
+                _ => shard.primary.port,
+            };
             step(&format!(
-                "{} replicates {}:{}",
-                c.addr, shard.primary.host, shard.primary.port
+                "{} replicates {}:{port}",
+                c.addr, shard.primary.host
             ));
-            let port = shard.primary.port.to_string();
+            let port = port.to_string();
             c.query::<String>(&["REPLICAOF", &shard.primary.host, &port])
                 .map_err(|e| format!("{e}; {rerun} once the node is back"))?;
         }

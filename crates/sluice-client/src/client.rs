@@ -69,6 +69,10 @@ pub struct Config {
     pub auth: Option<Arc<Credentials>>,
     /// Reach every node over TLS with this config (the node's `--tls-port`).
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Reach the Sentinels over TLS too (their `tls-port`), with the same config as the nodes
+    /// (`tls`, which it needs): Sentinel's own port may be plain or TLS whatever the nodes'
+    /// are, so this is a choice of its own.
+    pub sentinel_tls: bool,
 }
 
 impl Config {
@@ -81,6 +85,7 @@ impl Config {
             max_local_keys: 100_000,
             auth: None,
             tls: None,
+            sentinel_tls: false,
         }
     }
 }
@@ -707,9 +712,11 @@ impl Inner {
                     &["SENTINEL", "get-master-addr-by-name", master_name],
                 );
                 let frame = frame.freeze();
+                let tls = self.config.tls.as_ref().filter(|_| self.config.sentinel_tls);
                 for s in sentinels {
-                    // Sentinels get plain connections, not in `nodes`: they are not upstreams.
-                    if let Some(addr) = ask_sentinel(s, &frame).await {
+                    // Sentinels get connections of their own, not in `nodes`: they are not
+                    // upstreams.
+                    if let Some(addr) = ask_sentinel(s, &frame, tls).await {
                         let changed = match &*self.route.read() {
                             Route::One(a) => **a != *addr,
                             Route::Slots(_) => true,
@@ -725,18 +732,41 @@ impl Inner {
     }
 }
 
-async fn ask_sentinel(sentinel: &str, frame: &[u8]) -> Option<String> {
+/// Sends `frame` on `s` and reads one reply.
+async fn one_reply<S>(mut s: S, frame: &[u8]) -> Option<Value>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(frame).await.ok()?;
+    let mut buf = BytesMut::with_capacity(256);
+    loop {
+        if s.read_buf(&mut buf).await.ok()? == 0 {
+            return None;
+        }
+        if let Some(v) = value::decode(&mut buf).ok()? {
+            return Some(v);
+        }
+    }
+}
+
+/// The primary's `host:port` by the Sentinel at `sentinel` (over TLS with `tls`).
+async fn ask_sentinel(
+    sentinel: &str,
+    frame: &[u8],
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Option<String> {
     let io = async {
-        let mut s = tokio::net::TcpStream::connect(sentinel).await.ok()?;
-        s.write_all(frame).await.ok()?;
-        let mut buf = BytesMut::with_capacity(256);
-        loop {
-            if s.read_buf(&mut buf).await.ok()? == 0 {
-                return None;
-            }
-            if let Some(v) = value::decode(&mut buf).ok()? {
-                return Some(v);
+        let tcp = tokio::net::TcpStream::connect(sentinel).await.ok()?;
+        match tls {
+            None => one_reply(tcp, frame).await,
+            Some(config) => {
+                let host = sentinel.rsplit_once(':').map_or(sentinel, |(h, _)| h);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = rustls::pki_types::ServerName::try_from(host.to_string()).ok()?;
+                let connector = tokio_rustls::TlsConnector::from(config.clone());
+                let stream = connector.connect(name, tcp).await.ok()?;
+                one_reply(stream, frame).await
             }
         }
     };

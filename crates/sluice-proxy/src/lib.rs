@@ -11,6 +11,7 @@
 //!              [--requirepass PASS] [--http-port P]
 //!              [--upstream-user USER] [--upstream-password PASS | --upstream-password-file FILE]
 //!              [--upstream-tls-ca-cert-file CA [--upstream-tls-cert-file CRT --upstream-tls-key-file KEY]]
+//!              [--sentinel-tls yes]
 //! ```
 //! One upstream is a single node; several are the seeds of a cluster. Commands: `RL.CHECK` (with
 //! `FAILMODE open|closed|local`, `SPLIT k`, `APPROX ms`), `RL.HIT` and `RL.HITS` (each rule's
@@ -84,6 +85,10 @@ pub struct ProxyConfig {
     /// The primary's name in Sentinel.
     #[arg(long)]
     pub master_name: Option<String>,
+    /// `yes`: reach the Sentinels over TLS (their `tls-port`) with the `--upstream-tls-*`
+    /// certificates, which it needs. `no` (the default): plain, even when the nodes are TLS.
+    #[arg(long = "sentinel-tls", default_value = "no", value_parser = ["yes", "no"], requires_all = ["sentinel", "upstream_tls_ca_cert_file"])]
+    pub sentinel_tls: String,
     /// Deadline of one check, in milliseconds.
     #[arg(long, default_value_t = 20)]
     pub timeout_ms: u64,
@@ -159,6 +164,7 @@ impl ProxyConfig {
                 .zip(self.upstream_tls_key_file.as_deref());
             c.tls = Some(Arc::new(sluice_client::tls::client_config(ca, identity)?));
         }
+        c.sentinel_tls = self.sentinel_tls == "yes";
         Ok(c)
     }
 

@@ -180,6 +180,10 @@ fn replica_priority(s: &Shared) -> String {
     Live::get(&s.live.replica_priority).to_string()
 }
 
+fn yes_no(on: bool) -> String {
+    if on { "yes" } else { "no" }.into()
+}
+
 fn replica_read_only(s: &Shared) -> String {
     if s.repl.replica_read_only() {
         "yes"
@@ -300,11 +304,6 @@ const SETTINGS: &[Setting] = &[
         set: None,
     },
     Setting {
-        name: "tls-port",
-        get: |s| s.config.tls_port.unwrap_or(0).to_string(),
-        set: None,
-    },
-    Setting {
         name: "proto-max-bulk-len",
         get: |s| s.config.proto_max_bulk_len.to_string(),
         set: None,
@@ -404,6 +403,21 @@ const SETTINGS: &[Setting] = &[
         name: "timeout",
         get: |s| s.timeout_secs.load(Relaxed).to_string(),
         set: Some(|v| bounded(v).map(Change::Timeout)),
+    },
+    Setting {
+        name: "tls-cluster",
+        get: |s| yes_no(s.config.tls_cluster),
+        set: None,
+    },
+    Setting {
+        name: "tls-port",
+        get: |s| s.config.tls_port.unwrap_or(0).to_string(),
+        set: None,
+    },
+    Setting {
+        name: "tls-replication",
+        get: |s| yes_no(s.config.tls_replication),
+        set: None,
     },
 ];
 

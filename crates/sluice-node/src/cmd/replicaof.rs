@@ -59,11 +59,11 @@ impl Command<'_> for ReplicaOf {
     }
 }
 
-/// Whether `to` is this node: our port, and an address of ours (the bound one, or loopback
-/// when bound to loopback or to every address).
+/// Whether `to` is this node: one of our ports (plain or TLS), and an address of ours (the
+/// bound one, or loopback when bound to loopback or to every address).
 fn is_self(ctx: &Ctx<'_>, to: &MasterAddr) -> bool {
     let local = ctx.shared.local_addr;
-    if to.port != local.port() {
+    if to.port != local.port() && Some(to.port) != ctx.shared.config.tls_port {
         return false;
     }
     let Ok(addrs) = (to.host.as_str(), to.port).to_socket_addrs() else {

@@ -102,7 +102,13 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
             return Err(reply);
         }
     }
-    let port = shared.local_addr.port().to_string();
+    // With `--tls-replication yes` the replica announces its TLS port, as Redis does: the
+    // primary's INFO lists it, and Sentinel reaches the replica there.
+    let port = match shared.config.tls_port {
+        Some(tls) if shared.config.tls_replication => tls,
+        _ => shared.local_addr.port(),
+    };
+    let port = port.to_string();
     let reply = peer
         .call(&[b"REPLCONF", b"listening-port", port.as_bytes()])
         .await?;
