@@ -712,7 +712,11 @@ impl Inner {
                     &["SENTINEL", "get-master-addr-by-name", master_name],
                 );
                 let frame = frame.freeze();
-                let tls = self.config.tls.as_ref().filter(|_| self.config.sentinel_tls);
+                let tls = self
+                    .config
+                    .tls
+                    .as_ref()
+                    .filter(|_| self.config.sentinel_tls);
                 for s in sentinels {
                     // Sentinels get connections of their own, not in `nodes`: they are not
                     // upstreams.
