@@ -57,7 +57,15 @@ impl Sluice {
 
     /// Starts a server on `port` (0: a free one) with extra flags (`--port PORT --bind
     /// 127.0.0.1` come first). A fixed port is for restarting a node where its peers expect it.
+    ///
+    /// `--port 0 --tls-port N` is TLS only (as Redis's `port 0`), so a server given a TLS port
+    /// here gets a plain port picked by [`free_port`]; [`Sluice::start_exact`] starts one TLS only.
     pub fn start_on(port: u16, args: &[&str]) -> Sluice {
+        let port = if port == 0 && args.contains(&"--tls-port") {
+            free_port()
+        } else {
+            port
+        };
         let mut cmd = Command::new(binary());
         cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(args);
@@ -377,6 +385,17 @@ impl RedisSentinel {
     /// Starts a sentinel with `config` (lines such as `sentinel monitor ...`) after its own
     /// `port`, `bind 127.0.0.1`, `dir` and `logfile` lines. Waits up to 10 s for `PING`.
     pub fn start(config: &str) -> RedisSentinel {
+        RedisSentinel::launch(config, None)
+    }
+
+    /// A TLS-only sentinel (`port 0`, `tls-port` the port picked, then `tls` lines such as
+    /// `tls-cert-file ...`), ready once `ready(port)` says so (a `PING` over TLS: this harness's
+    /// own clients speak plain RESP only). [`RedisSentinel::client`] does not reach it.
+    pub fn start_tls(config: &str, tls: &str, ready: &dyn Fn(u16) -> bool) -> RedisSentinel {
+        RedisSentinel::launch(config, Some((tls, ready)))
+    }
+
+    fn launch(config: &str, tls: Option<(&str, &dyn Fn(u16) -> bool)>) -> RedisSentinel {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("sluice-sentinel-{}-{n}", std::process::id()));
@@ -388,8 +407,12 @@ impl RedisSentinel {
         let mut last_log = String::new();
         for _ in 0..3 {
             let port = free_port();
+            let ports = match tls {
+                None => format!("port {port}"),
+                Some((lines, _)) => format!("port 0\ntls-port {port}\n{lines}"),
+            };
             let text = format!(
-                "port {port}\nbind 127.0.0.1\ndaemonize no\nprotected-mode no\nloglevel verbose\ndir {}\nlogfile {}\n{config}\n",
+                "{ports}\nbind 127.0.0.1\ndaemonize no\nprotected-mode no\nloglevel verbose\ndir {}\nlogfile {}\n{config}\n",
                 dir.display(),
                 logfile.display()
             );
@@ -409,6 +432,9 @@ impl RedisSentinel {
             let ready = wait_until(Duration::from_secs(10), || {
                 if let Ok(Some(_)) = sentinel.child.try_wait() {
                     return Some(false);
+                }
+                if let Some((_, ready)) = tls {
+                    return ready(port).then_some(true);
                 }
                 let pong: Option<String> = sentinel
                     .try_client()

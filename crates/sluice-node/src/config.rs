@@ -12,7 +12,8 @@ use clap::Parser;
     about = "A rate-limiter server that speaks the Redis protocol"
 )]
 pub struct Config {
-    /// TCP port to listen on (0 picks a free port and prints it).
+    /// TCP port to listen on (0 picks a free port and prints it; with `--tls-port`, 0 means no
+    /// plain port: TLS only, as Redis's `port 0`).
     #[arg(long, default_value_t = 6379)]
     pub port: u16,
 
@@ -462,6 +463,11 @@ pub fn policy_name(p: sluice_store::EvictionPolicy) -> &'static str {
 }
 
 impl Config {
+    /// `--port 0 --tls-port N`: no plain listener, TLS only.
+    pub fn tls_only(&self) -> bool {
+        self.port == 0 && self.tls_port.is_some()
+    }
+
     /// Worker threads actually used.
     pub fn threads(&self) -> usize {
         self.threads

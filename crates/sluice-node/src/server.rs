@@ -50,14 +50,24 @@ impl Server {
                 config.bind
             ));
         }
-        let (listeners, claim) = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
-        let local_addr = listeners[0].local_addr()?;
+        // `--port 0 --tls-port N`: TLS only, as Redis (without a TLS port, 0 picks a free port).
+        let (listeners, claim) = if config.tls_only() {
+            ((0..threads).map(|_| None).collect::<Vec<_>>(), None)
+        } else {
+            let (l, c) = bind_all(SocketAddr::new(config.bind, config.port), threads)?;
+            (l.into_iter().map(Some).collect(), c)
+        };
         let (tls_listeners, tls_claim) = match config.tls_port {
             Some(port) => {
                 let (l, c) = bind_all(SocketAddr::new(config.bind, port), threads)?;
                 (l.into_iter().map(Some).collect(), c)
             }
             None => ((0..threads).map(|_| None).collect::<Vec<_>>(), None),
+        };
+        // The address this node is known by: its plain port's, or its TLS port's when TLS only.
+        let local_addr = match (listeners.first(), tls_listeners.first()) {
+            (Some(Some(l)), _) | (_, Some(Some(l))) => l.local_addr()?,
+            _ => return Err(io::Error::other("no listener")),
         };
         // `--tls-port 0` picked a free port: the one bound is what CONFIG GET and the cluster
         // table report.
@@ -285,8 +295,9 @@ fn bind_error(addr: SocketAddr, e: io::Error) -> io::Error {
     )
 }
 
-/// A thread's listeners: the plain port's, and the TLS port's if there is one.
-type Listeners = (StdListener, Option<StdListener>);
+/// A thread's listeners: the plain port's (none when TLS only), and the TLS port's if there
+/// is one.
+type Listeners = (Option<StdListener>, Option<StdListener>);
 
 fn thread_main(index: usize, threads: usize, (listener, tls): Listeners, shared: Arc<Shared>) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -304,7 +315,9 @@ fn thread_main(index: usize, threads: usize, (listener, tls): Listeners, shared:
         let _ = shared.repl.stream_runtime.set(runtime.handle().clone());
     }
     runtime.block_on(async move {
-        let listeners = TcpListener::from_std(listener)
+        let listeners = listener
+            .map(TcpListener::from_std)
+            .transpose()
             .and_then(|l| Ok((l, tls.map(TcpListener::from_std).transpose()?)));
         let (listener, tls) = match listeners {
             Ok(l) => l,
@@ -324,7 +337,7 @@ fn thread_main(index: usize, threads: usize, (listener, tls): Listeners, shared:
 
 async fn accept_loop(
     index: usize,
-    listener: TcpListener,
+    listener: Option<TcpListener>,
     tls: Option<TcpListener>,
     shared: &Arc<Shared>,
 ) {
@@ -334,7 +347,9 @@ async fn accept_loop(
     loop {
         let accepted = tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => break,
-            accepted = listener.accept() => accepted.map(|a| (a, false)),
+            accepted = async { listener.as_ref().expect("guarded").accept().await }, if listener.is_some() => {
+                accepted.map(|a| (a, false))
+            }
             accepted = async { tls.as_ref().expect("guarded").accept().await }, if tls.is_some() => {
                 accepted.map(|a| (a, true))
             }

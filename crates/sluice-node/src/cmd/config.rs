@@ -300,7 +300,15 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "port",
-        get: |s| s.local_addr.port().to_string(),
+        // TLS only: no plain port, 0 as in Redis.
+        get: |s| {
+            if s.config.tls_only() {
+                0
+            } else {
+                s.local_addr.port()
+            }
+            .to_string()
+        },
         set: None,
     },
     Setting {
