@@ -6,11 +6,14 @@
 
 use std::time::Duration;
 
+use sluice_envoy::pb::rate_limit_descriptor::Entry;
+use sluice_envoy::pb::rate_limit_response::Code;
+use sluice_envoy::pb::{RateLimitDescriptor, RateLimitRequest, RateLimitServiceClient};
 use sluice_tests::tls::{Certs, have_openssl};
 use sluice_tests::{
     Sluice, TempDir, cluster_node, cluster_slots, free_port, have_tool, http_json, key_slot,
-    owner_of, primaries, redis_cli, rl_check, sluice_cluster, try_connect, wait_cluster_ok,
-    wait_until,
+    owner_of, primaries, redis_cli, rl_check, runtime, sluice_cluster, try_connect,
+    wait_cluster_ok, wait_until,
 };
 
 /// A node's flags: a TLS port with the test certificate (client certificates required) and
@@ -165,11 +168,12 @@ fn a_tls_cluster_names_tls_ports_follows_redirects_and_moves_slots() {
         4,
         "the forwarded check counted on the owner"
     );
-    let list = text(&redis_cli(plain[1], &["CLIENT", "LIST"]));
     assert!(
-        list.contains(&format!("laddr=127.0.0.1:{} ", tls[1])),
-        "the forwarded call came over TLS:\n{list}"
+        !clients_on(plain[1], tls[1]).is_empty(),
+        "the forwarded call came over TLS:\n{}",
+        text(&redis_cli(plain[1], &["CLIENT", "LIST"]))
     );
+    assert!(clients_on(plain[1], plain[1]).is_empty());
 
     // The sidecar in front of the TLS cluster, seeded with both TLS ports.
     let seeds = format!("127.0.0.1:{},127.0.0.1:{}", tls[0], tls[1]);
@@ -252,4 +256,98 @@ fn a_tls_cluster_names_tls_ports_follows_redirects_and_moves_slots() {
     });
     assert!(ok.is_some(), "{last}\n{}", proxy.log());
     assert_eq!(left(new.port, k), 2);
+}
+
+fn envoy_request(value: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "internal".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "azure".into(),
+                value: value.into(),
+            }],
+            limit: None,
+            hits_addend: Some(1),
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// The lines of `CLIENT LIST` on `port` of other connections that came in on `laddr_port`.
+fn clients_on(port: u16, laddr_port: u16) -> Vec<String> {
+    let list = text(&redis_cli(port, &["CLIENT", "LIST"]));
+    list.lines()
+        .filter(|l| {
+            l.contains(&format!(" laddr=127.0.0.1:{laddr_port} ")) && !l.contains("cmd=client|list")
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Node a serves gRPC; the descriptors node b owns are forwarded to b over TLS
+/// (`--tls-cluster yes`): b sees the forwarding connection on its TLS port, none on its plain
+/// one.
+#[test]
+fn grpc_checks_are_forwarded_over_tls() {
+    if !have_openssl() || !have_tool("redis-cli") {
+        return;
+    }
+    let certs = Certs::new();
+    let dir = TempDir::new("tls-grpc");
+    std::fs::write(
+        dir.path().join("internal.yaml"),
+        "domain: internal\ndescriptors:\n  - key: azure\n    rate_limit:\n      unit: day\n      requests_per_unit: 100\n",
+    )
+    .unwrap();
+    let grpc = free_port().to_string();
+    let (ta, tb) = (free_port(), free_port());
+    let envoy = dir.path().to_str().unwrap().to_owned();
+    let fa = tls_flags(
+        &certs,
+        ta,
+        &["--grpc-port", &grpc, "--envoy-config", &envoy],
+    );
+    let fb = tls_flags(&certs, tb, &[]);
+    let nodes = primaries(&dir, "g", &[&strs(&fa), &strs(&fb)]);
+    wait_cluster_ok(&nodes);
+    let rt = runtime();
+    let mut rls = wait_until(Duration::from_secs(10), || {
+        rt.block_on(RateLimitServiceClient::connect(format!(
+            "http://127.0.0.1:{grpc}"
+        )))
+        .ok()
+    })
+    .expect("gRPC connects");
+    let mut call = |v: &str| {
+        rt.block_on(rls.should_rate_limit(envoy_request(v)))
+            .map(|r| r.into_inner())
+    };
+    let mut last = String::new();
+    let up = wait_until(Duration::from_secs(15), || {
+        let r = call("probe");
+        last = format!("{r:?}");
+        r.ok().filter(|r| r.overall_code == Code::Ok as i32)
+    });
+    assert!(up.is_some(), "{last}");
+    for i in 0..40 {
+        let r = call(&i.to_string()).unwrap_or_else(|s| panic!("value {i}: {s}"));
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].limit_remaining, 99, "value {i}");
+    }
+    let keys: i64 = redis::cmd("DBSIZE")
+        .query(&mut try_connect(nodes[1].port).unwrap())
+        .unwrap();
+    assert!(
+        keys >= 5,
+        "node b counted the forwarded checks ({keys} keys)"
+    );
+    assert!(
+        !clients_on(nodes[1].port, tb).is_empty(),
+        "no forwarding connection on b's TLS port:\n{}",
+        text(&redis_cli(nodes[1].port, &["CLIENT", "LIST"]))
+    );
+    assert!(
+        clients_on(nodes[1].port, nodes[1].port).is_empty(),
+        "a forwarding connection on b's plain port"
+    );
 }
