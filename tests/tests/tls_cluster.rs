@@ -351,3 +351,54 @@ fn grpc_checks_are_forwarded_over_tls() {
         "a forwarding connection on b's plain port"
     );
 }
+
+/// Replicas with `--tls-replication yes` in a cluster made by the admin tool: it points them at
+/// their primaries' TLS ports, they announce theirs, and CLUSTER SHARDS sees them online.
+#[test]
+fn cluster_replicas_replicate_over_tls() {
+    if !have_openssl() || !have_tool("redis-cli") {
+        return;
+    }
+    let certs = Certs::new();
+    let dir = TempDir::new("tls-replicas");
+    // `--tls-port 0`: each node a free TLS port of its own, as CONFIG GET tls-port tells.
+    let flags = tls_flags(&certs, 0, &["--tls-replication", "yes"]);
+    let nodes = sluice_tests::two_shard_cluster(&dir, &strs(&flags), &[]);
+    wait_cluster_ok(&nodes);
+    let tls_port = |port: u16| -> u16 {
+        let out = text(&redis_cli(port, &["CONFIG", "GET", "tls-port"]));
+        out.lines()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .expect("tls-port")
+    };
+    // Node 2 replicates node 0, node 3 node 1 (see two_shard_cluster).
+    for (replica, primary) in [(2, 0), (3, 1)] {
+        let (r, p) = (&nodes[replica], &nodes[primary]);
+        let (rtls, ptls) = (tls_port(r.port), tls_port(p.port));
+        assert_ne!(ptls, p.port);
+        let linked = wait_until(Duration::from_secs(20), || {
+            let info = text(&redis_cli(r.port, &["INFO", "replication"]));
+            (info.contains(&format!("master_port:{ptls}"))
+                && info.contains("master_link_status:up"))
+            .then_some(())
+        });
+        assert!(linked.is_some(), "replica {replica}:\n{}", r.log());
+        let listed = text(&redis_cli(p.port, &["INFO", "replication"]));
+        assert!(listed.contains(&format!("port={rtls},")), "{listed}");
+        let shards = wait_until(Duration::from_secs(10), || {
+            let out = text(&redis_cli(p.port, &["CLUSTER", "SHARDS"]));
+            let lines: Vec<&str> = out.lines().collect();
+            // The replica's entry: its id, ..., health online (known first-hand by its primary).
+            let id = text(&redis_cli(r.port, &["CLUSTER", "MYID"]));
+            let at = lines.iter().position(|l| *l == id.trim())?;
+            let health = lines[at..].iter().position(|l| *l == "health")?;
+            (lines.get(at + health + 1) == Some(&"online")).then_some(())
+        });
+        assert!(
+            shards.is_some(),
+            "{}",
+            text(&redis_cli(p.port, &["CLUSTER", "SHARDS"]))
+        );
+    }
+}
