@@ -9,7 +9,8 @@
 //!   adjacent ranges of the same shard are merged, so two equal tables compare equal.
 //! - Every range names an existing shard; at most 16384 shards.
 //! - Node ids are 40 lowercase hex characters (the `CLUSTER MYID` form), unique over primaries and
-//!   replicas; `host:port` is unique too, hosts have no whitespace and ports are not 0.
+//!   replicas; `host:port` is unique too (over plain and TLS ports), hosts have no whitespace
+//!   and ports are not 0.
 //! - Tokens are on the circle (`< 16384`) and unique. Either no shard has tokens (the ranges were
 //!   assigned by hand), or the tokens place every slot exactly where the ranges do: the tokens
 //!   are only what placement needs to compute the next table, and can never contradict this one.
@@ -288,11 +289,14 @@ fn check_nodes(shards: &[Shard]) -> Result<(), TableError> {
                 id: node.id.clone(),
             });
         }
-        if !addresses.insert((node.host.as_str(), node.port)) {
-            return Err(TableError::DuplicateAddress {
-                host: node.host.clone(),
-                port: node.port,
-            });
+        // Plain and TLS ports alike: one port, one node.
+        for port in std::iter::once(node.port).chain(node.tls_port) {
+            if !addresses.insert((node.host.as_str(), port)) {
+                return Err(TableError::DuplicateAddress {
+                    host: node.host.clone(),
+                    port,
+                });
+            }
         }
     }
     Ok(())
@@ -457,6 +461,15 @@ mod tests {
             with(vec![port0]),
             Err(TableError::BadAddress { .. })
         ));
+        let mut tls_clash = shard(2);
+        tls_clash.primary.tls_port = Some(node(1).port);
+        assert_eq!(
+            with(vec![shard(1), tls_clash]),
+            Err(TableError::DuplicateAddress {
+                host: "127.0.0.1".to_owned(),
+                port: 7001
+            })
+        );
         let mut tls0 = shard(1);
         tls0.primary.tls_port = Some(0);
         assert!(matches!(
