@@ -552,6 +552,17 @@ fn bad_tls_settings_refuse_to_start() {
             tls_flags(&port, &crt, &node_key),
             "needs --tls-ca-cert-file",
         ),
+        (
+            vec![
+                "--tls-cluster",
+                "yes",
+                "--tls-cert-file",
+                &crt,
+                "--tls-key-file",
+                &node_key,
+            ],
+            "--tls-cluster yes needs --tls-port",
+        ),
     ] {
         let out = std::process::Command::new(sluice_tests::binary())
             .args(["--port", "0"])

@@ -84,6 +84,11 @@ impl Tls {
         if !wanted {
             return Ok(None);
         }
+        if config.tls_cluster && config.tls_port.is_none() {
+            return Err(io::Error::other(
+                "TLS: --tls-cluster yes needs --tls-port (the other nodes reach this one there)",
+            ));
+        }
         let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) else {
             return Err(io::Error::other(
                 "TLS: --tls-port, --tls-replication, --tls-cluster, --metrics-tls and --grpc-tls need --tls-cert-file and --tls-key-file",
