@@ -1,6 +1,6 @@
 //! TLS across a cluster (issue 27): nodes name their TLS ports to TLS clients (CLUSTER SLOTS,
-//! SHARDS, NODES, MOVED) and their plain ports to plain ones; `redis-cli --tls -c` and redis-py's
-//! `RedisCluster(ssl=True)` follow the redirects; with `--tls-cluster yes` the nodes' own calls
+//! SHARDS, NODES, MOVED) and their plain ports to plain ones; `redis-cli --tls -c`, redis-py's
+//! `RedisCluster(ssl=True)` and redis-rs's cluster client (`rediss://`) follow the redirects; with `--tls-cluster yes` the nodes' own calls
 //! to each other (forwarded checks, slot imports) go over TLS; the sidecar reaches the cluster
 //! over TLS from several seeds. Certificates are made at test time with the `openssl` CLI.
 
@@ -11,9 +11,9 @@ use sluice_envoy::pb::rate_limit_response::Code;
 use sluice_envoy::pb::{RateLimitDescriptor, RateLimitRequest, RateLimitServiceClient};
 use sluice_tests::tls::{Certs, have_openssl};
 use sluice_tests::{
-    Sluice, TempDir, cluster_node, cluster_slots, free_port, have_tool, http_json, key_slot,
-    owner_of, primaries, redis_cli, rl_check, runtime, sluice_cluster, try_connect,
-    wait_cluster_ok, wait_until,
+    Sluice, TempDir, cluster_node, cluster_rl_check, cluster_slots, free_port, have_tool,
+    http_json, key_slot, owner_of, primaries, redis_cli, rl_check, runtime, sluice_cluster,
+    try_connect, wait_cluster_ok, wait_until,
 };
 
 /// A node's flags: a TLS port with the test certificate (client certificates required) and
@@ -71,6 +71,31 @@ for node in rc.get_nodes():
         .output()
         .expect("run python3");
     text(&out)
+}
+
+/// A redis-rs cluster connection over TLS, seeded with one node's TLS port: it trusts the
+/// test CA and presents the test certificate (the nodes require one).
+async fn redis_rs_cluster(certs: &Certs, seed: u16) -> redis::cluster_async::ClusterConnection {
+    let read = |f: &str| std::fs::read(certs.path(f)).expect("a test certificate file");
+    let tls = redis::TlsCertificates {
+        client_tls: Some(redis::ClientTlsConfig {
+            client_cert: read("node.crt"),
+            client_key: read("node.key"),
+        }),
+        root_cert: Some(read("ca.crt")),
+    };
+    redis::cluster::ClusterClient::builder(vec![format!("rediss://127.0.0.1:{seed}")])
+        .certs(tls)
+        .retries(50)
+        .min_retry_wait(2)
+        .max_retry_wait(100)
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(5))
+        .build()
+        .expect("cluster client")
+        .get_async_connection()
+        .await
+        .expect("a cluster connection over TLS")
 }
 
 #[test]
@@ -152,6 +177,17 @@ fn a_tls_cluster_names_tls_ports_follows_redirects_and_moves_slots() {
         assert!(py.contains(&format!("node {p}")), "{py}");
     }
     assert_eq!((left(plain[0], &a), left(plain[1], &b)), (4, 4));
+
+    // redis-rs's cluster client over TLS (rediss://, the test CA, a client certificate).
+    let (g, h) = (on(plain[0], 4), on(plain[1], 4));
+    runtime().block_on(async {
+        let mut c = redis_rs_cluster(&certs, tls[0]).await;
+        for k in [&g, &h] {
+            let r = cluster_rl_check(&mut c, &[k, "5", "1h"]).await;
+            assert_eq!(r.expect("RL.CHECK over TLS").first(), Some(&1), "{k}");
+        }
+    });
+    assert_eq!((left(plain[0], &g), left(plain[1], &h)), (4, 4));
 
     // A check forwarded by node 0's HTTP front reaches node 1 over TLS (--tls-cluster yes):
     // the owner sees the kept connection arrive on its TLS port.
