@@ -189,9 +189,8 @@ fn connect(client: &mut SentinelClient) -> redis::RedisResult<(redis::Connection
 }
 
 fn load_loop(urls: Vec<String>, stop: &AtomicBool, progress: &Mutex<Progress>) {
-    let mut client =
-        SentinelClient::build(urls, MASTER.to_string(), None, SentinelServerType::Master)
-            .expect("sentinel client");
+    let mut client = SentinelClient::build(urls, MASTER, None, SentinelServerType::Master)
+        .expect("sentinel client");
     let end = Instant::now() + LOAD_MAX_TIME;
     let mut conn: Option<(redis::Connection, u16)> = None;
     for i in 0..LOAD_MAX_OPS {

@@ -1,8 +1,8 @@
 //! TLS across a cluster (issue 27): nodes name their TLS ports to TLS clients (CLUSTER SLOTS,
 //! SHARDS, NODES, MOVED) and their plain ports to plain ones; `redis-cli --tls -c`, redis-py's
-//! `RedisCluster(ssl=True)` and redis-rs's cluster client (`rediss://`) follow the redirects; with `--tls-cluster yes` the nodes' own calls
-//! to each other (forwarded checks, slot imports) go over TLS; the sidecar reaches the cluster
-//! over TLS from several seeds. Certificates are made at test time with the `openssl` CLI.
+//! `RedisCluster(ssl=True)` and redis-rs's cluster client (`rediss://`) follow the redirects;
+//! with `--tls-cluster yes` the nodes' own calls to each other (forwarded checks, slot imports)
+//! go over TLS; the sidecar reaches the cluster over TLS from several seeds. Certificates are made at test time with the `openssl` CLI.
 
 use std::time::Duration;
 
