@@ -510,13 +510,18 @@ impl Store {
         let mut spill = self.spill.lock();
         let mut locked: Vec<_> = self.shards.iter().map(|s| s.lock()).collect();
         let journaling = locked.first().is_some_and(|s| s.journal.on);
+        let mut dropped = Vec::with_capacity(locked.len());
         for s in locked.iter_mut() {
             s.journal.drain_into(&mut spill);
-            s.flush();
+            dropped.push(s.flush());
         }
         if journaling {
             Record::Flush.encode(&mut spill);
         }
+        // Freed with no lock held: requests go on meanwhile.
+        drop(locked);
+        drop(spill);
+        drop(dropped);
     }
 
     /// Turns the replication journal on or off in every shard. Off drops what is pending.
