@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use sluice_core::{Algo, CheckError, Decision, Nanos, Params, State};
 use sluice_repl::{Record, SnapshotWriter};
 
@@ -115,6 +115,10 @@ impl EvictionPolicy {
 /// is a table probe and a drop or a refile, a few hundred ns at most, so a step stays well under
 /// a millisecond (`cargo run --release -p sluice-store --example stall`).
 pub const EXPIRE_BUDGET: usize = 2048;
+
+/// Slots one step of a [`Store::scan`] visits under a shard's lock: a few thousand entries
+/// encoded into a snapshot, well under a millisecond.
+pub const SCAN_BUDGET: usize = 2048;
 
 /// Most shards a store has: the shard index uses hash bits 40..56.
 pub const MAX_SHARDS: usize = 1 << 16;
@@ -545,7 +549,8 @@ impl Store {
         }
     }
 
-    /// Writes every live entry into `w`, one shard (one lock) at a time; returns how many.
+    /// Writes every live entry into `w`, shard by shard in bounded steps (see
+    /// [`Store::scan`]); returns how many.
     pub fn snapshot_into(&self, w: &mut SnapshotWriter, now: Nanos) -> u64 {
         self.snapshot_where(w, now, |_| true)
     }
@@ -558,17 +563,48 @@ impl Store {
         keep: impl Fn(&[u8]) -> bool,
     ) -> u64 {
         let before = w.count();
-        for s in self.shards.iter() {
-            s.lock()
-                .for_each_live(now, |key, deadline, value| match value {
-                    _ if !keep(key) => {}
-                    Value::Limiter(state) => w.limiter(key, deadline, state),
-                    Value::Counter(c) => {
-                        w.counter(key, deadline, c.as_bytes(&mut itoa::Buffer::new()))
-                    }
-                });
-        }
+        self.scan(now, |key, deadline, value| match value {
+            _ if !keep(key) => {}
+            Value::Limiter(state) => w.limiter(key, deadline, state),
+            Value::Counter(c) => w.counter(key, deadline, c.as_bytes(&mut itoa::Buffer::new())),
+        });
         w.count() - before
+    }
+
+    /// Calls `f` with every live entry's key, deadline and value, each shard in steps of at
+    /// most [`SCAN_BUDGET`] slots under its lock, which is handed to a waiting request between
+    /// steps. The store changes meanwhile: every entry live for the whole scan is seen at least
+    /// once, and exactly once unless an insert moved it meanwhile; entries written during the
+    /// scan may be seen or not, with their value of the moment (a replica gets their changes
+    /// from the stream that follows the snapshot).
+    pub fn scan(&self, now: Nanos, mut f: impl FnMut(&[u8], Nanos, &Value)) {
+        self.scan_until(now, |key, deadline, value| {
+            f(key, deadline, value);
+            true
+        });
+    }
+
+    /// [`Store::scan`] that stops when `f` returns false.
+    fn scan_until(&self, now: Nanos, mut f: impl FnMut(&[u8], Nanos, &Value) -> bool) {
+        for cell in self.shards.iter() {
+            let mut shard = cell.lock();
+            let id = shard.scan_begin();
+            let mut going = true;
+            loop {
+                let done = shard.scan_step(id, SCAN_BUDGET, now, |key, deadline, value| {
+                    going = going && f(key, deadline, value);
+                });
+                if !going {
+                    shard.scan_end(id);
+                    return;
+                }
+                if done {
+                    break;
+                }
+                MutexGuard::unlock_fair(shard);
+                shard = cell.lock();
+            }
+        }
     }
 
     /// Live keys `select` picks, at most `limit` (CLUSTER GETKEYSINSLOT/COUNTKEYSINSLOT scan
@@ -580,48 +616,36 @@ impl Store {
         select: impl Fn(&[u8]) -> bool,
     ) -> Vec<Bytes> {
         let mut out = Vec::new();
-        for s in self.shards.iter() {
-            if out.len() >= limit {
-                break;
-            }
-            s.lock().for_each_live(now, |key, _, _| {
-                if out.len() < limit && select(key) {
-                    out.push(Bytes::copy_from_slice(key));
-                }
-            });
+        if limit == 0 {
+            return out;
         }
+        self.scan_until(now, |key, _, _| {
+            if select(key) {
+                out.push(Bytes::copy_from_slice(key));
+            }
+            out.len() < limit
+        });
         out
     }
 
     /// How many live keys `select` picks (CLUSTER COUNTKEYSINSLOT), copying none.
     pub fn count_where(&self, now: Nanos, select: impl Fn(&[u8]) -> bool) -> usize {
         let mut n = 0;
-        for s in self.shards.iter() {
-            s.lock()
-                .for_each_live(now, |key, _, _| n += usize::from(select(key)));
-        }
+        self.scan(now, |key, _, _| n += usize::from(select(key)));
         n
     }
 
     /// Deletes every key `select` picks (a node dropping the slots it handed over); each
-    /// delete is journaled, so replicas follow. Returns how many.
+    /// delete is journaled, so replicas follow. Returns how many. The keys are found by a
+    /// [`Store::scan`] and deleted one lock at a time.
     pub fn delete_where(&self, now: Nanos, select: impl Fn(&[u8]) -> bool) -> usize {
-        let mut deleted = 0;
-        for s in self.shards.iter() {
-            let keys = {
-                let mut keys = Vec::new();
-                s.lock().for_each_live(now, |key, _, _| {
-                    if select(key) {
-                        keys.push(Bytes::copy_from_slice(key));
-                    }
-                });
-                keys
-            };
-            for key in keys {
-                deleted += usize::from(self.del(&key, now));
+        let mut keys = Vec::new();
+        self.scan(now, |key, _, _| {
+            if select(key) {
+                keys.push(Bytes::copy_from_slice(key));
             }
-        }
-        deleted
+        });
+        keys.iter().filter(|key| self.del(key, now)).count()
     }
 
     /// Applies one replicated record (a replica's only way to write). PING and GETACK are the

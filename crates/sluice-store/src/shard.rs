@@ -69,6 +69,8 @@ pub struct Shard<H> {
     hasher: H,
     /// Replication records of this shard's changes, while replication is on.
     pub(crate) journal: Journal,
+    /// Scans begun, the last one's id.
+    scans: u64,
 }
 
 impl<H: KeyHash> Shard<H> {
@@ -79,6 +81,7 @@ impl<H: KeyHash> Shard<H> {
             stats: Stats::default(),
             hasher,
             journal: Journal::default(),
+            scans: 0,
         }
     }
 
@@ -468,16 +471,36 @@ impl<H: KeyHash> Shard<H> {
         }
     }
 
-    /// Calls `f` with every live entry's key, deadline and value.
-    pub fn for_each_live(&self, now: Nanos, mut f: impl FnMut(&[u8], Nanos, &Value)) {
-        for table in self.table.parts() {
-            for i in table.occupied() {
+    /// Starts a scan of every live entry in bounded steps ([`Shard::scan_step`]); returns its
+    /// id. See `table::scan` for what a scan sees of the changes between its steps.
+    pub fn scan_begin(&mut self) -> u64 {
+        self.scans += 1;
+        self.table.scan_begin(self.scans);
+        self.scans
+    }
+
+    /// One step of scan `id`: `f` gets the key, deadline and value of each live entry among
+    /// about `budget` slots. Returns true when the scan is over.
+    pub fn scan_step(
+        &mut self,
+        id: u64,
+        budget: usize,
+        now: Nanos,
+        mut f: impl FnMut(&[u8], Nanos, &Value),
+    ) -> bool {
+        let hasher = &self.hasher;
+        self.table
+            .scan_step(id, budget, &|k| hasher.hash32(k), |table, i| {
                 let deadline = table.deadline(i);
                 if deadline > now {
                     table.with_value(i, |v| f(table.key(i), deadline, v));
                 }
-            }
-        }
+            })
+    }
+
+    /// Forgets scan `id` before its end.
+    pub fn scan_end(&mut self, id: u64) {
+        self.table.scan_end(id);
     }
 
     pub fn key_count(&self) -> usize {

@@ -70,6 +70,8 @@
 //!   with: `start = q·P`, `deadline = (q + k)·P`, neither overflowing, `P > 0`. Its deadline is
 //!   never `Nanos::MAX` (such a state is boxed), so it always counts in `expires`.
 
+mod scan;
+
 use std::ptr;
 
 use sluice_core::fixed::Fixed;
@@ -190,6 +192,8 @@ pub struct Table {
     /// few at a time ([`Table::migrate_some`]). Its slots below `moved` are empty.
     old: Option<Box<Table>>,
     moved: usize,
+    /// Scans in progress (see `scan`).
+    scans: Vec<scan::Scan>,
 }
 
 /// How an insert that needs a bigger table gets it.
@@ -380,6 +384,7 @@ impl Default for Table {
             rng: 0x9E37_79B9,
             old: None,
             moved: 0,
+            scans: Vec::new(),
         }
     }
 }
@@ -642,11 +647,6 @@ impl Table {
             _ if self.is_wide(i) => f(&Value::Limiter(self.wide_state(i))),
             _ => f(&self.boxed(i).value),
         }
-    }
-
-    /// The occupied slots, live or not (of these arrays only: see [`Table::parts`]).
-    pub fn occupied(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.meta.len()).filter(|&i| self.meta[i] != EMPTY)
     }
 
     /// These arrays, then the old ones while the table moves: every entry is in one of them.
@@ -992,6 +992,7 @@ impl Table {
 
     fn move_slot(&mut self, from: usize, to: usize) {
         debug_assert_eq!(self.meta[to], EMPTY);
+        self.note_move(from, to);
         self.slots[to] = self.slots[from];
         if !self.ext.is_empty() {
             self.ext[to] = self.ext[from];
@@ -1065,6 +1066,7 @@ impl Table {
             rng: self.rng,
             old: None,
             moved: 0,
+            scans: Vec::new(),
             ..Table::default()
         }
     }
@@ -1074,6 +1076,7 @@ impl Table {
     fn rebuild(&mut self, buckets: usize, hash: &impl Fn(&[u8]) -> u32) {
         self.finish_migration(hash);
         let mut fresh = self.fresh(buckets);
+        fresh.scans = self.scans_for_rebuild();
         for i in 0..self.meta.len() {
             if self.meta[i] == EMPTY {
                 continue;
@@ -1114,9 +1117,11 @@ impl Table {
     fn start_move(&mut self, buckets: usize) {
         debug_assert!(self.old.is_none());
         let fresh = self.fresh(buckets);
+        let scans = self.scans_into_old();
         let old = std::mem::replace(self, fresh);
         self.old = Some(Box::new(old));
         self.moved = 0;
+        self.scans = scans;
     }
 
     /// Whether entries are still to move from old arrays.
@@ -1147,6 +1152,7 @@ impl Table {
             return false;
         }
         debug_assert_eq!((old.len, old.heap, old.expires, old.wide), (0, 0, 0, 0));
+        self.note_moved();
         true
     }
 
@@ -1203,6 +1209,7 @@ impl Table {
         let j = self
             .place(hash(old.key(i)), hash)
             .unwrap_or_else(|| self.stash_slot());
+        self.note_adopt(i, old.key(i));
         let wide = old.is_wide(i);
         let expires = old.deadline(i) != Nanos::MAX;
         let heap = old.entry_heap(i);
