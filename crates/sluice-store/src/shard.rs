@@ -151,13 +151,7 @@ impl<H: KeyHash> Shard<H> {
     /// How the table grows if this insert needs it to: `Incremental`, unless the shard has a
     /// memory budget that the old and new arrays together would not fit (then the insert pays
     /// for the move, as a shard at its budget grows rarely and holds what its budget says).
-    fn growth(
-        &self,
-        probe: &Probe<'_>,
-        value: &Value,
-        deadline: Nanos,
-        limits: Limits,
-    ) -> Growth {
+    fn growth(&self, probe: &Probe<'_>, value: &Value, deadline: Nanos, limits: Limits) -> Growth {
         let cost = self
             .table
             .insert_cost(probe, value, deadline, Growth::Incremental);

@@ -70,6 +70,8 @@
 //!   with: `start = q·P`, `deadline = (q + k)·P`, neither overflowing, `P > 0`. Its deadline is
 //!   never `Nanos::MAX` (such a state is boxed), so it always counts in `expires`.
 
+#[cfg(test)]
+mod moving_tests;
 mod scan;
 
 use std::ptr;
@@ -938,8 +940,14 @@ impl Table {
         }
         let i = match self.place(h, hash) {
             Some(i) => i,
-            None if (self.len + 1) * 2 > self.cap => {
-                self.rebuild(self.grown_buckets(), hash);
+            // A walk that found no room in a table that is not moving, past half full (the
+            // odd one from about 85 % on): it grows, as when full. While it moves, the
+            // stash takes the key until the next move.
+            None if (self.len + 1) * 2 > self.cap && self.old.is_none() => {
+                match growth {
+                    Growth::Incremental => self.start_move(self.grown_buckets()),
+                    Growth::AtOnce => self.rebuild(self.grown_buckets(), hash),
+                }
                 self.place(h, hash).unwrap_or_else(|| self.stash_slot())
             }
             None => self.stash_slot(),
@@ -1348,7 +1356,15 @@ mod tests {
         let mut t = Table::default();
         for n in 0..40u32 {
             let k = n.to_le_bytes();
-            t.insert(42, &Probe::new(&k), token(9), Nanos(9), 1, &same, Growth::AtOnce);
+            t.insert(
+                42,
+                &Probe::new(&k),
+                token(9),
+                Nanos(9),
+                1,
+                &same,
+                Growth::AtOnce,
+            );
         }
         assert_eq!(t.len(), 40);
         for n in 0..40u32 {
@@ -1559,7 +1575,15 @@ mod tests {
             let filed = [3, OVERFLOW, NOT_FILED][n % 3];
             let expect_wide = packs_wide(&value, deadline);
             let s = state(&value);
-            let i = t.insert(hash(k.as_bytes()), &p, value, Nanos(deadline), filed, &hash, Growth::AtOnce);
+            let i = t.insert(
+                hash(k.as_bytes()),
+                &p,
+                value,
+                Nanos(deadline),
+                filed,
+                &hash,
+                Growth::AtOnce,
+            );
             assert_eq!(t.is_wide(i), expect_wide, "{k}: {s:?} until {deadline}");
             assert_eq!(t.is_boxed(i), !expect_wide);
             want.push((k, s, deadline, filed, expect_wide));
@@ -1605,7 +1629,15 @@ mod tests {
     fn a_slot_changes_shape_with_its_value() {
         let mut t = Table::default();
         let k = b"0123456789abcdef";
-        let i = t.insert(hash(k), &Probe::new(k), token(100), Nanos(95), 3, &hash, Growth::AtOnce);
+        let i = t.insert(
+            hash(k),
+            &Probe::new(k),
+            token(100),
+            Nanos(95),
+            3,
+            &hash,
+            Growth::AtOnce,
+        );
         assert!(!t.has_ext());
         let slots = t.capacity() * SLOT_BYTES;
         let ext = t.slots.len() * EXT_BYTES;
@@ -1616,7 +1648,15 @@ mod tests {
         assert_eq!((t.wide, t.bytes()), (0, slots + 32));
         // Another key's insert brings the array; from then on the first one packs too.
         let k2 = b"another key";
-        let j = t.insert(hash(k2), &Probe::new(k2), fixed(0, 1), Nanos(10), 3, &hash, Growth::AtOnce);
+        let j = t.insert(
+            hash(k2),
+            &Probe::new(k2),
+            fixed(0, 1),
+            Nanos(10),
+            3,
+            &hash,
+            Growth::AtOnce,
+        );
         assert!(t.is_wide(j) && t.has_ext());
         assert_eq!((t.wide, t.bytes()), (1, slots + ext + 32));
         t.put(i, sliding(1000, 1, 2), Nanos(3000), 3);

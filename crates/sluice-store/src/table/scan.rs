@@ -89,7 +89,10 @@ impl Table {
                 };
             }
             At::Old(c) => {
-                let old = self.old.as_deref().expect("a scan in old arrays: they exist");
+                let old = self
+                    .old
+                    .as_deref()
+                    .expect("a scan in old arrays: they exist");
                 let end = c.saturating_add(budget).min(old.meta.len());
                 for i in c..end {
                     if old.meta[i] != EMPTY {
@@ -118,7 +121,12 @@ impl Table {
     }
 
     /// Calls `f` with `key`'s entry, wherever it is now, if it is still there.
-    fn visit_key(&self, key: &[u8], hash: &impl Fn(&[u8]) -> u32, f: &mut impl FnMut(&Table, usize)) {
+    fn visit_key(
+        &self,
+        key: &[u8],
+        hash: &impl Fn(&[u8]) -> u32,
+        f: &mut impl FnMut(&Table, usize),
+    ) {
         let probe = crate::key::Probe::new(key);
         let h = hash(key);
         for t in self.parts() {
