@@ -252,8 +252,13 @@ impl Store {
     /// Slack: `used_memory` can exceed the limit only by what existing keys grow by without an
     /// insert: a counter `SET` to a longer value, a packed bucket that moves to a 32-byte box
     /// (an `EXPIRE` on it, more than 15 ns between its deadline and `tat`, a window count that
-    /// reaches 2^16), and wheel buffers re-filled as time passes (at most a quarter of a
-    /// shard's items, 1 byte per key).
+    /// reaches 2^16), wheel buffers re-filled as time passes (at most a quarter of a
+    /// shard's items, 1 byte per key), and a table shrinking after a wave of expiries, which
+    /// holds its new arrays (a third of the old ones at most) until its entries moved in.
+    ///
+    /// A table grows in steps (its old arrays held until their entries moved in, a few per
+    /// insert) when the shard's budget has room for both; a shard near its budget grows all at
+    /// once instead, in the insert that needs it.
     pub fn set_maxmemory(&self, bytes: usize) {
         self.maxmemory.store(bytes, Ordering::Relaxed);
     }

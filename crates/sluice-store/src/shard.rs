@@ -151,13 +151,24 @@ impl<H: KeyHash> Shard<H> {
     /// How the table grows if this insert needs it to: `Incremental`, unless the shard has a
     /// memory budget that the old and new arrays together would not fit (then the insert pays
     /// for the move, as a shard at its budget grows rarely and holds what its budget says).
-    fn growth(&self, probe: &Probe<'_>, value: &Value, deadline: Nanos, limits: Limits) -> Growth {
+    /// A growth may also come from a cuckoo walk that found no room, which no cost foresees,
+    /// so the new arrays must fit whether or not this insert is due to grow.
+    fn growth(
+        &self,
+        probe: &Probe<'_>,
+        value: &Value,
+        deadline: Nanos,
+        limits: Limits,
+    ) -> Growth {
+        if limits.budget == usize::MAX {
+            return Growth::Incremental;
+        }
         let cost = self
             .table
-            .insert_cost(probe, value, deadline, Growth::Incremental);
-        if limits.budget == usize::MAX
-            || self.bytes() + cost + self.wheel.file_cost(deadline) <= limits.budget
-        {
+            .insert_cost(probe, value, deadline, Growth::AtOnce)
+            + self.table.move_cost()
+            + self.wheel.file_cost(deadline);
+        if self.bytes() + cost <= limits.budget {
             Growth::Incremental
         } else {
             Growth::AtOnce

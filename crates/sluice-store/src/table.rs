@@ -470,6 +470,13 @@ impl Table {
         grow + key + boxed + ext
     }
 
+    /// What a growth begun now allocates: the new arrays, extension included if these have one
+    /// (the old ones are held until the move is over).
+    pub fn move_cost(&self) -> usize {
+        let ext = if self.ext.is_empty() { 0 } else { EXT_BYTES };
+        self.grown_buckets() * BUCKET * (SLOT_BYTES + ext)
+    }
+
     #[inline]
     fn buckets(&self, h: u32) -> (usize, usize) {
         let nb = (self.cap / BUCKET) as u64;
