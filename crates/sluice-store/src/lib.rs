@@ -121,6 +121,17 @@ pub const EXPIRE_BUDGET: usize = 512;
 /// encoded into a snapshot, well under a millisecond.
 pub const SCAN_BUDGET: usize = 2048;
 
+/// Bytes a step of a snapshot reserves per slot it visits: a packed bucket's record with a
+/// 16-byte key is about 40; longer keys and boxed states may still grow the buffer under a lock.
+const SNAPSHOT_RECORD_BYTES: usize = 64;
+
+/// What [`Store::scan_steps`] hands its callback: a live entry (under the shard's lock), or
+/// the end of a step (no lock held).
+enum Visit<'a> {
+    Entry(&'a [u8], Nanos, &'a Value),
+    Unlocked,
+}
+
 /// Most shards a store has: the shard index uses hash bits 40..56.
 pub const MAX_SHARDS: usize = 1 << 16;
 const SHARD_SHIFT: u32 = 40;
@@ -569,10 +580,19 @@ impl Store {
         keep: impl Fn(&[u8]) -> bool,
     ) -> u64 {
         let before = w.count();
-        self.scan(now, |key, deadline, value| match value {
-            _ if !keep(key) => {}
-            Value::Limiter(state) => w.limiter(key, deadline, state),
-            Value::Counter(c) => w.counter(key, deadline, c.as_bytes(&mut itoa::Buffer::new())),
+        self.scan_steps(now, |visit| {
+            match visit {
+                // Room for a step's records, made while no lock is held.
+                Visit::Unlocked => w.reserve(SCAN_BUDGET * SNAPSHOT_RECORD_BYTES),
+                Visit::Entry(key, ..) if !keep(key) => {}
+                Visit::Entry(key, deadline, Value::Limiter(state)) => {
+                    w.limiter(key, deadline, state)
+                }
+                Visit::Entry(key, deadline, Value::Counter(c)) => {
+                    w.counter(key, deadline, c.as_bytes(&mut itoa::Buffer::new()))
+                }
+            }
+            true
         });
         w.count() - before
     }
@@ -583,22 +603,28 @@ impl Store {
     /// once, and exactly once unless an insert moved it meanwhile; entries written during the
     /// scan may be seen or not, with their value of the moment (a replica gets their changes
     /// from the stream that follows the snapshot).
-    pub fn scan(&self, now: Nanos, mut f: impl FnMut(&[u8], Nanos, &Value)) {
-        self.scan_until(now, |key, deadline, value| {
-            f(key, deadline, value);
+    fn scan(&self, now: Nanos, mut f: impl FnMut(&[u8], Nanos, &Value)) {
+        self.scan_steps(now, |visit| {
+            if let Visit::Entry(key, deadline, value) = visit {
+                f(key, deadline, value);
+            }
             true
         });
     }
 
-    /// [`Store::scan`] that stops when `f` returns false.
-    fn scan_until(&self, now: Nanos, mut f: impl FnMut(&[u8], Nanos, &Value) -> bool) {
+    /// [`Store::scan`], telling `f` also when a step is over (no lock held then, for work
+    /// that should not be done under one); stops when `f` returns false.
+    fn scan_steps(&self, now: Nanos, mut f: impl FnMut(Visit<'_>) -> bool) {
         for cell in self.shards.iter() {
+            if !f(Visit::Unlocked) {
+                return;
+            }
             let mut shard = cell.lock();
             let id = shard.scan_begin();
             let mut going = true;
             loop {
                 let done = shard.scan_step(id, SCAN_BUDGET, now, |key, deadline, value| {
-                    going = going && f(key, deadline, value);
+                    going = going && f(Visit::Entry(key, deadline, value));
                 });
                 if !going {
                     shard.scan_end(id);
@@ -608,6 +634,7 @@ impl Store {
                     break;
                 }
                 MutexGuard::unlock_fair(shard);
+                going = f(Visit::Unlocked);
                 shard = cell.lock();
             }
         }
@@ -625,11 +652,17 @@ impl Store {
         if limit == 0 {
             return out;
         }
-        self.scan_until(now, |key, _, _| {
-            if select(key) {
-                out.push(Bytes::copy_from_slice(key));
+        self.scan_steps(now, |visit| match visit {
+            Visit::Unlocked => {
+                out.reserve(SCAN_BUDGET.min(limit - out.len()));
+                true
             }
-            out.len() < limit
+            Visit::Entry(key, ..) => {
+                if select(key) {
+                    out.push(Bytes::copy_from_slice(key));
+                }
+                out.len() < limit
+            }
         });
         out
     }
@@ -646,10 +679,13 @@ impl Store {
     /// [`Store::scan`] and deleted one lock at a time.
     pub fn delete_where(&self, now: Nanos, select: impl Fn(&[u8]) -> bool) -> usize {
         let mut keys = Vec::new();
-        self.scan(now, |key, _, _| {
-            if select(key) {
-                keys.push(Bytes::copy_from_slice(key));
+        self.scan_steps(now, |visit| {
+            match visit {
+                Visit::Unlocked => keys.reserve(SCAN_BUDGET),
+                Visit::Entry(key, ..) if select(key) => keys.push(Bytes::copy_from_slice(key)),
+                Visit::Entry(..) => {}
             }
+            true
         });
         keys.iter().filter(|key| self.del(key, now)).count()
     }

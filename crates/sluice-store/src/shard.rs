@@ -153,13 +153,7 @@ impl<H: KeyHash> Shard<H> {
     /// for the move, as a shard at its budget grows rarely and holds what its budget says).
     /// A growth may also come from a cuckoo walk that found no room, which no cost foresees,
     /// so the new arrays must fit whether or not this insert is due to grow.
-    fn growth(
-        &self,
-        probe: &Probe<'_>,
-        value: &Value,
-        deadline: Nanos,
-        limits: Limits,
-    ) -> Growth {
+    fn growth(&self, probe: &Probe<'_>, value: &Value, deadline: Nanos, limits: Limits) -> Growth {
         if limits.budget == usize::MAX {
             return Growth::Incremental;
         }
