@@ -398,8 +398,8 @@ impl<H: KeyHash> Shard<H> {
     }
 
     /// [`Shard::expire_due`] with at most `budget` wheel items looked at (see
-    /// [`Wheel::advance_some`]), then, while the table moves, `budget` slots' worth of entries
-    /// moved in ([`Table::migrate_some`]);
+    /// [`Wheel::advance_some`]), then, while the table moves, `budget / 4` slots' worth of
+    /// entries moved in ([`Table::migrate_some`]);
     /// returns the keys dropped and whether the wheel caught up and the table is done moving.
     pub fn expire_some(&mut self, now: Nanos, budget: usize) -> (usize, bool) {
         let Shard {
@@ -419,9 +419,10 @@ impl<H: KeyHash> Shard<H> {
         if dropped > 0 {
             self.table.maybe_shrink(&hash, Growth::Incremental);
         }
-        // `budget` slots' worth (a few hundred entries): each lands at random in new arrays
-        // whose pages the first writes fault in, a microsecond or two apiece on a VM.
-        let moved = self.table.migrate_some(budget, &hash);
+        // A few dozen entries' worth: each lands at random in new arrays whose pages its
+        // first write faults in, up to 10–20 µs apiece on a VM (the stall probe's slowest
+        // steps were those faults, at `budget` slots a step).
+        let moved = self.table.migrate_some(budget / 4, &hash);
         (dropped, done && moved)
     }
 
