@@ -52,7 +52,20 @@
 //! their 32 hash bits, which a hasher with fixed seeds makes possible on purpose) go to a stash
 //! after the buckets that every lookup also scans while it is not empty.
 //!
+//! # Moving into new arrays
+//! Growing or shrinking does not move every entry in one insert: the table allocates the new
+//! arrays, keeps the old ones in `old`, and moves entries in a few at a time, in old slot order
+//! ([`Table::migrate_some`]: [`INSERT_MIGRATE`] per insert, and whatever budget housekeeping
+//! gives it), plus the key a lookup asks for if it is still there ([`Table::pull`]) and the keys
+//! of a hash the wheel visits ([`Table::pull_hash`]). So slot indices handed out always refer to
+//! the new arrays. `Growth::AtOnce` (a shard at its memory budget) rebuilds in one go instead.
+//!
 //! # Invariants
+//! - While `old` is `Some`, every entry is in exactly one of the two arrays, and each array's
+//!   `len`, `wide`, `heap` and `expires` count its own entries; [`Table::len`] and
+//!   [`Table::expires`] add them. The old arrays gain no entry, and none of theirs changes:
+//!   every write goes through a lookup that moved the entry in first. Old slots below `moved`
+//!   are empty. A table moves into new arrays only when it is not moving already.
 //! - A slot owns its box and its heap key; a slot is moved by copying its bytes, its metadata
 //!   and (while the extension array exists) its extension word, and clearing the source's
 //!   metadata, so ownership moves with it. `Drop` frees what the occupied slots own.
@@ -1185,9 +1198,7 @@ impl Table {
         probe: &Probe<'_>,
         hash: &impl Fn(&[u8]) -> u32,
     ) -> Option<usize> {
-        if self.old.is_none() {
-            return None;
-        }
+        self.old.as_ref()?;
         self.pull_slow(h, probe, hash)
     }
 
