@@ -497,14 +497,19 @@ impl Store {
 
     /// `DBSIZE`: the exact number of live keys (each shard drops its dead ones first).
     pub fn len(&self, now: Nanos) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                let mut s = s.lock();
-                s.reap(now);
-                s.key_count()
-            })
+        (0..self.shards.len())
+            .map(|i| self.reaped(i, now).key_count())
             .sum()
+    }
+
+    /// Shard `i`, locked, after dropping every entry dead at `now`: its wheel caught up (and any
+    /// move of its table finished) in [`EXPIRE_BUDGET`] steps, the lock let go between them, so
+    /// the last step, [`Shard::reap`], is short.
+    fn reaped(&self, i: usize, now: Nanos) -> MutexGuard<'_, Shard<StoreHasher>> {
+        while !self.shards[i].lock().expire_some(now, EXPIRE_BUDGET).1 {}
+        let mut shard = self.shards[i].lock();
+        shard.reap(now);
+        shard
     }
 
     /// True if no key is live at `now`.
@@ -514,13 +519,8 @@ impl Store {
 
     /// Live keys that have a deadline (`INFO keyspace` `expires=`).
     pub fn expires_count(&self, now: Nanos) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                let mut s = s.lock();
-                s.reap(now);
-                s.expires()
-            })
+        (0..self.shards.len())
+            .map(|i| self.reaped(i, now).expires())
             .sum()
     }
 
