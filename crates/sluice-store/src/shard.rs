@@ -422,7 +422,7 @@ impl<H: KeyHash> Shard<H> {
         // A few dozen entries' worth: each lands at random in new arrays whose pages its
         // first write faults in, up to 10–20 µs apiece on a VM (the stall probe's slowest
         // steps were those faults, at `budget` slots a step).
-        let moved = self.table.migrate_some(budget / 4, &hash);
+        let moved = self.table.migrate_some((budget / 4).max(1), &hash);
         (dropped, done && moved)
     }
 

@@ -267,8 +267,8 @@ impl Wheel {
     }
 
     /// Processes the slots due by `now`, calling `visit(wheel, hash, id)` once per distinct
-    /// hash of each fired slot (of each [`SORT_CHUNK`] of its items, for a larger slot), where `id` is the slot's id (an entry matches iff its `filed` is
-    /// `id`); `visit` drops due entries and [`refile`](Wheel::refile)s the others. At most
+    /// hash of each fired slot (of each [`SORT_CHUNK`] of its items, for a larger slot), where
+    /// `id` is the slot's id (an entry matches iff its `filed` is `id`); `visit` drops due entries and [`refile`](Wheel::refile)s the others. At most
     /// `budget` visits: a slot that fired holding a wave of items (a cascade of a whole
     /// shard's keys, a mass expiry) is worked off over several calls, so no call holds the
     /// shard's lock for long. Returns whether everything due by `now` was processed; if not,
@@ -295,8 +295,8 @@ impl Wheel {
                 let h = self.pending.pop().expect("not empty");
                 self.sorted -= 1;
                 // Collisions and stale items may repeat a hash; one visit handles all its
-                // entries (a repeat in another chunk is visited again, and finds its entries
-                // dropped or filed elsewhere).
+                // entries. A repeat in a later chunk is visited again: by then its entries are
+                // dropped or refiled, and refiling one again leaves at most a stale item.
                 if self.last.replace(h) != Some(h) {
                     visit(self, h, self.pending_id);
                 }
