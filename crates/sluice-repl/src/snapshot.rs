@@ -66,6 +66,12 @@ impl SnapshotWriter {
         self.count += 1;
     }
 
+    /// Makes room for `bytes` more without reallocating (a store's scan calls this between
+    /// two steps, so that no step copies the whole buffer while it holds a shard's lock).
+    pub fn reserve(&mut self, bytes: usize) {
+        self.out.reserve(bytes);
+    }
+
     /// Entries written so far.
     pub fn count(&self) -> u64 {
         self.count

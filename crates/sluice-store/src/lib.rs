@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use sluice_core::{Algo, CheckError, Decision, Nanos, Params, State};
 use sluice_repl::{Record, SnapshotWriter};
 
@@ -112,9 +112,25 @@ impl EvictionPolicy {
 }
 
 /// Wheel items one [`Store::expire_some`] step looks at, for the server's housekeeping: each
-/// is a table probe and a drop or a refile, a few hundred ns at most, so a step stays well under
-/// a millisecond (`cargo run --release -p sluice-store --example stall`).
-pub const EXPIRE_BUDGET: usize = 2048;
+/// is a table probe and a drop or a refile, up to a microsecond with cold caches on a VM (the
+/// slowest 2048-item step took 2.2 ms of CPU at a million keys), so a step stays under half a
+/// millisecond (`cargo run --release -p sluice-store --example stall`).
+pub const EXPIRE_BUDGET: usize = 512;
+
+/// Slots one step of a [`Store::scan`] visits under a shard's lock: a few thousand entries
+/// encoded into a snapshot, well under a millisecond.
+pub const SCAN_BUDGET: usize = 2048;
+
+/// Bytes a step of a snapshot reserves per slot it visits: a packed bucket's record with a
+/// 16-byte key is about 40; longer keys and boxed states may still grow the buffer under a lock.
+const SNAPSHOT_RECORD_BYTES: usize = 64;
+
+/// What [`Store::scan_steps`] hands its callback: a live entry (under the shard's lock), or
+/// the end of a step (no lock held).
+enum Visit<'a> {
+    Entry(&'a [u8], Nanos, &'a Value),
+    Unlocked,
+}
 
 /// Most shards a store has: the shard index uses hash bits 40..56.
 pub const MAX_SHARDS: usize = 1 << 16;
@@ -248,8 +264,13 @@ impl Store {
     /// Slack: `used_memory` can exceed the limit only by what existing keys grow by without an
     /// insert: a counter `SET` to a longer value, a packed bucket that moves to a 32-byte box
     /// (an `EXPIRE` on it, more than 15 ns between its deadline and `tat`, a window count that
-    /// reaches 2^16), and wheel buffers re-filled as time passes (at most a quarter of a
-    /// shard's items, 1 byte per key).
+    /// reaches 2^16), wheel buffers re-filled as time passes (at most a quarter of a
+    /// shard's items, 1 byte per key), and a table shrinking after a wave of expiries, which
+    /// holds its new arrays (a third of the old ones at most) until its entries moved in.
+    ///
+    /// A table grows in steps (its old arrays held until their entries moved in, a few per
+    /// insert) when the shard's budget has room for both; a shard near its budget grows all at
+    /// once instead, in the insert that needs it.
     pub fn set_maxmemory(&self, bytes: usize) {
         self.maxmemory.store(bytes, Ordering::Relaxed);
     }
@@ -476,14 +497,19 @@ impl Store {
 
     /// `DBSIZE`: the exact number of live keys (each shard drops its dead ones first).
     pub fn len(&self, now: Nanos) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                let mut s = s.lock();
-                s.reap(now);
-                s.key_count()
-            })
+        (0..self.shards.len())
+            .map(|i| self.reaped(i, now).key_count())
             .sum()
+    }
+
+    /// Shard `i`, locked, after dropping every entry dead at `now`: its wheel caught up (and any
+    /// move of its table finished) in [`EXPIRE_BUDGET`] steps, the lock let go between them, so
+    /// the last step, [`Shard::reap`], is short.
+    fn reaped(&self, i: usize, now: Nanos) -> MutexGuard<'_, Shard<StoreHasher>> {
+        while !self.shards[i].lock().expire_some(now, EXPIRE_BUDGET).1 {}
+        let mut shard = self.shards[i].lock();
+        shard.reap(now);
+        shard
     }
 
     /// True if no key is live at `now`.
@@ -493,13 +519,8 @@ impl Store {
 
     /// Live keys that have a deadline (`INFO keyspace` `expires=`).
     pub fn expires_count(&self, now: Nanos) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                let mut s = s.lock();
-                s.reap(now);
-                s.expires()
-            })
+        (0..self.shards.len())
+            .map(|i| self.reaped(i, now).expires())
             .sum()
     }
 
@@ -510,13 +531,18 @@ impl Store {
         let mut spill = self.spill.lock();
         let mut locked: Vec<_> = self.shards.iter().map(|s| s.lock()).collect();
         let journaling = locked.first().is_some_and(|s| s.journal.on);
+        let mut dropped = Vec::with_capacity(locked.len());
         for s in locked.iter_mut() {
             s.journal.drain_into(&mut spill);
-            s.flush();
+            dropped.push(s.flush());
         }
         if journaling {
             Record::Flush.encode(&mut spill);
         }
+        // Freed with no lock held: requests go on meanwhile.
+        drop(locked);
+        drop(spill);
+        drop(dropped);
     }
 
     /// Turns the replication journal on or off in every shard. Off drops what is pending.
@@ -540,7 +566,8 @@ impl Store {
         }
     }
 
-    /// Writes every live entry into `w`, one shard (one lock) at a time; returns how many.
+    /// Writes every live entry into `w`, shard by shard in bounded steps (see
+    /// [`Store::scan`]); returns how many.
     pub fn snapshot_into(&self, w: &mut SnapshotWriter, now: Nanos) -> u64 {
         self.snapshot_where(w, now, |_| true)
     }
@@ -553,17 +580,64 @@ impl Store {
         keep: impl Fn(&[u8]) -> bool,
     ) -> u64 {
         let before = w.count();
-        for s in self.shards.iter() {
-            s.lock()
-                .for_each_live(now, |key, deadline, value| match value {
-                    _ if !keep(key) => {}
-                    Value::Limiter(state) => w.limiter(key, deadline, state),
-                    Value::Counter(c) => {
-                        w.counter(key, deadline, c.as_bytes(&mut itoa::Buffer::new()))
-                    }
-                });
-        }
+        self.scan_steps(now, |visit| {
+            match visit {
+                // Room for a step's records, made while no lock is held.
+                Visit::Unlocked => w.reserve(SCAN_BUDGET * SNAPSHOT_RECORD_BYTES),
+                Visit::Entry(key, ..) if !keep(key) => {}
+                Visit::Entry(key, deadline, Value::Limiter(state)) => {
+                    w.limiter(key, deadline, state)
+                }
+                Visit::Entry(key, deadline, Value::Counter(c)) => {
+                    w.counter(key, deadline, c.as_bytes(&mut itoa::Buffer::new()))
+                }
+            }
+            true
+        });
         w.count() - before
+    }
+
+    /// Calls `f` with every live entry's key, deadline and value, each shard in steps of at
+    /// most [`SCAN_BUDGET`] slots under its lock, which is handed to a waiting request between
+    /// steps. The store changes meanwhile: every entry live for the whole scan is seen at least
+    /// once, and exactly once unless an insert moved it meanwhile; entries written during the
+    /// scan may be seen or not, with their value of the moment (a replica gets their changes
+    /// from the stream that follows the snapshot).
+    fn scan(&self, now: Nanos, mut f: impl FnMut(&[u8], Nanos, &Value)) {
+        self.scan_steps(now, |visit| {
+            if let Visit::Entry(key, deadline, value) = visit {
+                f(key, deadline, value);
+            }
+            true
+        });
+    }
+
+    /// [`Store::scan`], telling `f` also when a step is over (no lock held then, for work
+    /// that should not be done under one); stops when `f` returns false.
+    fn scan_steps(&self, now: Nanos, mut f: impl FnMut(Visit<'_>) -> bool) {
+        for cell in self.shards.iter() {
+            if !f(Visit::Unlocked) {
+                return;
+            }
+            let mut shard = cell.lock();
+            let id = shard.scan_begin();
+            let mut going = true;
+            loop {
+                let done = shard.scan_step(id, SCAN_BUDGET, now, |key, deadline, value| {
+                    going = going && f(Visit::Entry(key, deadline, value));
+                });
+                if !going {
+                    shard.scan_end(id);
+                    return;
+                }
+                if done {
+                    break;
+                }
+                MutexGuard::unlock_fair(shard);
+                going = f(Visit::Unlocked);
+                shard = cell.lock();
+            }
+        }
     }
 
     /// Live keys `select` picks, at most `limit` (CLUSTER GETKEYSINSLOT/COUNTKEYSINSLOT scan
@@ -575,48 +649,45 @@ impl Store {
         select: impl Fn(&[u8]) -> bool,
     ) -> Vec<Bytes> {
         let mut out = Vec::new();
-        for s in self.shards.iter() {
-            if out.len() >= limit {
-                break;
+        if limit == 0 {
+            return out;
+        }
+        self.scan_steps(now, |visit| match visit {
+            Visit::Unlocked => {
+                out.reserve(SCAN_BUDGET.min(limit - out.len()));
+                true
             }
-            s.lock().for_each_live(now, |key, _, _| {
-                if out.len() < limit && select(key) {
+            Visit::Entry(key, ..) => {
+                if select(key) {
                     out.push(Bytes::copy_from_slice(key));
                 }
-            });
-        }
+                out.len() < limit
+            }
+        });
         out
     }
 
     /// How many live keys `select` picks (CLUSTER COUNTKEYSINSLOT), copying none.
     pub fn count_where(&self, now: Nanos, select: impl Fn(&[u8]) -> bool) -> usize {
         let mut n = 0;
-        for s in self.shards.iter() {
-            s.lock()
-                .for_each_live(now, |key, _, _| n += usize::from(select(key)));
-        }
+        self.scan(now, |key, _, _| n += usize::from(select(key)));
         n
     }
 
     /// Deletes every key `select` picks (a node dropping the slots it handed over); each
-    /// delete is journaled, so replicas follow. Returns how many.
+    /// delete is journaled, so replicas follow. Returns how many. The keys are found by a
+    /// [`Store::scan`] and deleted one lock at a time.
     pub fn delete_where(&self, now: Nanos, select: impl Fn(&[u8]) -> bool) -> usize {
-        let mut deleted = 0;
-        for s in self.shards.iter() {
-            let keys = {
-                let mut keys = Vec::new();
-                s.lock().for_each_live(now, |key, _, _| {
-                    if select(key) {
-                        keys.push(Bytes::copy_from_slice(key));
-                    }
-                });
-                keys
-            };
-            for key in keys {
-                deleted += usize::from(self.del(&key, now));
+        let mut keys = Vec::new();
+        self.scan_steps(now, |visit| {
+            match visit {
+                Visit::Unlocked => keys.reserve(SCAN_BUDGET),
+                Visit::Entry(key, ..) if select(key) => keys.push(Bytes::copy_from_slice(key)),
+                Visit::Entry(..) => {}
             }
-        }
-        deleted
+            true
+        });
+        keys.iter().filter(|key| self.del(key, now)).count()
     }
 
     /// Applies one replicated record (a replica's only way to write). PING and GETACK are the

@@ -20,7 +20,7 @@ use sluice_core::{CheckError, Nanos, State};
 use crate::entry::{Counter, Value};
 use crate::journal::Journal;
 use crate::key::Probe;
-use crate::table::Table;
+use crate::table::{Growth, Table};
 use crate::wheel::{NOT_FILED, SlotId, Wheel, tick_floor};
 use crate::{EvictionPolicy, SetCond, SetTtl, StoreError, Ttl};
 
@@ -69,6 +69,8 @@ pub struct Shard<H> {
     hasher: H,
     /// Replication records of this shard's changes, while replication is on.
     pub(crate) journal: Journal,
+    /// Scans begun, the last one's id.
+    scans: u64,
 }
 
 impl<H: KeyHash> Shard<H> {
@@ -79,13 +81,21 @@ impl<H: KeyHash> Shard<H> {
             stats: Stats::default(),
             hasher,
             journal: Journal::default(),
+            scans: 0,
         }
     }
 
-    /// Finds `key`, dropping it first if its deadline has passed.
+    /// Finds `key`, dropping it first if its deadline has passed. While the table moves, a key
+    /// still in the old arrays moves in first.
     #[inline]
     fn find_live(&mut self, h: u32, probe: &Probe<'_>, now: Nanos) -> Option<usize> {
-        let i = self.table.find(h, probe)?;
+        let i = match self.table.find(h, probe) {
+            Some(i) => i,
+            None => {
+                let hasher = &self.hasher;
+                self.table.pull(h, probe, &|k| hasher.hash32(k))?
+            }
+        };
         if self.table.deadline(i) <= now {
             self.table.remove(i);
             self.stats.expired += 1;
@@ -105,13 +115,20 @@ impl<H: KeyHash> Shard<H> {
         limits: Limits,
     ) -> Result<(), StoreError> {
         self.wheel.idle_to(now);
-        self.make_room(probe, &value, deadline, limits)?;
+        let growth = self.growth(probe, &value, deadline, limits);
+        self.make_room(probe, &value, deadline, limits, growth)?;
         let mut filed = NOT_FILED;
         self.wheel.reschedule(h, &mut filed, deadline);
         let hasher = &self.hasher;
-        let i = self
-            .table
-            .insert(h, probe, value, deadline, filed, &|k| hasher.hash32(k));
+        let i = self.table.insert(
+            h,
+            probe,
+            value,
+            deadline,
+            filed,
+            &|k| hasher.hash32(k),
+            growth,
+        );
         self.note_value(h, i);
         Ok(())
     }
@@ -131,6 +148,27 @@ impl<H: KeyHash> Shard<H> {
         self.table.remove(i);
     }
 
+    /// How the table grows if this insert needs it to: `Incremental`, unless the shard has a
+    /// memory budget that the old and new arrays together would not fit (then the insert pays
+    /// for the move, as a shard at its budget grows rarely and holds what its budget says).
+    /// A growth may also come from a cuckoo walk that found no room, which no cost foresees,
+    /// so the new arrays must fit whether or not this insert is due to grow.
+    fn growth(&self, probe: &Probe<'_>, value: &Value, deadline: Nanos, limits: Limits) -> Growth {
+        if limits.budget == usize::MAX {
+            return Growth::Incremental;
+        }
+        let cost = self
+            .table
+            .insert_cost(probe, value, deadline, Growth::AtOnce)
+            + self.table.move_cost()
+            + self.wheel.file_cost(deadline);
+        if self.bytes() + cost <= limits.budget {
+            Growth::Incremental
+        } else {
+            Growth::AtOnce
+        }
+    }
+
     /// Makes the shard's bytes after inserting `probe` with `value` fit `limits.budget`: evicts
     /// the entries with the soonest deadlines (`EvictSoonest`) or refuses (`Reject`, or when
     /// nothing is left to evict: keys without a deadline are never evicted).
@@ -140,12 +178,14 @@ impl<H: KeyHash> Shard<H> {
         value: &Value,
         deadline: Nanos,
         limits: Limits,
+        growth: Growth,
     ) -> Result<(), StoreError> {
         if limits.budget == usize::MAX {
             return Ok(());
         }
-        let cost =
-            |s: &Self| s.table.insert_cost(probe, value, deadline) + s.wheel.file_cost(deadline);
+        let cost = |s: &Self| {
+            s.table.insert_cost(probe, value, deadline, growth) + s.wheel.file_cost(deadline)
+        };
         while self.bytes() + cost(self) > limits.budget {
             if limits.policy == EvictionPolicy::Reject || !self.evict_one() {
                 self.stats.rejected += 1;
@@ -166,6 +206,7 @@ impl<H: KeyHash> Shard<H> {
                 journal,
                 ..
             } = self;
+            table.pull_hash(h, &|k| hasher.hash32(k));
             let mut evicted = 0;
             for i in table.candidates(h) {
                 if table.is_occupied(i) && table.filed(i) == id && hasher.hash32(table.key(i)) == h
@@ -178,7 +219,8 @@ impl<H: KeyHash> Shard<H> {
             if evicted > 0 {
                 stats.evicted += evicted;
                 let hasher = &self.hasher;
-                self.table.maybe_shrink(&|k| hasher.hash32(k));
+                self.table
+                    .maybe_shrink(&|k| hasher.hash32(k), Growth::AtOnce);
                 return true;
             }
         }
@@ -356,7 +398,9 @@ impl<H: KeyHash> Shard<H> {
     }
 
     /// [`Shard::expire_due`] with at most `budget` wheel items looked at (see
-    /// [`Wheel::advance_some`]); returns the keys dropped and whether the wheel caught up.
+    /// [`Wheel::advance_some`]), then, while the table moves, `budget / 4` slots' worth of
+    /// entries moved in ([`Table::migrate_some`]);
+    /// returns the keys dropped and whether the wheel caught up and the table is done moving.
     pub fn expire_some(&mut self, now: Nanos, budget: usize) -> (usize, bool) {
         let Shard {
             table,
@@ -370,11 +414,16 @@ impl<H: KeyHash> Shard<H> {
             dropped += visit(table, hasher, wheel, h, id, now);
         });
         stats.expired += dropped as u64;
+        let hasher = &self.hasher;
+        let hash = |k: &[u8]| hasher.hash32(k);
         if dropped > 0 {
-            let hasher = &self.hasher;
-            self.table.maybe_shrink(&|k| hasher.hash32(k));
+            self.table.maybe_shrink(&hash, Growth::Incremental);
         }
-        (dropped, done)
+        // A few dozen entries' worth: each lands at random in new arrays whose pages its
+        // first write faults in, up to 10–20 µs apiece on a VM (the stall probe's slowest
+        // steps were those faults, at `budget` slots a step).
+        let moved = self.table.migrate_some((budget / 4).max(1), &hash);
+        (dropped, done && moved)
     }
 
     /// Runs the wheel, then also drops the dead entries that wait for the end of the current
@@ -398,7 +447,8 @@ impl<H: KeyHash> Shard<H> {
         dropped += late;
         if late > 0 {
             let hasher = &self.hasher;
-            self.table.maybe_shrink(&|k| hasher.hash32(k));
+            self.table
+                .maybe_shrink(&|k| hasher.hash32(k), Growth::Incremental);
         }
         dropped
     }
@@ -422,15 +472,36 @@ impl<H: KeyHash> Shard<H> {
         }
     }
 
-    /// Calls `f` with every live entry's key, deadline and value.
-    pub fn for_each_live(&self, now: Nanos, mut f: impl FnMut(&[u8], Nanos, &Value)) {
-        for i in self.table.occupied() {
-            let deadline = self.table.deadline(i);
-            if deadline > now {
-                self.table
-                    .with_value(i, |v| f(self.table.key(i), deadline, v));
-            }
-        }
+    /// Starts a scan of every live entry in bounded steps ([`Shard::scan_step`]); returns its
+    /// id. See `table::scan` for what a scan sees of the changes between its steps.
+    pub fn scan_begin(&mut self) -> u64 {
+        self.scans += 1;
+        self.table.scan_begin(self.scans);
+        self.scans
+    }
+
+    /// One step of scan `id`: `f` gets the key, deadline and value of each live entry among
+    /// about `budget` slots. Returns true when the scan is over.
+    pub fn scan_step(
+        &mut self,
+        id: u64,
+        budget: usize,
+        now: Nanos,
+        mut f: impl FnMut(&[u8], Nanos, &Value),
+    ) -> bool {
+        let hasher = &self.hasher;
+        self.table
+            .scan_step(id, budget, &|k| hasher.hash32(k), |table, i| {
+                let deadline = table.deadline(i);
+                if deadline > now {
+                    table.with_value(i, |v| f(table.key(i), deadline, v));
+                }
+            })
+    }
+
+    /// Forgets scan `id` before its end.
+    pub fn scan_end(&mut self, id: u64) {
+        self.table.scan_end(id);
     }
 
     pub fn key_count(&self) -> usize {
@@ -453,10 +524,13 @@ impl<H: KeyHash> Shard<H> {
         self.stats.rejected
     }
 
-    /// Drops every key and frees the table and the wheel.
-    pub fn flush(&mut self) {
-        self.table = Table::default();
-        self.wheel = Wheel::default();
+    /// Drops every key; returns the table and the wheel, for the caller to free after it let
+    /// go of the lock (freeing a large table's boxes and keys is O(n)).
+    pub fn flush(&mut self) -> (Table, Wheel) {
+        (
+            std::mem::take(&mut self.table),
+            std::mem::take(&mut self.wheel),
+        )
     }
 
     /// Structural bytes owned outside the shard struct: the table's arrays, boxed values and
@@ -478,6 +552,7 @@ impl<H: KeyHash> Shard<H> {
 
 /// Drops every entry with hash `h` whose deadline is `<= now`; returns how many.
 fn drop_due(table: &mut Table, hasher: &impl KeyHash, h: u32, now: Nanos) -> usize {
+    table.pull_hash(h, &|k| hasher.hash32(k));
     let mut dropped = 0;
     for i in table.candidates(h) {
         if table.is_occupied(i) && table.deadline(i) <= now && hasher.hash32(table.key(i)) == h {
@@ -499,6 +574,7 @@ fn visit(
     id: SlotId,
     now: Nanos,
 ) -> usize {
+    table.pull_hash(h, &|k| hasher.hash32(k));
     let mut dropped = 0;
     for i in table.candidates(h) {
         if !table.is_occupied(i) || table.filed(i) != id || hasher.hash32(table.key(i)) != h {

@@ -52,7 +52,20 @@
 //! their 32 hash bits, which a hasher with fixed seeds makes possible on purpose) go to a stash
 //! after the buckets that every lookup also scans while it is not empty.
 //!
+//! # Moving into new arrays
+//! Growing or shrinking does not move every entry in one insert: the table allocates the new
+//! arrays, keeps the old ones in `old`, and moves entries in a few at a time, in old slot order
+//! ([`Table::migrate_some`]: [`INSERT_MIGRATE`] per insert, and whatever budget housekeeping
+//! gives it), plus the key a lookup asks for if it is still there ([`Table::pull`]) and the keys
+//! of a hash the wheel visits ([`Table::pull_hash`]). So slot indices handed out always refer to
+//! the new arrays. `Growth::AtOnce` (a shard at its memory budget) rebuilds in one go instead.
+//!
 //! # Invariants
+//! - While `old` is `Some`, every entry is in exactly one of the two arrays, and each array's
+//!   `len`, `wide`, `heap` and `expires` count its own entries; [`Table::len`] and
+//!   [`Table::expires`] add them. The old arrays gain no entry, and none of theirs changes:
+//!   every write goes through a lookup that moved the entry in first. Old slots below `moved`
+//!   are empty. A table moves into new arrays only when it is not moving already.
 //! - A slot owns its box and its heap key; a slot is moved by copying its bytes, its metadata
 //!   and (while the extension array exists) its extension word, and clearing the source's
 //!   metadata, so ownership moves with it. `Drop` frees what the occupied slots own.
@@ -69,6 +82,10 @@
 //! - A wide entry's word and aux bits give back exactly the start and deadline it was packed
 //!   with: `start = q·P`, `deadline = (q + k)·P`, neither overflowing, `P > 0`. Its deadline is
 //!   never `Nanos::MAX` (such a state is boxed), so it always counts in `expires`.
+
+#[cfg(test)]
+mod moving_tests;
+mod scan;
 
 use std::ptr;
 
@@ -88,6 +105,15 @@ pub const MAX_LOAD_PCT: usize = 93;
 const MAX_PATH: usize = 48;
 /// Largest `tat − deadline` a packed entry holds.
 const MAX_DELTA: u64 = 15;
+/// Slots' worth of old entries an insert moves in while the table moves (see
+/// [`Table::migrate_some`]): about 16 entries. Growth by a fifth at 93 % full leaves room for
+/// 18 % of the old capacity in new keys before the next growth, and the move is over after
+/// about 6 %; a shrink to three quarters full is over well before its fourth quarter fills,
+/// unless the shrink follows a mass expiry that left the old arrays nearly empty: then empty
+/// slots (1 each) are most of the move.
+pub const INSERT_MIGRATE: usize = 16 * MOVE_COST;
+/// What moving an entry costs in [`Table::migrate_some`]'s budget; an empty slot costs 1.
+pub const MOVE_COST: usize = 8;
 /// Tables at most this many slots are never shrunk: not worth a reallocation.
 const MIN_SHRINK_SLOTS: usize = 64;
 /// A table's first allocation, in slots (1.7 KB: a shard under a small `maxmemory` budget
@@ -136,6 +162,19 @@ pub const SLOT_BYTES: usize = size_of::<Slot>() + size_of::<u16>();
 /// Bytes per slot of the extension array, while a table has one.
 pub const EXT_BYTES: usize = size_of::<u32>();
 
+/// `n` empty slots, allocated zeroed: a large table's fresh arrays cost the allocator a
+/// mapping, not a pass writing every slot under the shard's lock.
+fn zeroed_slots(n: usize) -> Vec<Slot> {
+    const { assert!(size_of::<Slot>() == size_of::<[u64; 3]>()) };
+    const { assert!(align_of::<Slot>() == align_of::<[u64; 3]>()) };
+    let mut words = std::mem::ManuallyDrop::new(vec![[0u64; 3]; n]);
+    let (ptr, len, cap) = (words.as_mut_ptr(), words.len(), words.capacity());
+    // SAFETY: `Slot` has the size and alignment of `[u64; 3]` (asserted above), so the
+    // allocation's layout is the one a `Vec<Slot>` of this capacity frees with; all-zero bytes
+    // are a valid `Slot` (an array of bytes and a u64), and the default one.
+    unsafe { Vec::from_raw_parts(ptr.cast::<Slot>(), len, cap) }
+}
+
 /// One slot: key bytes and a word, read through the metadata.
 #[derive(Clone, Copy, Default)]
 struct Slot {
@@ -164,6 +203,24 @@ pub struct Table {
     heap: usize,
     expires: usize,
     rng: u32,
+    /// While the table grows or shrinks: the previous arrays, whose entries move into these a
+    /// few at a time ([`Table::migrate_some`]). Its slots below `moved` are empty.
+    old: Option<Box<Table>>,
+    moved: usize,
+    /// Scans in progress (see `scan`).
+    scans: Vec<scan::Scan>,
+}
+
+/// How an insert that needs a bigger table gets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Growth {
+    /// Allocate the bigger arrays now and move the entries into them a few per insert (and per
+    /// housekeeping step): no insert pays for all of them, but both arrays are held until the
+    /// last entry has moved.
+    Incremental,
+    /// Move every entry now: the insert pays for all of them, and only the growth is held
+    /// beyond the arrays of today (for a shard at its memory budget).
+    AtOnce,
 }
 
 impl std::fmt::Debug for Table {
@@ -174,6 +231,8 @@ impl std::fmt::Debug for Table {
             .field("stash", &(self.meta.len() - self.cap))
             .field("wide", &self.wide)
             .field("ext", &!self.ext.is_empty())
+            .field("old", &self.old)
+            .field("moved", &self.moved)
             .finish_non_exhaustive()
     }
 }
@@ -338,6 +397,9 @@ impl Default for Table {
             heap: 0,
             expires: 0,
             rng: 0x9E37_79B9,
+            old: None,
+            moved: 0,
+            scans: Vec::new(),
         }
     }
 }
@@ -353,12 +415,13 @@ impl Drop for Table {
 }
 
 impl Table {
+    /// Entries, in both arrays while the table moves.
     pub fn len(&self) -> usize {
-        self.len
+        self.len + self.old.as_ref().map_or(0, |o| o.len)
     }
 
     pub fn expires(&self) -> usize {
-        self.expires
+        self.expires + self.old.as_ref().map_or(0, |o| o.expires)
     }
 
     /// Structural bytes: the slot, metadata and extension arrays and everything entries own on
@@ -368,17 +431,31 @@ impl Table {
             + self.slots.capacity() * size_of::<Slot>()
             + self.ext.capacity() * EXT_BYTES
             + self.heap
+            + self.old.as_ref().map_or(0, |o| o.bytes())
     }
 
     /// What inserting `probe` with `value` and `deadline` would add to [`Table::bytes`]: the
     /// growth of the arrays if the insert grows them (and the extension array if it is the
     /// table's first wide entry), the heap key, and the box unless the value packs (assuming a
-    /// narrow value's wheel item lands in a wheel slot).
-    pub fn insert_cost(&self, probe: &Probe<'_>, value: &Value, deadline: Nanos) -> usize {
+    /// narrow value's wheel item lands in a wheel slot). Growing `Incremental` costs the whole
+    /// new arrays (the old ones are held while their entries move), `AtOnce` only the growth.
+    /// While the table moves, an upper bound: the insert may finish the move and free the old
+    /// arrays.
+    pub fn insert_cost(
+        &self,
+        probe: &Probe<'_>,
+        value: &Value,
+        deadline: Nanos,
+        growth: Growth,
+    ) -> usize {
         let grows = self.needs_growth();
+        let kept = match growth {
+            Growth::Incremental => 0,
+            Growth::AtOnce => self.cap,
+        };
         let (grow, slots_after) = if grows {
             let slots = self.grown_buckets() * BUCKET;
-            ((slots - self.cap) * SLOT_BYTES, slots)
+            ((slots - kept) * SLOT_BYTES, slots)
         } else {
             (0, self.slots.len())
         };
@@ -399,8 +476,18 @@ impl Table {
         } else {
             0
         };
-        let ext = ext_after.saturating_sub(self.ext.capacity() * EXT_BYTES);
+        let ext = match growth {
+            Growth::Incremental if grows => ext_after,
+            _ => ext_after.saturating_sub(self.ext.capacity() * EXT_BYTES),
+        };
         grow + key + boxed + ext
+    }
+
+    /// What a growth begun now allocates: the new arrays, extension included if these have one
+    /// (the old ones are held until the move is over).
+    pub fn move_cost(&self) -> usize {
+        let ext = if self.ext.is_empty() { 0 } else { EXT_BYTES };
+        self.grown_buckets() * BUCKET * (SLOT_BYTES + ext)
     }
 
     #[inline]
@@ -584,9 +671,9 @@ impl Table {
         }
     }
 
-    /// The occupied slots, live or not.
-    pub fn occupied(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.meta.len()).filter(|&i| self.meta[i] != EMPTY)
+    /// These arrays, then the old ones while the table moves: every entry is in one of them.
+    pub fn parts(&self) -> impl Iterator<Item = &Table> {
+        std::iter::once(self).chain(self.old.as_deref())
     }
 
     /// Entry `i`'s counter, `None` for a limiter.
@@ -820,8 +907,9 @@ impl Table {
         }
     }
 
+    /// Whether one more entry makes the table too full (counting the entries still to move in).
     fn needs_growth(&self) -> bool {
-        (self.len + 1) * 100 > self.cap * MAX_LOAD_PCT
+        (self.len() + 1) * 100 > self.cap * MAX_LOAD_PCT
     }
 
     /// A small table jumps to [`DOUBLING_SLOTS`] (or doubles), a large one grows by a fifth.
@@ -842,8 +930,11 @@ impl Table {
         }
     }
 
-    /// Inserts a key known to be absent; returns its slot. `hash` gives the 32 hash bits of a
-    /// key (to move keys between buckets).
+    /// Inserts a key known to be absent (in both arrays while the table moves: see
+    /// [`Table::pull`]); returns its slot. `hash` gives the 32 hash bits of a key (to move
+    /// keys between buckets). While the table moves, first moves a few more old entries in
+    /// ([`INSERT_MIGRATE`] slots' worth).
+    #[allow(clippy::too_many_arguments)] // the entry, plus how to hash and grow.
     pub fn insert(
         &mut self,
         h: u32,
@@ -852,14 +943,31 @@ impl Table {
         deadline: Nanos,
         filed: SlotId,
         hash: &impl Fn(&[u8]) -> u32,
+        growth: Growth,
     ) -> usize {
+        if self.old.is_some() {
+            self.migrate_some(INSERT_MIGRATE, hash);
+        }
         if self.needs_growth() {
-            self.rebuild(self.grown_buckets(), hash);
+            match growth {
+                Growth::Incremental => {
+                    // Only when inserts outran the move (it is paced to end well before).
+                    self.finish_migration(hash);
+                    self.start_move(self.grown_buckets());
+                }
+                Growth::AtOnce => self.rebuild(self.grown_buckets(), hash),
+            }
         }
         let i = match self.place(h, hash) {
             Some(i) => i,
-            None if (self.len + 1) * 2 > self.cap => {
-                self.rebuild(self.grown_buckets(), hash);
+            // A walk that found no room in a table that is not moving, past half full (the
+            // odd one from about 85 % on): it grows, as when full. While it moves, the
+            // stash takes the key until the next move.
+            None if (self.len + 1) * 2 > self.cap && self.old.is_none() => {
+                match growth {
+                    Growth::Incremental => self.start_move(self.grown_buckets()),
+                    Growth::AtOnce => self.rebuild(self.grown_buckets(), hash),
+                }
                 self.place(h, hash).unwrap_or_else(|| self.stash_slot())
             }
             None => self.stash_slot(),
@@ -912,6 +1020,7 @@ impl Table {
 
     fn move_slot(&mut self, from: usize, to: usize) {
         debug_assert_eq!(self.meta[to], EMPTY);
+        self.note_move(from, to);
         self.slots[to] = self.slots[from];
         if !self.ext.is_empty() {
             self.ext[to] = self.ext[from];
@@ -969,13 +1078,13 @@ impl Table {
         self.meta.len() - 1
     }
 
-    /// Moves every entry into fresh arrays of `buckets` buckets (with an extension array only
-    /// if a wide entry needs one).
-    fn rebuild(&mut self, buckets: usize, hash: &impl Fn(&[u8]) -> u32) {
+    /// Empty arrays of `buckets` buckets (with an extension array only if this table's wide
+    /// entries need one), for this table's entries to move into.
+    fn fresh(&self, buckets: usize) -> Table {
         let cap = buckets * BUCKET;
-        let mut fresh = Table {
+        Table {
             meta: vec![EMPTY; cap],
-            slots: vec![Slot::default(); cap],
+            slots: zeroed_slots(cap),
             ext: if self.wide > 0 {
                 vec![0; cap]
             } else {
@@ -983,8 +1092,19 @@ impl Table {
             },
             cap,
             rng: self.rng,
+            old: None,
+            moved: 0,
+            scans: Vec::new(),
             ..Table::default()
-        };
+        }
+    }
+
+    /// Moves every entry into fresh arrays of `buckets` buckets (with an extension array only
+    /// if a wide entry needs one), all at once (finishing a move first).
+    fn rebuild(&mut self, buckets: usize, hash: &impl Fn(&[u8]) -> u32) {
+        self.finish_migration(hash);
+        let mut fresh = self.fresh(buckets);
+        fresh.scans = self.scans_for_rebuild();
         for i in 0..self.meta.len() {
             if self.meta[i] == EMPTY {
                 continue;
@@ -1007,12 +1127,153 @@ impl Table {
 
     /// Gives memory back after a wave of expiries: memory follows the clients that are limited
     /// now, not the peak. Shrinks only below a quarter full, to three quarters, so a table that
-    /// breathes around one size does not reallocate back and forth.
-    pub fn maybe_shrink(&mut self, hash: &impl Fn(&[u8]) -> u32) {
-        if self.cap > MIN_SHRINK_SLOTS && self.len * 4 < self.cap {
+    /// breathes around one size does not reallocate back and forth; not while it moves.
+    /// `Incremental` starts a move (the arrays held meanwhile grow by a third at most);
+    /// `AtOnce` moves every entry now (memory is wanted now: an eviction).
+    pub fn maybe_shrink(&mut self, hash: &impl Fn(&[u8]) -> u32, growth: Growth) {
+        if self.old.is_none() && self.cap > MIN_SHRINK_SLOTS && self.len * 4 < self.cap {
             let buckets = (self.len * 4 / 3).div_ceil(BUCKET).max(2);
-            self.rebuild(buckets, hash);
+            match growth {
+                Growth::Incremental => self.start_move(buckets),
+                Growth::AtOnce => self.rebuild(buckets, hash),
+            }
         }
+    }
+
+    /// Starts moving this table's entries into fresh arrays of `buckets` buckets (none may be
+    /// moving already).
+    fn start_move(&mut self, buckets: usize) {
+        debug_assert!(self.old.is_none());
+        let fresh = self.fresh(buckets);
+        let scans = self.scans_into_old();
+        let old = std::mem::replace(self, fresh);
+        self.old = Some(Box::new(old));
+        self.moved = 0;
+        self.scans = scans;
+    }
+
+    /// Whether entries are still to move from old arrays.
+    #[cfg(test)]
+    pub fn is_moving(&self) -> bool {
+        self.old.is_some()
+    }
+
+    /// Moves old entries in, in slot order, until `budget` is spent (an entry costs
+    /// [`MOVE_COST`], an empty slot 1); returns whether none is left to move (the old arrays
+    /// are then freed).
+    pub fn migrate_some(&mut self, budget: usize, hash: &impl Fn(&[u8]) -> u32) -> bool {
+        let Some(mut old) = self.old.take() else {
+            return true;
+        };
+        let mut spent = 0;
+        while self.moved < old.meta.len() && spent < budget {
+            if old.meta[self.moved] == EMPTY {
+                spent += 1;
+            } else {
+                self.adopt(&mut old, self.moved, hash);
+                spent += MOVE_COST;
+            }
+            self.moved += 1;
+        }
+        if self.moved < old.meta.len() {
+            self.old = Some(old);
+            return false;
+        }
+        debug_assert_eq!((old.len, old.heap, old.expires, old.wide), (0, 0, 0, 0));
+        self.note_moved();
+        true
+    }
+
+    /// Moves every old entry in now.
+    fn finish_migration(&mut self, hash: &impl Fn(&[u8]) -> u32) {
+        self.migrate_some(usize::MAX, hash);
+    }
+
+    /// Finds `probe`'s key among the entries still to move and moves it in; returns its slot
+    /// here. `None` if it is not there (or nothing is moving).
+    #[inline]
+    pub fn pull(
+        &mut self,
+        h: u32,
+        probe: &Probe<'_>,
+        hash: &impl Fn(&[u8]) -> u32,
+    ) -> Option<usize> {
+        self.old.as_ref()?;
+        self.pull_slow(h, probe, hash)
+    }
+
+    #[inline(never)]
+    fn pull_slow(
+        &mut self,
+        h: u32,
+        probe: &Probe<'_>,
+        hash: &impl Fn(&[u8]) -> u32,
+    ) -> Option<usize> {
+        let mut old = self.old.take()?;
+        let found = old.find(h, probe).map(|i| self.adopt(&mut old, i, hash));
+        self.old = Some(old);
+        found
+    }
+
+    /// Moves in every entry still to move whose key hashes to `h`, so that
+    /// [`Table::candidates`] covers them.
+    pub fn pull_hash(&mut self, h: u32, hash: &impl Fn(&[u8]) -> u32) {
+        let Some(mut old) = self.old.take() else {
+            return;
+        };
+        for i in old.candidates(h) {
+            if old.is_occupied(i) && hash(old.key(i)) == h {
+                self.adopt(&mut old, i, hash);
+            }
+        }
+        self.old = Some(old);
+    }
+
+    /// Moves occupied slot `i` of `old` in: the slot's bytes, metadata and extension word, and
+    /// its share of the counts; `old` keeps an empty slot. Returns the slot here.
+    fn adopt(&mut self, old: &mut Table, i: usize, hash: &impl Fn(&[u8]) -> u32) -> usize {
+        let j = self
+            .place(hash(old.key(i)), hash)
+            .unwrap_or_else(|| self.stash_slot());
+        self.note_adopt(i, old.key(i));
+        let wide = old.is_wide(i);
+        let expires = old.deadline(i) != Nanos::MAX;
+        let heap = old.entry_heap(i);
+        // A wide entry moves only into arrays with an extension: `fresh` gives one whenever
+        // the old arrays held a wide entry, and they gain none while they move out.
+        debug_assert!(!wide || !self.ext.is_empty());
+        self.slots[j] = old.slots[i];
+        self.meta[j] = old.meta[i];
+        if wide {
+            self.ext[j] = old.ext[i];
+        }
+        old.meta[i] = EMPTY;
+        for (t, sign) in [(&mut *self, 1isize), (old, -1)] {
+            t.len = t.len.wrapping_add_signed(sign);
+            t.heap = t.heap.wrapping_add_signed(sign * heap as isize);
+            if wide {
+                t.wide = t.wide.wrapping_add_signed(sign);
+            }
+            if expires {
+                t.expires = t.expires.wrapping_add_signed(sign);
+            }
+        }
+        j
+    }
+
+    /// What occupied slot `i` counts in `heap`: its heap key, its box and the box's value.
+    fn entry_heap(&self, i: usize) -> usize {
+        let key = if self.meta[i] & FORM == HEAP {
+            self.heap_key_parts(i).1
+        } else {
+            0
+        };
+        let boxed = if self.is_boxed(i) {
+            size_of::<Boxed>() + self.boxed(i).value.heap_bytes()
+        } else {
+            0
+        };
+        key + boxed
     }
 
     #[cfg(test)]
@@ -1074,7 +1335,7 @@ mod tests {
                     Nanos::MAX,
                 ),
             };
-            t.insert(h, &p, value, deadline, 7, &hash);
+            t.insert(h, &p, value, deadline, 7, &hash, Growth::AtOnce);
         }
         assert_eq!(t.len(), keys.len());
         assert_eq!(t.expires(), keys.len() - keys.len() / 4);
@@ -1103,7 +1364,7 @@ mod tests {
             t.remove(i);
         }
         assert_eq!((t.len(), t.heap, t.expires()), (0, 0, 0));
-        t.maybe_shrink(&hash);
+        t.maybe_shrink(&hash, Growth::AtOnce);
         assert!(t.capacity() <= MIN_SHRINK_SLOTS.max(8));
     }
 
@@ -1113,7 +1374,15 @@ mod tests {
         let mut t = Table::default();
         for n in 0..40u32 {
             let k = n.to_le_bytes();
-            t.insert(42, &Probe::new(&k), token(9), Nanos(9), 1, &same);
+            t.insert(
+                42,
+                &Probe::new(&k),
+                token(9),
+                Nanos(9),
+                1,
+                &same,
+                Growth::AtOnce,
+            );
         }
         assert_eq!(t.len(), 40);
         for n in 0..40u32 {
@@ -1131,7 +1400,7 @@ mod tests {
         let k = b"0123456789abcdef";
         let p = Probe::new(k);
         let h = hash(k);
-        let i = t.insert(h, &p, token(100), Nanos(95), 3, &hash);
+        let i = t.insert(h, &p, token(100), Nanos(95), 3, &hash, Growth::AtOnce);
         assert!(!t.is_boxed(i));
         assert_eq!(t.bytes(), t.capacity() * SLOT_BYTES);
         // An EXPIRE far from the tat boxes it; a check back in range packs it again.
@@ -1201,14 +1470,14 @@ mod tests {
     /// foresee that; it still counts everything else).
     fn insert_costed(t: &mut Table, k: &[u8], v: Value, deadline: Nanos, filed: SlotId) -> bool {
         let p = Probe::new(k);
-        let cost = t.insert_cost(&p, &v, deadline);
+        let cost = t.insert_cost(&p, &v, deadline, Growth::AtOnce);
         let before = t.bytes();
         let foreseen = if t.needs_growth() {
             t.grown_buckets() * BUCKET
         } else {
             t.capacity()
         };
-        t.insert(hash(k), &p, v, deadline, filed, &hash);
+        t.insert(hash(k), &p, v, deadline, filed, &hash, Growth::AtOnce);
         let grew = t.bytes() - before;
         if t.capacity() == foreseen {
             assert_eq!(grew, cost, "{}", String::from_utf8_lossy(k));
@@ -1324,7 +1593,15 @@ mod tests {
             let filed = [3, OVERFLOW, NOT_FILED][n % 3];
             let expect_wide = packs_wide(&value, deadline);
             let s = state(&value);
-            let i = t.insert(hash(k.as_bytes()), &p, value, Nanos(deadline), filed, &hash);
+            let i = t.insert(
+                hash(k.as_bytes()),
+                &p,
+                value,
+                Nanos(deadline),
+                filed,
+                &hash,
+                Growth::AtOnce,
+            );
             assert_eq!(t.is_wide(i), expect_wide, "{k}: {s:?} until {deadline}");
             assert_eq!(t.is_boxed(i), !expect_wide);
             want.push((k, s, deadline, filed, expect_wide));
@@ -1370,7 +1647,15 @@ mod tests {
     fn a_slot_changes_shape_with_its_value() {
         let mut t = Table::default();
         let k = b"0123456789abcdef";
-        let i = t.insert(hash(k), &Probe::new(k), token(100), Nanos(95), 3, &hash);
+        let i = t.insert(
+            hash(k),
+            &Probe::new(k),
+            token(100),
+            Nanos(95),
+            3,
+            &hash,
+            Growth::AtOnce,
+        );
         assert!(!t.has_ext());
         let slots = t.capacity() * SLOT_BYTES;
         let ext = t.slots.len() * EXT_BYTES;
@@ -1381,7 +1666,15 @@ mod tests {
         assert_eq!((t.wide, t.bytes()), (0, slots + 32));
         // Another key's insert brings the array; from then on the first one packs too.
         let k2 = b"another key";
-        let j = t.insert(hash(k2), &Probe::new(k2), fixed(0, 1), Nanos(10), 3, &hash);
+        let j = t.insert(
+            hash(k2),
+            &Probe::new(k2),
+            fixed(0, 1),
+            Nanos(10),
+            3,
+            &hash,
+            Growth::AtOnce,
+        );
         assert!(t.is_wide(j) && t.has_ext());
         assert_eq!((t.wide, t.bytes()), (1, slots + ext + 32));
         t.put(i, sliding(1000, 1, 2), Nanos(3000), 3);
@@ -1506,7 +1799,7 @@ mod tests {
             t.remove(i);
         }
         let big = t.capacity();
-        t.maybe_shrink(&hash);
+        t.maybe_shrink(&hash, Growth::AtOnce);
         assert!(t.capacity() < big / 2, "{} vs {big}", t.capacity());
         assert!(t.has_ext());
         for n in (0..n_keys).step_by(10) {
@@ -1542,6 +1835,7 @@ mod tests {
                 Nanos(n * 1000 + 1000),
                 1,
                 &same,
+                Growth::AtOnce,
             );
         }
         assert!(t.meta.len() > t.capacity(), "the stash is used");

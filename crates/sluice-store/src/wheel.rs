@@ -108,12 +108,20 @@ pub struct Wheel {
     overflow: Vec<u32>,
     /// Items in the wheel, stale ones included.
     items: usize,
-    /// The distinct items of the fired slot `pending_id` that a bounded
-    /// [`advance_some`](Wheel::advance_some) has not visited yet, in descending order (visited
-    /// from the end). Not counted in `items`.
+    /// The items of the fired slot `pending_id` that a bounded
+    /// [`advance_some`](Wheel::advance_some) has not visited yet, visited from the end. Its
+    /// last `sorted` items are in descending order; the rest are as the slot held them (a
+    /// slot that holds a whole shard's keys is sorted [`SORT_CHUNK`] items at a time, never
+    /// all at once under the lock). Not counted in `items`.
     pending: Vec<u32>,
     pending_id: SlotId,
+    sorted: usize,
+    /// The hash visited last in the sorted run: a repeat of it is skipped.
+    last: Option<u32>,
 }
+
+/// Items of a fired slot one step sorts (and so visits once per distinct hash) at a time.
+const SORT_CHUNK: usize = 1024;
 
 impl Default for Wheel {
     fn default() -> Self {
@@ -125,6 +133,8 @@ impl Default for Wheel {
             items: 0,
             pending: Vec::new(),
             pending_id: NOT_FILED,
+            sorted: 0,
+            last: None,
         }
     }
 }
@@ -257,8 +267,8 @@ impl Wheel {
     }
 
     /// Processes the slots due by `now`, calling `visit(wheel, hash, id)` once per distinct
-    /// hash of each fired slot, where `id` is the slot's id (an entry matches iff its `filed` is
-    /// `id`); `visit` drops due entries and [`refile`](Wheel::refile)s the others. At most
+    /// hash of each fired slot (of each [`SORT_CHUNK`] of its items, for a larger slot), where
+    /// `id` is the slot's id (an entry matches iff its `filed` is `id`); `visit` drops due entries and [`refile`](Wheel::refile)s the others. At most
     /// `budget` visits: a slot that fired holding a wave of items (a cascade of a whole
     /// shard's keys, a mass expiry) is worked off over several calls, so no call holds the
     /// shard's lock for long. Returns whether everything due by `now` was processed; if not,
@@ -274,26 +284,40 @@ impl Wheel {
         let now_tick = tick_floor(now);
         let mut left = budget;
         loop {
-            while let Some(&h) = self.pending.last() {
+            while !self.pending.is_empty() {
                 if left == 0 {
                     return false;
                 }
                 left -= 1;
-                self.pending.pop();
-                visit(self, h, self.pending_id);
+                if self.sorted == 0 {
+                    self.sort_chunk();
+                }
+                let h = self.pending.pop().expect("not empty");
+                self.sorted -= 1;
+                // Collisions and stale items may repeat a hash; one visit handles all its
+                // entries. A repeat in a later chunk is visited again: by then its entries are
+                // dropped or refiled, and refiling one again leaves at most a stale item.
+                if self.last.replace(h) != Some(h) {
+                    visit(self, h, self.pending_id);
+                }
             }
             self.recycle_pending();
-            let Some((from, mut hashes)) = self.take_next(now_tick) else {
+            let Some((from, hashes)) = self.take_next(now_tick) else {
                 break;
             };
-            // Collisions and stale items may repeat a hash; one visit handles all its entries.
-            // Descending, so that popping from the end visits them in ascending order.
-            hashes.sort_unstable_by(|a, b| b.cmp(a));
-            hashes.dedup();
             (self.pending, self.pending_id) = (hashes, from.id());
         }
         self.cur = self.cur.max(now_tick + 1);
         true
+    }
+
+    /// Sorts the last [`SORT_CHUNK`] pending items in descending order, so that popping from
+    /// the end visits them in ascending order and a repeated hash comes out twice in a row.
+    fn sort_chunk(&mut self) {
+        let n = self.pending.len();
+        let k = n.min(SORT_CHUNK);
+        self.pending[n - k..].sort_unstable_by(|a, b| b.cmp(a));
+        (self.sorted, self.last) = (k, None);
     }
 
     /// Gives the worked-off buffer back to its slot if that is still empty and it is small.
@@ -369,6 +393,7 @@ impl Wheel {
     pub fn pop_soonest(&mut self) -> Option<(u32, SlotId)> {
         // A slot being worked off fired first: its items are the soonest.
         if let Some(h) = self.pending.pop() {
+            self.sorted = self.sorted.saturating_sub(1);
             return Some((h, self.pending_id));
         }
         let mut best: Option<(u64, Pos)> = None;
