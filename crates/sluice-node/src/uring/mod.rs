@@ -75,7 +75,9 @@ struct Slot {
     sending: BytesMut,
     recv_busy: bool,
     send_busy: bool,
-    cancel_sent: bool,
+    /// The cancels asked for the operations in flight.
+    recv_cancelled: bool,
+    send_cancelled: bool,
     end: Option<End>,
 }
 
@@ -164,7 +166,12 @@ impl Loop {
     /// A new client: registered with its session, and its first receive queued.
     fn add(&mut self, stream: TcpStream, peer: SocketAddr) {
         let core = Core::open(&stream, peer, self.shared.clone(), self.thread);
-        let stream = match stream.into_std() {
+        // Blocking, as io_uring wants it: on a non-blocking socket a send the socket cannot
+        // take yet fails with EAGAIN instead of waiting in the ring for room.
+        let stream = match stream
+            .into_std()
+            .and_then(|s| s.set_nonblocking(false).map(|()| s))
+        {
             Ok(stream) => stream,
             Err(e) => {
                 sluice_log::log(&format!("io_uring: cannot take client {peer} over: {e}"));
@@ -178,7 +185,8 @@ impl Loop {
             sending: BytesMut::new(),
             recv_busy: false,
             send_busy: false,
-            cancel_sent: false,
+            recv_cancelled: false,
+            send_cancelled: false,
             end: None,
         };
         let index = match self.free.pop() {
@@ -201,6 +209,7 @@ impl Loop {
             Op::Cancel => return,
             Op::Recv => {
                 slot.recv_busy = false;
+                slot.recv_cancelled = false;
                 if done.result > 0 {
                     let n = done.result as usize;
                     // SAFETY: the kernel wrote `n` bytes into the spare room the receive was
@@ -217,8 +226,11 @@ impl Loop {
             }
             Op::Send => {
                 slot.send_busy = false;
+                slot.send_cancelled = false;
                 match usize::try_from(done.result) {
                     Ok(n) => slot.sending.advance(n.min(slot.sending.len())),
+                    // Cancelled before it sent anything: the replies are still owed.
+                    Err(_) if done.result == -libc::ECANCELED => {}
                     Err(_) => {
                         slot.sending.clear();
                         slot.core.out.clear();
@@ -231,14 +243,15 @@ impl Loop {
     }
 
     /// Queues what the slot needs next: a send of its owed replies, its next receive (or the
-    /// cancel of the one in flight when it ends), and its end once nothing is in flight.
+    /// cancel of the one in flight when it stops reading), and once it ends, the cancel of
+    /// what is in flight (a send to a client that does not read would never complete) and
+    /// its end once nothing is.
     fn next_ops(&mut self, index: usize) {
         let Some(slot) = self.slots[index].as_mut() else {
             return;
         };
         let fd = slot.stream.as_raw_fd();
-        let resuming = matches!(slot.end, Some(End::Resume { .. }));
-        if !slot.send_busy && !resuming {
+        if !slot.send_busy && slot.end.is_none() {
             if slot.sending.is_empty() {
                 mem::swap(&mut slot.sending, &mut slot.core.out);
             }
@@ -267,9 +280,13 @@ impl Loop {
                 self.ring
                     .recv(index, fd, room.as_mut_ptr().cast(), room.len())
             };
-        } else if !reading && slot.recv_busy && !slot.cancel_sent {
-            slot.cancel_sent = true;
-            self.ring.cancel_recv(index);
+        } else if !reading && slot.recv_busy && !slot.recv_cancelled {
+            slot.recv_cancelled = true;
+            self.ring.cancel(index, Op::Recv);
+        }
+        if slot.end.is_some() && slot.send_busy && !slot.send_cancelled {
+            slot.send_cancelled = true;
+            self.ring.cancel(index, Op::Send);
         }
         if slot.end.is_some() && !slot.recv_busy && !slot.send_busy {
             self.finish(index);
@@ -290,7 +307,11 @@ impl Loop {
                     slot.core.out = mem::take(&mut slot.sending);
                 }
                 let peer = slot.core.client.addr;
-                match TcpStream::from_std(slot.stream) {
+                let stream = slot.stream;
+                match stream
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpStream::from_std(stream))
+                {
                     Ok(stream) => {
                         self.resumed.spawn(conn::resume(stream, slot.core, handoff));
                     }

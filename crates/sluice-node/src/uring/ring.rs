@@ -175,9 +175,9 @@ impl Ring {
         unsafe { self.push(entry) };
     }
 
-    /// Queues the cancel of `slot`'s receive in flight.
-    pub fn cancel_recv(&mut self, slot: usize) {
-        let entry = opcode::AsyncCancel::new(user_data(slot, Op::Recv))
+    /// Queues the cancel of `slot`'s operation `op` in flight.
+    pub fn cancel(&mut self, slot: usize, op: Op) {
+        let entry = opcode::AsyncCancel::new(user_data(slot, op))
             .build()
             .user_data(user_data(slot, Op::Cancel));
         // SAFETY: a cancel points at no buffer.
