@@ -3,12 +3,13 @@
 //!
 //! Each worker keeps its tokio runtime for the control plane (accept, housekeeping, the
 //! shutdown signal, timers, and the connections this loop hands back) and adds a ring for the
-//! data plane. Every connection has at most one receive and one send in flight; a turn of the
-//! loop reaps every completion, runs the batch of each connection that received (the same
-//! [`Core::run_batch`] the epoll loop runs), queues the sends and the next receives, and hands
-//! all of them to the kernel with one `io_uring_enter`. Under load that is one system call
-//! per turn for all connections, where the epoll loop makes a read, a write and a read that
-//! finds nothing for each batch of each connection.
+//! data plane. Every connection has one multishot receive armed (its bytes arrive in the
+//! ring's provided buffers and are copied to the connection's read buffer) and at most one
+//! send in flight. A turn of the loop reaps every completion, runs the batch of each
+//! connection that received (the same [`Core::run_batch`] the epoll loop runs), queues the
+//! sends, and hands all of them to the kernel with one `io_uring_enter`. Under load that is
+//! one system call per turn for all connections, where the epoll loop makes a read, a write
+//! and a read that finds nothing for each batch of each connection.
 //!
 //! Tokio stays because the control plane is built on it (watch channels, timers, the
 //! replication and cluster tasks that share the worker), and because it makes the handoff
@@ -19,8 +20,8 @@
 //! that blocks (WAIT), subscribes, or hands its socket to replication (PSYNC). TLS clients
 //! never come here.
 //!
-//! Invariant: a slot's buffers are touched only while none of its operations that points at
-//! them is in flight, and a slot is freed only when none of its operations is.
+//! Invariant: a slot's `sending` buffer is touched only while no send is in flight, and a
+//! slot is freed only when none of its operations is.
 
 mod ring;
 
@@ -208,17 +209,21 @@ impl Loop {
         match done.op {
             Op::Cancel => return,
             Op::Recv => {
-                slot.recv_busy = false;
-                slot.recv_cancelled = false;
+                if !done.more {
+                    slot.recv_busy = false;
+                    slot.recv_cancelled = false;
+                }
                 if done.result > 0 {
-                    let n = done.result as usize;
-                    // SAFETY: the kernel wrote `n` bytes into the spare room the receive was
-                    // given (`next_ops`), right after the buffer's length.
-                    unsafe { slot.core.rbuf.set_len(slot.core.rbuf.len() + n) };
+                    let rbuf = &mut slot.core.rbuf;
+                    self.ring
+                        .received(&done, |bytes| rbuf.extend_from_slice(bytes));
                     slot.core.pending = true;
                     if slot.end.is_none() {
                         slot.end = run(slot).err();
                     }
+                } else if done.result == -libc::ENOBUFS {
+                    // Every provided buffer was taken this turn: armed again below, by when
+                    // this turn has given them back.
                 } else if done.result != -libc::ECANCELED {
                     // The end of the stream, or a failed socket.
                     slot.end.get_or_insert(End::Close(Close::Quietly));
@@ -271,15 +276,8 @@ impl Loop {
         }
         let reading = slot.end.is_none() && !slot.core.closing;
         if reading && !slot.recv_busy {
-            slot.core.reserve_read();
-            let rbuf = &mut slot.core.rbuf;
-            let room = rbuf.spare_capacity_mut();
             slot.recv_busy = true;
-            // SAFETY: `rbuf` is not touched until this receive completes (`complete`).
-            unsafe {
-                self.ring
-                    .recv(index, fd, room.as_mut_ptr().cast(), room.len())
-            };
+            self.ring.recv(index, fd);
         } else if !reading && slot.recv_busy && !slot.recv_cancelled {
             slot.recv_cancelled = true;
             self.ring.cancel(index, Op::Recv);
