@@ -132,7 +132,7 @@ impl Loop {
                 break;
             }
             turns += 1;
-            if self.ring.has_completions() {
+            if self.ring.has_work() {
                 if turns < TURNS_BEFORE_YIELD {
                     continue;
                 }
