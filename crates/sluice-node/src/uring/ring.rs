@@ -227,15 +227,23 @@ impl Ring {
         })
     }
 
-    /// Waits until the kernel has posted a completion since the last call.
+    /// Waits until the kernel has work for the loop: completions to reap, or task work for
+    /// the next turn to run.
     ///
-    /// The eventfd is never read: tokio registers it edge-triggered, and every signal the
-    /// kernel sends is a new edge, so clearing tokio's readiness is enough and saves a read
-    /// per wakeup (its counter would take centuries to fill).
-    pub async fn completed(&self) {
-        if let Ok(mut ready) = self.eventfd.readable().await {
+    /// The kernel signals the eventfd only while the loop waits here: a busy loop looks at
+    /// the rings itself and needs no wakeups. The eventfd is never read: tokio registers it
+    /// edge-triggered, and every signal is a new edge, so clearing tokio's readiness is
+    /// enough and saves a read per wakeup (its counter would take centuries to fill).
+    pub async fn completed(&mut self) {
+        self.ring.completion().enable_eventfd();
+        // Enabled first, then looked: work that came before is seen here, work that comes
+        // after signals.
+        if !self.has_work()
+            && let Ok(mut ready) = self.eventfd.readable().await
+        {
             ready.clear_ready();
         }
+        self.ring.completion().disable_eventfd();
     }
 
     /// Whether completions wait to be reaped, or task work to be run by the next turn.
