@@ -60,6 +60,8 @@ fn rl_check_decides_as_on_epoll() {
         "PONG",
         "the connection goes on"
     );
+    let io: Vec<String> = q(&mut c, &["CONFIG", "GET", "io"]);
+    assert_eq!(io, ["io", "uring"]);
 }
 
 #[test]
