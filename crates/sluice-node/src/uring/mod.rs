@@ -44,7 +44,8 @@ use ring::{Done, Op, Ring};
 use crate::conn::{self, Close, Core};
 use crate::shared::Shared;
 
-/// How often the loop looks for clients killed (CLIENT KILL, ACL DELUSER) or idle too long.
+/// How often an idle loop looks for clients killed (CLIENT KILL, ACL DELUSER; a busy one
+/// looks every turn) or idle too long.
 const SWEEP_EVERY: Duration = Duration::from_millis(10);
 /// Turns run back to back while completions keep coming, before the loop lets the thread's
 /// other tasks run.
@@ -157,6 +158,9 @@ impl Loop {
 
     /// One turn: every completion handled, every operation it calls for submitted at once.
     fn turn(&mut self) {
+        // Before any request: a client killed by a reply another client has read runs
+        // nothing more.
+        self.sweep_kills();
         self.ring.reap(&mut self.done);
         while let Some(done) = self.done.pop_front() {
             self.complete(done);
@@ -354,11 +358,7 @@ impl Loop {
             });
             return;
         }
-        let kills = self.shared.clients.kills();
-        if kills != self.kills_seen {
-            self.kills_seen = kills;
-            self.end_where(|slot| slot.core.client.killed().then_some(Close::Quietly));
-        }
+        self.sweep_kills();
         if now.duration_since(self.last_idle_sweep) >= Duration::from_millis(100) {
             self.last_idle_sweep = now;
             let shared = self.shared.clone();
@@ -367,6 +367,16 @@ impl Loop {
                 let deadline = shared.idle_deadline(slot.core.last_active.into_std())?;
                 (now >= deadline).then_some(Close::Idle)
             });
+        }
+    }
+
+    /// Closes the clients killed (CLIENT KILL, ACL DELUSER) since the last look: one atomic
+    /// load when none was.
+    fn sweep_kills(&mut self) {
+        let kills = self.shared.clients.kills();
+        if kills != self.kills_seen {
+            self.kills_seen = kills;
+            self.end_where(|slot| slot.core.client.killed().then_some(Close::Quietly));
         }
     }
 

@@ -78,7 +78,8 @@ fn decode(user_data: u64, result: i32, flags: u32) -> Done {
 
 /// A ring whose completions are signalled on an eventfd the tokio runtime waits on.
 pub struct Ring {
-    // Dropped first: the kernel lets go of the buffers before they are freed.
+    // Dropped before the buffers. The loop ends only once every connection's operations
+    // have completed, so by then no receive can still write into them.
     ring: IoUring,
     buffers: Buffers,
     eventfd: AsyncFd<OwnedFd>,
