@@ -140,18 +140,20 @@ impl Loop {
                 tokio::task::yield_now().await;
             }
             turns = 0;
+            // The ring last: under load it always has work, and new clients, the sweep and
+            // shutdown must still get their turn.
             tokio::select! {
                 biased;
-                _ = self.ring.completed() => {}
+                _ = shutdown.wait_for(|stop| *stop), if stop_by.is_none() => {
+                    stop_by = Some(self.stop(drain));
+                }
                 conn = accepted.recv(), if stop_by.is_none() => match conn {
                     Some((stream, peer)) => self.add(stream, peer),
                     None => stop_by = Some(self.stop(drain)),
                 },
-                _ = shutdown.wait_for(|stop| *stop), if stop_by.is_none() => {
-                    stop_by = Some(self.stop(drain));
-                }
                 _ = sweep.tick() => self.sweep(stop_by),
                 Some(_) = self.resumed.join_next(), if !self.resumed.is_empty() => {}
+                _ = self.ring.completed() => {}
             }
         }
     }
