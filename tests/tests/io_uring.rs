@@ -346,3 +346,30 @@ fn where_io_uring_is_denied_the_node_says_so_and_serves_with_epoll() {
     let r = rl_check(&mut c, &["k", "2", "60"]).unwrap();
     assert_eq!(&r[..3], &[1, 2, 1]);
 }
+
+#[test]
+fn a_new_client_is_served_while_the_ring_is_busy() {
+    if !have_tool("redis-benchmark") {
+        return;
+    }
+    let server = uring(&["--threads", "1"]);
+    let port = server.port;
+    let load = std::thread::spawn(move || {
+        let args = ["-n", "300000", "-c", "20", "-P", "16", "-q", "PING"];
+        redis_benchmark(port, &args)
+    });
+    let busy = wait_until(Duration::from_secs(10), || {
+        let n = sluice_tests::info_field(port, "total_commands_processed")?;
+        (n > 20_000).then_some(())
+    });
+    assert!(busy.is_some(), "the load runs");
+    let started = Instant::now();
+    let mut c = server.client();
+    assert_eq!(q::<String>(&mut c, &["PING"]), "PONG");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "a new client waited {:?} behind the load",
+        started.elapsed()
+    );
+    assert!(load.join().unwrap().status.success());
+}
