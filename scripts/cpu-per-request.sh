@@ -14,10 +14,11 @@
 #   - rows: Redis PING, Redis INCR, Redis EVALSHA token bucket, Sluice PING, Sluice RL.CHECK,
 #     and Sluice PING / RL.CHECK with --threads 2 (server and client then share CPUs 0-1);
 #   - best (lowest) of --rounds alternating rounds (default 2).
-# It prints the table and each row's ratio to Redis PING.
+# It prints the table, each row's ratio to Redis PING, and the p99 latency redis-benchmark saw
+# (the lowest and highest of the rounds).
 #
 # Usage: scripts/cpu-per-request.sh [--keys N] [--requests N] [--rounds N] [--sluice PATH]
-#                                   [--before PATH] [--build]
+#                                   [--before PATH] [--build] [--io LOOPS] [--pipeline N]
 #   --keys       preloaded buckets (default 1,000,000)
 #   --requests   requests per measured run at -P 16 (default 2,000,000; EVALSHA runs a tenth)
 #   --rounds     alternating rounds; the table shows the best (default 2)
@@ -25,6 +26,10 @@
 #   --before     an older sluice binary, measured in the same rounds (rows "... before") so a
 #                change is compared before and after in one run
 #   --build      run `cargo build --release --bin sluice` first
+#   --io         Sluice's connection loops to measure, comma-separated: epoll (default), uring,
+#                or epoll,uring for both side by side (one server each, rows "Sluice ... (LOOP)")
+#   --pipeline   requests in flight per connection (-P; default 16); -P 1 is a gateway that
+#                does not pipeline
 #
 # Needs redis-server, redis-cli, redis-benchmark, taskset and awk. Every process it starts is
 # stopped by PID on exit.
@@ -34,7 +39,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 
-KEYS=1000000 REQUESTS=2000000 ROUNDS=2 BUILD=0 CLIENTS=50 PIPELINE=16 BEFORE=
+KEYS=1000000 REQUESTS=2000000 ROUNDS=2 BUILD=0 CLIENTS=50 PIPELINE=16 BEFORE= IO_LOOPS=epoll
 SLUICE="${SLUICE_BIN:-$ROOT/target/release/sluice}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,6 +49,8 @@ while [ $# -gt 0 ]; do
     --sluice) SLUICE="$2"; shift ;;
     --before) BEFORE="$2"; shift ;;
     --build) BUILD=1 ;;
+    --io) IO_LOOPS="$2"; shift ;;
+    --pipeline) PIPELINE="$2"; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -69,16 +76,20 @@ TICK_NS=$((1000000000 / $(getconf CLK_TCK)))
 LIMIT=1000000 PERIOD_S=100000000 PERIOD_MS=100000000000
 
 
+IO_LOOPS=${IO_LOOPS//,/ }
+for io in $IO_LOOPS; do
+  case "$io" in epoll|uring) ;; *) die "--io takes epoll, uring or both (epoll,uring), not $io" ;; esac
+done
+
 # measure LABEL PID PORT CLIENT_CPUS N CMD...: server CPU ns per request over one run of N
-# requests, appended to $WORK/LABEL.
+# requests, appended to $WORK/LABEL, and the run's p99 latency (ms) to $WORK/LABEL.p99.
 measure() {
-  local label=$1 pid=$2 port=$3 cpus=$4 n=$5 t0 t1
+  local label=$1 pid=$2 port=$3 cpus=$4 n=$5 t0 t1 line
   shift 5
   t0=$(cpu_ticks "$pid")
-  taskset -c "$cpus" redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -P "$PIPELINE" \
-    -n "$n" -r "$KEYS" -q "$@" >"$WORK/bench.out" 2>&1 \
-    || { cat "$WORK/bench.out" >&2; die "redis-benchmark failed: $*"; }
+  line=$(bench_csv "$cpus" "$port" -c "$CLIENTS" -P "$PIPELINE" -n "$n" -r "$KEYS" "$@")
   t1=$(cpu_ticks "$pid")
+  printf '%s\n' "$line" | awk -F, '{ print $7 }' >>"$WORK/$label.p99"
   awk -v d=$((t1 - t0)) -v t="$TICK_NS" -v n="$n" 'BEGIN { printf "%.0f\n", d * t / n }' \
     | tee -a "$WORK/$label" | awk -v l="$label" '{ printf "[cpu] %-22s %6d ns/request\n", l, $1 }' >&2
 }
@@ -93,16 +104,21 @@ expect_allowed() { # PORT CMD...
 STARTED=$SECONDS
 start_pinned 0 redis redis-server --bind 127.0.0.1 --save '' --appendonly no --protected-mode no \
   --dir "$WORK"
-start_pinned 0 sluice "$SLUICE" --bind 127.0.0.1 --threads 1
+for io in $IO_LOOPS; do
+  start_pinned 0 "sluice_$io" "$SLUICE" --bind 127.0.0.1 --threads 1 --io "$io"
+done
 [ -z "$BEFORE" ] || start_pinned 0 before "$BEFORE" --bind 127.0.0.1 --threads 1
 SHA=$(redis-cli -p "$PORT_redis" SCRIPT LOAD "$(cat "$ROOT/scripts/lua/token_bucket.lua")")
 [ ${#SHA} = 40 ] || die "SCRIPT LOAD failed: $SHA"
 log "preloading $KEYS buckets into each server"
 preload "$PORT_redis" "$KEYS" rlt: EVALSHA "$SHA" 1 KEY "$LIMIT" "$PERIOD_MS" "$LIMIT" 1000
-preload "$PORT_sluice" "$KEYS" rlt: RL.CHECK KEY "$LIMIT" "$PERIOD_S" COST 1000
+for io in $IO_LOOPS; do
+  port="PORT_sluice_$io"
+  preload "${!port}" "$KEYS" rlt: RL.CHECK KEY "$LIMIT" "$PERIOD_S" COST 1000
+  expect_allowed "${!port}" RL.CHECK rlt:000000000000 "$LIMIT" "$PERIOD_S"
+done
 [ -z "$BEFORE" ] || preload "$PORT_before" "$KEYS" rlt: RL.CHECK KEY "$LIMIT" "$PERIOD_S" COST 1000
 expect_allowed "$PORT_redis" EVALSHA "$SHA" 1 rlt:000000000000 "$LIMIT" "$PERIOD_MS" "$LIMIT" 1
-expect_allowed "$PORT_sluice" RL.CHECK rlt:000000000000 "$LIMIT" "$PERIOD_S"
 
 EVAL_N=$((REQUESTS / 10))
 redis_rows() {
@@ -112,9 +128,13 @@ redis_rows() {
     EVALSHA "$SHA" 1 rlt:__rand_int__ "$LIMIT" "$PERIOD_MS" "$LIMIT" 1
 }
 sluice_rows() {
-  measure sluice-PING "$PID_sluice" "$PORT_sluice" 1 "$REQUESTS" PING
-  measure sluice-RL.CHECK "$PID_sluice" "$PORT_sluice" 1 "$REQUESTS" \
-    RL.CHECK rlt:__rand_int__ "$LIMIT" "$PERIOD_S"
+  local io pid port
+  for io in $IO_LOOPS; do
+    pid="PID_sluice_$io" port="PORT_sluice_$io"
+    measure "sluice-$io-PING" "${!pid}" "${!port}" 1 "$REQUESTS" PING
+    measure "sluice-$io-RL.CHECK" "${!pid}" "${!port}" 1 "$REQUESTS" \
+      RL.CHECK rlt:__rand_int__ "$LIMIT" "$PERIOD_S"
+  done
   [ -n "$BEFORE" ] || return 0
   measure before-PING "$PID_before" "$PORT_before" 1 "$REQUESTS" PING
   measure before-RL.CHECK "$PID_before" "$PORT_before" 1 "$REQUESTS" \
@@ -124,18 +144,23 @@ for round in $(seq 1 "$ROUNDS"); do
   log "round $round of $ROUNDS"
   if [ $((round % 2)) = 1 ]; then redis_rows; sluice_rows; else sluice_rows; redis_rows; fi
 done
-stop "$PID_sluice"
+for io in $IO_LOOPS; do
+  pid="PID_sluice_$io"
+  stop "${!pid}"
+done
 [ -z "$BEFORE" ] || stop "$PID_before"
 
-log "--threads 2: server and client on CPUs 0-1"
-start_pinned 0,1 sluice2 "$SLUICE" --bind 127.0.0.1 --threads 2
-preload "$PORT_sluice2" "$KEYS" rlt: RL.CHECK KEY "$LIMIT" "$PERIOD_S" COST 1000
-for round in $(seq 1 "$ROUNDS"); do
-  measure sluice-t2-PING "$PID_sluice2" "$PORT_sluice2" 0,1 "$REQUESTS" PING
-  measure sluice-t2-RL.CHECK "$PID_sluice2" "$PORT_sluice2" 0,1 "$REQUESTS" \
-    RL.CHECK rlt:__rand_int__ "$LIMIT" "$PERIOD_S"
+for io in $IO_LOOPS; do
+  log "--threads 2 --io $io: server and client on CPUs 0-1"
+  start_pinned 0,1 sluice2 "$SLUICE" --bind 127.0.0.1 --threads 2 --io "$io"
+  preload "$PORT_sluice2" "$KEYS" rlt: RL.CHECK KEY "$LIMIT" "$PERIOD_S" COST 1000
+  for round in $(seq 1 "$ROUNDS"); do
+    measure "sluice-t2-$io-PING" "$PID_sluice2" "$PORT_sluice2" 0,1 "$REQUESTS" PING
+    measure "sluice-t2-$io-RL.CHECK" "$PID_sluice2" "$PORT_sluice2" 0,1 "$REQUESTS" \
+      RL.CHECK rlt:__rand_int__ "$LIMIT" "$PERIOD_S"
+  done
+  stop "$PID_sluice2"
 done
-stop "$PID_sluice2"
 stop "$PID_redis"
 
 best() { sort -n "$WORK/$1" | head -1; }
@@ -143,24 +168,31 @@ PING_NS=$(best redis-PING)
 echo
 echo "Server CPU per request, $(date -u +%Y-%m-%dT%H:%MZ), $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
 echo "Redis $(redis-server --version | awk '{ print $3 }' | tr -d 'v='); servers on CPU 0, redis-benchmark on CPU 1, -c $CLIENTS -P $PIPELINE, $KEYS preloaded keys;"
-echo "(utime + stime) from /proc/PID/stat ÷ requests, best of $ROUNDS alternating round(s)."
+echo "(utime + stime) from /proc/PID/stat ÷ requests, best of $ROUNDS alternating round(s);"
+echo "p99: redis-benchmark's, lowest–highest of the rounds. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
 echo
-printf '| %-46s | %11s | %12s |\n' request "CPU/request" "÷ Redis PING"
-echo "|------------------------------------------------|-------------|--------------|"
+printf '| %-46s | %11s | %12s | %15s |\n' request "CPU/request" "÷ Redis PING" "p99 (ms)"
+echo "|------------------------------------------------|-------------|--------------|-----------------|"
 row() { # LABEL FILE
-  awk -v l="$1" -v v="$(best "$2")" -v p="$PING_NS" \
-    'BEGIN { printf "| %-46s | %8d ns | %11.2f× |\n", l, v, v / p }'
+  local p99
+  p99=$(sort -n "$WORK/$2.p99" | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.3f–%.3f", lo, hi }')
+  awk -v l="$1" -v v="$(best "$2")" -v p="$PING_NS" -v q="$p99" \
+    'BEGIN { printf "| %-46s | %8d ns | %11.2f× | %15s |\n", l, v, v / p, q }'
 }
 row "Redis PING" redis-PING
 row "Redis INCR" redis-INCR
 row "Redis EVALSHA token bucket" redis-EVALSHA
-row "Sluice PING" sluice-PING
-row "Sluice RL.CHECK" sluice-RL.CHECK
+for io in $IO_LOOPS; do
+  row "Sluice PING ($io)" "sluice-$io-PING"
+  row "Sluice RL.CHECK ($io)" "sluice-$io-RL.CHECK"
+done
 if [ -n "$BEFORE" ]; then
   row "Sluice PING, before ($(basename "$BEFORE"))" before-PING
   row "Sluice RL.CHECK, before ($(basename "$BEFORE"))" before-RL.CHECK
 fi
-row "Sluice PING, --threads 2 (all on CPUs 0-1)" sluice-t2-PING
-row "Sluice RL.CHECK, --threads 2 (all on CPUs 0-1)" sluice-t2-RL.CHECK
+for io in $IO_LOOPS; do
+  row "Sluice PING ($io), --threads 2 (CPUs 0-1)" "sluice-t2-$io-PING"
+  row "Sluice RL.CHECK ($io), --threads 2 (CPUs 0-1)" "sluice-t2-$io-RL.CHECK"
+done
 echo
 echo "Total time: $((SECONDS - STARTED)) s."

@@ -44,6 +44,15 @@ pub fn binary() -> PathBuf {
     bin
 }
 
+/// `--io LOOP` when `SLUICE_TEST_IO` names a connection loop (`uring`, `epoll`): the suite, or
+/// a part of it, runs against that loop (flags a test gives come after, and win).
+fn io_loop() -> Vec<String> {
+    match std::env::var("SLUICE_TEST_IO") {
+        Ok(name) if !name.is_empty() => vec!["--io".into(), name],
+        _ => Vec::new(),
+    }
+}
+
 impl Sluice {
     /// Starts a server with default settings on a free port.
     pub fn start() -> Sluice {
@@ -68,6 +77,7 @@ impl Sluice {
         };
         let mut cmd = Command::new(binary());
         cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(io_loop())
             .args(args);
         Sluice::spawn(cmd)
     }
@@ -77,6 +87,7 @@ impl Sluice {
     pub fn start_on_env(port: u16, args: &[&str], env: &[(&str, &str)]) -> Sluice {
         let mut cmd = Command::new(binary());
         cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(io_loop())
             .args(args)
             .envs(env.iter().copied());
         Sluice::spawn(cmd)

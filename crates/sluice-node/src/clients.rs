@@ -31,6 +31,8 @@ pub struct ClientHandle {
     pub resp: AtomicU8,
     /// Woken to close the connection (CLIENT KILL).
     pub kill: Notify,
+    /// Set with `kill`, for the io_uring loop, which looks rather than waits.
+    killed: AtomicBool,
     /// What the connection is now ([`ClientKind`]), for CLIENT LIST and CLIENT KILL TYPE.
     kind: AtomicU8,
     /// Waiting in a blocking command (WAIT), for INFO's `blocked_clients`. The connection
@@ -106,6 +108,9 @@ impl ClientKind {
 #[derive(Debug, Default)]
 pub struct Clients {
     next_id: AtomicU64,
+    /// How many kills were asked for, so a loop that looks for killed clients looks only
+    /// when there may be one.
+    kills: AtomicU64,
     by_id: Mutex<BTreeMap<u64, Arc<ClientHandle>>>,
 }
 
@@ -124,6 +129,7 @@ impl Clients {
             last_active_ms: AtomicU64::new(0),
             resp: AtomicU8::new(2),
             kill: Notify::new(),
+            killed: AtomicBool::new(false),
             kind: AtomicU8::new(ClientKind::Normal as u8),
             blocked: AtomicBool::new(false),
             fd: AtomicI32::new(-1),
@@ -172,13 +178,29 @@ impl Clients {
             .cloned()
             .collect();
         for c in &victims {
+            c.killed.store(true, Relaxed);
             c.kill.notify_one();
+        }
+        if !victims.is_empty() {
+            self.kills.fetch_add(1, Relaxed);
         }
         victims.len()
     }
 }
 
+impl Clients {
+    /// The kills asked for so far: a change means some client is to close.
+    pub fn kills(&self) -> u64 {
+        self.kills.load(Relaxed)
+    }
+}
+
 impl ClientHandle {
+    /// Whether CLIENT KILL (or ACL DELUSER) asked this connection to close.
+    pub fn killed(&self) -> bool {
+        self.killed.load(Relaxed)
+    }
+
     pub fn kind(&self) -> ClientKind {
         match self.kind.load(Relaxed) {
             1 => ClientKind::PubSub,

@@ -296,6 +296,12 @@ pub struct Config {
     #[arg(long = "region-min-share", value_parser = parse_fraction)]
     pub region_min_share: Option<f64>,
 
+    /// The connection loop for clients on the plain port: `epoll` (readiness, a task per
+    /// connection) or `uring` (io_uring: one submission per turn for all of a thread's
+    /// connections; where io_uring is not permitted the server says so and uses epoll).
+    #[arg(long, value_enum, default_value_t = IoLoop::Epoll)]
+    pub io: IoLoop,
+
     /// The config file this server was started with (`sluice FILE`), which CONFIG REWRITE
     /// rewrites; not a flag.
     #[arg(skip)]
@@ -403,6 +409,13 @@ pub fn parse_yes_no(s: &str) -> Result<bool, String> {
         "no" => Ok(false),
         _ => Err(format!("'{s}' must be yes or no")),
     }
+}
+
+/// `--io`: which loop carries plain-TCP client connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum IoLoop {
+    Epoll,
+    Uring,
 }
 
 /// Redis's `tls-auth-clients`: whether TLS clients must present a certificate.

@@ -10,6 +10,11 @@
 //! output buffer while the loop keeps reading, as Redis does. So the two memory bounds are
 //! enforced where they grow: unparsed input past `client-query-buffer-limit`, or unsent output
 //! past `client-output-buffer-limit` (a client that never reads), closes that client alone.
+//!
+//! [`Core`] is the part of a connection that does no I/O: its session, buffers and parser, and
+//! the batch that parses and executes. This loop (tokio, readiness) and the io_uring loop
+//! ([`crate::uring`]) both drive one; a connection the io_uring loop does not carry further
+//! (WAIT, SUBSCRIBE, PSYNC) goes on here with its [`Core`] as it was ([`resume`]).
 
 use std::io::ErrorKind::WouldBlock;
 use std::net::SocketAddr;
@@ -34,7 +39,7 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// Why a connection ended, for the log lines that matter to an operator.
 #[derive(Debug, PartialEq, Eq)]
-enum Close {
+pub(crate) enum Close {
     Quietly,
     QueryBufferLimit,
     OutputBufferLimit,
@@ -66,24 +71,34 @@ async fn serve_wire(
     peer: SocketAddr,
     shared: Arc<Shared>,
     thread: usize,
-    mut wire: Wire,
+    wire: Wire,
 ) {
-    let _ = stream.set_nodelay(true);
-    let keepalive = crate::live::Live::get(&shared.live.tcp_keepalive);
-    if keepalive > 0 {
-        let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive));
-        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&ka);
-    }
-    shared.stats.connections_received.fetch_add(1, Relaxed);
-    let laddr = stream.local_addr().unwrap_or(shared.local_addr);
-    let client = shared.clients.register(peer, laddr);
-    client
-        .fd
-        .store(std::os::fd::AsRawFd::as_raw_fd(&stream), Relaxed);
-    let mut session = Session::new(client.clone(), shared.acl.default_user());
-    session.thread = thread;
-    session.tls = !matches!(wire, Wire::Plain);
-    let why = serve_session(&stream, &mut wire, &shared, &mut session, thread).await;
+    let mut core = Core::open(&stream, peer, shared, thread);
+    core.session.tls = !matches!(wire, Wire::Plain);
+    drive(stream, wire, core, false).await;
+}
+
+/// Carries on a connection the io_uring loop started, on this loop: `core` as that loop left
+/// it (unexecuted requests in its read buffer, replies owed in its output buffer), and
+/// `handoff` if a PSYNC in its last batch hands the socket to the replication thread once the
+/// owed replies are written.
+pub(crate) async fn resume(stream: TcpStream, core: Core, handoff: bool) {
+    drive(stream, Wire::Plain, core, handoff).await;
+}
+
+/// Runs the connection to its end, then closes it (or hands a replica over).
+async fn drive(stream: TcpStream, mut wire: Wire, mut core: Core, handoff: bool) {
+    let why = if handoff {
+        // As in the batch that ran PSYNC: held until its owed replies are written.
+        let shared = core.shared.clone();
+        let _batch = shared.cluster.as_ref().map(|c| c.batch(core.thread));
+        let mut conn = Conn::new(&stream, &mut wire, &mut core);
+        conn.write_all().await.err().unwrap_or(Close::HandOff)
+    } else {
+        serve_session(&stream, &mut wire, &mut core).await
+    };
+    let (shared, client) = (core.shared.clone(), core.client.clone());
+    let mut session = core.session;
     cmd::pubsub::clear(&shared, &mut session.subs, client.id);
     if why == Close::HandOff
         && let Some(request) = session.handoff.take()
@@ -96,7 +111,7 @@ async fn serve_wire(
         match stream.and_then(TcpStream::into_std) {
             Ok(stream) => shared.repl.submit(Job::Feed(Handoff { stream, request })),
             Err(e) => {
-                sluice_log::log(&format!("cannot hand replica {peer} over: {e}"));
+                sluice_log::log(&format!("cannot hand replica {} over: {e}", client.addr));
                 shared.clients.unregister(client.id);
             }
         }
@@ -105,29 +120,29 @@ async fn serve_wire(
     // FIN after the last reply, so the client reads it before seeing the close.
     wire.close(&stream);
     let _ = socket2::SockRef::from(&stream).shutdown(std::net::Shutdown::Write);
+    closed(&shared, &client, why);
+}
+
+/// The log line a close that matters to an operator gets, and the client's unregistering.
+pub(crate) fn closed(shared: &Shared, client: &ClientHandle, why: Close) {
+    let (peer, id) = (client.addr, client.id);
     match why {
         Close::Quietly => {}
         Close::QueryBufferLimit => sluice_log::log(&format!(
-            "closing client {peer} (id={}) that reached the query buffer limit",
-            client.id
+            "closing client {peer} (id={id}) that reached the query buffer limit"
         )),
         Close::OutputBufferLimit => sluice_log::log(&format!(
-            "closing client {peer} (id={}) that reached the output buffer limit (it does not read its replies)",
-            client.id
+            "closing client {peer} (id={id}) that reached the output buffer limit (it does not read its replies)"
         )),
         Close::Idle | Close::HandOff => {}
     }
-    shared.clients.unregister(client.id);
+    shared.clients.unregister(id);
 }
 
-async fn serve_session(
-    stream: &TcpStream,
-    wire: &mut Wire,
-    shared: &Arc<Shared>,
-    session: &mut Session,
-    thread: usize,
-) -> Close {
-    let mut conn = Conn::new(stream, wire, shared, session, thread);
+async fn serve_session(stream: &TcpStream, wire: &mut Wire, core: &mut Core) -> Close {
+    let shared = core.shared.clone();
+    let thread = core.thread;
+    let mut conn = Conn::new(stream, wire, core);
     loop {
         if conn.pending && conn.session.blocked.is_none() && !conn.closing {
             conn.pending = false;
@@ -156,56 +171,96 @@ async fn serve_session(
     }
 }
 
-/// One connection's loop state: its buffers, its parser and where it stands.
+/// The tokio loop's hold on a connection: its socket, its wire and the signals it waits on,
+/// around the connection's [`Core`].
 struct Conn<'s> {
     stream: &'s TcpStream,
     wire: &'s mut Wire,
-    shared: &'s Arc<Shared>,
-    session: &'s mut Session,
-    thread: usize,
-    client: Arc<ClientHandle>,
+    core: &'s mut Core,
     shutdown: watch::Receiver<bool>,
     acks: watch::Receiver<u64>,
+}
+
+impl std::ops::Deref for Conn<'_> {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        self.core
+    }
+}
+
+impl std::ops::DerefMut for Conn<'_> {
+    fn deref_mut(&mut self) -> &mut Core {
+        self.core
+    }
+}
+
+/// One connection's state apart from its socket: its session, buffers, parser and where it
+/// stands. Whichever loop drives the socket runs its batches ([`Core::run_batch`]).
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) session: Session,
+    pub(crate) thread: usize,
+    pub(crate) client: Arc<ClientHandle>,
     parser: Parser,
     /// Reused for every request: parsing fills it in place.
     request: Request,
-    rbuf: BytesMut,
-    out: BytesMut,
+    pub(crate) rbuf: BytesMut,
+    pub(crate) out: BytesMut,
     query_limit: usize,
     output_limit: usize,
     /// Once set, read nothing more: flush what is owed, then close.
-    closing: bool,
-    last_active: Instant,
+    pub(crate) closing: bool,
+    pub(crate) last_active: Instant,
     /// Requests in `rbuf` wait while the connection is blocked (WAIT) and run when it wakes.
-    pending: bool,
+    pub(crate) pending: bool,
 }
 
-/// What a batch did, for [`Conn::account`].
-struct Ran {
+/// What a batch did, for [`Core::account`].
+pub(crate) struct Ran {
     executed: u64,
     read_at: std::time::Instant,
-    /// The batch's time, when its end was read already (see [`Conn::batch_done`]).
+    /// The batch's time, when its end was read already (see [`Core::batch_done`]).
     elapsed: Option<Duration>,
 }
 
 impl<'s> Conn<'s> {
-    fn new(
-        stream: &'s TcpStream,
-        wire: &'s mut Wire,
-        shared: &'s Arc<Shared>,
-        session: &'s mut Session,
-        thread: usize,
-    ) -> Conn<'s> {
-        let limit = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    fn new(stream: &'s TcpStream, wire: &'s mut Wire, core: &'s mut Core) -> Conn<'s> {
         Conn {
             stream,
             wire,
-            shared,
-            client: session.client.clone(),
-            session,
-            thread,
-            shutdown: shared.shutdown_signal(),
-            acks: shared.repl.acks(),
+            shutdown: core.shared.shutdown_signal(),
+            acks: core.shared.repl.acks(),
+            core,
+        }
+    }
+}
+
+impl Core {
+    /// A new client on `stream`: its socket options, its registration and its session.
+    pub(crate) fn open(
+        stream: &TcpStream,
+        peer: SocketAddr,
+        shared: Arc<Shared>,
+        thread: usize,
+    ) -> Core {
+        let _ = stream.set_nodelay(true);
+        let keepalive = crate::live::Live::get(&shared.live.tcp_keepalive);
+        if keepalive > 0 {
+            let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive));
+            let _ = socket2::SockRef::from(stream).set_tcp_keepalive(&ka);
+        }
+        shared.stats.connections_received.fetch_add(1, Relaxed);
+        let laddr = stream.local_addr().unwrap_or(shared.local_addr);
+        let client = shared.clients.register(peer, laddr);
+        client
+            .fd
+            .store(std::os::fd::AsRawFd::as_raw_fd(stream), Relaxed);
+        let mut session = Session::new(client.clone(), shared.acl.default_user());
+        session.thread = thread;
+        let limit = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        Core {
             parser: Parser::new(shared.config.limits()),
             request: Request::default(),
             rbuf: BytesMut::with_capacity(READ_CHUNK),
@@ -215,13 +270,17 @@ impl<'s> Conn<'s> {
             closing: false,
             last_active: Instant::now(),
             pending: false,
+            shared,
+            session,
+            thread,
+            client,
         }
     }
 
     /// Executes every complete request in `rbuf`, appending the replies to `out`. Stops early
     /// at a framing error, QUIT, a blocking command, or PSYNC (`Err(HandOff)`, with the stats
     /// charged and the owed replies still to write); `Err` ends the connection.
-    fn run_batch(&mut self) -> Result<Ran, Close> {
+    pub(crate) fn run_batch(&mut self) -> Result<Ran, Close> {
         // One clock read per batch serves the idle timer, the client's `idle=` and the
         // commands' `now`.
         let read_at = std::time::Instant::now();
@@ -234,8 +293,8 @@ impl<'s> Conn<'s> {
                 Ok(true) => {
                     executed += 1;
                     let mut ctx = Ctx {
-                        shared: self.shared,
-                        session: &mut *self.session,
+                        shared: &self.shared,
+                        session: &mut self.session,
                         out: &mut self.out,
                         now,
                     };
@@ -290,7 +349,7 @@ impl<'s> Conn<'s> {
     /// The batch ran every request it read (the read buffer is empty): its one end-of-batch
     /// clock read, which the statistics use too, and SLOWLOG's entry if the batch was slow.
     /// Only then is the last request still whole, so a batch that ends with part of a frame
-    /// (or stops early: QUIT, WAIT) is timed in [`Conn::account`] and not looked at by SLOWLOG.
+    /// (or stops early: QUIT, WAIT) is timed in [`Core::account`] and not looked at by SLOWLOG.
     fn batch_done(&self, read_at: std::time::Instant, executed: u64) -> Duration {
         let elapsed = read_at.elapsed();
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
@@ -322,7 +381,7 @@ impl<'s> Conn<'s> {
 
     /// A batch's statistics: the command count, the batch's one clock read for the command
     /// statistics, and the client's last activity.
-    fn account(&mut self, ran: Ran) {
+    pub(crate) fn account(&mut self, ran: Ran) {
         self.shared.stats.add_commands(self.thread, ran.executed);
         if !self.session.batch.is_empty() {
             let slot = self.shared.stats.slot(self.thread);
@@ -340,6 +399,28 @@ impl<'s> Conn<'s> {
         }
     }
 
+    /// The two memory bounds, where they grow: unparsed input past the query buffer limit,
+    /// unsent replies (`unsent`, the output buffer and what is on its way) past the output
+    /// buffer limit.
+    pub(crate) fn check_limits(&self, unsent: usize) -> Result<(), Close> {
+        if unsent > self.output_limit {
+            return Err(Close::OutputBufferLimit);
+        }
+        if self.rbuf.len() > self.query_limit {
+            return Err(Close::QueryBufferLimit);
+        }
+        Ok(())
+    }
+
+    /// Room for the next read: a quarter chunk free at least.
+    pub(crate) fn reserve_read(&mut self) {
+        if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+            self.rbuf.reserve(READ_CHUNK);
+        }
+    }
+}
+
+impl Conn<'_> {
     /// Writes all of `out`, waiting for the socket as long as it takes; `Err(Quietly)` if the
     /// socket fails.
     async fn write_all(&mut self) -> Result<(), Close> {
@@ -347,7 +428,7 @@ impl<'s> Conn<'s> {
             if self.stream.writable().await.is_err() {
                 return Err(Close::Quietly);
             }
-            match self.wire.send(self.stream, &self.out) {
+            match self.wire.send(self.stream, &self.core.out) {
                 Ok(n) => self.out.advance(n),
                 Err(e) if e.kind() == WouldBlock => {}
                 Err(_) => return Err(Close::Quietly),
@@ -359,13 +440,14 @@ impl<'s> Conn<'s> {
     /// Queues the pub/sub messages waiting, writes what the socket takes now, and checks both
     /// buffers against their limits; `Err` ends the connection.
     fn flush(&mut self) -> Result<(), Close> {
-        if let Some(subs) = self.session.subs.as_mut() {
+        let core = &mut *self.core;
+        if let Some(subs) = core.session.subs.as_mut() {
             while let Ok(msg) = subs.rx.try_recv() {
-                msg.write(&mut self.out, self.session.proto);
+                msg.write(&mut core.out, core.session.proto);
             }
         }
         if !self.out.is_empty() {
-            match self.wire.send(self.stream, &self.out) {
+            match self.wire.send(self.stream, &self.core.out) {
                 Ok(n) => self.out.advance(n),
                 Err(e) if e.kind() == WouldBlock => {}
                 Err(_) => return Err(Close::Quietly),
@@ -379,12 +461,8 @@ impl<'s> Conn<'s> {
         if self.closing && self.out.is_empty() && !self.wire.pending() {
             return Err(Close::Quietly);
         }
-        if self.rbuf.len() > self.query_limit {
-            return Err(Close::QueryBufferLimit);
-        }
-        if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
-            self.rbuf.reserve(READ_CHUNK);
-        }
+        self.check_limits(self.out.len())?;
+        self.reserve_read();
         Ok(())
     }
 
@@ -408,18 +486,21 @@ impl<'s> Conn<'s> {
         let Conn {
             stream,
             wire,
+            core,
+            shutdown,
+            acks,
+        } = self;
+        let Core {
             shared,
             session,
             client,
-            shutdown,
-            acks,
             rbuf,
             out,
             closing,
             last_active,
             pending,
             ..
-        } = self;
+        } = &mut **core;
         tokio::select! {
             biased;
             _ = client.kill.notified() => return Err(Close::Quietly),

@@ -35,6 +35,8 @@
 //! - [`cmd`]: the commands (one file each), the table, the dispatcher and the slot check.
 //! - [`conn`]: the connection loop (read, decode every frame, execute, write once), over
 //!   [`wire`] (plain TCP or TLS).
+//! - [`uring`]: the io_uring connection loop (`--io uring`) for plain-TCP clients, sharing
+//!   [`conn`]'s batch and handing it the connections it does not carry.
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
 //! - [`peer`]: a small async RESP client for node-to-node calls.
 //! - [`metrics`] and [`grpc`]: Prometheus over HTTP, and Envoy's rate limit service.
@@ -74,6 +76,7 @@ pub mod shared;
 pub mod slowlog;
 pub mod stats;
 pub mod tls;
+pub mod uring;
 pub mod wire;
 
 use std::io;

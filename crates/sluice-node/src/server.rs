@@ -129,6 +129,7 @@ impl Server {
             Some(dir) => Some(crate::grpc::EnvoyConfig::open(dir)?),
             None => None,
         };
+        let uring = shared.config.io == crate::config::IoLoop::Uring && uring_permitted();
         if let Some(Some(l)) = tls_listeners.first() {
             sluice_log::log(&format!("TLS on {}", l.local_addr()?));
         }
@@ -140,7 +141,7 @@ impl Server {
                 let shared = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("sluice-{index}"))
-                    .spawn(move || thread_main(index, threads, (listener, tls), shared))
+                    .spawn(move || thread_main(index, threads, (listener, tls), shared, uring))
             })
             .collect::<io::Result<Vec<_>>>()?;
         handles.push(crate::repl::thread::start(shared.clone())?);
@@ -299,7 +300,56 @@ fn bind_error(addr: SocketAddr, e: io::Error) -> io::Error {
 /// is one.
 type Listeners = (Option<StdListener>, Option<StdListener>);
 
-fn thread_main(index: usize, threads: usize, (listener, tls): Listeners, shared: Arc<Shared>) {
+/// `--io uring`: whether io_uring can be had here; if not, the log says why and that the
+/// server uses epoll.
+fn uring_permitted() -> bool {
+    match crate::uring::probe() {
+        Ok(()) => {
+            sluice_log::log("io_uring connection loop for plain-TCP clients (--io uring)");
+            true
+        }
+        Err(e) => {
+            sluice_log::log(&format!(
+                "io_uring is not available ({e}): serving clients with epoll instead of --io uring"
+            ));
+            false
+        }
+    }
+}
+
+/// This thread's io_uring loop, with the sender the accept loop hands it clients by; `None`
+/// (epoll) if `--io epoll`, or if the ring cannot be had (logged).
+fn uring_loop(
+    index: usize,
+    shared: &Arc<Shared>,
+) -> Option<(
+    crate::uring::Loop,
+    crate::uring::Accepted,
+    UnboundedReceiver,
+)> {
+    match crate::uring::Loop::new(shared.clone(), index) {
+        Ok(ring) => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            Some((ring, tx, rx))
+        }
+        Err(e) => {
+            sluice_log::log(&format!(
+                "thread {index}: io_uring setup failed ({e}): serving its clients with epoll"
+            ));
+            None
+        }
+    }
+}
+
+type UnboundedReceiver = tokio::sync::mpsc::UnboundedReceiver<(tokio::net::TcpStream, SocketAddr)>;
+
+fn thread_main(
+    index: usize,
+    threads: usize,
+    (listener, tls): Listeners,
+    shared: Arc<Shared>,
+    uring: bool,
+) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -330,7 +380,15 @@ fn thread_main(index: usize, threads: usize, (listener, tls): Listeners, shared:
             }
         };
         let housekeeping = tokio::spawn(housekeeping(index, threads, shared.clone()));
-        accept_loop(index, listener, tls, &shared).await;
+        match uring.then(|| uring_loop(index, &shared)).flatten() {
+            Some((ring, tx, rx)) => {
+                tokio::join!(
+                    accept_loop(index, listener, tls, &shared, Some(tx)),
+                    ring.run(rx, DRAIN_TIMEOUT)
+                );
+            }
+            None => accept_loop(index, listener, tls, &shared, None).await,
+        }
         housekeeping.abort();
     });
 }
@@ -340,6 +398,7 @@ async fn accept_loop(
     listener: Option<TcpListener>,
     tls: Option<TcpListener>,
     shared: &Arc<Shared>,
+    uring: Option<crate::uring::Accepted>,
 ) {
     let mut shutdown = shared.shutdown_signal();
     let mut connections = JoinSet::new();
@@ -362,9 +421,14 @@ async fn accept_loop(
                 }
                 shared.stats.rejected_connections.fetch_add(1, Relaxed);
             }
-            Ok(((stream, peer), false)) => {
-                connections.spawn(conn::serve(stream, peer, shared.clone(), index));
-            }
+            Ok(((stream, peer), false)) => match &uring {
+                Some(ring) => {
+                    let _ = ring.send((stream, peer));
+                }
+                None => {
+                    connections.spawn(conn::serve(stream, peer, shared.clone(), index));
+                }
+            },
             Ok(((stream, peer), true)) => {
                 let config = tls_config.clone().expect("a TLS listener has a TLS config");
                 connections.spawn(conn::serve_tls(stream, peer, shared.clone(), index, config));
@@ -379,6 +443,7 @@ async fn accept_loop(
     }
     drop(listener);
     drop(tls);
+    drop(uring);
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while connections.join_next().await.is_some() {}
     })

@@ -233,6 +233,14 @@ const SETTINGS: &[Setting] = &[
         set: None,
     },
     Setting {
+        name: "io",
+        get: |s| match s.config.io {
+            crate::config::IoLoop::Epoll => "epoll".into(),
+            crate::config::IoLoop::Uring => "uring".into(),
+        },
+        set: None,
+    },
+    Setting {
         name: "log-format",
         get: |s| s.config.log.log_format.clone(),
         set: None,

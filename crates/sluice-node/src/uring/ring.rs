@@ -1,0 +1,352 @@
+//! One worker's io_uring: its setup (or why it cannot be had), its completion eventfd, and the
+//! few operations the connection loop submits.
+//!
+//! Every operation carries `user_data` = connection slot << 8 | [`Op`], so a completion finds
+//! its connection without a lookup table. A buffer a send points at belongs to the
+//! connection's slot, which lives until none of its operations is in flight.
+//!
+//! Receives are multishot: one receive per connection stays armed, and each arrival takes a
+//! buffer from a ring of provided buffers ([`Buffers`]) that the ring owns; the loop copies the
+//! bytes to the connection and gives the buffer back at once.
+
+use std::alloc::Layout;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use io_uring::types::{BufRingEntry, Fd};
+use io_uring::{IoUring, Probe, cqueue, opcode, squeue};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+
+/// Submission queue entries: enough for a send and a receive of a few thousand connections
+/// per turn; a fuller turn submits early ([`Ring::push`]).
+const SQ_ENTRIES: u32 = 4096;
+/// Completion queue entries: a multishot receive posts one per arrival, so this is sized for
+/// bursts (the kernel keeps what overflows until it is reaped, IORING_FEAT_NODROP).
+const CQ_ENTRIES: u32 = 16384;
+/// Provided buffers for the receives, and their size: 4 MB per worker thread. A receive
+/// takes one per arrival and the loop gives it back in the same turn, so running out (ENOBUFS,
+/// and the receive is armed again) takes more arrivals in one turn than there are buffers.
+const BUFFERS: u16 = 1024;
+const BUFFER_LEN: usize = 4096;
+/// The buffer group of [`Buffers`].
+const GROUP: u16 = 0;
+
+/// Set in the environment, io_uring setup fails as where the kernel or a container forbids it,
+/// so the fallback to epoll can be tested on a machine that has io_uring.
+pub const DENY_ENV: &str = "SLUICE_TEST_IO_URING_DENIED";
+
+/// What a completion is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Recv = 1,
+    Send = 2,
+    Cancel = 3,
+}
+
+/// A completion: the slot, the operation, and its result (bytes, or a negated errno).
+#[derive(Clone, Copy, Debug)]
+pub struct Done {
+    pub slot: usize,
+    pub op: Op,
+    pub result: i32,
+    /// The provided buffer a receive filled ([`Ring::received`] reads it).
+    pub buffer: Option<u16>,
+    /// A multishot receive stays armed after this completion.
+    pub more: bool,
+}
+
+fn user_data(slot: usize, op: Op) -> u64 {
+    ((slot as u64) << 8) | op as u64
+}
+
+fn decode(user_data: u64, result: i32, flags: u32) -> Done {
+    let op = match user_data & 0xff {
+        1 => Op::Recv,
+        2 => Op::Send,
+        _ => Op::Cancel,
+    };
+    Done {
+        slot: (user_data >> 8) as usize,
+        op,
+        result,
+        buffer: cqueue::buffer_select(flags),
+        more: cqueue::more(flags),
+    }
+}
+
+/// A ring whose completions are signalled on an eventfd the tokio runtime waits on.
+pub struct Ring {
+    // Dropped before the buffers. The loop ends only once every connection's operations
+    // have completed, so by then no receive can still write into them.
+    ring: IoUring,
+    buffers: Buffers,
+    eventfd: AsyncFd<OwnedFd>,
+}
+
+/// The provided buffers: [`BUFFERS`] of [`BUFFER_LEN`] bytes, and the ring of entries that
+/// lends them to the kernel (page-aligned, as the kernel wants it).
+struct Buffers {
+    entries: *mut BufRingEntry,
+    data: Box<[u8]>,
+    /// The next entry to fill, and (as published) how far the kernel may take.
+    tail: u16,
+}
+
+// SAFETY: the raw pointer is to memory this struct owns alone.
+unsafe impl Send for Buffers {}
+
+impl Buffers {
+    fn layout() -> Layout {
+        Layout::from_size_align(usize::from(BUFFERS) * size_of::<BufRingEntry>(), 4096)
+            .expect("a valid layout")
+    }
+
+    /// The buffers, every one lent to the kernel, registered with `ring` as [`GROUP`].
+    fn new(ring: &IoUring) -> io::Result<Buffers> {
+        // SAFETY: the layout has a non-zero size.
+        let entries = unsafe { std::alloc::alloc_zeroed(Self::layout()) }.cast::<BufRingEntry>();
+        if entries.is_null() {
+            return Err(io::ErrorKind::OutOfMemory.into());
+        }
+        let mut buffers = Buffers {
+            entries,
+            data: vec![0u8; usize::from(BUFFERS) * BUFFER_LEN].into_boxed_slice(),
+            tail: 0,
+        };
+        for bid in 0..BUFFERS {
+            buffers.give_back(bid);
+        }
+        // SAFETY: the entries and the buffers live as long as the ring (`Ring`'s field order).
+        unsafe {
+            ring.submitter()
+                .register_buf_ring_with_flags(entries as u64, BUFFERS, GROUP, 0)?;
+        }
+        Ok(buffers)
+    }
+
+    /// Lends buffer `bid` to the kernel again.
+    fn give_back(&mut self, bid: u16) {
+        let index = usize::from(self.tail & (BUFFERS - 1));
+        let addr = self.data[usize::from(bid) * BUFFER_LEN..].as_mut_ptr();
+        // SAFETY: `index` is within the entries; the kernel reads only entries up to the
+        // published tail, and this one is past it.
+        let entry = unsafe { &mut *self.entries.add(index) };
+        entry.set_addr(addr as u64);
+        entry.set_len(BUFFER_LEN as u32);
+        entry.set_bid(bid);
+        self.tail = self.tail.wrapping_add(1);
+        // SAFETY: the tail field of the first entry, which the kernel reads; published with
+        // release ordering so the entry is seen filled.
+        unsafe {
+            let tail = BufRingEntry::tail(self.entries).cast::<AtomicU16>();
+            (*tail).store(self.tail, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.entries.cast(), Self::layout()) };
+    }
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring").finish_non_exhaustive()
+    }
+}
+
+/// Sets up a ring with what the loop needs, or says why it cannot: not permitted (a
+/// container's seccomp profile, `kernel.io_uring_disabled`), or a kernel without the
+/// operations.
+pub fn setup() -> io::Result<IoUring> {
+    if std::env::var_os(DENY_ENV).is_some() {
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
+    // Task work deferred to this thread's next `io_uring_enter` (Linux 6.1): the receives and
+    // sends that became possible since the last turn run in the turn's one system call,
+    // instead of each interrupting the thread as it happens. Older kernels: the default.
+    let ring = IoUring::builder()
+        .setup_cqsize(CQ_ENTRIES)
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_taskrun_flag()
+        .build(SQ_ENTRIES)
+        .or_else(|_| {
+            IoUring::builder()
+                .setup_cqsize(CQ_ENTRIES)
+                .build(SQ_ENTRIES)
+        })?;
+    let mut probe = Probe::new();
+    ring.submitter().register_probe(&mut probe)?;
+    let needed = [
+        opcode::RecvMulti::CODE,
+        opcode::Send::CODE,
+        opcode::AsyncCancel::CODE,
+    ];
+    if needed.iter().any(|&op| !probe.is_supported(op)) {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "the kernel's io_uring lacks RECV, SEND or ASYNC_CANCEL",
+        ));
+    }
+    // Multishot receives with a ring of provided buffers came in Linux 6.0; the probe does not
+    // tell, so the version does.
+    if !kernel_at_least(6, 0) {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "multishot receives need Linux 6.0 or later",
+        ));
+    }
+    Ok(ring)
+}
+
+impl Ring {
+    /// A ring for this thread, its completions signalled on an eventfd registered with the
+    /// thread's tokio runtime (so must be called inside it).
+    pub fn new() -> io::Result<Ring> {
+        let ring = setup()?;
+        let buffers = Buffers::new(&ring)?;
+        // SAFETY: eventfd returns a new descriptor we own, or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        ring.submitter().register_eventfd(fd.as_raw_fd())?;
+        // SAFETY: an `OwnedFd` keeps its descriptor open, and the same one, until it drops.
+        let eventfd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(Ring {
+            ring,
+            buffers,
+            eventfd,
+        })
+    }
+
+    /// Waits until the kernel has work for the loop: completions to reap, or task work for
+    /// the next turn to run.
+    ///
+    /// The kernel signals the eventfd only while the loop waits here: a busy loop looks at
+    /// the rings itself and needs no wakeups. The eventfd is never read: tokio registers it
+    /// edge-triggered, and every signal is a new edge, so clearing tokio's readiness is
+    /// enough and saves a read per wakeup (its counter would take centuries to fill).
+    pub async fn completed(&mut self) {
+        self.ring.completion().enable_eventfd();
+        // Enabled first, then looked: work that came before is seen here, work that comes
+        // after signals.
+        if !self.has_work()
+            && let Ok(mut ready) = self.eventfd.readable().await
+        {
+            ready.clear_ready();
+        }
+        self.ring.completion().disable_eventfd();
+    }
+
+    /// Whether completions wait to be reaped, or task work to be run by the next turn.
+    pub fn has_work(&mut self) -> bool {
+        !self.ring.completion().is_empty() || self.ring.submission().taskrun()
+    }
+
+    /// Moves every posted completion to `into`.
+    pub fn reap(&mut self, into: &mut std::collections::VecDeque<Done>) {
+        into.extend(
+            self.ring
+                .completion()
+                .map(|cqe| decode(cqe.user_data(), cqe.result(), cqe.flags())),
+        );
+    }
+
+    /// Hands the queued operations to the kernel and runs the task work waiting (the
+    /// receives and sends that became possible): one `io_uring_enter` for all of them.
+    pub fn submit(&mut self) {
+        let sq = self.ring.submission();
+        if sq.is_empty() && !sq.taskrun() {
+            return;
+        }
+        drop(sq);
+        // An error (EINTR, EAGAIN under memory pressure) leaves the entries queued: the next
+        // turn submits them.
+        let _ = self.ring.submit();
+    }
+
+    /// Arms `slot`'s multishot receive: each arrival fills a provided buffer.
+    pub fn recv(&mut self, slot: usize, fd: RawFd) {
+        let entry = opcode::RecvMulti::new(Fd(fd), GROUP)
+            .build()
+            .user_data(user_data(slot, Op::Recv));
+        // SAFETY: the buffers are the ring's own, lent through the buffer ring.
+        unsafe { self.push(entry) };
+    }
+
+    /// The bytes a receive completion carries, handed to `take`; the buffer then goes back to
+    /// the kernel.
+    pub fn received(&mut self, done: &Done, take: impl FnOnce(&[u8])) {
+        let Some(bid) = done.buffer else {
+            return;
+        };
+        let len = usize::try_from(done.result).unwrap_or(0).min(BUFFER_LEN);
+        let start = usize::from(bid) * BUFFER_LEN;
+        take(&self.buffers.data[start..start + len]);
+        self.buffers.give_back(bid);
+    }
+
+    /// Queues a send of `len` bytes at `buf`.
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay allocated and unchanged until this operation completes.
+    pub unsafe fn send(&mut self, slot: usize, fd: RawFd, buf: *const u8, len: usize) {
+        let len = u32::try_from(len).unwrap_or(u32::MAX);
+        let entry = opcode::Send::new(Fd(fd), buf, len)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(user_data(slot, Op::Send));
+        // SAFETY: the caller keeps the buffer as this function requires.
+        unsafe { self.push(entry) };
+    }
+
+    /// Queues the cancel of `slot`'s operation `op` in flight.
+    pub fn cancel(&mut self, slot: usize, op: Op) {
+        let entry = opcode::AsyncCancel::new(user_data(slot, op))
+            .build()
+            .user_data(user_data(slot, Op::Cancel));
+        // SAFETY: a cancel points at no buffer.
+        unsafe { self.push(entry) };
+    }
+
+    /// # Safety
+    /// The buffers `entry` points at outlive the operation.
+    unsafe fn push(&mut self, entry: squeue::Entry) {
+        loop {
+            // SAFETY: passed on from the caller.
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                return;
+            }
+            // Full: hand the kernel what is queued, which empties the queue (a submission
+            // without waiting is not held back by completions not reaped yet).
+            let _ = self.ring.submit();
+        }
+    }
+}
+
+/// Whether the running kernel is at least `major.minor` (from uname).
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: uname fills the struct we own.
+    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut name) } != 0 {
+        return false;
+    }
+    // SAFETY: uname's release is a NUL-terminated string.
+    let release = unsafe { std::ffi::CStr::from_ptr(name.release.as_ptr()) };
+    let mut parts = release
+        .to_str()
+        .unwrap_or("")
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    let have = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    have >= (major, minor)
+}
