@@ -192,6 +192,10 @@ pub struct Config {
     #[arg(long = "etcd-prefix", default_value = "/sluice/cluster/")]
     pub etcd_prefix: String,
 
+    /// TLS to every etcd this node uses (`--etcd`, `--rules-etcd`, `--regions-etcd`).
+    #[command(flatten)]
+    pub etcd_tls: sluice_etcd::TlsArgs,
+
     /// Keep snapshots in this directory (`DIR/sluice.snap`): loaded at start, written every
     /// `--save-interval`, by SAVE/BGSAVE and at a graceful shutdown. Without it, nothing is
     /// persisted and a restart hands every client a fresh quota.

@@ -139,6 +139,7 @@ pub fn run(
             }
         })?;
     let _ = armed_rx.recv();
+    sluice_etcd::use_tls(&config.etcd_tls).map_err(io::Error::other)?;
     let server = Server::start(config)?;
     let _ = server_tx.send(server.shared.clone());
     let shared = server.shared.clone();

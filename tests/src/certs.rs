@@ -1,0 +1,154 @@
+//! Test certificates made with the `openssl` CLI: a CA and certificates it signs for
+//! 127.0.0.1, for a node's TLS port, its replication and etcd's TLS.
+
+use crate::{TempDir, redis_cli};
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Whether the openssl CLI runs (it has no `--version`); a failure, not a skip, under CI.
+pub fn have_openssl() -> bool {
+    let found = std::process::Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("CI").is_err(),
+            "openssl is not installed (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIPPED: openssl not installed");
+    }
+    found
+}
+
+pub fn openssl(dir: &TempDir, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .current_dir(dir.path())
+        .args(args)
+        .output()
+        .expect("run openssl");
+    assert!(out.status.success(), "openssl {args:?}: {}", text(&out));
+}
+
+/// A test CA (`ca.crt`) and a certificate it signs for 127.0.0.1, good for a server and a
+/// client: `NAME.crt` and `NAME.key`, with `NAME` as its common name.
+#[derive(Debug)]
+pub struct Certs(TempDir);
+
+impl Certs {
+    pub fn new() -> Certs {
+        let dir = TempDir::new("tls-certs");
+        openssl(
+            &dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=Sluice Test CA",
+            ],
+        );
+        std::fs::write(
+            dir.path().join("ext.cnf"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .unwrap();
+        let certs = Certs(dir);
+        certs.issue("node");
+        certs
+    }
+
+    pub fn issue(&self, name: &str) {
+        let (key, csr, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
+        openssl(
+            &self.0,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        openssl(
+            &self.0,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "2",
+                "-extfile",
+                "ext.cnf",
+            ],
+        );
+    }
+
+    pub fn path(&self, file: &str) -> String {
+        self.0.path().join(file).to_str().unwrap().to_string()
+    }
+
+    /// The server flags for `--tls-port port` with the `node` certificate.
+    pub fn server_flags(&self, port: u16, auth_clients: &str) -> Vec<String> {
+        [
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &self.path("node.crt"),
+            "--tls-key-file",
+            &self.path("node.key"),
+            "--tls-ca-cert-file",
+            &self.path("ca.crt"),
+            "--tls-auth-clients",
+            auth_clients,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    /// redis-cli over TLS, presenting the `node` certificate if `with_cert`.
+    pub fn cli(&self, port: u16, with_cert: bool, args: &[&str]) -> String {
+        let (ca, crt, key) = (
+            self.path("ca.crt"),
+            self.path("node.crt"),
+            self.path("node.key"),
+        );
+        let mut all = vec!["--tls", "--cacert", &ca];
+        if with_cert {
+            all.extend(["--cert", &crt, "--key", &key]);
+        }
+        all.extend_from_slice(args);
+        text(&redis_cli(port, &all))
+    }
+}
