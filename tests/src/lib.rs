@@ -84,9 +84,15 @@ impl Sluice {
 
     /// Starts the sidecar, `sluice proxy --port 0 --bind 127.0.0.1 args...`.
     pub fn start_proxy(args: &[&str]) -> Sluice {
+        Sluice::start_proxy_env(args, &[])
+    }
+
+    /// [`Sluice::start_proxy`] with environment variables set for the sidecar.
+    pub fn start_proxy_env(args: &[&str], env: &[(&str, &str)]) -> Sluice {
         let mut cmd = Command::new(binary());
         cmd.args(["proxy", "--port", "0", "--bind", "127.0.0.1"])
-            .args(args);
+            .args(args)
+            .envs(env.iter().copied());
         Sluice::spawn(cmd)
     }
 

@@ -3,7 +3,7 @@
 //! - flags over the file, `SLUICE_*` environment variables, `--requirepass-file`;
 //! - Sentinel promotes a replica started from a config file; restarted from it, it is primary;
 //! - SIGHUP is ignored; `--supervised systemd` sends READY=1 and STOPPING=1 to a test
-//!   `NOTIFY_SOCKET`; `--pidfile`;
+//!   `NOTIFY_SOCKET`; `--pidfile`; the same two for the sidecar;
 //! - JSON logs parse; `--logfile` and `--loglevel`;
 //! - SLOWLOG, INFO cpu and errorstats, CLIENT LIST's fd and qbuf, the sidecar's metrics;
 //! - the no-snapshot line and the no-maxmemory warning.
@@ -340,6 +340,57 @@ fn systemd_notify_pidfile_and_sighup() {
     assert_eq!(recv_text(&socket), "STOPPING=1");
     assert!(!pidfile.exists(), "the pid file is removed at a clean exit");
     assert!(node.log().contains("Saving the final snapshot"));
+}
+
+#[test]
+fn sidecar_systemd_notify_and_pidfile() {
+    let node = Sluice::start_with(&["--threads", "1"]);
+    let dir = TempDir::new("ops-proxy-notify");
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let pidfile = dir.path().join("proxy.pid");
+    let mut proxy = Sluice::start_proxy_env(
+        &[
+            "--upstream",
+            &format!("127.0.0.1:{}", node.port),
+            "--supervised",
+            "systemd",
+            "--pidfile",
+            pidfile.to_str().unwrap(),
+        ],
+        &[("NOTIFY_SOCKET", socket_path.to_str().unwrap())],
+    );
+    assert_eq!(recv_text(&socket), "READY=1");
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    assert_eq!(pid.trim(), proxy.pid().to_string());
+    rl_check(&mut proxy.client(), &["sidecar", "5", "1h"]).unwrap();
+    stop(&mut proxy);
+    assert_eq!(recv_text(&socket), "STOPPING=1");
+    assert!(!pidfile.exists(), "the pid file is removed at a clean exit");
+
+    // An unwritable pid file stops the start; `auto` without NOTIFY_SOCKET notifies nothing.
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(binary())
+        .args(["proxy", "--port", "0", "--bind", "127.0.0.1"])
+        .args(["--upstream", &format!("127.0.0.1:{}", node.port)])
+        .args([
+            "--supervised",
+            "auto",
+            "--pidfile",
+            "/nonexistent-dir/proxy.pid",
+        ])
+        .env_remove("NOTIFY_SOCKET")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot write --pidfile"),
+        "{out:?}"
+    );
 }
 
 /// A node on `port` (one thread) logging to `logfile`, `flags` added, once it answers PING.

@@ -15,6 +15,8 @@
 //! fields: `{"time":"01 Dec 2026 13:52:38.123","ts":1796133158.123,"pid":12345,"role":"M",
 //! "level":"notice","msg":"..."}`.
 
+pub mod service;
+
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;

@@ -11,6 +11,7 @@
 //!              [--requirepass PASS] [--http-port P]
 //!              [--upstream-user USER] [--upstream-password PASS | --upstream-password-file FILE]
 //!              [--upstream-tls-ca-cert-file CA [--upstream-tls-cert-file CRT --upstream-tls-key-file KEY]]
+//!              [--supervised no|systemd|auto] [--pidfile FILE]
 //! ```
 //! One upstream is a single node; several are the seeds of a cluster. Commands: `RL.CHECK` (with
 //! `FAILMODE open|closed|local`, `SPLIT k`, `APPROX ms`), `RL.HIT` and `RL.HITS` (each rule's
@@ -48,6 +49,7 @@ use bytes::{Bytes, BytesMut};
 use sluice_client::{
     Client, Config, Credentials, Decision, FailMode, Limit, Quick, Source, Topology,
 };
+use sluice_log::service;
 use sluice_resp::Request;
 use sluice_resp::reply::{self, Proto};
 use tokio::net::TcpListener;
@@ -105,6 +107,9 @@ pub struct ProxyConfig {
     pub metrics_port: Option<u16>,
     #[command(flatten)]
     pub log: sluice_log::LogArgs,
+    /// `--supervised systemd` and `--pidfile`, as a node takes them.
+    #[command(flatten)]
+    pub service: sluice_log::service::ServiceArgs,
     /// The ACL user the sidecar logs in to the nodes as (default: the `default` user).
     #[arg(long, requires = "upstream_password_source")]
     pub upstream_user: Option<String>,
@@ -286,6 +291,10 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
         config.gateways,
         default_mode.name()
     ));
+    if let Err(e) = service::write_pidfile(&config.service) {
+        return Err(format!("cannot write --pidfile: {e}"));
+    }
+    service::notify(&config.service, "READY=1");
     let mut next_id = 0u64;
     loop {
         tokio::select! {
@@ -300,7 +309,9 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
             _ = int.recv() => break,
         }
     }
+    service::notify(&config.service, "STOPPING=1");
     sluice_log::log("proxy shutting down");
+    service::remove_pidfile(&config.service);
     Ok(())
 }
 

@@ -291,7 +291,7 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "pidfile",
-        get: |s| path_setting(&s.config.pidfile),
+        get: |s| path_setting(&s.config.service.pidfile),
         set: None,
     },
     Setting {
@@ -382,7 +382,7 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "supervised",
-        get: |s| s.config.supervised.clone(),
+        get: |s| s.config.service.supervised.clone(),
         set: None,
     },
     Setting {
