@@ -46,8 +46,28 @@ pub fn may_serve<'k>(
     Ok(())
 }
 
-/// [`may_serve`] for a connection's command, as its error.
+/// Redis's refusal of a key the user's key patterns do not grant.
+pub const NOPERM_KEY: &str = "NOPERM No permissions to access a key";
+
+/// [`may_serve`] for a connection's command, as its error, after the user's key permissions
+/// (one load for a user with `~*`; the keys are gathered only for a user without it).
 pub(super) fn check_serve<'k>(
+    ctx: &mut Ctx<'_>,
+    keys: impl Iterator<Item = &'k [u8]>,
+    write: bool,
+) -> Result<(), CmdError> {
+    if ctx.session.user.all_keys() {
+        return serve(ctx, keys, write);
+    }
+    let keys: Vec<&[u8]> = keys.collect();
+    if let Some(key) = keys.iter().find(|k| !ctx.session.user.may_touch(k, write)) {
+        super::acl::log_denial(ctx, crate::acl::log::Reason::Key, key, None);
+        return Err(CmdError::msg(NOPERM_KEY));
+    }
+    serve(ctx, keys.into_iter(), write)
+}
+
+fn serve<'k>(
     ctx: &mut Ctx<'_>,
     keys: impl Iterator<Item = &'k [u8]>,
     write: bool,
