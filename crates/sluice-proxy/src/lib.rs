@@ -203,6 +203,10 @@ pub fn main(config: ProxyConfig) -> i32 {
         eprintln!("sluice proxy: cannot open --logfile: {e}");
         return 1;
     }
+    if let Err(e) = config.log.configure_syslog() {
+        eprintln!("sluice proxy: cannot open a syslog socket: {e}");
+        return 1;
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -103,7 +103,11 @@ fn configure_log(config: &sluice_node::Config) -> Result<(), String> {
                 .unwrap_or(std::path::Path::new(""))
                 .display()
         )
-    })
+    })?;
+    config
+        .log
+        .configure_syslog()
+        .map_err(|e| format!("cannot open a syslog socket: {e}"))
 }
 
 /// Runs a node until a signal or `SHUTDOWN`; the exit code.

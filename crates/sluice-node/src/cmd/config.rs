@@ -386,6 +386,21 @@ const SETTINGS: &[Setting] = &[
         set: None,
     },
     Setting {
+        name: "syslog-enabled",
+        get: |s| s.config.log.syslog_enabled.clone(),
+        set: None,
+    },
+    Setting {
+        name: "syslog-facility",
+        get: |s| s.config.log.syslog_facility.clone(),
+        set: None,
+    },
+    Setting {
+        name: "syslog-ident",
+        get: |s| s.config.log.syslog_ident.clone(),
+        set: None,
+    },
+    Setting {
         name: "tcp-keepalive",
         get: |s| Live::get(&s.live.tcp_keepalive).to_string(),
         set: Some(|v| bounded(v).map(Change::TcpKeepalive)),
