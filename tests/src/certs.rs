@@ -41,6 +41,12 @@ pub fn openssl(dir: &TempDir, args: &[&str]) {
 #[derive(Debug)]
 pub struct Certs(TempDir);
 
+impl Default for Certs {
+    fn default() -> Certs {
+        Certs::new()
+    }
+}
+
 impl Certs {
     pub fn new() -> Certs {
         let dir = TempDir::new("tls-certs");

@@ -14,6 +14,11 @@
 //! error or are appended to a file; `json` writes one object a line instead, with the same
 //! fields: `{"time":"01 Dec 2026 13:52:38.123","ts":1796133158.123,"pid":12345,"role":"M",
 //! "level":"notice","msg":"..."}`.
+//! With `--syslog-enabled yes`, every line is also sent to syslog ([`syslog`]).
+//!
+//! # Also here
+//! The rest of a server's service plumbing that the node and the sidecar share: the pid file
+//! and systemd's readiness messages ([`service`]).
 
 pub mod service;
 pub mod syslog;

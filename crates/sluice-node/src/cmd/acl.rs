@@ -36,7 +36,6 @@ use super::table::flag::{FAST, NOAUTH, READONLY};
 use super::table::{COMMANDS, CommandSpec};
 use super::{Args, CmdError, Command, Ctx};
 use crate::acl::category::{ADMIN, CONNECTION, RATELIMIT, READ, WRITE};
-use crate::acl::log::{Denial, Reason};
 use crate::acl::{CATEGORIES, Catalog, Category, category};
 
 /// The commands of `@ratelimit`, by name (a name not in the table is skipped).
@@ -308,31 +307,6 @@ fn cat(ctx: &mut Ctx<'_>, category: Option<&[u8]>) -> Result<(), CmdError> {
         reply::bulk(out, n.as_bytes());
     }
     Ok(())
-}
-
-/// Logs a refusal for this connection in `ACL LOG`, under `username` or the session's user.
-pub fn log_denial(ctx: &Ctx<'_>, reason: Reason, object: &[u8], username: Option<&str>) {
-    let session = &*ctx.session;
-    let client = &session.client;
-    let client_info = format!(
-        "id={} addr={} laddr={} name={} user={}",
-        client.id,
-        client.addr,
-        client.laddr,
-        client.name.lock().as_deref().unwrap_or(""),
-        session.user.name
-    );
-    ctx.shared.acl.log.note(Denial {
-        reason,
-        context: if session.transaction.is_some() {
-            "multi"
-        } else {
-            "toplevel"
-        },
-        object,
-        username: username.unwrap_or(&session.user.name),
-        client_info,
-    });
 }
 
 fn log_arg(arg: Option<&[u8]>) -> Result<LogArg, CmdError> {

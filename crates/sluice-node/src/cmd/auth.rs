@@ -47,7 +47,7 @@ pub fn check(shared: &Shared, user: Option<&[u8]>, pass: &[u8]) -> Result<Arc<Us
 pub fn login(ctx: &Ctx<'_>, user: Option<&[u8]>, pass: &[u8]) -> Result<Arc<User>, CmdError> {
     check(ctx.shared, user, pass).inspect_err(|_| {
         let name = String::from_utf8_lossy(user.unwrap_or(b"default"));
-        super::acl::log_denial(ctx, Reason::Auth, b"AUTH", Some(&name));
+        super::acl_log::log_denial(ctx, Reason::Auth, b"AUTH", Some(&name));
     })
 }
 

@@ -61,7 +61,7 @@ pub(super) fn check_serve<'k>(
     }
     let keys: Vec<&[u8]> = keys.collect();
     if let Some(key) = keys.iter().find(|k| !ctx.session.user.may_touch(k, write)) {
-        super::acl::log_denial(ctx, crate::acl::log::Reason::Key, key, None);
+        super::acl_log::log_denial(ctx, crate::acl::log::Reason::Key, key, None);
         return Err(CmdError::msg(NOPERM_KEY));
     }
     serve(ctx, keys.into_iter(), write)
