@@ -103,9 +103,15 @@ impl Sluice {
 
     /// Starts the sidecar, `sluice proxy --port 0 --bind 127.0.0.1 args...`.
     pub fn start_proxy(args: &[&str]) -> Sluice {
+        Sluice::start_proxy_env(args, &[])
+    }
+
+    /// [`Sluice::start_proxy`] with environment variables set for the sidecar.
+    pub fn start_proxy_env(args: &[&str], env: &[(&str, &str)]) -> Sluice {
         let mut cmd = Command::new(binary());
         cmd.args(["proxy", "--port", "0", "--bind", "127.0.0.1"])
-            .args(args);
+            .args(args)
+            .envs(env.iter().copied());
         Sluice::spawn(cmd)
     }
 
@@ -560,27 +566,55 @@ pub struct Etcd {
     child: Child,
     pub port: u16,
     dir: TempDir,
+    scheme: &'static str,
 }
 
 impl Etcd {
     /// Starts etcd and waits up to 20 s for `GET /health` to say `"health":"true"`.
     pub fn start() -> Etcd {
+        Etcd::launch(None)
+    }
+
+    /// Starts etcd serving its clients over TLS only, with `certs`' `node` certificate, and
+    /// requiring a client certificate its CA signed (`--client-cert-auth`). Its health is read
+    /// on a plain metrics port.
+    pub fn start_tls(certs: &tls::Certs) -> Etcd {
+        Etcd::launch(Some(certs))
+    }
+
+    fn launch(tls: Option<&tls::Certs>) -> Etcd {
         let dir = TempDir::new("etcd");
         let logfile = dir.path().join("etcd.log");
+        let scheme = if tls.is_some() { "https" } else { "http" };
         // A port picked by free_port can be taken before etcd binds it: try others.
         for attempt in 0..3 {
-            let (port, peer) = (free_port(), free_port());
-            let client_url = format!("http://127.0.0.1:{port}");
+            let (port, peer, metrics) = (free_port(), free_port(), free_port());
+            let client_url = format!("{scheme}://127.0.0.1:{port}");
             let peer_url = format!("http://127.0.0.1:{peer}");
-            let mut child = Command::new("etcd")
-                .args(["--name", "sluice-test"])
+            let mut cmd = Command::new("etcd");
+            cmd.args(["--name", "sluice-test"])
                 .arg("--data-dir")
                 .arg(dir.path().join(format!("data-{attempt}")))
                 .args(["--listen-client-urls", &client_url])
                 .args(["--advertise-client-urls", &client_url])
                 .args(["--listen-peer-urls", &peer_url])
                 .args(["--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &format!("sluice-test={peer_url}")])
+                .args(["--initial-cluster", &format!("sluice-test={peer_url}")]);
+            let health = match tls {
+                None => port,
+                Some(certs) => {
+                    cmd.args(["--cert-file", &certs.path("node.crt")])
+                        .args(["--key-file", &certs.path("node.key")])
+                        .args(["--trusted-ca-file", &certs.path("ca.crt")])
+                        .arg("--client-cert-auth")
+                        .args([
+                            "--listen-metrics-urls",
+                            &format!("http://127.0.0.1:{metrics}"),
+                        ]);
+                    metrics
+                }
+            };
+            let mut child = cmd
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&logfile).expect("etcd log"))
@@ -592,12 +626,17 @@ impl Etcd {
                 if let Ok(Some(_)) = child.try_wait() {
                     return Some(false);
                 }
-                http_get(port, "/health")
+                http_get(health, "/health")
                     .filter(|body| body.contains("\"health\":\"true\""))
                     .map(|_| true)
             });
             if healthy == Some(true) {
-                return Etcd { child, port, dir };
+                return Etcd {
+                    child,
+                    port,
+                    dir,
+                    scheme,
+                };
             }
             let _ = child.kill();
             let _ = child.wait();
@@ -609,7 +648,7 @@ impl Etcd {
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.port)
     }
 
     /// Stops etcd now (SIGKILL), as a crash or a lost network would; its directory goes on

@@ -1,5 +1,5 @@
 //! Test certificates made with the `openssl` CLI: a CA and certificates it signs for
-//! 127.0.0.1, the flags that give them to a node, and `redis-cli --tls`.
+//! 127.0.0.1, the flags that give them to a node, `redis-cli --tls`, and etcd's TLS.
 
 use crate::{TempDir, redis_cli};
 
@@ -27,7 +27,7 @@ pub fn have_openssl() -> bool {
     found
 }
 
-fn openssl(dir: &TempDir, args: &[&str]) {
+pub fn openssl(dir: &TempDir, args: &[&str]) {
     let out = std::process::Command::new("openssl")
         .current_dir(dir.path())
         .args(args)

@@ -3,7 +3,7 @@
 //! - flags over the file, `SLUICE_*` environment variables, `--requirepass-file`;
 //! - Sentinel promotes a replica started from a config file; restarted from it, it is primary;
 //! - SIGHUP is ignored; `--supervised systemd` sends READY=1 and STOPPING=1 to a test
-//!   `NOTIFY_SOCKET`; `--pidfile`;
+//!   `NOTIFY_SOCKET`; `--pidfile`; the same two for the sidecar;
 //! - JSON logs parse; `--logfile` and `--loglevel`;
 //! - SLOWLOG, INFO cpu and errorstats, CLIENT LIST's fd and qbuf, the sidecar's metrics;
 //! - the no-snapshot line and the no-maxmemory warning.
@@ -340,6 +340,147 @@ fn systemd_notify_pidfile_and_sighup() {
     assert_eq!(recv_text(&socket), "STOPPING=1");
     assert!(!pidfile.exists(), "the pid file is removed at a clean exit");
     assert!(node.log().contains("Saving the final snapshot"));
+}
+
+#[test]
+fn sidecar_systemd_notify_and_pidfile() {
+    let node = Sluice::start_with(&["--threads", "1"]);
+    let dir = TempDir::new("ops-proxy-notify");
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let pidfile = dir.path().join("proxy.pid");
+    let mut proxy = Sluice::start_proxy_env(
+        &[
+            "--upstream",
+            &format!("127.0.0.1:{}", node.port),
+            "--supervised",
+            "systemd",
+            "--pidfile",
+            pidfile.to_str().unwrap(),
+        ],
+        &[("NOTIFY_SOCKET", socket_path.to_str().unwrap())],
+    );
+    assert_eq!(recv_text(&socket), "READY=1");
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    assert_eq!(pid.trim(), proxy.pid().to_string());
+    rl_check(&mut proxy.client(), &["sidecar", "5", "1h"]).unwrap();
+    stop(&mut proxy);
+    assert_eq!(recv_text(&socket), "STOPPING=1");
+    assert!(!pidfile.exists(), "the pid file is removed at a clean exit");
+
+    // An unwritable pid file stops the start; `auto` without NOTIFY_SOCKET notifies nothing.
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(binary())
+        .args(["proxy", "--port", "0", "--bind", "127.0.0.1"])
+        .args(["--upstream", &format!("127.0.0.1:{}", node.port)])
+        .args([
+            "--supervised",
+            "auto",
+            "--pidfile",
+            "/nonexistent-dir/proxy.pid",
+        ])
+        .env_remove("NOTIFY_SOCKET")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot write --pidfile"),
+        "{out:?}"
+    );
+}
+
+/// The datagrams on `socket` until one contains `needle` (20 s at most); all of them.
+fn syslog_until(socket: &UnixDatagram, needle: &str) -> Vec<String> {
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        let line = recv_text(socket);
+        let done = line.contains(needle);
+        got.push(line);
+        if done {
+            break;
+        }
+    }
+    got
+}
+
+#[test]
+fn syslog_lines_reach_the_socket() {
+    let dir = TempDir::new("ops-syslog");
+    let path = dir.path().join("log.sock");
+    let socket = UnixDatagram::bind(&path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let syslog = [
+        "--syslog-enabled",
+        "yes",
+        "--syslog-ident",
+        "sluice-test",
+        "--syslog-facility",
+        "LOCAL3",
+        "--syslog-socket",
+        path.to_str().unwrap(),
+    ];
+    let node = Sluice::start_with(&syslog);
+    let lines = syslog_until(&socket, "ready to accept connections");
+    let prefix = format!("sluice-test[{}]: ", node.pid());
+    // local3 (19) × 8 + notice (5) = 157; the no-maxmemory warning (4) is 156.
+    let ready = lines.last().unwrap();
+    assert!(ready.starts_with("<157>"), "{lines:?}");
+    assert!(ready.contains(&format!("{prefix}Sluice ")), "{lines:?}");
+    let month_day_time = &ready["<157>".len()..];
+    assert_eq!(month_day_time.as_bytes()[15], b' ', "{ready}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("<156>") && l.contains("no --maxmemory set")),
+        "{lines:?}"
+    );
+    let mut c = node.client();
+    let got: Vec<String> = redis::cmd("CONFIG")
+        .arg(&["GET", "syslog-*"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        got,
+        [
+            "syslog-enabled",
+            "yes",
+            "syslog-facility",
+            "local3",
+            "syslog-ident",
+            "sluice-test"
+        ]
+    );
+    // The sidecar logs there too; the standard error keeps its lines.
+    let proxy = Sluice::start_proxy(&[
+        "--upstream",
+        &format!("127.0.0.1:{}", node.port),
+        "--syslog-enabled",
+        "yes",
+        "--syslog-facility",
+        "user",
+        "--syslog-socket",
+        path.to_str().unwrap(),
+    ]);
+    let lines = syslog_until(&socket, "Sluice proxy ready");
+    assert!(
+        lines.last().unwrap().starts_with("<13>"),
+        "user (1) × 8 + notice: {lines:?}"
+    );
+    assert!(proxy.wait_for_log("Sluice proxy ready"));
+    // A bad facility is refused at start.
+    let out = Command::new(binary())
+        .args(["--port", "0", "--syslog-facility", "kern"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a syslog facility"));
 }
 
 /// A node on `port` (one thread) logging to `logfile`, `flags` added, once it answers PING.

@@ -57,6 +57,7 @@ fn gateway_user(port: u16) {
             "gateway",
             "on",
             &format!(">{GATEWAY}"),
+            "~*",
             "+@ratelimit",
             "+@connection",
         ],
@@ -200,8 +201,8 @@ fn bad_acl_rules_change_nothing() {
             "ERR Error in ACL SETUSER modifier '+nosuch': Unknown command or category name in ACL",
         ),
         (
-            vec!["on", "~app:*"],
-            "ERR Error in ACL SETUSER modifier '~app:*': only ~* (all keys) and &* (all channels) are supported",
+            vec!["on", "&news"],
+            "ERR Error in ACL SETUSER modifier '&news': only &* (all channels) is supported",
         ),
         (
             vec!["on", "bogus"],
@@ -392,7 +393,7 @@ fn a_cluster_with_requirepass_forwards_grpc_checks() {
             port,
             "default",
             ADMIN,
-            &["ACL", "SETUSER", "ops", "on", ">ops-pass", "+@all"],
+            &["ACL", "SETUSER", "ops", "on", ">ops-pass", "~*", "+@all"],
         );
         assert_eq!(out.trim(), "OK");
     }

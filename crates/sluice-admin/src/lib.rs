@@ -35,6 +35,20 @@ pub struct Admin {
         default_value = "/sluice/cluster/"
     )]
     etcd_prefix: String,
+    /// The CA (PEM) that signs the etcd's certificate: etcd is reached over TLS.
+    #[arg(long = "etcd-tls-ca-cert-file", global = true, value_name = "FILE")]
+    etcd_tls_ca_cert_file: Option<std::path::PathBuf>,
+    /// The client certificate (PEM) for an etcd with `--client-cert-auth`.
+    #[arg(long = "etcd-tls-cert-file", global = true, value_name = "FILE", requires_all = ["etcd_tls_key_file", "etcd_tls_ca_cert_file"])]
+    etcd_tls_cert_file: Option<std::path::PathBuf>,
+    /// The private key of `--etcd-tls-cert-file` (PEM).
+    #[arg(
+        long = "etcd-tls-key-file",
+        global = true,
+        value_name = "FILE",
+        requires = "etcd_tls_cert_file"
+    )]
+    etcd_tls_key_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: AdminCommand,
 }
@@ -127,6 +141,11 @@ fn with_etcd<T>(
         return Ok(None);
     };
     let key = sluice_etcd::table::table_key(&admin.etcd_prefix);
+    sluice_etcd::use_tls(&sluice_etcd::TlsArgs {
+        etcd_tls_ca_cert_file: admin.etcd_tls_ca_cert_file.clone(),
+        etcd_tls_cert_file: admin.etcd_tls_cert_file.clone(),
+        etcd_tls_key_file: admin.etcd_tls_key_file.clone(),
+    })?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

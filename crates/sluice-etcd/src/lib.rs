@@ -15,10 +15,13 @@
 //!   client has finished sending.
 
 pub mod table;
+pub mod tls;
+
+pub use tls::{TlsArgs, use_tls};
 
 use std::fmt;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// The generated messages and clients of etcd's `mvccpb` package (keys and events).
 #[allow(clippy::all)]
@@ -52,6 +55,8 @@ use etcdserverpb::{
 pub enum Error {
     /// The URL is not one, or nothing answered there.
     Connect(tonic::transport::Error),
+    /// The URL does not fit the TLS settings (see [`tls`]).
+    Url(String),
     /// etcd (or the transport under a call) answered with an error.
     Rpc(tonic::Status),
 }
@@ -59,16 +64,29 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Connect(e) => match std::error::Error::source(e) {
-                Some(cause) => write!(f, "{e}: {cause}"),
-                None => write!(f, "{e}"),
-            },
+            Error::Connect(e) => f.write_str(&chain(e)),
+            Error::Url(why) => f.write_str(why),
             Error::Rpc(status) => write!(f, "{}: {}", status.code(), status.message()),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+/// `e` and every cause under it, `: `-separated: a TLS refusal (`invalid peer certificate:
+/// UnknownIssuer`) sits a few levels under tonic's `transport error`.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let part = c.to_string();
+        if !text.ends_with(&part) {
+            text = format!("{text}: {part}");
+        }
+        cause = c.source();
+    }
+    text
+}
 
 impl From<tonic::Status> for Error {
     fn from(status: tonic::Status) -> Self {
@@ -85,15 +103,11 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to etcd at `url` (`http://HOST:PORT`; `HOST:PORT` means the same).
+    /// Connects to etcd at `url` (`http://HOST:PORT`, or `https://` with [`use_tls`];
+    /// `HOST:PORT` means whichever of the two the process uses).
     pub async fn connect(url: &str) -> Result<Client, Error> {
-        let url = if url.contains("://") {
-            url.to_string()
-        } else {
-            format!("http://{url}")
-        };
-        let channel = Endpoint::from_shared(url)
-            .map_err(Error::Connect)?
+        let channel = tls::endpoint(url)
+            .map_err(Error::Url)?
             .connect()
             .await
             .map_err(Error::Connect)?;

@@ -14,6 +14,14 @@
 //! error or are appended to a file; `json` writes one object a line instead, with the same
 //! fields: `{"time":"01 Dec 2026 13:52:38.123","ts":1796133158.123,"pid":12345,"role":"M",
 //! "level":"notice","msg":"..."}`.
+//! With `--syslog-enabled yes`, every line is also sent to syslog ([`syslog`]).
+//!
+//! # Also here
+//! The rest of a server's service plumbing that the node and the sidecar share: the pid file
+//! and systemd's readiness messages ([`service`]).
+
+pub mod service;
+pub mod syslog;
 
 use std::fs::File;
 use std::io::Write;
@@ -45,6 +53,38 @@ pub struct LogArgs {
     /// `role`, `level` and `msg`.
     #[arg(long = "log-format", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+
+    /// `yes`: send every log line to the system's syslog too (`/dev/log`), as Redis's
+    /// `syslog-enabled`.
+    #[arg(long = "syslog-enabled", default_value = "no", value_parser = ["yes", "no"])]
+    pub syslog_enabled: String,
+
+    /// The program name syslog lines carry.
+    #[arg(long = "syslog-ident", default_value = "sluice")]
+    pub syslog_ident: String,
+
+    /// The syslog facility: `user` or `local0` to `local7`.
+    #[arg(long = "syslog-facility", default_value = "local0", value_parser = syslog::parse_facility)]
+    pub syslog_facility: String,
+
+    /// The syslog daemon's datagram socket (for tests).
+    #[arg(long = "syslog-socket", default_value = "/dev/log", hide = true)]
+    pub syslog_socket: std::path::PathBuf,
+}
+
+impl LogArgs {
+    /// Turns syslog on or off as these flags say.
+    ///
+    /// # Errors
+    /// No datagram socket could be made.
+    pub fn configure_syslog(&self) -> std::io::Result<()> {
+        let target = (self.syslog_enabled == "yes").then_some((
+            self.syslog_socket.as_path(),
+            self.syslog_ident.as_str(),
+            self.syslog_facility.as_str(),
+        ));
+        syslog::configure(target)
+    }
 }
 
 /// How much a line matters, least first (Redis's `loglevel` names).
@@ -138,6 +178,9 @@ pub fn log_at(level: Level, msg: &str) {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis();
+    if syslog::enabled() {
+        syslog::send(level, unix_ms, msg);
+    }
     let role = char::from(ROLE.load(Relaxed));
     let line = if JSON.load(Relaxed) {
         json_line(unix_ms, role, level, msg)

@@ -199,6 +199,10 @@ pub struct Config {
     #[arg(long = "etcd-prefix", default_value = "/sluice/cluster/")]
     pub etcd_prefix: String,
 
+    /// TLS to every etcd this node uses (`--etcd`, `--rules-etcd`, `--regions-etcd`).
+    #[command(flatten)]
+    pub etcd_tls: sluice_etcd::TlsArgs,
+
     /// Keep snapshots in this directory (`DIR/sluice.snap`): loaded at start, written every
     /// `--save-interval`, by SAVE/BGSAVE and at a graceful shutdown. Without it, nothing is
     /// persisted and a restart hands every client a fresh quota.
@@ -255,14 +259,9 @@ pub struct Config {
     #[command(flatten)]
     pub log: sluice_log::LogArgs,
 
-    /// `systemd`: tell the service manager over `$NOTIFY_SOCKET` when the server is ready
-    /// (`READY=1`) and when it stops (`STOPPING=1`), for `Type=notify` units. `no`: don't.
-    #[arg(long, default_value = "no", value_parser = ["no", "systemd", "auto"])]
-    pub supervised: String,
-
-    /// Write the process id to this file once ready; removed at a clean exit.
-    #[arg(long, value_name = "FILE")]
-    pub pidfile: Option<std::path::PathBuf>,
+    /// `--supervised` and `--pidfile`.
+    #[command(flatten)]
+    pub service: sluice_log::service::ServiceArgs,
 
     /// SLOWLOG keeps commands that took longer than this many microseconds (0: every
     /// command; -1: none). Also `CONFIG SET slowlog-log-slower-than`.

@@ -40,7 +40,6 @@
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
 //! - [`peer`]: a small async RESP client for node-to-node calls.
 //! - [`metrics`] and [`grpc`]: Prometheus over HTTP, and Envoy's rate limit service.
-//! - [`service`]: the pid file and systemd's readiness messages.
 //! - [`http`]: the seed's API over HTTP (`--http-port`): checks, gateway auth, rules.
 //! - [`exec`]: the in-process executor (commands without a socket) for tests and fuzzing.
 //!
@@ -71,7 +70,6 @@ pub mod regions;
 pub mod repl;
 pub mod rules;
 pub mod server;
-pub mod service;
 pub mod shared;
 pub mod slowlog;
 pub mod stats;
@@ -82,6 +80,8 @@ pub mod wire;
 use std::io;
 use std::sync::{Arc, mpsc};
 use std::task::Poll;
+
+use sluice_log::service;
 
 pub use config::Config;
 pub use exec::Executor;
@@ -142,10 +142,11 @@ pub fn run(
             }
         })?;
     let _ = armed_rx.recv();
+    sluice_etcd::use_tls(&config.etcd_tls).map_err(io::Error::other)?;
     let server = Server::start(config)?;
     let _ = server_tx.send(server.shared.clone());
     let shared = server.shared.clone();
-    if let Err(e) = service::write_pidfile(&shared.config) {
+    if let Err(e) = service::write_pidfile(&shared.config.service) {
         server.shared.shutdown();
         server.join();
         return Err(io::Error::other(format!("cannot write --pidfile: {e}")));
@@ -157,9 +158,9 @@ pub fn run(
         shared.config.threads(),
         shared.store.shard_count()
     ));
-    service::notify(&shared.config, "READY=1");
+    service::notify(&shared.config.service, "READY=1");
     server.join();
-    service::remove_pidfile(&shared.config);
+    service::remove_pidfile(&shared.config.service);
     sluice_log::log("Sluice stopped");
     Ok(())
 }

@@ -188,7 +188,7 @@ impl Server {
         for t in self.threads {
             let _ = t.join();
         }
-        crate::service::notify(&self.shared.config, "STOPPING=1");
+        sluice_log::service::notify(&self.shared.config.service, "STOPPING=1");
         let persist = &self.shared.persist;
         if persist.enabled() && !persist.skip_shutdown_save.load(Relaxed) {
             crate::persist::log_save(

@@ -12,6 +12,7 @@
 //!              [--upstream-user USER] [--upstream-password PASS | --upstream-password-file FILE]
 //!              [--upstream-tls-ca-cert-file CA [--upstream-tls-cert-file CRT --upstream-tls-key-file KEY]]
 //!              [--sentinel-tls yes]
+//!              [--supervised no|systemd|auto] [--pidfile FILE]
 //! ```
 //! One upstream is a single node; several are the seeds of a cluster. Commands: `RL.CHECK` (with
 //! `FAILMODE open|closed|local`, `SPLIT k`, `APPROX ms`), `RL.HIT` and `RL.HITS` (each rule's
@@ -49,6 +50,7 @@ use bytes::{Bytes, BytesMut};
 use sluice_client::{
     Client, Config, Credentials, Decision, FailMode, Limit, Quick, Source, Topology,
 };
+use sluice_log::service;
 use sluice_resp::Request;
 use sluice_resp::reply::{self, Proto};
 use tokio::net::TcpListener;
@@ -110,6 +112,9 @@ pub struct ProxyConfig {
     pub metrics_port: Option<u16>,
     #[command(flatten)]
     pub log: sluice_log::LogArgs,
+    /// `--supervised systemd` and `--pidfile`, as a node takes them.
+    #[command(flatten)]
+    pub service: sluice_log::service::ServiceArgs,
     /// The ACL user the sidecar logs in to the nodes as (default: the `default` user).
     #[arg(long, requires = "upstream_password_source")]
     pub upstream_user: Option<String>,
@@ -204,6 +209,10 @@ pub fn main(config: ProxyConfig) -> i32 {
         eprintln!("sluice proxy: cannot open --logfile: {e}");
         return 1;
     }
+    if let Err(e) = config.log.configure_syslog() {
+        eprintln!("sluice proxy: cannot open a syslog socket: {e}");
+        return 1;
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -292,6 +301,10 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
         config.gateways,
         default_mode.name()
     ));
+    if let Err(e) = service::write_pidfile(&config.service) {
+        return Err(format!("cannot write --pidfile: {e}"));
+    }
+    service::notify(&config.service, "READY=1");
     let mut next_id = 0u64;
     loop {
         tokio::select! {
@@ -306,7 +319,9 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
             _ = int.recv() => break,
         }
     }
+    service::notify(&config.service, "STOPPING=1");
     sluice_log::log("proxy shutting down");
+    service::remove_pidfile(&config.service);
     Ok(())
 }
 

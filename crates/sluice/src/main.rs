@@ -44,17 +44,18 @@ struct Cli {
 enum Mode {
     /// The gateway sidecar: a RESP front that routes checks to the nodes and applies fail
     /// modes, the blocked cache, key splitting and approximate counting.
-    // Boxed: the sidecar's flags make it much larger than the other variant.
+    // Boxed: the sidecar's flags are many hundred bytes.
     Proxy(Box<sluice_proxy::ProxyConfig>),
     /// Create and change a Sluice cluster: create, add-node, remove-node, show.
-    Cluster(sluice_admin::Admin),
+    // Boxed too: with its etcd TLS paths it is larger than a box.
+    Cluster(Box<sluice_admin::Admin>),
 }
 
 fn main() {
     let (cli, config_file) = parse();
     let code = match cli.mode {
         Some(Mode::Proxy(config)) => sluice_proxy::main(*config),
-        Some(Mode::Cluster(admin)) => sluice_admin::main(admin),
+        Some(Mode::Cluster(admin)) => sluice_admin::main(*admin),
         None => {
             let mut config = cli.node;
             config.config_file = config_file;
@@ -103,7 +104,11 @@ fn configure_log(config: &sluice_node::Config) -> Result<(), String> {
                 .unwrap_or(std::path::Path::new(""))
                 .display()
         )
-    })
+    })?;
+    config
+        .log
+        .configure_syslog()
+        .map_err(|e| format!("cannot open a syslog socket: {e}"))
 }
 
 /// Runs a node until a signal or `SHUTDOWN`; the exit code.

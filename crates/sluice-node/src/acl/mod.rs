@@ -1,10 +1,11 @@
 //! ACL users: who may log in, with which passwords, and which commands each may run.
 //!
 //! A practical subset of Redis's ACL. A user has a name, on/off, passwords (kept as SHA-256,
-//! as Redis keeps them) or `nopass`, and a set of allowed commands. Keys and channels are not
-//! restricted: `~*` / `allkeys` and `&*` / `allchannels` are accepted, any other pattern is an
-//! error. The `default` user is the one a connection starts as; `--requirepass` (and
-//! `CONFIG SET requirepass`) sets its password.
+//! as Redis keeps them) or `nopass`, a set of allowed commands and the keys it may touch
+//! ([`keys`]: `~pattern`, `%R~`, `%W~`, `~*`). Channels are not restricted: `&*` /
+//! `allchannels` are accepted, any other channel pattern is an error. The `default` user is the
+//! one a connection starts as, with every command and key; `--requirepass` (and `CONFIG SET
+//! requirepass`) sets its password.
 //!
 //! # The permission check
 //! Each command has an id: its row in the command table, and after the rows one id per
@@ -19,6 +20,8 @@
 
 mod catalog;
 mod file;
+pub mod keys;
+pub mod log;
 mod user;
 
 use std::collections::HashMap;
@@ -37,6 +40,8 @@ pub struct Acl {
     users: RwLock<HashMap<String, Arc<User>>>,
     /// `--aclfile`, for ACL LOAD and ACL SAVE.
     pub file: Option<std::path::PathBuf>,
+    /// `ACL LOG`: the recent refusals.
+    pub log: log::AclLog,
 }
 
 /// Why a rule or a file line was refused: the text after `ERR `.
@@ -54,6 +59,7 @@ impl Acl {
             catalog,
             users: RwLock::new(HashMap::new()),
             file,
+            log: log::AclLog::default(),
         };
         let default = Arc::new(User::new("default"));
         default.set(acl.default_perms(requirepass));
@@ -67,6 +73,7 @@ impl Acl {
         let mut perms = Perms::new(&self.catalog);
         perms.enabled = true;
         perms.all_commands(&self.catalog, true);
+        perms.keys.all = true;
         match requirepass {
             Some(p) => perms.add_password(p.as_bytes()),
             None => perms.nopass = true,

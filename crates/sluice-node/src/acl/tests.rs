@@ -28,7 +28,7 @@ fn a_gateway_user_runs_its_category_and_nothing_else() {
     assert_eq!(
         gw.describe(),
         format!(
-            "user gw on #{} ~* &* -@all +@ratelimit",
+            "user gw on #{} &* -@all +@ratelimit",
             "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
         )
     );

@@ -1,11 +1,13 @@
 //! One user: its rules ([`Perms`], changed by `ACL SETUSER` rule by rule) and the bitset of
 //! commands the request path reads ([`User::allows`]).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use super::catalog::{Catalog, MAX_IDS};
+use super::keys::{KeyPattern, KeyPerms};
 
 const WORDS: usize = MAX_IDS / 64;
 
@@ -21,6 +23,8 @@ pub struct Perms {
     always: [u64; WORDS],
     /// The command rules applied since the last `+@all`/`-@all`, as `ACL LIST` shows them.
     rules: Vec<String>,
+    /// The keys this user may touch.
+    pub keys: KeyPerms,
 }
 
 fn sha256(data: &[u8]) -> [u8; 32] {
@@ -59,6 +63,7 @@ impl Perms {
             bits: [0; WORDS],
             always,
             rules: vec!["-@all".into()],
+            keys: KeyPerms::default(),
         }
     }
 
@@ -112,11 +117,8 @@ impl Perms {
             "resetpass" => self.reset_passwords(),
             "allcommands" | "+@all" => self.all_commands(catalog, true),
             "nocommands" | "-@all" => self.all_commands(catalog, false),
-            "~*"
-            | "allkeys"
-            | "&*"
+            "&*"
             | "allchannels"
-            | "resetkeys"
             | "resetchannels"
             | "sanitize-payload"
             | "skip-sanitize-payload" => {}
@@ -124,8 +126,12 @@ impl Perms {
                 self.reset_passwords();
                 self.enabled = false;
                 self.all_commands(catalog, false);
+                self.keys = KeyPerms::default();
             }
-            _ => return self.apply_other(catalog, rule, &lower),
+            _ => match self.keys.apply(rule) {
+                Some(done) => return done,
+                None => return self.apply_other(catalog, rule, &lower),
+            },
         }
         Ok(())
     }
@@ -149,8 +155,10 @@ impl Perms {
         } else if let Some(hash) = rule.strip_prefix('!') {
             let hash = unhex(hash).ok_or("The password hash must be exactly 64 characters and contain only lowercase hexadecimal characters")?;
             self.remove_hash(&hash)?;
-        } else if rule.starts_with('~') || rule.starts_with('%') || rule.starts_with('&') {
-            return Err("only ~* (all keys) and &* (all channels) are supported");
+        } else if rule.starts_with('%') {
+            return Err("Syntax error");
+        } else if rule.starts_with('&') {
+            return Err("only &* (all channels) is supported");
         } else if let Some(name) = lower.strip_prefix("+@") {
             self.category(catalog, name, true)?;
         } else if let Some(name) = lower.strip_prefix("-@") {
@@ -209,7 +217,12 @@ impl Perms {
             line.push_str(" #");
             line.push_str(&hex(h));
         }
-        line.push_str(" ~* &* ");
+        let keys = self.keys.describe();
+        if !keys.is_empty() {
+            line.push(' ');
+            line.push_str(&keys);
+        }
+        line.push_str(" &* ");
         line.push_str(&self.rules.join(" "));
         line
     }
@@ -232,11 +245,15 @@ impl Perms {
     }
 }
 
-/// One user as connections see it: the bitset read per command, and the rules behind it.
+/// One user as connections see it: the bitset read per command, whether it may touch every
+/// key, and the rules behind them.
 #[derive(Debug)]
 pub struct User {
     pub name: String,
     bits: [AtomicU64; WORDS],
+    all_keys: AtomicBool,
+    /// The key patterns, read only for a user without `all_keys`.
+    keys: RwLock<Arc<[KeyPattern]>>,
     perms: Mutex<Perms>,
 }
 
@@ -245,6 +262,8 @@ impl User {
         User {
             name: name.into(),
             bits: Default::default(),
+            all_keys: AtomicBool::new(false),
+            keys: RwLock::new(Arc::from(Vec::new())),
             perms: Mutex::new(Perms::new(&Catalog::default())),
         }
     }
@@ -255,6 +274,18 @@ impl User {
         self.bits
             .get(id / 64)
             .is_some_and(|w| w.load(Relaxed) >> (id % 64) & 1 == 1)
+    }
+
+    /// Whether this user may touch every key (`~*`): one load, the whole check for most users.
+    #[inline]
+    pub fn all_keys(&self) -> bool {
+        self.all_keys.load(Relaxed)
+    }
+
+    /// Whether one of this user's key patterns grants a call that does or does not `write`
+    /// on `key` (see [`super::keys`]).
+    pub fn may_touch(&self, key: &[u8], write: bool) -> bool {
+        self.all_keys() || self.keys.read().iter().any(|p| p.grants(key, write))
     }
 
     /// Whether `pass` logs in as this user: on, and `nopass` or one of its passwords.
@@ -280,6 +311,8 @@ impl User {
         for (i, word) in self.bits.iter().enumerate() {
             word.store(perms.bits[i] | perms.always[i], Relaxed);
         }
+        *self.keys.write() = Arc::from(perms.keys.patterns.clone());
+        self.all_keys.store(perms.keys.all, Relaxed);
         *current = perms;
     }
 

@@ -4,14 +4,19 @@
 //! # Format
 //! - `ACL SETUSER name [rule ...]` → `+OK`. Rules: `on` `off` `>pass` `<pass` `#sha256`
 //!   `!sha256` `nopass` `resetpass` `reset` `allcommands` `nocommands` `+@cat` `-@cat` `+cmd`
-//!   `-cmd` `+cmd|sub` `-cmd|sub`; `~*`, `allkeys`, `&*`, `allchannels` are accepted (keys and
-//!   channels are never restricted: any other pattern is an error).
+//!   `-cmd` `+cmd|sub` `-cmd|sub`; keys `~pattern` `%R~pattern` `%W~pattern` `~*` `allkeys`
+//!   `resetkeys` (see `acl::keys`); `&*`, `allchannels` are accepted (channels are never
+//!   restricted: any other channel pattern is an error).
 //! - `ACL GETUSER name` → a map: `flags`, `passwords` (SHA-256 hex), `commands`, `keys`,
 //!   `channels`; nil if there is no such user.
 //! - `ACL DELUSER name [name ...]` → `:removed`. `ACL USERS` → the names. `ACL LIST` → one
 //!   `user ...` line per user. `ACL WHOAMI` → this connection's user.
 //! - `ACL CAT` → the categories; `ACL CAT category` → its commands.
 //! - `ACL LOAD` / `ACL SAVE` → `+OK`, with `--aclfile`.
+//! - `ACL LOG [count]` → the newest refusals first, each a map: `count`, `reason` (`command`,
+//!   `key`, `auth`), `context`, `object`, `username`, `age-seconds`, `client-info`,
+//!   `entry-id`, `timestamp-created`, `timestamp-last-updated`. `ACL LOG RESET` → `+OK`.
+//! - `ACL GENPASS [bits]` → `bits` (default 256, at most 4096) random bits as lower-case hex.
 //!
 //! # Categories
 //! - `@ratelimit`: the checks a gateway makes (RL.CHECK, RL.HIT, RL.HITS, RL.ALLOW,
@@ -126,6 +131,14 @@ pub enum AclCmd<'a> {
     Cat(Option<&'a [u8]>),
     Load,
     Save,
+    Log(LogArg),
+    GenPass(usize),
+}
+
+#[derive(Debug)]
+pub enum LogArg {
+    Show(Option<usize>),
+    Reset,
 }
 
 fn text(arg: &[u8]) -> Result<&str, CmdError> {
@@ -153,9 +166,11 @@ impl<'a> Command<'a> for AclCmd<'a> {
             b"CAT" => AclCmd::Cat(args.next()),
             b"LOAD" => AclCmd::Load,
             b"SAVE" => AclCmd::Save,
+            b"LOG" => AclCmd::Log(log_arg(args.next())?),
+            b"GENPASS" => AclCmd::GenPass(genpass_bits(args.next())?),
             _ => {
                 return Err(CmdError::msg(format!(
-                    "ERR unknown subcommand '{}'. Try ACL SETUSER|GETUSER|DELUSER|USERS|LIST|WHOAMI|CAT|LOAD|SAVE.",
+                    "ERR unknown subcommand '{}'. Try ACL SETUSER|GETUSER|DELUSER|USERS|LIST|WHOAMI|CAT|LOAD|SAVE|LOG|GENPASS.",
                     String::from_utf8_lossy(&sub)
                 )));
             }
@@ -206,6 +221,12 @@ impl<'a> Command<'a> for AclCmd<'a> {
                 crate::acl::save_file(acl, &path).map_err(|e| CmdError::msg(format!("ERR {e}")))?;
                 reply::simple(out, "OK");
             }
+            AclCmd::Log(LogArg::Reset) => {
+                acl.log.reset();
+                reply::simple(out, "OK");
+            }
+            AclCmd::Log(LogArg::Show(count)) => show_log(ctx, count),
+            AclCmd::GenPass(bits) => reply::bulk(out, genpass(bits)?.as_bytes()),
         }
         Ok(())
     }
@@ -263,7 +284,7 @@ fn get_user(ctx: &mut Ctx<'_>, name: &[u8]) {
     reply::bulk(out, b"commands");
     reply::bulk(out, perms.command_rules().as_bytes());
     reply::bulk(out, b"keys");
-    reply::bulk(out, b"~*");
+    reply::bulk(out, perms.keys.describe().as_bytes());
     reply::bulk(out, b"channels");
     reply::bulk(out, b"&*");
 }
@@ -286,4 +307,77 @@ fn cat(ctx: &mut Ctx<'_>, category: Option<&[u8]>) -> Result<(), CmdError> {
         reply::bulk(out, n.as_bytes());
     }
     Ok(())
+}
+
+fn log_arg(arg: Option<&[u8]>) -> Result<LogArg, CmdError> {
+    let Some(arg) = arg else {
+        return Ok(LogArg::Show(None));
+    };
+    if arg.eq_ignore_ascii_case(b"RESET") {
+        return Ok(LogArg::Reset);
+    }
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|t| t.parse::<usize>().ok())
+        .map(|n| LogArg::Show(Some(n)))
+        .ok_or_else(|| CmdError::msg("ERR value is out of range, must be positive"))
+}
+
+fn show_log(ctx: &mut Ctx<'_>, count: Option<usize>) {
+    let p = ctx.session.proto;
+    let out = &mut *ctx.out;
+    let (entries, now_ms) = ctx.shared.acl.log.recent(count);
+    reply::array(out, entries.len());
+    for e in entries {
+        reply::map(out, p, 10);
+        reply::bulk(out, b"count");
+        reply::integer(out, i64::try_from(e.count).unwrap_or(i64::MAX));
+        reply::bulk(out, b"reason");
+        reply::bulk(out, e.reason.name().as_bytes());
+        reply::bulk(out, b"context");
+        reply::bulk(out, e.context.as_bytes());
+        reply::bulk(out, b"object");
+        reply::bulk(out, e.object.as_bytes());
+        reply::bulk(out, b"username");
+        reply::bulk(out, e.username.as_bytes());
+        reply::bulk(out, b"age-seconds");
+        reply::double(out, p, now_ms.saturating_sub(e.created_ms) as f64 / 1000.0);
+        reply::bulk(out, b"client-info");
+        reply::bulk(out, e.client_info.as_bytes());
+        reply::bulk(out, b"entry-id");
+        reply::integer(out, i64::try_from(e.id).unwrap_or(i64::MAX));
+        reply::bulk(out, b"timestamp-created");
+        reply::integer(out, i64::try_from(e.created_ms).unwrap_or(i64::MAX));
+        reply::bulk(out, b"timestamp-last-updated");
+        reply::integer(out, i64::try_from(e.updated_ms).unwrap_or(i64::MAX));
+    }
+}
+
+/// The most bits `ACL GENPASS` gives, as in Redis.
+const GENPASS_MAX_BITS: usize = 4096;
+
+fn genpass_bits(arg: Option<&[u8]>) -> Result<usize, CmdError> {
+    let Some(arg) = arg else { return Ok(256) };
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|t| t.parse::<usize>().ok())
+        .filter(|n| (1..=GENPASS_MAX_BITS).contains(n))
+        .ok_or_else(|| {
+            CmdError::msg(format!(
+                "ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to {GENPASS_MAX_BITS}"
+            ))
+        })
+}
+
+/// `bits` random bits from the system's generator, as hex (rounded up to whole digits).
+fn genpass(bits: usize) -> Result<String, CmdError> {
+    use ring::rand::SecureRandom;
+    let digits = bits.div_ceil(4);
+    let mut bytes = vec![0u8; digits.div_ceil(2)];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| CmdError::msg("ERR no random bytes from the system"))?;
+    let mut hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    hex.truncate(digits);
+    Ok(hex)
 }

@@ -10,6 +10,7 @@ use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
 use crate::acl::User;
+use crate::acl::log::Reason;
 use crate::shared::Shared;
 
 pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
@@ -41,6 +42,15 @@ pub fn check(shared: &Shared, user: Option<&[u8]>, pass: &[u8]) -> Result<Arc<Us
         .ok_or_else(|| CmdError::msg(WRONGPASS))
 }
 
+/// [`check`] for this connection, a failure logged in `ACL LOG` (reason `auth`) under the
+/// user name tried.
+pub fn login(ctx: &Ctx<'_>, user: Option<&[u8]>, pass: &[u8]) -> Result<Arc<User>, CmdError> {
+    check(ctx.shared, user, pass).inspect_err(|_| {
+        let name = String::from_utf8_lossy(user.unwrap_or(b"default"));
+        super::acl_log::log_denial(ctx, Reason::Auth, b"AUTH", Some(&name));
+    })
+}
+
 impl<'a> Command<'a> for Auth<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let first = args.key()?;
@@ -59,7 +69,7 @@ impl<'a> Command<'a> for Auth<'a> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let user = check(ctx.shared, self.user, self.pass)?;
+        let user = login(ctx, self.user, self.pass)?;
         ctx.session.login(user);
         ctx.session.authenticated = true;
         reply::simple(ctx.out, "OK");

@@ -303,7 +303,7 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "pidfile",
-        get: |s| path_setting(&s.config.pidfile),
+        get: |s| path_setting(&s.config.service.pidfile),
         set: None,
     },
     Setting {
@@ -402,7 +402,22 @@ const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "supervised",
-        get: |s| s.config.supervised.clone(),
+        get: |s| s.config.service.supervised.clone(),
+        set: None,
+    },
+    Setting {
+        name: "syslog-enabled",
+        get: |s| s.config.log.syslog_enabled.clone(),
+        set: None,
+    },
+    Setting {
+        name: "syslog-facility",
+        get: |s| s.config.log.syslog_facility.clone(),
+        set: None,
+    },
+    Setting {
+        name: "syslog-ident",
+        get: |s| s.config.log.syslog_ident.clone(),
         set: None,
     },
     Setting {

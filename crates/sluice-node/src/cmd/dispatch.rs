@@ -42,6 +42,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     if !ctx.session.user.allows(row)
         && let Err(name) = subcommand_allowed(ctx, row, req)
     {
+        super::acl_log::log_denial(ctx, crate::acl::log::Reason::Command, name.as_bytes(), None);
         return refuse(ctx, row, &super::acl::noperm(&name));
     }
     if ctx.session.proto == Proto::Resp2

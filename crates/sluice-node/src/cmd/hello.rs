@@ -63,7 +63,7 @@ impl<'a> Command<'a> for Hello<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         if let Some((user, pass)) = self.auth {
-            let user = auth::check(ctx.shared, Some(user), pass)?;
+            let user = auth::login(ctx, Some(user), pass)?;
             ctx.session.login(user);
             ctx.session.authenticated = true;
         }

@@ -27,6 +27,7 @@ pub use table::{
 };
 
 mod acl;
+mod acl_log;
 mod auth;
 mod cl_throttle;
 mod client;

@@ -1,5 +1,5 @@
-//! Service integration: the pid file (`--pidfile`) and systemd's readiness protocol
-//! (`--supervised systemd`).
+//! Service integration for the node and the sidecar: the pid file (`--pidfile`) and
+//! systemd's readiness protocol (`--supervised systemd`).
 //!
 //! systemd's `Type=notify` waits for `READY=1` on the datagram socket named by
 //! `$NOTIFY_SOCKET` (a path, or `@name` for an abstract socket) before it calls the unit
@@ -10,12 +10,24 @@ use std::io;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 
-use crate::config::Config;
+/// The service flags the node and the sidecar both take, flattened into each one's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServiceArgs {
+    /// `systemd`: tell the service manager over `$NOTIFY_SOCKET` when the server is ready
+    /// (`READY=1`) and when it stops (`STOPPING=1`), for `Type=notify` units; `auto`: when
+    /// `$NOTIFY_SOCKET` is set. `no`: don't.
+    #[arg(long, default_value = "no", value_parser = ["no", "systemd", "auto"])]
+    pub supervised: String,
+
+    /// Write the process id to this file once ready; removed at a clean exit.
+    #[arg(long, value_name = "FILE")]
+    pub pidfile: Option<std::path::PathBuf>,
+}
 
 /// Whether this server talks to systemd: `--supervised systemd`, or `auto` when
 /// `$NOTIFY_SOCKET` is set, as Redis decides.
-fn supervised(config: &Config) -> bool {
-    match config.supervised.as_str() {
+fn supervised(args: &ServiceArgs) -> bool {
+    match args.supervised.as_str() {
         "systemd" => true,
         "auto" => std::env::var_os("NOTIFY_SOCKET").is_some(),
         _ => false,
@@ -23,16 +35,16 @@ fn supervised(config: &Config) -> bool {
 }
 
 /// Sends `state` (`READY=1`, `STOPPING=1`) to `$NOTIFY_SOCKET`, if supervised.
-pub fn notify(config: &Config, state: &str) {
-    if !supervised(config) {
+pub fn notify(args: &ServiceArgs, state: &str) {
+    if !supervised(args) {
         return;
     }
     let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
-        sluice_log::warn("--supervised systemd but NOTIFY_SOCKET is not set: not notifying");
+        crate::warn("--supervised systemd but NOTIFY_SOCKET is not set: not notifying");
         return;
     };
     if let Err(e) = send(&target.to_string_lossy(), state) {
-        sluice_log::warn(&format!(
+        crate::warn(&format!(
             "cannot notify systemd at {}: {e}",
             target.to_string_lossy()
         ));
@@ -58,16 +70,16 @@ fn send(target: &str, state: &str) -> io::Result<()> {
 ///
 /// # Errors
 /// The file cannot be written.
-pub fn write_pidfile(config: &Config) -> io::Result<()> {
-    match &config.pidfile {
+pub fn write_pidfile(args: &ServiceArgs) -> io::Result<()> {
+    match &args.pidfile {
         Some(path) => std::fs::write(path, format!("{}\n", std::process::id())),
         None => Ok(()),
     }
 }
 
 /// Removes `--pidfile` at a clean exit, if it still holds this process's id.
-pub fn remove_pidfile(config: &Config) {
-    if let Some(path) = &config.pidfile
+pub fn remove_pidfile(args: &ServiceArgs) {
+    if let Some(path) = &args.pidfile
         && holds_this_pid(path)
     {
         let _ = std::fs::remove_file(path);
