@@ -361,6 +361,20 @@ impl Parser {
         buf: &mut BytesMut,
         request: &mut Request,
     ) -> Result<bool, ProtocolError> {
+        // The common case first, before any saved progress is looked at: a whole, ordinary
+        // multibulk frame at a frame boundary.
+        if self.state == State::Start && buf.first() == Some(&b'*') {
+            if let Some(frame_len) = self.whole_multibulk(buf, request) {
+                request.frame = buf.split_to(frame_len).freeze();
+                request.inline = false;
+                request.wire = true;
+                return Ok(true);
+            }
+            // From here on this frame takes the general, incremental path, so the fast path
+            // reads any frame at most once.
+            request.args.clear();
+            self.state = State::Count { searched: 1 };
+        }
         let result = self.step(buf, request);
         if result.is_err() {
             self.reset();
@@ -414,18 +428,10 @@ impl Parser {
             match self.state {
                 State::Start => match buf.first() {
                     None => return Ok(false),
-                    Some(b'*') => {
-                        if let Some(frame_len) = self.whole_multibulk(buf, request) {
-                            request.frame = buf.split_to(frame_len).freeze();
-                            request.inline = false;
-                            request.wire = true;
-                            return Ok(true);
-                        }
-                        // From here on this frame takes the general, incremental path, so the
-                        // fast path reads any frame at most once.
-                        request.args.clear();
-                        self.state = State::Count { searched: 1 };
-                    }
+                    // Only a frame after a skipped one (`*0`, a blank line) gets here at a
+                    // boundary: it takes the general path, which accepts exactly what the fast
+                    // one does and more.
+                    Some(b'*') => self.state = State::Count { searched: 1 },
                     Some(_) => self.state = State::Inline { searched: 0 },
                 },
                 State::Inline { searched } => {
@@ -569,6 +575,7 @@ impl Parser {
     /// length. `None` for anything else (incomplete, empty, unusual or invalid): the general
     /// path then parses the same bytes from the start and gives the exact answer or error, so
     /// the two can never disagree on a frame this one accepts.
+    #[inline]
     fn whole_multibulk(&self, buf: &[u8], request: &mut Request) -> Option<usize> {
         let (count, mut pos) = plain_number(buf, 1)?;
         if count == 0 || count > self.limits.max_multibulk_len {
@@ -639,6 +646,7 @@ impl Parser {
 /// A header number for the fast path: 1 to 18 digits at `at`, no leading zero unless it is
 /// `0` itself, then `\r` and one more byte (Redis does not check that byte). Returns the number
 /// and where the next line starts; `None` for anything else.
+#[inline(always)]
 fn plain_number(buf: &[u8], at: usize) -> Option<(usize, usize)> {
     // Counts and argument lengths are nearly always one or two digits: read those directly.
     if let Some(&[a, b, c, _]) = buf.get(at..at + 4) {
