@@ -418,6 +418,9 @@ impl Parser {
         }
     }
 
+    /// The general path: any request, any split across reads. Kept out of line so that the
+    /// fast path's loop in `parse_into` has the registers to itself.
+    #[inline(never)]
     fn step(&mut self, buf: &mut BytesMut, request: &mut Request) -> Result<bool, ProtocolError> {
         // A buffer that shrank since the last call breaks the append-only contract; restarting
         // the frame from the front keeps that a wrong answer instead of an out-of-bounds panic.
@@ -581,21 +584,19 @@ impl Parser {
         if count == 0 || count > self.limits.max_multibulk_len {
             return None;
         }
-        request.args.clear();
+        let max_bulk_len = self.limits.max_bulk_len;
+        let args = &mut request.args;
+        args.clear();
         for _ in 0..count {
-            if *buf.get(pos)? != b'$' {
+            let (len, start) = bulk_header(buf, pos)?;
+            // The payload and the two bytes that end it must be buffered. (`start` is within
+            // the buffer, so `after` is `Some`; the form avoids an overflow check on `len`.)
+            let after = buf.len().checked_sub(start)?;
+            if len > max_bulk_len || after < 2 || len > after - 2 {
                 return None;
             }
-            let (len, start) = plain_number(buf, pos + 1)?;
-            if len > self.limits.max_bulk_len {
-                return None;
-            }
-            let end = start.checked_add(len)?.checked_add(2)?;
-            if end > buf.len() {
-                return None;
-            }
-            request.args.push((start, len));
-            pos = end;
+            args.push((start, len));
+            pos = start + len + 2;
         }
         Some(pos)
     }
@@ -641,6 +642,26 @@ impl Parser {
         self.reset();
         has_args
     }
+}
+
+/// A bulk header for the fast path: `$` at `at`, then a [`plain_number`]. Returns the payload's
+/// length and where it starts. The one- and two-digit lengths are read from one 5-byte window
+/// (the `$`, the digits, the `\r` and the byte after it), as `plain_number` reads them.
+#[inline(always)]
+fn bulk_header(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+    if let Some(&[b'$', a, b, c, _]) = buf.get(at..).and_then(|rest| rest.get(..5)) {
+        let (da, db) = (a.wrapping_sub(b'0'), b.wrapping_sub(b'0'));
+        if da <= 9 && b == b'\r' {
+            return Some((usize::from(da), at + 4));
+        }
+        if (1..=9).contains(&da) && db <= 9 && c == b'\r' {
+            return Some((usize::from(da * 10 + db), at + 5));
+        }
+    }
+    if *buf.get(at)? != b'$' {
+        return None;
+    }
+    plain_number(buf, at + 1)
 }
 
 /// A header number for the fast path: 1 to 18 digits at `at`, no leading zero unless it is
