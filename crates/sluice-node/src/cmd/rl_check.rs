@@ -76,15 +76,17 @@ impl<'a> Command<'a> for RlCheck<'a> {
             stats.check(crate::stats::RuleId::UNNAMED, self.algo, &decision, false);
         }
         let limit = clamp(decision.limit);
+        let fresh;
         let line = if self.limit.value() == limit {
-            self.limit
+            &self.limit
         } else {
-            IntLine::new(limit)
+            fresh = IntLine::new(limit);
+            &fresh
         };
         reply::check(
             ctx.out,
             decision.allowed,
-            &line,
+            line,
             clamp(decision.remaining),
             decision.retry_after_ms(),
             decision.reset_after_ms(),
