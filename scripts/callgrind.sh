@@ -9,6 +9,9 @@
 # and the counters are dumped (`callgrind_control -d`).
 # Instructions ÷ requests is the figure. The server's idle work during a run (timers, cron) is
 # measured the same way over an idle window and subtracted in proportion to each run's length.
+# That subtraction follows each run's wall time, which a loaded machine stretches (± 300 per
+# request seen on a VM at load 7), so the table also shows the request path alone
+# (`Conn::run_batch` inclusive): nothing is subtracted from it and it repeats to the instruction.
 #
 # Tests: PING and INCR on both; RL.CHECK TOKEN, GCRA, SLIDING on Sluice; EVALSHA of
 # scripts/lua/token_bucket.lua (the Lua token bucket RL.CHECK replaces) on Redis; and NEWKEY,
