@@ -20,6 +20,7 @@ pub struct Fixed {
 }
 
 /// FIXED: one check. Returns the decision and the state to store (`None` = fresh).
+#[inline]
 pub fn check(
     state: Option<Fixed>,
     params: &Params,

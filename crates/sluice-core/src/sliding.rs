@@ -39,6 +39,7 @@ pub struct Sliding {
 }
 
 /// SLIDING: one check. Returns the decision and the state to store (`None` = fresh).
+#[inline]
 pub fn check(
     state: Option<Sliding>,
     params: &Params,

@@ -361,6 +361,20 @@ impl Parser {
         buf: &mut BytesMut,
         request: &mut Request,
     ) -> Result<bool, ProtocolError> {
+        // The common case first, before any saved progress is looked at: a whole, ordinary
+        // multibulk frame at a frame boundary.
+        if self.state == State::Start && buf.first() == Some(&b'*') {
+            if let Some(frame_len) = self.whole_multibulk(buf, request) {
+                request.frame = buf.split_to(frame_len).freeze();
+                request.inline = false;
+                request.wire = true;
+                return Ok(true);
+            }
+            // From here on this frame takes the general, incremental path, so the fast path
+            // reads any frame at most once.
+            request.args.clear();
+            self.state = State::Count { searched: 1 };
+        }
         let result = self.step(buf, request);
         if result.is_err() {
             self.reset();
@@ -404,6 +418,9 @@ impl Parser {
         }
     }
 
+    /// The general path: any request, any split across reads. Kept out of line so that the
+    /// fast path's loop in `parse_into` has the registers to itself.
+    #[inline(never)]
     fn step(&mut self, buf: &mut BytesMut, request: &mut Request) -> Result<bool, ProtocolError> {
         // A buffer that shrank since the last call breaks the append-only contract; restarting
         // the frame from the front keeps that a wrong answer instead of an out-of-bounds panic.
@@ -414,18 +431,10 @@ impl Parser {
             match self.state {
                 State::Start => match buf.first() {
                     None => return Ok(false),
-                    Some(b'*') => {
-                        if let Some(frame_len) = self.whole_multibulk(buf, request) {
-                            request.frame = buf.split_to(frame_len).freeze();
-                            request.inline = false;
-                            request.wire = true;
-                            return Ok(true);
-                        }
-                        // From here on this frame takes the general, incremental path, so the
-                        // fast path reads any frame at most once.
-                        request.args.clear();
-                        self.state = State::Count { searched: 1 };
-                    }
+                    // Only a frame after a skipped one (`*0`, a blank line) gets here at a
+                    // boundary: it takes the general path, which accepts exactly what the fast
+                    // one does and more.
+                    Some(b'*') => self.state = State::Count { searched: 1 },
                     Some(_) => self.state = State::Inline { searched: 0 },
                 },
                 State::Inline { searched } => {
@@ -569,26 +578,25 @@ impl Parser {
     /// length. `None` for anything else (incomplete, empty, unusual or invalid): the general
     /// path then parses the same bytes from the start and gives the exact answer or error, so
     /// the two can never disagree on a frame this one accepts.
+    #[inline]
     fn whole_multibulk(&self, buf: &[u8], request: &mut Request) -> Option<usize> {
         let (count, mut pos) = plain_number(buf, 1)?;
         if count == 0 || count > self.limits.max_multibulk_len {
             return None;
         }
-        request.args.clear();
+        let max_bulk_len = self.limits.max_bulk_len;
+        let args = &mut request.args;
+        args.clear();
         for _ in 0..count {
-            if *buf.get(pos)? != b'$' {
+            let (len, start) = bulk_header(buf, pos)?;
+            // The payload and the two bytes that end it must be buffered. (`start` is within
+            // the buffer, so `after` is `Some`; the form avoids an overflow check on `len`.)
+            let after = buf.len().checked_sub(start)?;
+            if len > max_bulk_len || after < 2 || len > after - 2 {
                 return None;
             }
-            let (len, start) = plain_number(buf, pos + 1)?;
-            if len > self.limits.max_bulk_len {
-                return None;
-            }
-            let end = start.checked_add(len)?.checked_add(2)?;
-            if end > buf.len() {
-                return None;
-            }
-            request.args.push((start, len));
-            pos = end;
+            args.push((start, len));
+            pos = start + len + 2;
         }
         Some(pos)
     }
@@ -636,9 +644,30 @@ impl Parser {
     }
 }
 
+/// A bulk header for the fast path: `$` at `at`, then a [`plain_number`]. Returns the payload's
+/// length and where it starts. The one- and two-digit lengths are read from one 5-byte window
+/// (the `$`, the digits, the `\r` and the byte after it), as `plain_number` reads them.
+#[inline(always)]
+fn bulk_header(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+    if let Some(&[b'$', a, b, c, _]) = buf.get(at..).and_then(|rest| rest.get(..5)) {
+        let (da, db) = (a.wrapping_sub(b'0'), b.wrapping_sub(b'0'));
+        if da <= 9 && b == b'\r' {
+            return Some((usize::from(da), at + 4));
+        }
+        if (1..=9).contains(&da) && db <= 9 && c == b'\r' {
+            return Some((usize::from(da * 10 + db), at + 5));
+        }
+    }
+    if *buf.get(at)? != b'$' {
+        return None;
+    }
+    plain_number(buf, at + 1)
+}
+
 /// A header number for the fast path: 1 to 18 digits at `at`, no leading zero unless it is
 /// `0` itself, then `\r` and one more byte (Redis does not check that byte). Returns the number
 /// and where the next line starts; `None` for anything else.
+#[inline(always)]
 fn plain_number(buf: &[u8], at: usize) -> Option<(usize, usize)> {
     // Counts and argument lengths are nearly always one or two digits: read those directly.
     if let Some(&[a, b, c, _]) = buf.get(at..at + 4) {

@@ -17,6 +17,8 @@
 //! | [`double`] | `$3\r\n1.5\r\n` | `,1.5\r\n` |
 //! | [`boolean`] | `:1\r\n` / `:0\r\n` | `#t\r\n` / `#f\r\n` |
 //! | [`verbatim`] | `$5\r\nhello\r\n` | `=9\r\ntxt:hello\r\n` |
+//! | [`int_array`] | `*2\r\n:1\r\n:-1\r\n` | same |
+//! | [`check`] | `*5\r\n` + 5 integers (`RL.CHECK`) | same |
 //!
 //! Aggregates ([`array()`], [`map`], [`set`]) write only their header; the caller writes the
 //! elements right after, which keeps every reply a sequence of flat appends with no builder.
@@ -210,79 +212,196 @@ pub fn int_array(out: &mut BytesMut, values: &[i64]) {
     }
 }
 
+/// An integer line, `:<n>\r\n`, encoded ahead of time, for a number many replies repeat (every
+/// check of a rule replies the rule's limit): [`check`] copies it instead of formatting it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntLine {
+    value: i64,
+    len: u8,
+    text: [u8; 24],
+}
+
+impl IntLine {
+    /// The line of 0 (a placeholder that needs no code to make).
+    pub const ZERO: IntLine = IntLine {
+        value: 0,
+        len: 4,
+        text: *b":0\r\n\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+    };
+
+    /// The line of `value`.
+    pub fn new(value: i64) -> IntLine {
+        let mut text = [0u8; 24];
+        // SAFETY: `text` is the 24 bytes `put_line` may write.
+        let len = unsafe { put_line(text.as_mut_ptr(), b':', value) };
+        IntLine {
+            value,
+            len: len as u8,
+            text,
+        }
+    }
+
+    /// The number this line says.
+    pub fn value(&self) -> i64 {
+        self.value
+    }
+
+    /// The line's bytes, `:<n>\r\n`.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.text[..usize::from(self.len)]
+    }
+}
+
+/// `RL.CHECK`'s reply, `*5\r\n:allowed\r\n:limit\r\n:remaining\r\n:retry_after_ms\r\n:reset_after_ms\r\n`:
+/// byte for byte [`int_array`] of the five, written with less work. The header and `allowed`
+/// are one 8-byte constant, `limit` is copied from its line (which must say the decision's
+/// limit), and the usual `-1` of `retry_after_ms` is a constant too (see `put_line`).
+pub fn check(
+    out: &mut BytesMut,
+    allowed: bool,
+    limit: &IntLine,
+    remaining: i64,
+    retry_after_ms: i64,
+    reset_after_ms: i64,
+) {
+    // The head, the limit's whole 24-byte array, then three lines of at most 24 bytes.
+    const ROOM: usize = 8 + 24 * 4;
+    out.reserve(ROOM);
+    let spare = out.spare_capacity_mut();
+    assert!(spare.len() >= ROOM);
+    let dst = spare.as_mut_ptr().cast::<u8>();
+    let head = if allowed {
+        *b"*5\r\n:1\r\n"
+    } else {
+        *b"*5\r\n:0\r\n"
+    };
+    // SAFETY: every store stays inside the `ROOM` bytes of spare capacity asserted above (8 for
+    // the head, 24 for the limit's array, at most 24 per `put_line`); exactly the first `len`
+    // bytes are initialised when `set_len` exposes them.
+    unsafe {
+        dst.cast::<[u8; 8]>().write_unaligned(head);
+        dst.add(8).cast::<[u8; 24]>().write_unaligned(limit.text);
+        let mut len = 8 + usize::from(limit.len);
+        len += put_line(dst.add(len), b':', remaining);
+        len += put_line(dst.add(len), b':', retry_after_ms);
+        len += put_line(dst.add(len), b':', reset_after_ms);
+        out.set_len(out.len() + len);
+    }
+}
+
 /// Writes `<prefix><n>\r\n` at `dst` and returns its length (at most 24).
 ///
 /// # Safety
 /// `dst` must be valid for 24 bytes of writes.
+#[inline(always)]
 unsafe fn put_line(dst: *mut u8, prefix: u8, n: i64) -> usize {
     // One digit (a check's `allowed`, a zero wait, an array's length): one 4-byte store.
     if (0..10).contains(&n) {
-        let line = u32::from_le_bytes([prefix, b'0' + n as u8, b'\r', b'\n']);
+        let line = [prefix, b'0' + n as u8, b'\r', b'\n'];
         // SAFETY: 4 <= 24 bytes from `dst`, which the caller guarantees.
-        unsafe { dst.cast::<u32>().write_unaligned(line) };
+        unsafe { dst.cast::<[u8; 4]>().write_unaligned(line) };
         return 4;
     }
-    // The digits are written straight to their place, right to left, two at a time: no
-    // intermediate buffer and no copy. 24 bytes: prefix, sign, 19 digits, CR LF.
-    let mut v = n.unsigned_abs();
+    // -1: the `retry_after_ms` of every allowed check.
+    if n == -1 {
+        let line = [prefix, b'-', b'1', b'\r', b'\n', 0, 0, 0];
+        // SAFETY: 8 <= 24 bytes from `dst`, which the caller guarantees.
+        unsafe { dst.cast::<[u8; 8]>().write_unaligned(line) };
+        return 5;
+    }
     let sign = usize::from(n < 0);
-    let digits = decimal_digits(v);
-    let end = 1 + sign + digits;
-    // SAFETY (whole block): `end + 2 <= 24` bytes from `dst`, which the caller guarantees.
+    // SAFETY (whole block): the prefix, a sign, at most 20 digits (`put_digits` stores up to
+    // 22 bytes from its start, 2 + 22 <= 24) and CR LF stay within the 24 bytes from `dst`.
     unsafe {
         dst.write(prefix);
-        if sign == 1 {
-            dst.add(1).write(b'-');
-        }
-        let mut i = end;
-        while v >= 100 {
-            let pair = (v % 100) as usize * 2;
-            v /= 100;
-            i -= 2;
-            dst.add(i).write(DIGIT_PAIRS[pair]);
-            dst.add(i + 1).write(DIGIT_PAIRS[pair + 1]);
-        }
-        if v >= 10 {
-            let pair = v as usize * 2;
-            dst.add(i - 2).write(DIGIT_PAIRS[pair]);
-            dst.add(i - 1).write(DIGIT_PAIRS[pair + 1]);
-        } else {
-            dst.add(i - 1).write(b'0' + v as u8);
-        }
-        dst.add(end).write(b'\r');
-        dst.add(end + 1).write(b'\n');
+        // Overwritten by the first digit when `n` is not negative: no branch.
+        dst.add(1).write(b'-');
+        let end = 1 + sign + put_digits(dst.add(1 + sign), n.unsigned_abs());
+        dst.add(end).cast::<[u8; 2]>().write_unaligned(*b"\r\n");
+        end + 2
     }
-    end + 2
 }
 
-/// How many decimal digits `v` has (1 for 0): log2 from one instruction, then one compare.
-fn decimal_digits(v: u64) -> usize {
-    const POW10: [u64; 20] = {
-        let mut p = [1u64; 20];
-        let mut i = 1;
-        while i < 20 {
-            p[i] = p[i - 1] * 10;
-            i += 1;
+const E8: u64 = 100_000_000;
+
+/// Writes the decimal digits of `v` at `dst` and returns how many (1 to 20). Each group of up to
+/// eight digits is one 8-byte store (see [`eight_digits`]), so the stores reach past the
+/// digits: up to 22 bytes from `dst` are written, and only the first (returned) count are
+/// digits; the caller writes what follows over the rest.
+///
+/// # Safety
+/// `dst` must be valid for 22 bytes of writes.
+#[inline(always)]
+unsafe fn put_digits(dst: *mut u8, v: u64) -> usize {
+    // SAFETY (whole body): the highest store starts at most 4 + 8 = 12 bytes from `dst` (in
+    // the 17-to-20-digit case) and is 8 bytes long: 20 <= 22.
+    unsafe {
+        if v < E8 {
+            return put_leading(dst, v as u32);
         }
-        p
-    };
-    let log2 = 63 - (v | 1).leading_zeros() as usize;
-    // floor(log10 v) is t = ⌊log2 · log10(2)⌋ (1233/4096 ≈ log10 2) or one more.
-    let t = (log2 * 1233) >> 12;
-    t + 1 + usize::from(v >= POW10[t + 1])
+        if v < E8 * E8 {
+            let lead = put_leading(dst, (v / E8) as u32);
+            store8(dst.add(lead), eight_digits((v % E8) as u32) | ASCII_ZEROS);
+            return lead + 8;
+        }
+        let rest = v % (E8 * E8);
+        let lead = put_leading(dst, (v / (E8 * E8)) as u32);
+        store8(
+            dst.add(lead),
+            eight_digits((rest / E8) as u32) | ASCII_ZEROS,
+        );
+        store8(
+            dst.add(lead + 8),
+            eight_digits((rest % E8) as u32) | ASCII_ZEROS,
+        );
+        lead + 16
+    }
 }
 
-/// "00" "01" … "99", for writing two digits at a time.
-static DIGIT_PAIRS: [u8; 200] = {
-    let mut table = [0u8; 200];
-    let mut i = 0;
-    while i < 100 {
-        table[2 * i] = b'0' + (i / 10) as u8;
-        table[2 * i + 1] = b'0' + (i % 10) as u8;
-        i += 1;
-    }
-    table
-};
+/// Writes `v` (below 10^8) without leading zeros, as one 8-byte store; returns the digit count.
+///
+/// # Safety
+/// `dst` must be valid for 8 bytes of writes.
+#[inline(always)]
+unsafe fn put_leading(dst: *mut u8, v: u32) -> usize {
+    let digits = eight_digits(v);
+    // The digits are most significant first, from the lowest byte: the leading zeros are the
+    // low zero bytes (before the ASCII offset is added), and shifting them out moves the
+    // significant digits to the front. Zero itself keeps one digit.
+    let zeros = ((digits.trailing_zeros() / 8) as usize).min(7);
+    // SAFETY: the caller guarantees 8 bytes.
+    unsafe { store8(dst, (digits | ASCII_ZEROS) >> (8 * zeros)) };
+    8 - zeros
+}
+
+/// # Safety
+/// `dst` must be valid for 8 bytes of writes.
+#[inline(always)]
+unsafe fn store8(dst: *mut u8, text: u64) {
+    // SAFETY: the caller guarantees 8 bytes; the store is unaligned.
+    unsafe { dst.cast::<[u8; 8]>().write_unaligned(text.to_le_bytes()) };
+}
+
+/// The eight decimal digits of `v` (below 10^8, leading zeros kept), one per byte of a `u64`, the
+/// most significant in the lowest byte (the first in memory, stored little-endian); add
+/// [`ASCII_ZEROS`] for their text.
+///
+/// The digits are split in parallel, SWAR style: the two 4-digit halves go to the two 32-bit
+/// lanes, each lane splits into two 2-digit 16-bit lanes, each of those into two 8-bit digits.
+/// A division by 100 is `x·5243 >> 19` (exact for x < 43,699) and by 10 is `x·103 >> 10`
+/// (exact for x < 179); no product reaches the next lane, so one multiplication serves every
+/// lane at once.
+fn eight_digits(v: u32) -> u64 {
+    debug_assert!(u64::from(v) < E8);
+    let halves = u64::from(v / 10_000) | (u64::from(v % 10_000) << 32);
+    let hundreds = ((halves * 5243) >> 19) & 0x0000_007f_0000_007f;
+    let pairs = hundreds | ((halves - hundreds * 100) << 16);
+    let tens = ((pairs * 103) >> 10) & 0x000f_000f_000f_000f;
+    tens | ((pairs - tens * 10) << 8)
+}
+
+/// `'0'` in each byte: added to eight digit values, their ASCII text.
+const ASCII_ZEROS: u64 = 0x3030_3030_3030_3030;
 
 /// A small stack buffer for formatting one number.
 struct TextBuf {
@@ -546,14 +665,60 @@ mod tests {
     }
 
     #[test]
-    fn decimal_digits_counts_every_power_boundary() {
-        assert_eq!(decimal_digits(0), 1);
-        assert_eq!(decimal_digits(u64::MAX), 20);
-        let mut p: u64 = 1;
-        for d in 1..20 {
-            assert_eq!(decimal_digits(p), d, "{p}");
-            assert_eq!(decimal_digits(p * 10 - 1), d, "{}", p * 10 - 1);
-            p *= 10;
+    fn check_is_the_int_array_of_its_five() {
+        let values = [
+            0,
+            1,
+            9,
+            10,
+            99_999,
+            -1,
+            -2,
+            -10,
+            1_000_000,
+            i64::MAX,
+            i64::MIN,
+        ];
+        for &limit in &values {
+            let line = IntLine::new(limit);
+            assert_eq!(line.value(), limit);
+            if limit == 0 {
+                assert_eq!(line, IntLine::ZERO);
+            }
+            assert_eq!(line.as_bytes(), format!(":{limit}\r\n").as_bytes());
+            for (i, &remaining) in values.iter().enumerate() {
+                let retry = values[(i + 3) % values.len()];
+                let reset = values[(i + 7) % values.len()];
+                for allowed in [true, false] {
+                    let want = encoded(|o| {
+                        int_array(o, &[i64::from(allowed), limit, remaining, retry, reset])
+                    });
+                    let got = encoded(|o| check(o, allowed, &line, remaining, retry, reset));
+                    assert_eq!(got, want);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_digit_group_matches_the_standard_formatter() {
+        // Every value up to a million, then values spread over every length and both signs:
+        // each way `put_digits` splits a number (one group, two, three) and every shift.
+        let mut spread: Vec<i64> = Vec::new();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for i in 0..200_000u32 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let v = (x >> (i % 64)) as i64;
+            spread.extend([v, v.wrapping_neg()]);
+        }
+        for v in (0..1_000_000).chain(spread) {
+            assert_eq!(
+                encoded(|o| integer(o, v)),
+                format!(":{v}\r\n").as_bytes(),
+                "{v}"
+            );
         }
     }
 }

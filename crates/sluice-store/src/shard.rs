@@ -250,7 +250,6 @@ impl<H: KeyHash> Shard<H> {
             }
             return Ok(v);
         };
-        let old_deadline = self.table.deadline(i);
         let Some(state) = self.table.take_limiter(i) else {
             return Err(StoreError::WrongType);
         };
@@ -261,7 +260,10 @@ impl<H: KeyHash> Shard<H> {
         let deadline = change.map(|reset| now.saturating_add(reset));
         match slot {
             Some(state) if deadline.is_none_or(|d| d > now) => {
-                let deadline = deadline.unwrap_or(old_deadline);
+                // A read keeps the deadline, which taking the state left in the entry (a
+                // packed entry's word and a box's deadline stay until `put`); a write, the
+                // usual case, never needs to decode it.
+                let deadline = deadline.unwrap_or_else(|| self.table.deadline(i));
                 let mut filed = self.table.filed(i);
                 self.wheel.reschedule(h, &mut filed, deadline);
                 self.table.put(i, Value::Limiter(state), deadline, filed);

@@ -630,14 +630,20 @@ impl Table {
         }
     }
 
-    /// [`Table::deadline`] of a BOXED or wide entry (out of line: the narrow path stays small).
-    #[inline(never)]
+    /// [`Table::deadline`] of a BOXED or wide entry: a wide one's is a few instructions, decoded
+    /// in line (SLIDING and FIXED checks read it); a box's is behind a pointer, out of line.
+    #[inline]
     fn kind0_deadline(&self, i: usize) -> Nanos {
         if self.is_boxed(i) {
-            self.boxed(i).deadline
+            self.boxed_deadline(i)
         } else {
             wide_times(self.shape(i), self.slots[i].word).1
         }
+    }
+
+    #[inline(never)]
+    fn boxed_deadline(&self, i: usize) -> Nanos {
+        self.boxed(i).deadline
     }
 
     /// The wheel slot of entry `i`'s live item, or `NOT_FILED`.
@@ -705,16 +711,14 @@ impl Table {
             TOKEN => Some(State::Token { tat }),
             GCRA => Some(State::Gcra { tat }),
             LEAKY => Some(State::Leaky { tat }),
-            _ => self.take_kind0_limiter(i),
+            _ if self.is_wide(i) => Some(self.wide_state(i)),
+            _ => self.take_boxed_limiter(i),
         }
     }
 
-    /// [`Table::take_limiter`] of a BOXED or wide entry.
+    /// [`Table::take_limiter`] of a BOXED entry.
     #[inline(never)]
-    fn take_kind0_limiter(&mut self, i: usize) -> Option<State> {
-        if self.is_wide(i) {
-            return Some(self.wide_state(i));
-        }
+    fn take_boxed_limiter(&mut self, i: usize) -> Option<State> {
         let state = self.boxed_mut(i).value.take_limiter();
         if let Some(s) = &state {
             self.heap -= s.heap_bytes();
@@ -760,22 +764,23 @@ impl Table {
             }
             return;
         }
+        // The other common case inline: a wide entry that stays wide under the same period (a
+        // SLIDING or FIXED check's usual write) keeps its period code, and its deadline (wide
+        // entries always have one).
+        if self.is_wide(i)
+            && let Some((shape, word, ext)) = self.repack_wide(i, &value, deadline)
+        {
+            self.slots[i].word = word;
+            self.ext[i] = ext;
+            self.meta[i] = (m & FORM) | shape | (filed << FILED_SHIFT);
+            return;
+        }
         self.put_any(i, value, deadline, filed);
     }
 
     /// [`Table::put`] in general: any value into any entry.
     #[inline(never)]
     fn put_any(&mut self, i: usize, value: Value, deadline: Nanos, filed: SlotId) {
-        // A wide entry that stays wide under the same period (a check's usual write) keeps its
-        // period code, and its deadline (wide entries always have one).
-        if self.is_wide(i)
-            && let Some((shape, word, ext)) = self.repack_wide(i, &value, deadline)
-        {
-            self.slots[i].word = word;
-            self.ext[i] = ext;
-            self.meta[i] = (self.meta[i] & FORM) | shape | (filed << FILED_SHIFT);
-            return;
-        }
         let had_deadline = self.deadline(i) != Nanos::MAX;
         let was_wide = self.is_wide(i);
         let form = self.meta[i] & FORM;

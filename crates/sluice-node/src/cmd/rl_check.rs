@@ -13,7 +13,7 @@
 
 use sluice_core::spec::{CheckArgs, SpecError};
 use sluice_core::{Algo, CheckError, Params};
-use sluice_resp::reply;
+use sluice_resp::reply::{self, IntLine};
 use sluice_store::StoreError;
 
 use super::{Args, CmdError, Command, Ctx};
@@ -26,6 +26,9 @@ pub struct RlCheck<'a> {
     algo: Algo,
     params: Params,
     dry: bool,
+    /// The reply line of the limit the decision will carry, encoded with the parse (and so
+    /// remembered with it).
+    limit: IntLine,
 }
 
 impl<'a> Command<'a> for RlCheck<'a> {
@@ -40,10 +43,12 @@ impl<'a> Command<'a> for RlCheck<'a> {
         }
         // The gateway options (FAILMODE, SPLIT, APPROX) are validated and ignored here.
         let spec = CheckArgs::parse(args.rest())?;
+        let params = spec.params()?;
         let parsed = memo::Parsed {
             algo: spec.algo,
-            params: spec.params()?,
+            params,
             dry: spec.dry,
+            limit: IntLine::new(clamp(reported_limit(spec.algo, &params))),
         };
         if let Some(wire) = wire {
             memo::store(wire, parsed);
@@ -70,15 +75,21 @@ impl<'a> Command<'a> for RlCheck<'a> {
             let stats = ctx.shared.stats.slot(ctx.session.thread);
             stats.check(crate::stats::RuleId::UNNAMED, self.algo, &decision, false);
         }
-        reply::int_array(
+        let limit = clamp(decision.limit);
+        let fresh;
+        let line = if self.limit.value() == limit {
+            &self.limit
+        } else {
+            fresh = IntLine::new(limit);
+            &fresh
+        };
+        reply::check(
             ctx.out,
-            &[
-                i64::from(decision.allowed),
-                clamp(decision.limit),
-                clamp(decision.remaining),
-                decision.retry_after_ms(),
-                decision.reset_after_ms(),
-            ],
+            decision.allowed,
+            line,
+            clamp(decision.remaining),
+            decision.retry_after_ms(),
+            decision.reset_after_ms(),
         );
         Ok(())
     }
@@ -91,7 +102,17 @@ impl<'a> RlCheck<'a> {
             algo: parsed.algo,
             params: parsed.params,
             dry: parsed.dry,
+            limit: parsed.limit,
         }
+    }
+}
+
+/// The limit a decision of `algo` reports: the bucket's capacity for the GCRA family, the
+/// window's limit for the others. A guess made at parse time, checked against the decision.
+fn reported_limit(algo: Algo, params: &Params) -> u64 {
+    match algo {
+        Algo::Token | Algo::Gcra | Algo::Leaky => params.burst,
+        Algo::Sliding | Algo::Fixed | Algo::Log => params.limit,
     }
 }
 

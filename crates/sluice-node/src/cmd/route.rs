@@ -22,6 +22,7 @@ pub enum Refusal {
 ///
 /// `view` is the caller's cached table; `readonly_conn` whether it sent READONLY (a replica
 /// then serves its shard's reads).
+#[inline]
 pub fn may_serve<'k>(
     shared: &crate::shared::Shared,
     view: &mut Option<std::sync::Arc<crate::cluster::View>>,

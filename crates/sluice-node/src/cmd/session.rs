@@ -105,8 +105,24 @@ pub struct LastCommand {
 
 impl LastCommand {
     pub(super) fn matches(&self, name: &[u8]) -> Option<&'static CommandSpec> {
-        (name.len() == usize::from(self.len) && self.name[..name.len()] == *name)
-            .then_some(self.spec)
+        let len = name.len();
+        if len != usize::from(self.len) {
+            return None;
+        }
+        // Two words that overlap cover a name of 4 to 16 bytes (every common command): a few
+        // loads and compares instead of a call to `memcmp`.
+        let same = match len {
+            8.. => {
+                word8(name, 0) == word8(&self.name, 0)
+                    && word8(name, len - 8) == word8(&self.name, len - 8)
+            }
+            4.. => {
+                word4(name, 0) == word4(&self.name, 0)
+                    && word4(name, len - 4) == word4(&self.name, len - 4)
+            }
+            _ => self.name[..len] == *name,
+        };
+        same.then_some(self.spec)
     }
 
     pub(super) fn new(name: &[u8], spec: &'static CommandSpec) -> Option<LastCommand> {
@@ -117,5 +133,47 @@ impl LastCommand {
             len: name.len() as u8,
             spec,
         })
+    }
+}
+
+/// The 8 bytes of `b` from `at`.
+#[inline]
+fn word8(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_ne_bytes(w)
+}
+
+/// The 4 bytes of `b` from `at`.
+#[inline]
+fn word4(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_ne_bytes(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::COMMANDS;
+
+    #[test]
+    fn a_remembered_name_matches_itself_only() {
+        let spec = &COMMANDS[0];
+        for len in 1..=16 {
+            let name: Vec<u8> = (0..len).map(|i| b'a' + i as u8).collect();
+            let last = LastCommand::new(&name, spec).unwrap();
+            assert!(last.matches(&name).is_some(), "{len}");
+            for at in 0..len {
+                let mut other = name.clone();
+                other[at] = b'Z';
+                assert!(last.matches(&other).is_none(), "{len} {at}");
+            }
+            assert!(last.matches(&name[..len - 1]).is_none());
+            let mut longer = name.clone();
+            longer.push(b'a');
+            assert!(last.matches(&longer).is_none());
+        }
+        assert!(LastCommand::new(&[b'x'; 17], spec).is_none());
     }
 }

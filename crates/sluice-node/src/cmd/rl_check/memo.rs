@@ -11,6 +11,7 @@
 use std::cell::RefCell;
 
 use sluice_core::{Algo, Nanos, Params};
+use sluice_resp::reply::IntLine;
 
 /// The longest argument tail remembered: `limit period BURST n COST n ALGO name` fits.
 const WIRE_MAX: usize = 112;
@@ -21,6 +22,8 @@ pub(super) struct Parsed {
     pub algo: Algo,
     pub params: Params,
     pub dry: bool,
+    /// The reply line of the limit a decision under these parameters reports.
+    pub limit: IntLine,
 }
 
 struct Memo {
@@ -39,6 +42,7 @@ thread_local! {
                 algo: Algo::Token,
                 params: Params { limit: 1, period: Nanos(1), burst: 1, cost: 1 },
                 dry: false,
+                limit: IntLine::ZERO,
             },
         })
     };
@@ -75,6 +79,7 @@ mod tests {
                 cost: 1,
             },
             dry: true,
+            limit: IntLine::new(limit as i64),
         }
     }
 
