@@ -11,7 +11,7 @@
 # measured the same way over an idle window and subtracted in proportion to each run's length.
 # That subtraction follows each run's wall time, which a loaded machine stretches (± 300 per
 # request seen on a VM at load 7), so the table also shows the request path alone
-# (`Conn::run_batch` inclusive): nothing is subtracted from it and it repeats to the instruction.
+# (`Core::run_batch` inclusive): nothing is subtracted from it and it repeats to the instruction.
 #
 # Tests: PING and INCR on both; RL.CHECK TOKEN, GCRA, SLIDING on Sluice; EVALSHA of
 # scripts/lua/token_bucket.lua (the Lua token bucket RL.CHECK replaces) on Redis; and NEWKEY,
@@ -256,22 +256,22 @@ per_request() { # NAME LABEL -> instructions per request, idle work subtracted
 }
 idle_rate() { [ -f "$WORK/$1" ] && awk '$1 == "idle" { printf "%.0f", $2 / $3 }' "$WORK/$1" || echo -; }
 
-# The request path alone: Conn::run_batch's inclusive Ir (decode, execute, reply), which no
+# The request path alone: Core::run_batch's inclusive Ir (decode, execute, reply), which no
 # background thread (the region thread with --regions) adds to.
-path_ir() { # LABEL -> Ir per request under Conn::run_batch
+path_ir() { # LABEL -> Ir per request under Core::run_batch
   local dump
   [ -f "$WORK/sluice" ] || { echo 0; return; }
   dump=$(awk -v l="$1" '$1 == l { print $4 }' "$WORK/sluice")
   [ -n "$dump" ] || { echo 0; return; }
   callgrind_annotate --auto=no --threshold=100 --inclusive=yes "$OUT/$dump" 2>/dev/null |
-    awk -v n="$REQUESTS" '!done && /conn::Conn::run_batch/ { gsub(/,/, "", $1); print $1 / n; done = 1 }'
+    awk -v n="$REQUESTS" '!done && /conn::Core::run_batch/ { gsub(/,/, "", $1); print $1 / n; done = 1 }'
 }
 echo
 echo "Instructions per request (user space, callgrind Ir), $REQUESTS requests, redis-benchmark -c 1 -P 16 -r $KEYSPACE (preloaded)"
 [ "$REPLICA" = 1 ] && echo "Sluice with a replica attached (--repl-flush-ms $FLUSH_MS): every change journaled and streamed"
 echo "Sluice: $SLUICE --threads 1; Redis: $(redis-server --version | awk '{ print $3 }'); idle work subtracted (Sluice $(idle_rate sluice) Ir/s, Redis $(idle_rate redis) Ir/s)"
 echo
-# The last column is Sluice's request path alone (Conn::run_batch inclusive, see path_ir): no
+# The last column is Sluice's request path alone (Core::run_batch inclusive, see path_ir): no
 # idle work is subtracted from it, so machine load (which stretches each run and so the idle
 # share) cannot move it.
 printf '| %-40s | %13s | %12s | %7s | %17s |\n' test "Sluice Ir/req" "Redis Ir/req" "S/R" "Sluice path Ir/req"
@@ -295,7 +295,7 @@ line "RL.HIT GLOBAL rule" HITGLOBAL none
 awk -v g="$(per_request sluice HITGLOBAL)" -v l="$(per_request sluice HIT)" 'BEGIN {
   if (l > 0) printf "\nRL.HIT GLOBAL rule / RL.HIT rule: %.4f (whole process, idle work subtracted)\n", g / l }'
 awk -v g="$(path_ir HITGLOBAL)" -v l="$(path_ir HIT)" 'BEGIN {
-  if (l > 0) printf "Request path (Conn::run_batch inclusive): RL.HIT rule %.1f, GLOBAL rule %.1f Ir/req, ratio %.4f\n", l, g, g / l }'
+  if (l > 0) printf "Request path (Core::run_batch inclusive): RL.HIT rule %.1f, GLOBAL rule %.1f Ir/req, ratio %.4f\n", l, g, g / l }'
 # misses DUMP -> "D1 LL": data-cache misses (reads + writes) at the first level and the last
 # level, from the dump's totals in the order its `events:` line names them.
 misses() {
