@@ -6,30 +6,14 @@ use std::time::Duration;
 
 use sluice_tests::tls::{Certs, have_openssl};
 use sluice_tests::{
-    Etcd, Sluice, TempDir, cluster_info_field, cluster_node, free_port, have_tool, sluice_cluster,
-    wait_until,
+    Etcd, Sluice, TempDir, cluster_info_field, cluster_node, free_port, have_tool,
+    output_text as text, sluice_cluster, wait_until,
 };
 
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// The flags that reach an etcd over TLS with `certs`' CA and `node` certificate.
+/// The flags that reach an etcd over TLS with `certs`' CA and `node` certificate (the CA's
+/// two first).
 fn etcd_tls_flags(certs: &Certs) -> Vec<String> {
-    [
-        "--etcd-tls-ca-cert-file",
-        &certs.path("ca.crt"),
-        "--etcd-tls-cert-file",
-        &certs.path("node.crt"),
-        "--etcd-tls-key-file",
-        &certs.path("node.key"),
-    ]
-    .map(String::from)
-    .to_vec()
+    certs.file_flags("etcd-tls")
 }
 
 fn start(flags: &[String], extra: &[&str]) -> Sluice {
