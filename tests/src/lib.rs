@@ -279,12 +279,27 @@ pub fn have_tool(name: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok();
+    installed(name, found)
+}
+
+/// Whether `program args` runs and succeeds ([`have_tool`] for a tool without `--version`, or
+/// one that must work, not only be found): `what` names it if it does not.
+pub fn have_command(what: &str, program: &str, args: &[&str]) -> bool {
+    let ok = Command::new(program)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    installed(what, ok)
+}
+
+/// `found`; if not, `what` is missing: a failure under `CI=true`, else a skip said on stderr.
+fn installed(what: &str, found: bool) -> bool {
     if !found {
         assert!(
             std::env::var("CI").is_err(),
-            "{name} is not installed (scripts/test.sh installs what the tests need)"
+            "{what} is not installed (scripts/test.sh installs what the tests need)"
         );
-        eprintln!("SKIPPED: {name} not installed (scripts/test.sh installs what the tests need)");
+        eprintln!("SKIPPED: {what} not installed (scripts/test.sh installs what the tests need)");
     }
     found
 }

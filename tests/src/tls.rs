@@ -5,18 +5,7 @@ use crate::{Sluice, TempDir, output_text as text, redis_cli};
 
 /// Whether the openssl CLI runs (it has no `--version`); a failure, not a skip, under CI.
 pub fn have_openssl() -> bool {
-    let found = std::process::Command::new("openssl")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("CI").is_err(),
-            "openssl is not installed (scripts/test.sh installs it)"
-        );
-        eprintln!("SKIPPED: openssl not installed");
-    }
-    found
+    crate::have_command("openssl", "openssl", &["version"])
 }
 
 pub fn openssl(dir: &TempDir, args: &[&str]) {

@@ -195,6 +195,24 @@ fn remaining(conn: &mut redis::Connection, key: &str) -> Option<i64> {
     Some(r[2])
 }
 
+/// One check of `key` on `primary`; then waits (`secs` at most) until the replica behind
+/// `on_replica` has it.
+fn check_reaches_replica(
+    primary: &Sluice,
+    on_replica: &mut redis::Connection,
+    key: &str,
+    secs: u64,
+) -> bool {
+    let _: Vec<i64> = redis::cmd("RL.CHECK")
+        .arg(&[key, "5", "60"])
+        .query(&mut primary.client())
+        .unwrap();
+    wait_until(Duration::from_secs(secs), || {
+        (remaining(on_replica, key)? == 3).then_some(())
+    })
+    .is_some()
+}
+
 #[test]
 fn a_replica_presents_its_renewed_certificate() {
     if !have_openssl() {
@@ -227,14 +245,8 @@ fn a_replica_presents_its_renewed_certificate() {
         &mine("ca.crt"),
     ]);
     let mut on_replica = replica.client();
-    let _: Vec<i64> = redis::cmd("RL.CHECK")
-        .arg(&["before", "5", "60"])
-        .query(&mut primary.client())
-        .unwrap();
-    let synced = wait_until(Duration::from_secs(15), || {
-        (remaining(&mut on_replica, "before")? == 3).then_some(())
-    });
-    assert!(synced.is_some(), "{}", replica.log());
+    let synced = check_reaches_replica(&primary, &mut on_replica, "before", 15);
+    assert!(synced, "{}", replica.log());
 
     // A new CA and a new certificate for both sides: the replica's files are replaced, the
     // primary restarts with its new pair and requires client certificates of the new CA.
@@ -242,15 +254,9 @@ fn a_replica_presents_its_renewed_certificate() {
     install(&new);
     drop(primary);
     let primary = start(&primary_flags(&new), &[]);
-    let _: Vec<i64> = redis::cmd("RL.CHECK")
-        .arg(&["after", "5", "60"])
-        .query(&mut primary.client())
-        .unwrap();
-    let resynced = wait_until(Duration::from_secs(20), || {
-        (remaining(&mut on_replica, "after")? == 3).then_some(())
-    });
+    let resynced = check_reaches_replica(&primary, &mut on_replica, "after", 20);
     assert!(
-        resynced.is_some(),
+        resynced,
         "replica:\n{}\nprimary:\n{}",
         replica.log(),
         primary.log()
