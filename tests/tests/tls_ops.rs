@@ -10,12 +10,6 @@ use sluice_tests::{
     output_text as text, sluice_cluster, wait_until,
 };
 
-/// The flags that reach an etcd over TLS with `certs`' CA and `node` certificate (the CA's
-/// two first).
-fn etcd_tls_flags(certs: &Certs) -> Vec<String> {
-    certs.file_flags("etcd-tls")
-}
-
 fn start(flags: &[String], extra: &[&str]) -> Sluice {
     let mut all: Vec<&str> = flags.iter().map(String::as_str).collect();
     all.extend_from_slice(extra);
@@ -48,7 +42,7 @@ fn rules_through_an_etcd_over_tls() {
     };
     let url = etcd.url();
     assert!(url.starts_with("https://"), "{url}");
-    let flags = etcd_tls_flags(&certs);
+    let flags = certs.file_flags("etcd-tls");
     let a = start(&flags, &["--rules-etcd", &url]);
     let b = start(&flags, &["--rules-etcd", &url]);
     let (mut ca, mut cb) = (a.client(), b.client());
@@ -70,7 +64,7 @@ fn rules_through_an_etcd_over_tls() {
 
     // Trusting another CA, a node refuses etcd's certificate and says why.
     let other = Certs::new();
-    let c = start(&etcd_tls_flags(&other), &["--rules-etcd", &url]);
+    let c = start(&other.file_flags("etcd-tls"), &["--rules-etcd", &url]);
     let refused = c.wait_for_log("invalid peer certificate");
     assert!(refused, "{}", c.log());
     assert!(
@@ -79,6 +73,7 @@ fn rules_through_an_etcd_over_tls() {
     );
     assert_eq!(rule_limit(&mut c.client(), "user"), None);
     // Without the client certificate, etcd (--client-cert-auth) refuses the node.
+    // The CA's two flags come first.
     let no_cert = start(&flags[..2], &["--rules-etcd", &url]);
     assert!(no_cert.wait_for_log("rules etcd: "), "{}", no_cert.log());
     assert_eq!(rule_limit(&mut no_cert.client(), "user"), None);
@@ -151,7 +146,7 @@ fn the_cluster_table_in_an_etcd_over_tls() {
         return;
     };
     let url = etcd.url();
-    let flags = etcd_tls_flags(&certs);
+    let flags = certs.file_flags("etcd-tls");
     let dir = TempDir::new("etcd-tls-cluster");
     let mut extra: Vec<&str> = flags.iter().map(String::as_str).collect();
     extra.extend(["--etcd", &url]);
