@@ -279,14 +279,61 @@ pub fn have_tool(name: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok();
+    installed(name, found)
+}
+
+/// Whether `program args` runs and succeeds ([`have_tool`] for a tool without `--version`, or
+/// one that must work, not only be found): `what` names it if it does not.
+pub fn have_command(what: &str, program: &str, args: &[&str]) -> bool {
+    let ok = Command::new(program)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    installed(what, ok)
+}
+
+/// `found`; if not, `what` is missing: a failure under `CI=true`, else a skip said on stderr.
+fn installed(what: &str, found: bool) -> bool {
     if !found {
         assert!(
             std::env::var("CI").is_err(),
-            "{name} is not installed (scripts/test.sh installs what the tests need)"
+            "{what} is not installed (scripts/test.sh installs what the tests need)"
         );
-        eprintln!("SKIPPED: {name} not installed (scripts/test.sh installs what the tests need)");
+        eprintln!("SKIPPED: {what} not installed (scripts/test.sh installs what the tests need)");
     }
     found
+}
+
+/// A finished command's output as text: stdout, then stderr.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `redis-cli` logged in as `user` (`--user --pass`): its output as text.
+pub fn redis_cli_as(port: u16, user: &str, pass: &str, args: &[&str]) -> String {
+    let mut all = vec!["--user", user, "--pass", pass, "--no-auth-warning"];
+    all.extend_from_slice(args);
+    output_text(&redis_cli(port, &all))
+}
+
+/// Runs `python3 -c script args...` (60 s at most), which must succeed: the lines it printed,
+/// and all its output as text for messages.
+pub fn python_lines(script: &str, args: &[&str]) -> (Vec<String>, String) {
+    let out = Command::new("timeout")
+        .args(["60", "python3", "-c", script])
+        .args(args)
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{}", output_text(&out));
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    (lines, output_text(&out))
 }
 
 /// Runs `redis-cli -p PORT args...` and returns its output.
@@ -321,6 +368,23 @@ pub fn rl_check(conn: &mut redis::Connection, args: &[&str]) -> redis::RedisResu
         cmd.arg(*a);
     }
     cmd.query(conn)
+}
+
+/// Waits (20 s at most) for an `RL.CHECK args` on `conn`, through the sidecar `proxy`, that is
+/// allowed, and returns its integers; panics with the last reply and the sidecar's log.
+pub fn allowed_through(proxy: &Sluice, conn: &mut redis::Connection, args: &[&str]) -> Vec<i64> {
+    let mut last = String::new();
+    let got = wait_until(Duration::from_secs(20), || {
+        let r = rl_check(conn, args);
+        last = format!("{r:?}");
+        r.ok().filter(|r| r[0] == 1)
+    });
+    got.unwrap_or_else(|| {
+        panic!(
+            "no check {args:?} through the sidecar: {last}\n{}",
+            proxy.log()
+        )
+    })
 }
 
 /// State written before a hostile test, checked after it: the server must keep what it accepted.
@@ -1016,6 +1080,13 @@ pub async fn cluster_client_with(
     } else {
         builder
     };
+    connect_cluster(builder).await
+}
+
+/// The connection of a cluster client from `builder`, retrying MOVED and TRYAGAIN quickly.
+pub async fn connect_cluster(
+    builder: redis::cluster::ClusterClientBuilder,
+) -> redis::cluster_async::ClusterConnection {
     builder
         .retries(50)
         .min_retry_wait(2)
@@ -1068,4 +1139,64 @@ pub fn http_head_cut_off(port: u16, trickle: bool) -> Option<Duration> {
         }
     }
     None
+}
+
+/// Writes `internal.yaml` into `dir`: Envoy's domain `internal` with one descriptor, `azure`,
+/// allowed 100 a day (a window no test outlasts).
+pub fn write_azure_config(dir: &std::path::Path) {
+    std::fs::write(
+        dir.join("internal.yaml"),
+        "domain: internal\ndescriptors:\n  - key: azure\n    rate_limit:\n      unit: day\n      requests_per_unit: 100\n",
+    )
+    .expect("write the Envoy config");
+}
+
+/// A ShouldRateLimit request in [`write_azure_config`]'s domain: one hit on `azure` = `value`.
+pub fn azure_request(value: &str) -> sluice_envoy::pb::RateLimitRequest {
+    use sluice_envoy::pb::{RateLimitDescriptor, RateLimitRequest, rate_limit_descriptor::Entry};
+    RateLimitRequest {
+        domain: "internal".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "azure".into(),
+                value: value.into(),
+            }],
+            limit: None,
+            hits_addend: Some(1),
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// Against a gRPC front on `port` serving [`write_azure_config`]'s domain: waits until a probe
+/// is answered OK (until a cluster's table is pushed, checks may be unavailable), then every
+/// one of 40 values, each its own bucket (in a cluster, spread over the nodes), must be
+/// answered OK with 99 left.
+pub fn assert_azure_checks_answered(port: u16) {
+    use sluice_envoy::pb::RateLimitServiceClient;
+    use sluice_envoy::pb::rate_limit_response::Code;
+    let rt = runtime();
+    let mut rls = wait_until(Duration::from_secs(10), || {
+        rt.block_on(RateLimitServiceClient::connect(format!(
+            "http://127.0.0.1:{port}"
+        )))
+        .ok()
+    })
+    .expect("gRPC connects");
+    let mut call = |v: &str| {
+        rt.block_on(rls.should_rate_limit(azure_request(v)))
+            .map(|r| r.into_inner())
+    };
+    let mut last = String::new();
+    let up = wait_until(Duration::from_secs(15), || {
+        let r = call("probe");
+        last = format!("{r:?}");
+        r.ok().filter(|r| r.overall_code == Code::Ok as i32)
+    });
+    assert!(up.is_some(), "{last}");
+    for i in 0..40 {
+        let r = call(&i.to_string()).unwrap_or_else(|s| panic!("value {i}: {s}"));
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].limit_remaining, 99, "value {i}");
+    }
 }

@@ -1,30 +1,11 @@
 //! Test certificates made with the `openssl` CLI: a CA and certificates it signs for
 //! 127.0.0.1, the flags that give them to a node, `redis-cli --tls`, and etcd's TLS.
 
-use crate::{TempDir, redis_cli};
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use crate::{Sluice, TempDir, output_text as text, redis_cli};
 
 /// Whether the openssl CLI runs (it has no `--version`); a failure, not a skip, under CI.
 pub fn have_openssl() -> bool {
-    let found = std::process::Command::new("openssl")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("CI").is_err(),
-            "openssl is not installed (scripts/test.sh installs it)"
-        );
-        eprintln!("SKIPPED: openssl not installed");
-    }
-    found
+    crate::have_command("openssl", "openssl", &["version"])
 }
 
 pub fn openssl(dir: &TempDir, args: &[&str]) {
@@ -125,22 +106,34 @@ impl Certs {
         self.0.path().join(file).to_str().unwrap().to_string()
     }
 
+    /// `--PREFIX-ca-cert-file`, `--PREFIX-cert-file`, `--PREFIX-key-file` with the test CA and
+    /// the `node` certificate, in that order (the CA's two first).
+    pub fn file_flags(&self, prefix: &str) -> Vec<String> {
+        vec![
+            format!("--{prefix}-ca-cert-file"),
+            self.path("ca.crt"),
+            format!("--{prefix}-cert-file"),
+            self.path("node.crt"),
+            format!("--{prefix}-key-file"),
+            self.path("node.key"),
+        ]
+    }
+
     /// The server flags for `--tls-port port` with the `node` certificate.
     pub fn server_flags(&self, port: u16, auth_clients: &str) -> Vec<String> {
-        [
-            "--tls-port",
-            &port.to_string(),
-            "--tls-cert-file",
-            &self.path("node.crt"),
-            "--tls-key-file",
-            &self.path("node.key"),
-            "--tls-ca-cert-file",
-            &self.path("ca.crt"),
-            "--tls-auth-clients",
-            auth_clients,
-        ]
-        .map(String::from)
-        .to_vec()
+        let mut flags = vec!["--tls-port".to_string(), port.to_string()];
+        flags.extend(self.file_flags("tls"));
+        flags.extend(["--tls-auth-clients".to_string(), auth_clients.to_string()]);
+        flags
+    }
+
+    /// The sidecar with `args`, reaching its upstream over TLS: it trusts the test CA and
+    /// presents the `node` certificate.
+    pub fn start_proxy(&self, args: &[&str]) -> Sluice {
+        let tls = self.file_flags("upstream-tls");
+        let mut all = args.to_vec();
+        all.extend(tls.iter().map(String::as_str));
+        Sluice::start_proxy(&all)
     }
 
     /// redis-cli over TLS, presenting the `node` certificate if `with_cert`.

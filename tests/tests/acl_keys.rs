@@ -1,25 +1,12 @@
 //! ACL key patterns (`~pattern`, `%R~`, `%W~`, `~*`, `resetkeys`), `ACL LOG` and `ACL GENPASS`
 //! with redis-cli and redis-py (RESP3), against the real binary.
 
-use sluice_tests::{Sluice, have_tool, redis_cli};
+use sluice_tests::{
+    Sluice, have_tool, output_text as text, python_lines, redis_cli, redis_cli_as as cli_as,
+};
 
 const ADMIN: &str = "adm1n-pass";
 const APP: &str = "app-pass";
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// `redis-cli` logged in as `user`.
-fn cli_as(port: u16, user: &str, pass: &str, args: &[&str]) -> String {
-    let mut all = vec!["--user", user, "--pass", pass, "--no-auth-warning"];
-    all.extend_from_slice(args);
-    text(&redis_cli(port, &all))
-}
 
 fn admin(port: u16, args: &[&str]) -> String {
     cli_as(port, "default", ADMIN, args)
@@ -205,16 +192,7 @@ print(entry[b"reason"].decode(), entry[b"object"].decode(), entry[b"username"].d
       type(entry[b"age-seconds"]).__name__)
 print(len(adm.acl_genpass()))
 "#;
-    let out = std::process::Command::new("timeout")
-        .args(["60", "python3", "-c", script, &server.port.to_string()])
-        .args([APP, ADMIN])
-        .output()
-        .expect("python3");
-    assert!(out.status.success(), "{}", text(&out));
-    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(String::from)
-        .collect();
+    let (lines, all) = python_lines(script, &[&server.port.to_string(), APP, ADMIN]);
     assert_eq!(
         lines,
         [
@@ -224,7 +202,6 @@ print(len(adm.acl_genpass()))
             "key nope app float",
             "64"
         ],
-        "{}",
-        text(&out)
+        "{all}"
     );
 }

@@ -10,26 +10,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sluice_tests::{Sluice, TempDir, info_field, wait_until};
+use sluice_tests::{Sluice, TempDir, have_command, info_field, wait_until};
 
 fn repo_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-/// Whether `check` (a shell-free command) succeeds; under CI a failure is the test's failure.
-fn have(what: &str, program: &str, args: &[&str]) -> bool {
-    let ok = Command::new(program)
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").is_err(),
-            "{what} is not installed (scripts/test.sh installs it)"
-        );
-        eprintln!("SKIPPED: {what} not installed (scripts/test.sh installs it)");
-    }
-    ok
 }
 
 /// Runs `program args` with a time bound; returns its stdout, or panics with its stderr.
@@ -58,7 +42,7 @@ fn sidecar() -> (Sluice, Sluice) {
 #[test]
 fn redis_py_8_in_its_default_settings_speaks_resp3_through_the_sidecar() {
     let import = "import redis, sys; sys.exit(int(redis.__version__.split('.')[0]) < 8)";
-    if !have("python3 with redis-py 8", "python3", &["-c", import]) {
+    if !have_command("python3 with redis-py 8", "python3", &["-c", import]) {
         return;
     }
     let (_node, proxy) = sidecar();
@@ -89,7 +73,7 @@ fn redis_py_8_in_its_default_settings_speaks_resp3_through_the_sidecar() {
 fn ioredis_in_its_default_settings_runs_checks_and_a_pipeline_through_the_sidecar() {
     let modules = repo_path("js/node_modules/ioredis");
     let installed = modules.exists();
-    if !have("node", "node", &["--version"]) || !installed {
+    if !have_command("node", "node", &["--version"]) || !installed {
         assert!(
             installed || std::env::var("CI").is_err(),
             "ioredis is not installed in tests/js (scripts/test.sh runs npm install there)"

@@ -289,6 +289,30 @@ fn wait_ping(port: u16) {
     assert_eq!(pong.as_deref(), Some("PONG"), "no PONG on :{port}");
 }
 
+/// A datagram socket bound at `dir/name` that waits 20 s at most for each datagram, and its path.
+fn datagram_socket(dir: &TempDir, name: &str) -> (UnixDatagram, std::path::PathBuf) {
+    let path = dir.path().join(name);
+    let socket = UnixDatagram::bind(&path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    (socket, path)
+}
+
+/// The service told systemd READY=1 on `socket` and wrote its pid `pid` into `pidfile`.
+fn assert_ready(socket: &UnixDatagram, pidfile: &std::path::Path, pid: u32) {
+    assert_eq!(recv_text(socket), "READY=1");
+    let written = std::fs::read_to_string(pidfile).unwrap();
+    assert_eq!(written.trim(), pid.to_string());
+}
+
+/// Stops `service`: it tells systemd STOPPING=1 on `socket` and removes `pidfile`.
+fn assert_stops(service: &mut Sluice, socket: &UnixDatagram, pidfile: &std::path::Path) {
+    stop(service);
+    assert_eq!(recv_text(socket), "STOPPING=1");
+    assert!(!pidfile.exists(), "the pid file is removed at a clean exit");
+}
+
 fn recv_text(socket: &UnixDatagram) -> String {
     let mut buf = [0u8; 256];
     let n = socket
@@ -300,11 +324,7 @@ fn recv_text(socket: &UnixDatagram) -> String {
 #[test]
 fn systemd_notify_pidfile_and_sighup() {
     let dir = TempDir::new("ops-notify");
-    let socket_path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let (socket, socket_path) = datagram_socket(&dir, "notify.sock");
     let pidfile = dir.path().join("sluice.pid");
     let snapdir = dir.path().join("data");
     std::fs::create_dir(&snapdir).unwrap();
@@ -322,9 +342,7 @@ fn systemd_notify_pidfile_and_sighup() {
         ],
         &[("NOTIFY_SOCKET", socket_path.to_str().unwrap())],
     );
-    assert_eq!(recv_text(&socket), "READY=1");
-    let pid = std::fs::read_to_string(&pidfile).unwrap();
-    assert_eq!(pid.trim(), node.pid().to_string());
+    assert_ready(&socket, &pidfile, node.pid());
 
     // SIGHUP: logged, ignored; the server keeps serving and its state.
     let mut c = node.client();
@@ -336,9 +354,7 @@ fn systemd_notify_pidfile_and_sighup() {
     assert_eq!(r[2], 3, "the bucket kept its state across SIGHUP: {r:?}");
     assert!(node.wait_exit(Duration::from_millis(200)).is_none());
 
-    stop(&mut node);
-    assert_eq!(recv_text(&socket), "STOPPING=1");
-    assert!(!pidfile.exists(), "the pid file is removed at a clean exit");
+    assert_stops(&mut node, &socket, &pidfile);
     assert!(node.log().contains("Saving the final snapshot"));
 }
 
@@ -346,11 +362,7 @@ fn systemd_notify_pidfile_and_sighup() {
 fn sidecar_systemd_notify_and_pidfile() {
     let node = Sluice::start_with(&["--threads", "1"]);
     let dir = TempDir::new("ops-proxy-notify");
-    let socket_path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let (socket, socket_path) = datagram_socket(&dir, "notify.sock");
     let pidfile = dir.path().join("proxy.pid");
     let mut proxy = Sluice::start_proxy_env(
         &[
@@ -363,13 +375,9 @@ fn sidecar_systemd_notify_and_pidfile() {
         ],
         &[("NOTIFY_SOCKET", socket_path.to_str().unwrap())],
     );
-    assert_eq!(recv_text(&socket), "READY=1");
-    let pid = std::fs::read_to_string(&pidfile).unwrap();
-    assert_eq!(pid.trim(), proxy.pid().to_string());
+    assert_ready(&socket, &pidfile, proxy.pid());
     rl_check(&mut proxy.client(), &["sidecar", "5", "1h"]).unwrap();
-    stop(&mut proxy);
-    assert_eq!(recv_text(&socket), "STOPPING=1");
-    assert!(!pidfile.exists(), "the pid file is removed at a clean exit");
+    assert_stops(&mut proxy, &socket, &pidfile);
 
     // An unwritable pid file stops the start; `auto` without NOTIFY_SOCKET notifies nothing.
     let out = Command::new("timeout")
@@ -411,11 +419,7 @@ fn syslog_until(socket: &UnixDatagram, needle: &str) -> Vec<String> {
 #[test]
 fn syslog_lines_reach_the_socket() {
     let dir = TempDir::new("ops-syslog");
-    let path = dir.path().join("log.sock");
-    let socket = UnixDatagram::bind(&path).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let (socket, path) = datagram_socket(&dir, "log.sock");
     let syslog = [
         "--syslog-enabled",
         "yes",

@@ -5,32 +5,16 @@
 
 use std::time::Duration;
 
-use sluice_envoy::pb::rate_limit_descriptor::Entry;
 use sluice_envoy::pb::rate_limit_response::Code;
-use sluice_envoy::pb::{RateLimitDescriptor, RateLimitRequest, RateLimitServiceClient};
 use sluice_tests::tls::{Certs, have_openssl};
 use sluice_tests::{
-    Sluice, TempDir, cluster_node, free_port, have_tool, redis_cli, runtime, sluice_cluster,
-    wait_until,
+    Sluice, TempDir, allowed_through, assert_azure_checks_answered, azure_request, cluster_node,
+    free_port, have_tool, output_text as text, python_lines, redis_cli, redis_cli_as as cli_as,
+    sluice_cluster, wait_until, write_azure_config,
 };
 
 const ADMIN: &str = "adm1n-pass";
 const GATEWAY: &str = "gw-pass";
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// `redis-cli` logged in as `user`.
-fn cli_as(port: u16, user: &str, pass: &str, args: &[&str]) -> String {
-    let mut all = vec!["--user", user, "--pass", pass, "--no-auth-warning"];
-    all.extend_from_slice(args);
-    text(&redis_cli(port, &all))
-}
 
 /// A `redis` crate connection logged in as `user` (AUTH user pass on connect).
 fn client_as(port: u16, user: &str, pass: &str) -> redis::Connection {
@@ -318,15 +302,7 @@ fn the_sidecar_logs_in_to_a_password_protected_node() {
         "closed",
     ]);
     let mut c = proxy.client();
-    let mut last = None;
-    let answered = wait_until(Duration::from_secs(10), || {
-        let r = redis::cmd("RL.CHECK")
-            .arg(&["k", "5", "10"])
-            .query::<Vec<i64>>(&mut c);
-        last = Some(format!("{r:?}"));
-        r.ok().filter(|r| r[0] == 1)
-    });
-    let first = answered.unwrap_or_else(|| panic!("the sidecar never answered: {last:?}"));
+    let first = allowed_through(&proxy, &mut c, &["k", "5", "10"]);
     let second: Vec<i64> = redis::cmd("RL.CHECK")
         .arg(&["k", "5", "10"])
         .query(&mut c)
@@ -354,31 +330,12 @@ fn the_sidecar_logs_in_to_a_password_protected_node() {
     assert_eq!(ok.map(|r| r[0]), Some(1));
 }
 
-fn envoy_request(value: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "internal".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "azure".into(),
-                value: value.into(),
-            }],
-            limit: None,
-            hits_addend: Some(1),
-        }],
-        hits_addend: 0,
-    }
-}
-
 /// Node a serves gRPC; the keys node b owns are forwarded to b, which wants a password. The
 /// admin tool creates the cluster as an ACL user (`--user`).
 #[test]
 fn a_cluster_with_requirepass_forwards_grpc_checks() {
     let dir = TempDir::new("grpc-auth-config");
-    std::fs::write(
-        dir.path().join("internal.yaml"),
-        "domain: internal\ndescriptors:\n  - key: azure\n    rate_limit:\n      unit: day\n      requests_per_unit: 100\n",
-    )
-    .unwrap();
+    write_azure_config(dir.path());
     let nodes = TempDir::new("grpc-auth-nodes");
     let grpc = free_port().to_string();
     let config_dir = dir.path().to_str().unwrap();
@@ -407,32 +364,9 @@ fn a_cluster_with_requirepass_forwards_grpc_checks() {
         "ops-pass",
     ]);
     assert!(created.status.success(), "{created:?}");
-    let rt = runtime();
-    let mut rls = wait_until(Duration::from_secs(10), || {
-        rt.block_on(RateLimitServiceClient::connect(format!(
-            "http://127.0.0.1:{grpc}"
-        )))
-        .ok()
-    })
-    .expect("gRPC connects");
-    let mut call = |v: &str| {
-        rt.block_on(rls.should_rate_limit(envoy_request(v)))
-            .map(|r| r.into_inner())
-    };
     // Until the table is pushed, checks may be unavailable; then every one of 40 values (about
     // half of them b's) is answered by its owner.
-    let mut last = String::new();
-    let up = wait_until(Duration::from_secs(15), || {
-        let r = call("probe");
-        last = format!("{r:?}");
-        r.ok().filter(|r| r.overall_code == Code::Ok as i32)
-    });
-    assert!(up.is_some(), "{last}");
-    for i in 0..40 {
-        let r = call(&i.to_string()).unwrap_or_else(|s| panic!("value {i}: {s}"));
-        assert_eq!(r.overall_code, Code::Ok as i32);
-        assert_eq!(r.statuses[0].limit_remaining, 99, "value {i}");
-    }
+    assert_azure_checks_answered(grpc.parse().unwrap());
     let mut on_b = client_as(b.port, "default", ADMIN);
     let keys: i64 = redis::cmd("DBSIZE").query(&mut on_b).unwrap();
     assert!(
@@ -501,27 +435,13 @@ try:
 except redis.exceptions.NoPermissionError as e:
     print("NOPERM")
 "#;
-    let out = std::process::Command::new("timeout")
-        .args(["60", "python3", "-c", script, &tls.to_string()])
-        .args([
-            certs.path("ca.crt"),
-            certs.path("node.crt"),
-            certs.path("node.key"),
-        ])
-        .arg(GATEWAY)
-        .output()
-        .expect("python3");
-    assert!(out.status.success(), "{}", text(&out));
-    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(String::from)
-        .collect();
-    assert_eq!(
-        lines,
-        ["3", "999 800", "100000", "NOPERM"],
-        "{}",
-        text(&out)
+    let (ca, crt, key) = (
+        certs.path("ca.crt"),
+        certs.path("node.crt"),
+        certs.path("node.key"),
     );
+    let (lines, all) = python_lines(script, &[&tls.to_string(), &ca, &crt, &key, GATEWAY]);
+    assert_eq!(lines, ["3", "999 800", "100000", "NOPERM"], "{all}");
     drop(server);
 }
 
@@ -707,32 +627,17 @@ fn the_sidecar_reaches_its_node_over_tls() {
     let tls = free_port();
     let node = start_tls(&certs, tls, "yes", &["--requirepass", ADMIN]);
     gateway_user(node.port);
-    let proxy = Sluice::start_proxy(&[
+    let proxy = certs.start_proxy(&[
         "--upstream",
         &format!("127.0.0.1:{tls}"),
         "--upstream-user",
         "gateway",
         "--upstream-password",
         GATEWAY,
-        "--upstream-tls-ca-cert-file",
-        &certs.path("ca.crt"),
-        "--upstream-tls-cert-file",
-        &certs.path("node.crt"),
-        "--upstream-tls-key-file",
-        &certs.path("node.key"),
         "--fail-mode",
         "closed",
     ]);
-    let mut c = proxy.client();
-    let mut last = String::new();
-    let first = wait_until(Duration::from_secs(10), || {
-        let r = redis::cmd("RL.CHECK")
-            .arg(&["t", "5", "10"])
-            .query::<Vec<i64>>(&mut c);
-        last = format!("{r:?}");
-        r.ok().filter(|r| r[0] == 1)
-    });
-    assert!(first.is_some(), "{last}\n{}", proxy.log());
+    allowed_through(&proxy, &mut proxy.client(), &["t", "5", "10"]);
     let mut admin = client_as(node.port, "default", ADMIN);
     let left: Vec<i64> = redis::cmd("RL.CHECK")
         .arg(&["t", "5", "10", "DRY"])
@@ -789,11 +694,7 @@ fn metrics_and_grpc_over_tls() {
     }
     let certs = Certs::new();
     let config = TempDir::new("grpc-tls-config");
-    std::fs::write(
-        config.path().join("internal.yaml"),
-        "domain: internal\ndescriptors:\n  - key: azure\n    rate_limit:\n      unit: day\n      requests_per_unit: 100\n",
-    )
-    .unwrap();
+    write_azure_config(config.path());
     let (metrics, grpc) = (free_port().to_string(), free_port().to_string());
     let flags = [
         "--metrics-port",
@@ -825,7 +726,7 @@ fn metrics_and_grpc_over_tls() {
     let plain = format!("http://127.0.0.1:{metrics}/metrics");
     assert!(curl(&certs, &[&plain]).is_none());
 
-    let request = envoy_request("tls").encode_to_vec();
+    let request = azure_request("tls").encode_to_vec();
     let mut framed = vec![0u8];
     framed.extend_from_slice(&(request.len() as u32).to_be_bytes());
     framed.extend_from_slice(&request);

@@ -6,14 +6,12 @@
 
 use std::time::Duration;
 
-use sluice_envoy::pb::rate_limit_descriptor::Entry;
-use sluice_envoy::pb::rate_limit_response::Code;
-use sluice_envoy::pb::{RateLimitDescriptor, RateLimitRequest, RateLimitServiceClient};
 use sluice_tests::tls::{Certs, have_openssl};
 use sluice_tests::{
-    Sluice, TempDir, cluster_node, cluster_rl_check, cluster_slots, free_port, have_tool,
-    http_json, key_slot, owner_of, primaries, redis_cli, rl_check, runtime, sluice_cluster,
-    try_connect, wait_cluster_ok, wait_until,
+    TempDir, allowed_through, assert_azure_checks_answered, cluster_node, cluster_rl_check,
+    cluster_slots, connect_cluster, free_port, have_tool, http_json, key_slot, output_text as text,
+    owner_of, primaries, redis_cli, rl_check, runtime, sluice_cluster, try_connect,
+    wait_cluster_ok, wait_until, write_azure_config,
 };
 
 /// A node's flags: a TLS port with the test certificate (client certificates required) and
@@ -27,14 +25,6 @@ fn tls_flags(certs: &Certs, tls_port: u16, extra: &[&str]) -> Vec<String> {
 
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
-}
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// The numbers on the lines of redis-cli's output (a flattened array reply).
@@ -84,18 +74,8 @@ async fn redis_rs_cluster(certs: &Certs, seed: u16) -> redis::cluster_async::Clu
         }),
         root_cert: Some(read("ca.crt")),
     };
-    redis::cluster::ClusterClient::builder(vec![format!("rediss://127.0.0.1:{seed}")])
-        .certs(tls)
-        .retries(50)
-        .min_retry_wait(2)
-        .max_retry_wait(100)
-        .connection_timeout(Duration::from_secs(2))
-        .response_timeout(Duration::from_secs(5))
-        .build()
-        .expect("cluster client")
-        .get_async_connection()
-        .await
-        .expect("a cluster connection over TLS")
+    let seeds = vec![format!("rediss://127.0.0.1:{seed}")];
+    connect_cluster(redis::cluster::ClusterClient::builder(seeds).certs(tls)).await
 }
 
 #[test]
@@ -213,15 +193,9 @@ fn a_tls_cluster_names_tls_ports_follows_redirects_and_moves_slots() {
 
     // The sidecar in front of the TLS cluster, seeded with both TLS ports.
     let seeds = format!("127.0.0.1:{},127.0.0.1:{}", tls[0], tls[1]);
-    let proxy = Sluice::start_proxy(&[
+    let proxy = certs.start_proxy(&[
         "--upstream",
         &seeds,
-        "--upstream-tls-ca-cert-file",
-        &certs.path("ca.crt"),
-        "--upstream-tls-cert-file",
-        &certs.path("node.crt"),
-        "--upstream-tls-key-file",
-        &certs.path("node.key"),
         "--fail-mode",
         "closed",
         "--timeout-ms",
@@ -230,13 +204,7 @@ fn a_tls_cluster_names_tls_ports_follows_redirects_and_moves_slots() {
     let (d, e) = (on(plain[0], 3), on(plain[1], 3));
     let mut pc = proxy.client();
     for k in [&d, &e] {
-        let mut last = String::new();
-        let ok = wait_until(Duration::from_secs(10), || {
-            let r = rl_check(&mut pc, &[k, "5", "1h"]);
-            last = format!("{r:?}");
-            r.ok().filter(|r| r[0] == 1)
-        });
-        assert!(ok.is_some(), "{k}: {last}\n{}", proxy.log());
+        allowed_through(&proxy, &mut pc, &[k, "5", "1h"]);
     }
     assert_eq!((left(plain[0], &d), left(plain[1], &e)), (4, 4));
 
@@ -284,29 +252,8 @@ fn a_tls_cluster_names_tls_ports_follows_redirects_and_moves_slots() {
     );
     // And the sidecar follows the move over TLS.
     let k = moved[0];
-    let mut last = String::new();
-    let ok = wait_until(Duration::from_secs(10), || {
-        let r = rl_check(&mut pc, &[k, "5", "1h"]);
-        last = format!("{r:?}");
-        r.ok().filter(|r| r[0] == 1)
-    });
-    assert!(ok.is_some(), "{last}\n{}", proxy.log());
+    allowed_through(&proxy, &mut pc, &[k, "5", "1h"]);
     assert_eq!(left(new.port, k), 2);
-}
-
-fn envoy_request(value: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "internal".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "azure".into(),
-                value: value.into(),
-            }],
-            limit: None,
-            hits_addend: Some(1),
-        }],
-        hits_addend: 0,
-    }
 }
 
 /// The lines of `CLIENT LIST` on `port` of other connections that came in on `laddr_port`.
@@ -330,11 +277,7 @@ fn grpc_checks_are_forwarded_over_tls() {
     }
     let certs = Certs::new();
     let dir = TempDir::new("tls-grpc");
-    std::fs::write(
-        dir.path().join("internal.yaml"),
-        "domain: internal\ndescriptors:\n  - key: azure\n    rate_limit:\n      unit: day\n      requests_per_unit: 100\n",
-    )
-    .unwrap();
+    write_azure_config(dir.path());
     let grpc = free_port().to_string();
     let (ta, tb) = (free_port(), free_port());
     let envoy = dir.path().to_str().unwrap().to_owned();
@@ -346,30 +289,7 @@ fn grpc_checks_are_forwarded_over_tls() {
     let fb = tls_flags(&certs, tb, &[]);
     let nodes = primaries(&dir, "g", &[&strs(&fa), &strs(&fb)]);
     wait_cluster_ok(&nodes);
-    let rt = runtime();
-    let mut rls = wait_until(Duration::from_secs(10), || {
-        rt.block_on(RateLimitServiceClient::connect(format!(
-            "http://127.0.0.1:{grpc}"
-        )))
-        .ok()
-    })
-    .expect("gRPC connects");
-    let mut call = |v: &str| {
-        rt.block_on(rls.should_rate_limit(envoy_request(v)))
-            .map(|r| r.into_inner())
-    };
-    let mut last = String::new();
-    let up = wait_until(Duration::from_secs(15), || {
-        let r = call("probe");
-        last = format!("{r:?}");
-        r.ok().filter(|r| r.overall_code == Code::Ok as i32)
-    });
-    assert!(up.is_some(), "{last}");
-    for i in 0..40 {
-        let r = call(&i.to_string()).unwrap_or_else(|s| panic!("value {i}: {s}"));
-        assert_eq!(r.overall_code, Code::Ok as i32);
-        assert_eq!(r.statuses[0].limit_remaining, 99, "value {i}");
-    }
+    assert_azure_checks_answered(grpc.parse().unwrap());
     let keys: i64 = redis::cmd("DBSIZE")
         .query(&mut try_connect(nodes[1].port).unwrap())
         .unwrap();

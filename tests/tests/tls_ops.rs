@@ -6,31 +6,9 @@ use std::time::Duration;
 
 use sluice_tests::tls::{Certs, have_openssl};
 use sluice_tests::{
-    Etcd, Sluice, TempDir, cluster_info_field, cluster_node, free_port, have_tool, sluice_cluster,
-    wait_until,
+    Etcd, Sluice, TempDir, cluster_info_field, cluster_node, free_port, have_tool,
+    output_text as text, sluice_cluster, wait_until,
 };
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// The flags that reach an etcd over TLS with `certs`' CA and `node` certificate.
-fn etcd_tls_flags(certs: &Certs) -> Vec<String> {
-    [
-        "--etcd-tls-ca-cert-file",
-        &certs.path("ca.crt"),
-        "--etcd-tls-cert-file",
-        &certs.path("node.crt"),
-        "--etcd-tls-key-file",
-        &certs.path("node.key"),
-    ]
-    .map(String::from)
-    .to_vec()
-}
 
 fn start(flags: &[String], extra: &[&str]) -> Sluice {
     let mut all: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -64,7 +42,7 @@ fn rules_through_an_etcd_over_tls() {
     };
     let url = etcd.url();
     assert!(url.starts_with("https://"), "{url}");
-    let flags = etcd_tls_flags(&certs);
+    let flags = certs.file_flags("etcd-tls");
     let a = start(&flags, &["--rules-etcd", &url]);
     let b = start(&flags, &["--rules-etcd", &url]);
     let (mut ca, mut cb) = (a.client(), b.client());
@@ -86,7 +64,7 @@ fn rules_through_an_etcd_over_tls() {
 
     // Trusting another CA, a node refuses etcd's certificate and says why.
     let other = Certs::new();
-    let c = start(&etcd_tls_flags(&other), &["--rules-etcd", &url]);
+    let c = start(&other.file_flags("etcd-tls"), &["--rules-etcd", &url]);
     let refused = c.wait_for_log("invalid peer certificate");
     assert!(refused, "{}", c.log());
     assert!(
@@ -95,6 +73,7 @@ fn rules_through_an_etcd_over_tls() {
     );
     assert_eq!(rule_limit(&mut c.client(), "user"), None);
     // Without the client certificate, etcd (--client-cert-auth) refuses the node.
+    // The CA's two flags come first.
     let no_cert = start(&flags[..2], &["--rules-etcd", &url]);
     assert!(no_cert.wait_for_log("rules etcd: "), "{}", no_cert.log());
     assert_eq!(rule_limit(&mut no_cert.client(), "user"), None);
@@ -167,7 +146,7 @@ fn the_cluster_table_in_an_etcd_over_tls() {
         return;
     };
     let url = etcd.url();
-    let flags = etcd_tls_flags(&certs);
+    let flags = certs.file_flags("etcd-tls");
     let dir = TempDir::new("etcd-tls-cluster");
     let mut extra: Vec<&str> = flags.iter().map(String::as_str).collect();
     extra.extend(["--etcd", &url]);
@@ -211,6 +190,24 @@ fn remaining(conn: &mut redis::Connection, key: &str) -> Option<i64> {
     Some(r[2])
 }
 
+/// One check of `key` on `primary`; then waits (`secs` at most) until the replica behind
+/// `on_replica` has it.
+fn check_reaches_replica(
+    primary: &Sluice,
+    on_replica: &mut redis::Connection,
+    key: &str,
+    secs: u64,
+) -> bool {
+    let _: Vec<i64> = redis::cmd("RL.CHECK")
+        .arg(&[key, "5", "60"])
+        .query(&mut primary.client())
+        .unwrap();
+    wait_until(Duration::from_secs(secs), || {
+        (remaining(on_replica, key)? == 3).then_some(())
+    })
+    .is_some()
+}
+
 #[test]
 fn a_replica_presents_its_renewed_certificate() {
     if !have_openssl() {
@@ -243,14 +240,8 @@ fn a_replica_presents_its_renewed_certificate() {
         &mine("ca.crt"),
     ]);
     let mut on_replica = replica.client();
-    let _: Vec<i64> = redis::cmd("RL.CHECK")
-        .arg(&["before", "5", "60"])
-        .query(&mut primary.client())
-        .unwrap();
-    let synced = wait_until(Duration::from_secs(15), || {
-        (remaining(&mut on_replica, "before")? == 3).then_some(())
-    });
-    assert!(synced.is_some(), "{}", replica.log());
+    let synced = check_reaches_replica(&primary, &mut on_replica, "before", 15);
+    assert!(synced, "{}", replica.log());
 
     // A new CA and a new certificate for both sides: the replica's files are replaced, the
     // primary restarts with its new pair and requires client certificates of the new CA.
@@ -258,15 +249,9 @@ fn a_replica_presents_its_renewed_certificate() {
     install(&new);
     drop(primary);
     let primary = start(&primary_flags(&new), &[]);
-    let _: Vec<i64> = redis::cmd("RL.CHECK")
-        .arg(&["after", "5", "60"])
-        .query(&mut primary.client())
-        .unwrap();
-    let resynced = wait_until(Duration::from_secs(20), || {
-        (remaining(&mut on_replica, "after")? == 3).then_some(())
-    });
+    let resynced = check_reaches_replica(&primary, &mut on_replica, "after", 20);
     assert!(
-        resynced.is_some(),
+        resynced,
         "replica:\n{}\nprimary:\n{}",
         replica.log(),
         primary.log()

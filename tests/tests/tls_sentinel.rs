@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use sluice_tests::tls::{Certs, have_openssl};
-use sluice_tests::{RedisSentinel, Sluice, have_tool, wait_until};
+use sluice_tests::{RedisSentinel, Sluice, allowed_through, have_tool, wait_until};
 
 const MASTER: &str = "tlsmaster";
 
@@ -49,14 +49,7 @@ fn master_port(certs: &Certs, sentinel: u16) -> Option<u16> {
 
 /// One `RL.CHECK` through the sidecar that is allowed, within 20 s: `[allowed, limit, left, ..]`.
 fn check_through(proxy: &Sluice, key: &str) -> Vec<i64> {
-    let mut c = proxy.client();
-    let mut last = String::new();
-    let got = wait_until(Duration::from_secs(20), || {
-        let r = sluice_tests::rl_check(&mut c, &[key, "5", "1h"]);
-        last = format!("{r:?}");
-        r.ok().filter(|r| r[0] == 1)
-    });
-    got.unwrap_or_else(|| panic!("no check through the sidecar: {last}\n{}", proxy.log()))
+    allowed_through(proxy, &mut proxy.client(), &[key, "5", "1h"])
 }
 
 #[test]
@@ -110,19 +103,13 @@ fn sentinel_over_tls_fails_over_and_the_sidecar_follows() {
     );
 
     // The sidecar asks the Sentinel over TLS and checks on the primary over TLS.
-    let proxy = Sluice::start_proxy(&[
+    let proxy = certs.start_proxy(&[
         "--sentinel",
         &format!("127.0.0.1:{sport}"),
         "--master-name",
         MASTER,
         "--sentinel-tls",
         "yes",
-        "--upstream-tls-ca-cert-file",
-        &certs.path("ca.crt"),
-        "--upstream-tls-cert-file",
-        &certs.path("node.crt"),
-        "--upstream-tls-key-file",
-        &certs.path("node.key"),
         "--fail-mode",
         "closed",
         "--timeout-ms",

@@ -38,6 +38,23 @@ enum At {
     Done,
 }
 
+/// Visits slots `c..` of `arrays`, `budget` of them at most, calling `f` with each occupied
+/// one. Returns the first slot not visited, or `None` when the walk reached the end.
+fn walk(
+    arrays: &Table,
+    c: usize,
+    budget: usize,
+    f: &mut impl FnMut(&Table, usize),
+) -> Option<usize> {
+    let end = c.saturating_add(budget).min(arrays.meta.len());
+    for i in c..end {
+        if arrays.meta[i] != EMPTY {
+            f(arrays, i);
+        }
+    }
+    (end < arrays.meta.len()).then_some(end)
+}
+
 impl Table {
     /// Starts scan `id` (a number no other scan of this table uses).
     pub fn scan_begin(&mut self, id: u64) {
@@ -76,34 +93,14 @@ impl Table {
                 self.migrate_some(budget.saturating_mul(super::MOVE_COST), hash);
             }
             At::Cur(c) => {
-                let end = c.saturating_add(budget).min(self.meta.len());
-                for i in c..end {
-                    if self.meta[i] != EMPTY {
-                        f(self, i);
-                    }
-                }
-                self.scans[n].at = if end == self.meta.len() {
-                    At::Done
-                } else {
-                    At::Cur(end)
-                };
+                self.scans[n].at = walk(self, c, budget, &mut f).map_or(At::Done, At::Cur);
             }
             At::Old(c) => {
                 let old = self
                     .old
                     .as_deref()
                     .expect("a scan in old arrays: they exist");
-                let end = c.saturating_add(budget).min(old.meta.len());
-                for i in c..end {
-                    if old.meta[i] != EMPTY {
-                        f(old, i);
-                    }
-                }
-                self.scans[n].at = if end == old.meta.len() {
-                    At::Done
-                } else {
-                    At::Old(end)
-                };
+                self.scans[n].at = walk(old, c, budget, &mut f).map_or(At::Done, At::Old);
             }
             At::Done => {
                 let passed = &mut self.scans[n].passed;
