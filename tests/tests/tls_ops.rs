@@ -1,13 +1,13 @@
 //! TLS in the places around the client port (issue 27): etcd reached over TLS by the node and
-//! the admin tool (a real etcd with `--client-cert-auth`), and a replica's client certificate
-//! reloaded when its files change. Certificates are made at test time with `openssl`.
+//! the admin tool (a real etcd with `--client-cert-auth`), and the client certificate and CA
+//! of a replica and of the sidecar reloaded when their files change. Certificates are made at test time with `openssl`.
 
 use std::time::Duration;
 
 use sluice_tests::tls::{Certs, have_openssl};
 use sluice_tests::{
-    Etcd, Sluice, TempDir, cluster_info_field, cluster_node, free_port, have_tool, sluice_cluster,
-    wait_until,
+    Etcd, Sluice, TempDir, cluster_info_field, cluster_node, free_port, have_tool, rl_check,
+    sluice_cluster, wait_until,
 };
 
 fn text(out: &std::process::Output) -> String {
@@ -211,6 +211,37 @@ fn remaining(conn: &mut redis::Connection, key: &str) -> Option<i64> {
     Some(r[2])
 }
 
+/// A client's own copies of a CA, certificate and key, replaced in place by [`Self::install`].
+struct Renewable(TempDir);
+
+impl Renewable {
+    fn new(certs: &Certs) -> Renewable {
+        let files = Renewable(TempDir::new("client-certs"));
+        files.install(certs);
+        files
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.0.path().join(file).to_str().unwrap().to_string()
+    }
+
+    fn install(&self, certs: &Certs) {
+        for f in ["ca.crt", "node.crt", "node.key"] {
+            std::fs::copy(certs.path(f), self.path(f)).unwrap();
+        }
+    }
+}
+
+/// Waits until `log` says both the CA and the certificate were loaded again.
+fn reloaded_both(server: &Sluice) {
+    assert!(server.wait_for_log("TLS CA reloaded"), "{}", server.log());
+    assert!(
+        server.wait_for_log("TLS certificate reloaded"),
+        "{}",
+        server.log()
+    );
+}
+
 #[test]
 fn a_replica_presents_its_renewed_certificate() {
     if !have_openssl() {
@@ -221,14 +252,7 @@ fn a_replica_presents_its_renewed_certificate() {
     let primary_flags = |certs: &Certs| certs.server_flags(tls, "yes");
     let primary = start(&primary_flags(&old), &[]);
     // The replica's own files, renewed in place later.
-    let dir = TempDir::new("replica-certs");
-    let mine = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
-    let install = |certs: &Certs| {
-        for f in ["ca.crt", "node.crt", "node.key"] {
-            std::fs::copy(certs.path(f), mine(f)).unwrap();
-        }
-    };
-    install(&old);
+    let mine = Renewable::new(&old);
     let master = format!("127.0.0.1:{tls}");
     let replica = Sluice::start_with(&[
         "--replicaof",
@@ -236,11 +260,11 @@ fn a_replica_presents_its_renewed_certificate() {
         "--tls-replication",
         "yes",
         "--tls-cert-file",
-        &mine("node.crt"),
+        &mine.path("node.crt"),
         "--tls-key-file",
-        &mine("node.key"),
+        &mine.path("node.key"),
         "--tls-ca-cert-file",
-        &mine("ca.crt"),
+        &mine.path("ca.crt"),
     ]);
     let mut on_replica = replica.client();
     let _: Vec<i64> = redis::cmd("RL.CHECK")
@@ -255,7 +279,7 @@ fn a_replica_presents_its_renewed_certificate() {
     // A new CA and a new certificate for both sides: the replica's files are replaced, the
     // primary restarts with its new pair and requires client certificates of the new CA.
     let new = Certs::new();
-    install(&new);
+    mine.install(&new);
     drop(primary);
     let primary = start(&primary_flags(&new), &[]);
     let _: Vec<i64> = redis::cmd("RL.CHECK")
@@ -271,10 +295,54 @@ fn a_replica_presents_its_renewed_certificate() {
         replica.log(),
         primary.log()
     );
-    assert!(replica.wait_for_log("TLS CA reloaded"), "{}", replica.log());
+    reloaded_both(&replica);
+}
+
+#[test]
+fn the_sidecar_presents_its_renewed_certificate() {
+    if !have_openssl() {
+        return;
+    }
+    let old = Certs::new();
+    let tls = free_port();
+    let node = start(&old.server_flags(tls, "yes"), &[]);
+    let mine = Renewable::new(&old);
+    let proxy = Sluice::start_proxy(&[
+        "--upstream",
+        &format!("127.0.0.1:{tls}"),
+        "--upstream-tls-ca-cert-file",
+        &mine.path("ca.crt"),
+        "--upstream-tls-cert-file",
+        &mine.path("node.crt"),
+        "--upstream-tls-key-file",
+        &mine.path("node.key"),
+        "--fail-mode",
+        "closed",
+        "--timeout-ms",
+        "500",
+    ]);
+    let mut pc = proxy.client();
+    let check = |pc: &mut redis::Connection, key: &str| {
+        wait_until(Duration::from_secs(20), || {
+            rl_check(pc, &[key, "5", "60"]).ok().filter(|r| r[0] == 1)
+        })
+    };
+    assert!(check(&mut pc, "before").is_some(), "{}", proxy.log());
+    assert_eq!(remaining(&mut node.client(), "before"), Some(3));
+
+    // A new CA and pair on the node (restarted, requiring client certificates of the new CA),
+    // and the sidecar's files replaced in place: its next connections trust the new CA and
+    // present the new certificate, with no restart of the sidecar.
+    let new = Certs::new();
+    mine.install(&new);
+    drop(node);
+    let node = start(&new.server_flags(tls, "yes"), &[]);
     assert!(
-        replica.wait_for_log("TLS certificate reloaded"),
-        "{}",
-        replica.log()
+        check(&mut pc, "after").is_some(),
+        "sidecar:\n{}\nnode:\n{}",
+        proxy.log(),
+        node.log()
     );
+    assert_eq!(remaining(&mut node.client(), "after"), Some(3));
+    reloaded_both(&proxy);
 }
