@@ -1,13 +1,13 @@
 //! TLS in the places around the client port (issue 27): etcd reached over TLS by the node and
-//! the admin tool (a real etcd with `--client-cert-auth`), and a replica's client certificate
-//! reloaded when its files change. Certificates are made at test time with `openssl`.
+//! the admin tool (a real etcd with `--client-cert-auth`), and the client certificate and CA
+//! of a replica and of the sidecar reloaded when their files change. Certificates are made at test time with `openssl`.
 
 use std::time::Duration;
 
 use sluice_tests::tls::{Certs, have_openssl};
 use sluice_tests::{
     Etcd, Sluice, TempDir, cluster_info_field, cluster_node, free_port, have_tool,
-    output_text as text, sluice_cluster, wait_until,
+    output_text as text, rl_check, sluice_cluster, wait_until,
 };
 
 fn start(flags: &[String], extra: &[&str]) -> Sluice {
@@ -217,15 +217,7 @@ fn a_replica_presents_its_renewed_certificate() {
     let tls = free_port();
     let primary_flags = |certs: &Certs| certs.server_flags(tls, "yes");
     let primary = start(&primary_flags(&old), &[]);
-    // The replica's own files, renewed in place later.
-    let dir = TempDir::new("replica-certs");
-    let mine = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
-    let install = |certs: &Certs| {
-        for f in ["ca.crt", "node.crt", "node.key"] {
-            std::fs::copy(certs.path(f), mine(f)).unwrap();
-        }
-    };
-    install(&old);
+    // The replica is given `old`'s paths: they are renewed in place later.
     let master = format!("127.0.0.1:{tls}");
     let replica = Sluice::start_with(&[
         "--replicaof",
@@ -233,11 +225,11 @@ fn a_replica_presents_its_renewed_certificate() {
         "--tls-replication",
         "yes",
         "--tls-cert-file",
-        &mine("node.crt"),
+        &old.path("node.crt"),
         "--tls-key-file",
-        &mine("node.key"),
+        &old.path("node.key"),
         "--tls-ca-cert-file",
-        &mine("ca.crt"),
+        &old.path("ca.crt"),
     ]);
     let mut on_replica = replica.client();
     let synced = check_reaches_replica(&primary, &mut on_replica, "before", 15);
@@ -246,7 +238,7 @@ fn a_replica_presents_its_renewed_certificate() {
     // A new CA and a new certificate for both sides: the replica's files are replaced, the
     // primary restarts with its new pair and requires client certificates of the new CA.
     let new = Certs::new();
-    install(&new);
+    old.install_from(&new);
     drop(primary);
     let primary = start(&primary_flags(&new), &[]);
     let resynced = check_reaches_replica(&primary, &mut on_replica, "after", 20);
@@ -256,10 +248,59 @@ fn a_replica_presents_its_renewed_certificate() {
         replica.log(),
         primary.log()
     );
-    assert!(replica.wait_for_log("TLS CA reloaded"), "{}", replica.log());
+    reloaded_both(&replica);
+}
+
+/// Waits until `server`'s log says both the CA and the certificate were loaded again.
+fn reloaded_both(server: &Sluice) {
+    assert!(server.wait_for_log("TLS CA reloaded"), "{}", server.log());
     assert!(
-        replica.wait_for_log("TLS certificate reloaded"),
+        server.wait_for_log("TLS certificate reloaded"),
         "{}",
-        replica.log()
+        server.log()
     );
+}
+
+#[test]
+fn the_sidecar_presents_its_renewed_certificate() {
+    if !have_openssl() {
+        return;
+    }
+    let old = Certs::new();
+    let tls = free_port();
+    let node = start(&old.server_flags(tls, "yes"), &[]);
+    let upstream = format!("127.0.0.1:{tls}");
+    let proxy = old.start_proxy(&[
+        "--upstream",
+        &upstream,
+        "--fail-mode",
+        "closed",
+        "--timeout-ms",
+        "500",
+    ]);
+    let mut pc = proxy.client();
+    let allowed = |pc: &mut redis::Connection, key: &str| {
+        wait_until(Duration::from_secs(20), || {
+            rl_check(pc, &[key, "5", "60"]).ok().filter(|r| r[0] == 1)
+        })
+        .is_some()
+    };
+    assert!(allowed(&mut pc, "before"), "{}", proxy.log());
+    assert_eq!(remaining(&mut node.client(), "before"), Some(3));
+
+    // A new CA and pair on the node (restarted, requiring client certificates of the new CA),
+    // and the sidecar's files replaced in place: its next connections trust the new CA and
+    // present the new certificate, with no restart of the sidecar.
+    let new = Certs::new();
+    old.install_from(&new);
+    drop(node);
+    let node = start(&new.server_flags(tls, "yes"), &[]);
+    assert!(
+        allowed(&mut pc, "after"),
+        "sidecar:\n{}\nnode:\n{}",
+        proxy.log(),
+        node.log()
+    );
+    assert_eq!(remaining(&mut node.client(), "after"), Some(3));
+    reloaded_both(&proxy);
 }
