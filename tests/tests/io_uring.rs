@@ -4,8 +4,8 @@
 //! many connections and redis-benchmark traffic; and the fallback to epoll where io_uring
 //! cannot be had.
 //!
-//! The rest of the suite runs against this loop with `SLUICE_TEST_IO=uring` (see
-//! scripts/test.sh).
+//! The rest of the suite runs on this loop too, as it is the default; scripts/test.sh runs a
+//! part of it again on `--io epoll` (`SLUICE_TEST_IO=epoll`).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -295,10 +295,10 @@ pub struct Config {
     #[arg(long = "region-min-share", value_parser = parse_fraction)]
     pub region_min_share: Option<f64>,
 
-    /// The connection loop for clients on the plain port: `epoll` (readiness, a task per
-    /// connection) or `uring` (io_uring: one submission per turn for all of a thread's
-    /// connections; where io_uring is not permitted the server says so and uses epoll).
-    #[arg(long, value_enum, default_value_t = IoLoop::Epoll)]
+    /// The connection loop for clients on the plain port: `uring` (io_uring: one submission
+    /// per turn for all of a thread's connections; where io_uring is not permitted the server
+    /// says so and uses epoll) or `epoll` (readiness, a task per connection).
+    #[arg(long, value_enum, default_value_t = IoLoop::Uring)]
     pub io: IoLoop,
 
     /// The config file this server was started with (`sluice FILE`), which CONFIG REWRITE
