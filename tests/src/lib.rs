@@ -428,9 +428,32 @@ pub fn info_field(port: u16, name: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// A free TCP port on 127.0.0.1: bound, read and released. For processes that cannot take
-/// `--port 0` (redis-sentinel); whoever binds it must tolerate losing a race for it.
+/// A free TCP port on 127.0.0.1 (checked by binding it, then released), for ports a test must
+/// name: redis-sentinel's, side ports (`--http-port`), a node restarted where its peers expect it.
+///
+/// The port comes from just below the kernel's ephemeral range (`ip_local_port_range`), in a
+/// sequence of this process's own: a port the kernel hands out to an outgoing connection or to
+/// a server binding port 0 is never one of these, so nothing takes the port between the moment
+/// it is picked here and the moment the server binds it. Where the range leaves no room below
+/// it, the kernel picks (`bind` to port 0).
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    const SPAN: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(0);
+    if low > SPAN + 1024 {
+        let start = std::process::id().wrapping_mul(7919) % SPAN;
+        for _ in 0..SPAN {
+            let n = NEXT.fetch_add(1, Relaxed);
+            let port = (low - SPAN + (start + n) % SPAN) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
         .expect("bind a free port")
