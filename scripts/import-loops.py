@@ -93,8 +93,10 @@ def edges_of(crate_src):
     for m, path in mods.items():
         text = open(path, errors="ignore").read()
         text = re.sub(r"#\[cfg\(test\)\]\s*mod tests\s*\{.*", "", text, flags=re.S)
+        # A doc link (`[`crate::a`]`, `[text](crate::a)`) names a module as an import does.
+        links = re.findall(r"[\[(]`?((?:crate|super(?:::super)*)::[A-Za-z0-9_:]*[A-Za-z0-9_])`?[\])]", text)
         text = re.sub(r"//[^\n]*", "", text)
-        paths = re.findall(r"\b(?:crate|super(?:::super)*)::[A-Za-z0-9_:]*[A-Za-z0-9_]", text)
+        paths = links + re.findall(r"\b(?:crate|super(?:::super)*)::[A-Za-z0-9_:]*[A-Za-z0-9_]", text)
         paths += expand_groups(text)
         for p in paths:
             t = resolve(p, m, mods)

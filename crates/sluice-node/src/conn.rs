@@ -13,7 +13,7 @@
 //!
 //! [`Core`] is the part of a connection that does no I/O: its session, buffers and parser, and
 //! the batch that parses and executes. This loop (tokio, readiness) and the io_uring loop
-//! ([`crate::uring`]) both drive one; a connection the io_uring loop does not carry further
+//! (the `uring` module) both drive one; a connection the io_uring loop does not carry further
 //! (WAIT, SUBSCRIBE, PSYNC) goes on here with its [`Core`] as it was ([`resume`]).
 
 use std::io::ErrorKind::WouldBlock;

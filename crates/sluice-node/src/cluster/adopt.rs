@@ -1,6 +1,6 @@
 //! What a node does with a table it is given: install it and act on it (drop the keys of
 //! slots handed over), re-apply its own promotion on a concurrent table, and whom and with what
-//! password it tells. The tasks that fetch and send tables ([`super::peers`], [`super::etcd`])
+//! password it tells. The tasks that fetch and send tables (`cluster::peers`, `cluster::etcd`)
 //! and the control loop build on these.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The commands' side of the rules' etcd thread ([`super::etcd`]): a write is sent to it and
+//! The commands' side of the rules' etcd thread (`rules::etcd`): a write is sent to it and
 //! its revision awaited. State only: the thread itself lives above.
 
 use std::sync::mpsc as std_mpsc;
