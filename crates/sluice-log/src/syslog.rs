@@ -58,6 +58,8 @@ pub fn configure(target: Option<(&Path, &str, &str)>) -> std::io::Result<()> {
         None => None,
         Some((path, ident, facility)) => {
             let socket = UnixDatagram::unbound()?;
+            // A daemon that is backed up drops our lines; it never holds up a thread that logs.
+            socket.set_nonblocking(true)?;
             let _ = socket.connect(path);
             let facility = FACILITIES
                 .iter()
@@ -111,8 +113,15 @@ pub(crate) fn send(level: Level, unix_ms: u128, msg: &str) {
         sink.ident,
         std::process::id()
     );
-    if sink.socket.send(line.as_bytes()).is_err() && sink.socket.connect(&sink.path).is_ok() {
-        let _ = sink.socket.send(line.as_bytes());
+    match sink.socket.send(line.as_bytes()) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(_) => {
+            // The daemon restarted (a new socket at the path): connect again, send once more.
+            if sink.socket.connect(&sink.path).is_ok() {
+                let _ = sink.socket.send(line.as_bytes());
+            }
+        }
     }
 }
 

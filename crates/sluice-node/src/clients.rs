@@ -182,7 +182,9 @@ impl Clients {
             c.kill.notify_one();
         }
         if !victims.is_empty() {
-            self.kills.fetch_add(1, Relaxed);
+            // Release: whoever sees the new count (Acquire) sees the victims' `killed` too.
+            self.kills
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
         }
         victims.len()
     }
@@ -191,7 +193,7 @@ impl Clients {
 impl Clients {
     /// The kills asked for so far: a change means some client is to close.
     pub fn kills(&self) -> u64 {
-        self.kills.load(Relaxed)
+        self.kills.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 

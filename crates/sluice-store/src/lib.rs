@@ -502,11 +502,12 @@ impl Store {
             .sum()
     }
 
-    /// Shard `i`, locked, after dropping every entry dead at `now`: its wheel caught up (and any
-    /// move of its table finished) in [`EXPIRE_BUDGET`] steps, the lock let go between them, so
-    /// the last step, [`Shard::reap`], is short.
+    /// Shard `i`, locked, after dropping every entry dead at `now`: its wheel caught up in
+    /// [`EXPIRE_BUDGET`] steps, the lock let go between them, so the last step,
+    /// [`Shard::reap`], is short. A move of its table is left to housekeeping: the counts are
+    /// exact in the middle of one.
     fn reaped(&self, i: usize, now: Nanos) -> MutexGuard<'_, Shard<StoreHasher>> {
-        while !self.shards[i].lock().expire_some(now, EXPIRE_BUDGET).1 {}
+        while !self.shards[i].lock().expire_wheel(now, EXPIRE_BUDGET).1 {}
         let mut shard = self.shards[i].lock();
         shard.reap(now);
         shard

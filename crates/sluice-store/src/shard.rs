@@ -404,6 +404,20 @@ impl<H: KeyHash> Shard<H> {
     /// entries moved in ([`Table::migrate_some`]);
     /// returns the keys dropped and whether the wheel caught up and the table is done moving.
     pub fn expire_some(&mut self, now: Nanos, budget: usize) -> (usize, bool) {
+        let (dropped, done) = self.expire_wheel(now, budget);
+        let hasher = &self.hasher;
+        let hash = |k: &[u8]| hasher.hash32(k);
+        // A few dozen entries' worth: each lands at random in new arrays whose pages its
+        // first write faults in, up to 10–20 µs apiece on a VM (the stall probe's slowest
+        // steps were those faults, at `budget` slots a step).
+        let moved = self.table.migrate_some((budget / 4).max(1), &hash);
+        (dropped, done && moved)
+    }
+
+    /// The wheel's part of [`Shard::expire_some`]: up to `budget` entries visited, a table
+    /// that lost entries shrunk (in steps); no part of a table move. Returns the keys dropped
+    /// and whether the wheel caught up with `now`.
+    pub fn expire_wheel(&mut self, now: Nanos, budget: usize) -> (usize, bool) {
         let Shard {
             table,
             wheel,
@@ -421,17 +435,13 @@ impl<H: KeyHash> Shard<H> {
         if dropped > 0 {
             self.table.maybe_shrink(&hash, Growth::Incremental);
         }
-        // A few dozen entries' worth: each lands at random in new arrays whose pages its
-        // first write faults in, up to 10–20 µs apiece on a VM (the stall probe's slowest
-        // steps were those faults, at `budget` slots a step).
-        let moved = self.table.migrate_some((budget / 4).max(1), &hash);
-        (dropped, done && moved)
+        (dropped, done)
     }
 
     /// Runs the wheel, then also drops the dead entries that wait for the end of the current
     /// tick, so that the table holds exactly the live keys. Returns keys dropped.
     pub fn reap(&mut self, now: Nanos) -> usize {
-        let mut dropped = self.expire_due(now);
+        let mut dropped = self.expire_wheel(now, usize::MAX).0;
         let Shard {
             table,
             stats,

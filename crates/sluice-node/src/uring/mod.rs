@@ -225,7 +225,12 @@ impl Loop {
                         .received(&done, |bytes| rbuf.extend_from_slice(bytes));
                     slot.core.pending = true;
                     if slot.end.is_none() {
-                        slot.end = run(slot).err();
+                        // Killed by a batch earlier in this turn: its own requests do not run.
+                        slot.end = if slot.core.client.killed() {
+                            Some(End::Close(Close::Quietly))
+                        } else {
+                            run(slot).err()
+                        };
                     }
                 } else if done.result == -libc::ENOBUFS {
                     // Every provided buffer was taken this turn: armed again below, by when
@@ -405,9 +410,13 @@ fn run(slot: &mut Slot) -> Result<(), End> {
         return Ok(());
     }
     core.pending = false;
-    let shared = core.shared.clone();
-    // Held while the batch runs (a PSYNC takes it again in the epoll loop for its owed replies).
-    let batch = shared.cluster.as_ref().map(|c| c.batch(core.thread));
+    // Held while the batch runs (a PSYNC takes it again in the epoll loop for its owed replies);
+    // the shared state is cloned for it in cluster mode only, so a batch costs no shared count.
+    let shared = core.shared.cluster.is_some().then(|| core.shared.clone());
+    let batch = shared
+        .as_ref()
+        .and_then(|s| s.cluster.as_ref())
+        .map(|c| c.batch(core.thread));
     match core.run_batch() {
         Ok(ran) => {
             drop(batch);
