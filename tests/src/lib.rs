@@ -420,9 +420,21 @@ impl Sentinel {
     }
 }
 
-/// One integer field of the node's `INFO` (e.g. `total_commands_processed`).
+/// One integer field of the node's `INFO` (e.g. `total_commands_processed`), read over a
+/// connection that sends nothing before the INFO (no `CLIENT SETINFO`, which redis-rs sends by
+/// default), so each call adds exactly one command to the node's count.
 pub fn info_field(port: u16, name: &str) -> Option<u64> {
-    let text: String = redis::cmd("INFO").query(&mut try_connect(port)?).ok()?;
+    use redis::IntoConnectionInfo;
+    let info = format!("redis://127.0.0.1:{port}/")
+        .into_connection_info()
+        .ok()?;
+    let quiet = info.redis_settings().clone().set_skip_set_lib_name();
+    let mut conn = redis::Client::open(info.set_redis_settings(quiet))
+        .ok()?
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let text: String = redis::cmd("INFO").query(&mut conn).ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .and_then(|v| v.trim().parse().ok())

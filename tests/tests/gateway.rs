@@ -166,7 +166,6 @@ fn blocked_cache_cuts_the_calls_that_reach_the_node() {
         reached.push(info_field(node.port, "total_commands_processed").unwrap() - before - 1);
     }
     let (with, without) = (reached[0], reached[1]);
-    // (+ the client handshake of the INFO connection)
     assert!(
         (400..410).contains(&without),
         "every check reached the node: {without}"
