@@ -16,6 +16,7 @@
 //! (the `uring` module) both drive one; a connection the io_uring loop does not carry further
 //! (WAIT, SUBSCRIBE, PSYNC) goes on here with its [`Core`] as it was ([`resume`]).
 
+use sluice_store::Ahead;
 use std::io::ErrorKind::WouldBlock;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -288,15 +289,28 @@ impl Core {
         let now = self.shared.clock.at(read_at);
         let mut executed = 0u64;
         let mut elapsed = None;
+        // Once the tables outgrow the cache, each request's key is prefetched one request
+        // ahead: its table lines load while the request before it runs.
+        let prefetch = self.shared.store.prefetching();
+        let mut next = Ahead::NONE;
+        if prefetch {
+            next = self.prefetch_next();
+        }
         loop {
             match self.parser.parse_into(&mut self.rbuf, &mut self.request) {
                 Ok(true) => {
+                    // The hash taken of this request's key (if it was), then the next one's.
+                    let ahead = next;
+                    if prefetch {
+                        next = self.prefetch_next();
+                    }
                     executed += 1;
                     let mut ctx = Ctx {
                         shared: &self.shared,
                         session: &mut self.session,
                         out: &mut self.out,
                         now,
+                        ahead,
                     };
                     cmd::execute(&self.request, &mut ctx);
                     // As Redis, the hard output limit is checked reply by reply: a pipeline of
@@ -344,6 +358,17 @@ impl Core {
             read_at,
             elapsed,
         })
+    }
+
+    /// Starts loading the table lines of the next buffered request's key, if a whole
+    /// header of one is buffered (any command's second argument: a wrong guess costs only
+    /// the hint).
+    #[inline]
+    fn prefetch_next(&self) -> Ahead {
+        match sluice_resp::Parser::peek_key(&self.rbuf) {
+            Some(key) => self.shared.store.prefetch(key),
+            None => Ahead::NONE,
+        }
     }
 
     /// The batch ran every request it read (the read buffer is empty): its one end-of-batch

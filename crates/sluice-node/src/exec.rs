@@ -56,6 +56,7 @@ impl Executor {
             session: &mut self.session,
             out: &mut self.out,
             now,
+            ahead: sluice_store::Ahead::NONE,
         };
         let started = std::time::Instant::now();
         cmd::execute(&request, &mut ctx);

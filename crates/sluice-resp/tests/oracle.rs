@@ -145,6 +145,34 @@ proptest! {
         prop_assert_eq!(outcome, Outcome { requests: want, end: End::Pending(0) });
     }
 
+    /// The prefetch hint reads the key of the frame a buffer starts with: the frame's second
+    /// argument once its header and that argument have arrived, never anything else.
+    #[test]
+    fn peek_key_finds_the_second_argument_or_nothing(
+        args in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..120), 1..12),
+        rest in prop::collection::vec(args_strategy(), 0..2),
+        cut in any::<usize>(),
+    ) {
+        let mut input = encode_request(&args);
+        let whole = input.len();
+        input.extend(rest.iter().flat_map(|f| encode_request(f)));
+        let key = args.get(1).map(Vec::as_slice);
+        // The whole frame: the key, if there is one.
+        prop_assert_eq!(Parser::peek_key(&input), key);
+        // Any prefix: the key or nothing.
+        let prefix = &input[..cut % (whole + 1)];
+        let peeked = Parser::peek_key(prefix);
+        prop_assert!(peeked.is_none() || peeked == key, "{:?} from {:?}", peeked, prefix);
+    }
+
+    #[test]
+    fn peek_key_never_panics_on_any_bytes(input in protocol_bytes()) {
+        if let Some(key) = Parser::peek_key(&input) {
+            let start = key.as_ptr() as usize - input.as_ptr() as usize;
+            prop_assert!(start + key.len() <= input.len());
+        }
+    }
+
     #[test]
     fn random_bytes_never_panic_and_chunking_does_not_matter(
         input in protocol_bytes(),

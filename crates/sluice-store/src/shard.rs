@@ -24,7 +24,7 @@ use crate::table::{Growth, Table};
 use crate::wheel::{NOT_FILED, SlotId, Wheel, tick_floor};
 use crate::{EvictionPolicy, SetCond, SetTtl, StoreError, Ttl};
 
-/// Hashes a key. The store uses one fixed-seed ahash; tests inject colliding hashers.
+/// Hashes a key. The store uses one fixed-seed foldhash; tests inject colliding hashers.
 pub trait KeyHash {
     fn hash_key(&self, key: &[u8]) -> u64;
 
@@ -74,6 +74,11 @@ pub struct Shard<H> {
 }
 
 impl<H: KeyHash> Shard<H> {
+    /// Where a lookup in this shard reads (see [`crate::table::Layout`]).
+    pub fn layout(&self) -> crate::table::Layout {
+        self.table.layout()
+    }
+
     pub fn new(hasher: H) -> Shard<H> {
         Shard {
             table: Table::default(),

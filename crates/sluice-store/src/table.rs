@@ -237,6 +237,58 @@ impl std::fmt::Debug for Table {
     }
 }
 
+/// The two buckets (of `nb`) a key of hash `h` may live in.
+#[inline]
+fn bucket_pair(h: u32, nb: usize) -> (usize, usize) {
+    let n = nb as u64;
+    let a = ((u64::from(h) * n) >> 32) as usize;
+    let mut b = ((u64::from(fmix32(h)) * n) >> 32) as usize;
+    if b == a {
+        b = if a + 1 == nb { 0 } else { a + 1 };
+    }
+    (a, b)
+}
+
+/// The addresses of a table's arrays as they were when taken: enough to prefetch the lines a
+/// lookup will read, never to read them (the arrays may have moved since).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    pub meta: usize,
+    pub slots: usize,
+    pub buckets: usize,
+}
+
+impl Layout {
+    /// Asks the CPU to start loading the metadata and slots of both buckets of hash `h`.
+    #[inline]
+    pub fn prefetch(&self, h: u32) {
+        if self.buckets == 0 {
+            return;
+        }
+        let (a, b) = bucket_pair(h, self.buckets);
+        for bucket in [a, b] {
+            let first = bucket * BUCKET;
+            prefetch(self.meta + first * size_of::<u16>());
+            let slot = self.slots + first * size_of::<Slot>();
+            prefetch(slot);
+            prefetch(slot + BUCKET * size_of::<Slot>() - 1);
+        }
+    }
+}
+
+/// A hint to load the cache line at `addr`; never a read (an address no longer allocated is fine).
+#[inline(always)]
+fn prefetch(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch reads nothing the program can observe and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr::without_provenance::<i8>(addr)) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
+}
+
 /// The murmur3 finalizer: the second bucket's hash, independent of the first's top bits.
 #[inline]
 fn fmix32(mut h: u32) -> u32 {
@@ -492,13 +544,16 @@ impl Table {
 
     #[inline]
     fn buckets(&self, h: u32) -> (usize, usize) {
-        let nb = (self.cap / BUCKET) as u64;
-        let a = ((u64::from(h) * nb) >> 32) as usize;
-        let mut b = ((u64::from(fmix32(h)) * nb) >> 32) as usize;
-        if b == a {
-            b = if a + 1 == nb as usize { 0 } else { a + 1 };
+        bucket_pair(h, self.cap / BUCKET)
+    }
+
+    /// Where a lookup reads, for [`Layout::prefetch`].
+    pub fn layout(&self) -> Layout {
+        Layout {
+            meta: self.meta.as_ptr().addr(),
+            slots: self.slots.as_ptr().addr(),
+            buckets: self.cap / BUCKET,
         }
-        (a, b)
     }
 
     pub fn is_occupied(&self, i: usize) -> bool {

@@ -334,7 +334,10 @@ fn used_memory_follows_the_keys() {
     // All buckets are full again after one second: the wheel drops them and memory shrinks.
     assert_eq!(expire_all(&s, at(1000).saturating_add(TICK)), 10_000);
     let after = s.used_memory();
-    assert!(after < long / 4, "{after} vs {long}");
+    // What stays is each of the 64 shards' table, shrunk in steps toward its first size, and
+    // its wheel: about a quarter of the high-water mark, how close depending on how the hash
+    // spread the keys over the shards.
+    assert!(after < long / 3, "{after} vs {long}");
     s.set(b"x", b"1", SetCond::Always, SetTtl::Clear, T0);
     assert!(s.used_memory() > after - 1);
     s.flush();
@@ -463,4 +466,32 @@ fn a_snapshot_sees_every_key_while_inserts_grow_the_tables_under_it() {
     assert_eq!(s.delete_where(T0, |k| k.starts_with(b"new:")), 160_000);
     assert_eq!(s.len(T0), 80_000);
     assert_eq!(s.keys_where(T0, 5, |k| k.starts_with(b"old:3:")).len(), 5);
+}
+
+#[test]
+fn a_hash_taken_ahead_serves_only_the_bytes_it_was_taken_of() {
+    let s = store();
+    let p = token(10, 10);
+    let buf = b"user:1user:2".to_vec();
+    let (k1, k2) = buf.split_at(6);
+    let ahead = s.prefetch(k1);
+    let d = s
+        .check_ahead(k1, ahead, Algo::Token, &p, T0, false)
+        .unwrap();
+    assert!(d.allowed);
+    // Other bytes of the same length: hashed afresh, so they fill their own bucket, where a
+    // plain check finds it.
+    for _ in 0..10 {
+        assert!(
+            s.check_ahead(k2, ahead, Algo::Token, &p, T0, false)
+                .unwrap()
+                .allowed
+        );
+    }
+    assert!(!s.check(k2, Algo::Token, &p, T0, false).unwrap().allowed);
+    // And the key the hash was taken of still has the nine tokens its one check left (a dry
+    // check tells what one more would leave).
+    let left = s.check(k1, Algo::Token, &p, T0, true).unwrap();
+    assert_eq!((d.remaining, left.remaining), (9, 8));
+    assert_eq!(s.len(T0), 2);
 }

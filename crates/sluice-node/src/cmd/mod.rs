@@ -83,6 +83,8 @@ pub struct Ctx<'a> {
     pub out: &'a mut BytesMut,
     /// The server clock, read once for the batch this command arrived in.
     pub now: Nanos,
+    /// The hash of this request's key, if the connection loop prefetched it.
+    pub ahead: sluice_store::Ahead,
 }
 
 impl Ctx<'_> {

@@ -69,7 +69,14 @@ impl<'a> Command<'a> for RlCheck<'a> {
         let decision = ctx
             .shared
             .store
-            .check(self.key, self.algo, &self.params, ctx.now, self.dry)
+            .check_ahead(
+                self.key,
+                ctx.ahead,
+                self.algo,
+                &self.params,
+                ctx.now,
+                self.dry,
+            )
             .map_err(|e| check_error(e, self.algo, &self.params))?;
         if !self.dry {
             let stats = ctx.shared.stats.slot(ctx.session.thread);

@@ -102,6 +102,7 @@ impl Front {
             session: &mut session,
             out: &mut out,
             now: self.shared.clock.now(),
+            ahead: sluice_store::Ahead::NONE,
         };
         cmd::execute(&request, &mut ctx);
         let slot = self.shared.stats.slot(session.thread);
