@@ -360,12 +360,12 @@ impl Core {
         })
     }
 
-    /// Starts loading the table lines of the next buffered request's key, if a whole
-    /// header of one is buffered (any command's second argument: a wrong guess costs only
-    /// the hint).
+    /// Starts loading the table lines of the next buffered request's key, if it is an
+    /// RL.CHECK whose header has arrived (the check is the request that comes by the million;
+    /// only it takes the hash computed here, [`Ctx::ahead`]).
     #[inline]
     fn prefetch_next(&self) -> Ahead {
-        match sluice_resp::Parser::peek_key(&self.rbuf) {
+        match sluice_resp::Parser::peek_key(&self.rbuf, b"RL.CHECK") {
             Some(key) => self.shared.store.prefetch(key),
             None => Ahead::NONE,
         }

@@ -382,74 +382,34 @@ impl Parser {
         result
     }
 
-    /// The second argument of the frame at the start of `buf` (the key of most commands), if
-    /// the frame is an ordinary multibulk and that argument has arrived; `None` otherwise.
-    /// Reads ahead without parsing: the caller uses it only as a hint (a prefetch), so a frame
-    /// that is not what it seems costs nothing but the hint.
+    /// The key (second argument) of the frame at the start of `buf` if that frame is the
+    /// command `name` (8 bytes, ASCII letters matched in either case) and its header and key
+    /// have arrived; `None` otherwise. A look ahead, not a parse: a few word compares, for a
+    /// caller that uses the answer only as a hint (a prefetch), so it may answer for a frame
+    /// the parser would refuse, or for a name that differs from `name` in bit 5 of a byte
+    /// that is not a letter. What it answers is always the bytes where that frame's second
+    /// argument is. It answers for frames of 2 to 9 arguments and a key of 1 to 99 bytes.
     #[inline]
-    pub fn peek_key(buf: &[u8]) -> Option<&[u8]> {
-        // The shape nearly every request has, matched in a few compares: a one-digit count,
-        // a command name of one to nine bytes, a key of one to 99. A command alone (PING)
-        // has no key.
-        if let [b'*', b'0'..=b'1', b'\r', ..] = *buf {
-            return None;
-        }
-        if let [
-            b'*',
-            b'2'..=b'9',
-            b'\r',
-            b'\n',
-            b'$',
-            name @ b'1'..=b'9',
-            b'\r',
-            b'\n',
-            ..,
-        ] = *buf
+    pub fn peek_key<'b>(buf: &'b [u8], name: &[u8; 8]) -> Option<&'b [u8]> {
+        const CASE: u64 = 0x2020_2020_2020_2020;
+        let head: &[u8; 22] = buf.get(..22)?.try_into().ok()?;
+        let word = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8 bytes"));
+        // `*N\r\n$8\r\n` with N one digit, then the name, then `\r\n$`.
+        if word(0) & !0xFF00 != u64::from_le_bytes(*b"*\0\r\n$8\r\n")
+            || !(b'2'..=b'9').contains(&head[1])
+            || word(8) | CASE != u64::from_le_bytes(*name) | CASE
+            || head[16..19] != *b"\r\n$"
         {
-            let tail = buf.get(8 + usize::from(name - b'0') + 2..)?;
-            let (len, at) = match *tail {
-                [b'$', d @ b'0'..=b'9', b'\r', b'\n', ..] => (usize::from(d - b'0'), 4),
-                [b'$', d @ b'0'..=b'9', e @ b'0'..=b'9', b'\r', b'\n', ..] => {
-                    (usize::from(d - b'0') * 10 + usize::from(e - b'0'), 5)
-                }
-                _ => return Self::peek_key_slow(buf),
-            };
-            return tail.get(at..at + len);
+            return None;
         }
-        Self::peek_key_slow(buf)
-    }
-
-    /// [`Parser::peek_key`] for any multibulk header.
-    #[cold]
-    fn peek_key_slow(buf: &[u8]) -> Option<&[u8]> {
-        /// A `<digits>\r\n` at `at`: the number and where the next line starts.
-        fn number(buf: &[u8], mut at: usize) -> Option<(usize, usize)> {
-            let mut n = 0usize;
-            while let Some(&c) = buf.get(at) {
-                if c == b'\r' {
-                    return Some((n, at + 2));
-                }
-                n = n
-                    .wrapping_mul(10)
-                    .wrapping_add(usize::from(c.wrapping_sub(b'0')));
-                at += 1;
+        let (len, at) = match head[19..22] {
+            [d @ b'1'..=b'9', b'\r', _] => (usize::from(d - b'0'), 22),
+            [d @ b'1'..=b'9', e @ b'0'..=b'9', b'\r'] => {
+                (usize::from(d - b'0') * 10 + usize::from(e - b'0'), 23)
             }
-            None
-        }
-        if buf.first() != Some(&b'*') {
-            return None;
-        }
-        let (count, at) = number(buf, 1)?;
-        if count < 2 || buf.get(at) != Some(&b'$') {
-            return None;
-        }
-        let (name, at) = number(buf, at + 1)?;
-        let at = at.checked_add(name)?.checked_add(2)?;
-        if buf.get(at) != Some(&b'$') {
-            return None;
-        }
-        let (len, at) = number(buf, at + 1)?;
-        buf.get(at..at.checked_add(len)?)
+            _ => return None,
+        };
+        buf.get(at..at + len)
     }
 
     /// How many more bytes the partial frame needs at least, when a bulk payload's length is

@@ -146,28 +146,47 @@ proptest! {
     }
 
     /// The prefetch hint reads the key of the frame a buffer starts with: the frame's second
-    /// argument once its header and that argument have arrived, never anything else.
+    /// argument once its header and that argument have arrived, if the frame is the command
+    /// asked for; never anything else.
     #[test]
     fn peek_key_finds_the_second_argument_or_nothing(
-        args in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..120), 1..12),
+        name in prop_oneof![
+            Just(b"RL.CHECK".to_vec()),
+            Just(b"rl.Check".to_vec()),
+            Just(b"RL.CHECKS".to_vec()),
+            Just(b"INCR".to_vec()),
+            prop::collection::vec(any::<u8>(), 8..=8),
+        ],
+        args in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..120), 0..11),
         rest in prop::collection::vec(args_strategy(), 0..2),
         cut in any::<usize>(),
     ) {
-        let mut input = encode_request(&args);
+        let mut frame = vec![name.clone()];
+        frame.extend(args.iter().cloned());
+        let mut input = encode_request(&frame);
         let whole = input.len();
         input.extend(rest.iter().flat_map(|f| encode_request(f)));
-        let key = args.get(1).map(Vec::as_slice);
-        // The whole frame: the key, if there is one.
-        prop_assert_eq!(Parser::peek_key(&input), key);
+        let key = args.first().map(Vec::as_slice);
+        let peeked = Parser::peek_key(&input, b"RL.CHECK");
+        // The whole frame: the key, if the frame is that command with 2 to 9 arguments and a
+        // key of 1 to 99 bytes.
+        if name.eq_ignore_ascii_case(b"RL.CHECK")
+            && frame.len() <= 9
+            && key.is_some_and(|k| (1..100).contains(&k.len()))
+        {
+            prop_assert_eq!(peeked, key);
+        } else {
+            prop_assert!(peeked.is_none() || peeked == key, "{:?}", peeked);
+        }
         // Any prefix: the key or nothing.
         let prefix = &input[..cut % (whole + 1)];
-        let peeked = Parser::peek_key(prefix);
+        let peeked = Parser::peek_key(prefix, b"RL.CHECK");
         prop_assert!(peeked.is_none() || peeked == key, "{:?} from {:?}", peeked, prefix);
     }
 
     #[test]
     fn peek_key_never_panics_on_any_bytes(input in protocol_bytes()) {
-        if let Some(key) = Parser::peek_key(&input) {
+        if let Some(key) = Parser::peek_key(&input, b"RL.CHECK") {
             let start = key.as_ptr() as usize - input.as_ptr() as usize;
             prop_assert!(start + key.len() <= input.len());
         }
