@@ -345,6 +345,30 @@ fn where_io_uring_is_denied_the_node_says_so_and_serves_with_epoll() {
     let mut c = server.client();
     let r = rl_check(&mut c, &["k", "2", "60"]).unwrap();
     assert_eq!(&r[..3], &[1, 2, 1]);
+    assert_eq!(multiplexing_api(&mut c), "epoll");
+}
+
+/// INFO server's `multiplexing_api`.
+fn multiplexing_api(c: &mut redis::Connection) -> String {
+    let info: String = q(c, &["INFO", "server"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("multiplexing_api:"))
+        .expect("INFO server has multiplexing_api")
+        .to_string()
+}
+
+#[test]
+fn info_names_the_loop_that_serves() {
+    let server = uring(&["--threads", "2"]);
+    let mut c = server.client();
+    let want = if server.log().contains("io_uring is not available") {
+        "epoll"
+    } else {
+        "io_uring"
+    };
+    assert_eq!(multiplexing_api(&mut c), want);
+    let epoll = Sluice::start_with(&["--io", "epoll"]);
+    assert_eq!(multiplexing_api(&mut epoll.client()), "epoll");
 }
 
 #[test]

@@ -329,6 +329,9 @@ fn uring_loop(
 )> {
     match crate::uring::Loop::new(shared.clone(), index) {
         Ok(ring) => {
+            shared
+                .uring_threads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             Some((ring, tx, rx))
         }

@@ -38,6 +38,9 @@ pub struct Shared {
     pub run_id: String,
     /// `maxclients`, changeable by CONFIG SET.
     pub maxclients: AtomicUsize,
+    /// Worker threads serving their plain-TCP clients from an io_uring (INFO's
+    /// `multiplexing_api`); the others use epoll.
+    pub uring_threads: AtomicUsize,
     /// `timeout` in seconds (0: never), changeable by CONFIG SET.
     pub timeout_secs: AtomicU64,
     /// The password clients must AUTH with, if any (`CONFIG SET requirepass` changes it).
@@ -105,6 +108,7 @@ impl Shared {
             pubsub: PubSub::default(),
             run_id: crate::repl::random_id(),
             maxclients: AtomicUsize::new(config.maxclients),
+            uring_threads: AtomicUsize::new(0),
             timeout_secs: AtomicU64::new(config.timeout),
             requirepass: RwLock::new(config.requirepass.clone()),
             tls: crate::tls::Tls::from_config(&config)?,

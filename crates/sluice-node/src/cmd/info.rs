@@ -254,6 +254,20 @@ fn latencystats(shared: &crate::shared::Shared, t: &mut String) -> std::fmt::Res
     Ok(())
 }
 
+/// `multiplexing_api`: how the workers wait for their plain-TCP clients (TLS clients are on
+/// epoll everywhere): `io_uring`, `epoll`, or `io_uring,epoll` where only some threads could
+/// set up a ring.
+fn multiplexing_api(shared: &crate::shared::Shared) -> &'static str {
+    let rings = shared.uring_threads.load(Relaxed);
+    if rings == 0 {
+        "epoll"
+    } else if rings >= shared.config.threads() {
+        "io_uring"
+    } else {
+        "io_uring,epoll"
+    }
+}
+
 fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
     let shared = ctx.shared;
     // Writing to a String cannot fail.
@@ -262,7 +276,7 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             let uptime = shared.clock.uptime_secs();
             write!(
                 t,
-                "# Server\r\nredis_version:{}\r\nsluice_version:{}\r\nredis_mode:{}\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nthreads:{}\r\nshards:{}\r\n",
+                "# Server\r\nredis_version:{}\r\nsluice_version:{}\r\nredis_mode:{}\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:{}\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nthreads:{}\r\nshards:{}\r\n",
                 crate::REDIS_COMPAT_VERSION,
                 env!("CARGO_PKG_VERSION"),
                 if shared.cluster.is_some() {
@@ -272,6 +286,7 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
                 },
                 std::env::consts::OS,
                 std::env::consts::ARCH,
+                multiplexing_api(shared),
                 std::process::id(),
                 shared.run_id,
                 shared.local_addr.port(),
