@@ -33,9 +33,21 @@ fn numbers(out: &str) -> Vec<u32> {
 }
 
 /// `RL.CHECK key 5 1h COST 0` on the plain port: what is left of the bucket, not spending.
+/// `TRYAGAIN` (a slot whose import still streams) is retried, as Redis Cluster clients do.
 fn left(port: u16, key: &str) -> i64 {
     let mut c = try_connect(port).expect("connect");
-    rl_check(&mut c, &[key, "5", "1h", "COST", "0"]).expect("RL.CHECK")[2]
+    let mut last = None;
+    wait_until(Duration::from_secs(10), || {
+        match rl_check(&mut c, &[key, "5", "1h", "COST", "0"]) {
+            Ok(r) => Some(r[2]),
+            Err(e) if e.code() == Some("TRYAGAIN") => {
+                last = Some(e);
+                None
+            }
+            Err(e) => panic!("RL.CHECK: {e}"),
+        }
+    })
+    .unwrap_or_else(|| panic!("RL.CHECK: still {last:?} after 10 s"))
 }
 
 /// redis-py's cluster client over TLS: `RL.CHECK key 5 1h` for each key, one reply per line.
