@@ -16,6 +16,10 @@
 //! - A request is never empty, and its arguments are slices of the read buffer (not copies); a
 //!   multibulk argument is exactly the input bytes at its offset.
 //! - An error reply is one line: `-ERR Protocol error: ...\r\n` with no CR or LF inside.
+//! - `Parser::peek_key` (the prefetch's look ahead) never panics, and when it names a key and
+//!   the parser then reads a multibulk request from the same buffer, that request's second
+//!   argument is those very bytes (same address, same length): the connection loop hands the
+//!   key's hash to the check on that match alone.
 
 #![no_main]
 
@@ -126,9 +130,16 @@ fn run(limits: Limits, stream: &[u8], sizes: &[u8]) -> Outcome {
         fed = next;
         assert_eq!(buf.as_ptr() as usize + buf.len(), arena.base + fed, "buffer moved");
         loop {
+            let peeked = Parser::peek_key(&buf, b"RL.CHECK").map(|k| (k.as_ptr() as usize, k.len()));
             match parser.parse(&mut buf) {
                 Ok(Some(request)) => {
                     arena.check(stream, &request);
+                    if let Some((addr, len)) = peeked
+                        && !request.is_inline()
+                    {
+                        let key = request.arg(1).expect("a peeked frame has a second argument");
+                        assert_eq!((key.as_ptr() as usize, key.len()), (addr, len), "peek_key");
+                    }
                     requests.push(request);
                 }
                 Ok(None) => {
