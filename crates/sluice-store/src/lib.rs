@@ -191,8 +191,7 @@ pub enum Ttl {
 /// The key hasher: foldhash (its fast variant) with a fixed seed, so a key's shard is the same
 /// in every run (useful for reproducing a hot shard), and seeds are not secret: shards are
 /// chosen by the server. A key of up to 16 bytes costs one folded multiply (about 20
-/// instructions, a quarter of ahash's portable path, and a check hashes its key twice when it
-/// is prefetched).
+/// instructions, a quarter of ahash's portable path).
 #[derive(Clone, Debug)]
 struct StoreHasher(foldhash::fast::FixedState);
 
