@@ -231,11 +231,11 @@ impl Ahead {
         hash: 0,
     };
 
-    /// The hash, if it was taken of `key`'s bytes.
+    /// The hash, if it was taken of `key`'s bytes ([`Ahead::NONE`]'s address 0 matches no
+    /// key: a slice's pointer is never null).
     #[inline]
     fn hash_of(&self, key: &[u8]) -> Option<u64> {
-        (self.addr == key.as_ptr().addr() && self.len == key.len() && self.addr != 0)
-            .then_some(self.hash)
+        (self.addr == key.as_ptr().addr() && self.len == key.len()).then_some(self.hash)
     }
 }
 
