@@ -129,8 +129,10 @@ impl ReloadingCert {
         key: PathBuf,
         provider: Arc<CryptoProvider>,
     ) -> io::Result<ReloadingCert> {
-        let pair = Arc::new(load_pair(&cert, &key, &provider)?);
+        // The stamps before the load: a file written in between changes them again, so the
+        // next look reloads it.
         let stamps = (modified(&cert), modified(&key));
+        let pair = Arc::new(load_pair(&cert, &key, &provider)?);
         Ok(ReloadingCert {
             current: Mutex::new(Current {
                 pair,
@@ -215,11 +217,12 @@ fn server_verifier(
 
 impl ReloadingRoots {
     fn open(ca: &Path, provider: Arc<CryptoProvider>) -> io::Result<ReloadingRoots> {
+        let stamp = modified(ca); // before the load, as in `ReloadingCert::open`
         let verifier = server_verifier(ca, &provider)?;
         Ok(ReloadingRoots {
             current: Mutex::new(CurrentRoots {
                 verifier,
-                stamp: modified(ca),
+                stamp,
                 checked: Instant::now(),
             }),
             ca: ca.to_path_buf(),

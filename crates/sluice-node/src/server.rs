@@ -121,10 +121,15 @@ impl Server {
                 .map_err(io::Error::other)?;
             sluice_log::log(&format!("ACL file {} loaded: {n} users", path.display()));
         }
-        if let Some(path) = shared.config.rules.clone() {
-            let n = crate::rules::file::load(&shared, &path).map_err(io::Error::other)?;
-            sluice_log::log(&format!("rules file {} loaded: {n} rules", path.display()));
-        }
+        let rules_file = match shared.config.rules.clone() {
+            Some(path) => {
+                let (n, seen) =
+                    crate::rules::file::load(&shared, &path).map_err(io::Error::other)?;
+                sluice_log::log(&format!("rules file {} loaded: {n} rules", path.display()));
+                Some((path, seen))
+            }
+            None => None,
+        };
         let envoy = match &shared.config.envoy_config {
             Some(dir) => Some(crate::grpc::EnvoyConfig::open(dir)?),
             None => None,
@@ -147,8 +152,12 @@ impl Server {
         handles.push(crate::repl::thread::start(shared.clone())?);
         handles.extend(crate::cluster::control::start(shared.clone())?);
         handles.extend(crate::persist::saver::start(shared.clone())?);
-        if let Some(path) = shared.config.rules.clone() {
-            handles.push(crate::rules::file::start_watcher(shared.clone(), path)?);
+        if let Some((path, seen)) = rules_file {
+            handles.push(crate::rules::file::start_watcher(
+                shared.clone(),
+                path,
+                seen,
+            )?);
         }
         handles.extend(crate::rules::etcd::start(shared.clone())?);
         handles.extend(crate::regions::task::start(shared.clone())?);

@@ -45,16 +45,17 @@ fn is_flag(field: &str) -> bool {
     field.eq_ignore_ascii_case("shadow") || field.eq_ignore_ascii_case("global")
 }
 
-/// Reads and validates the whole file: every rule or an error naming the first problem.
-pub fn read(path: &Path) -> Result<BTreeMap<String, RuleSpec>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+/// Validates one version of the whole file, its bytes as read from `path` (whose name tells
+/// TOML from YAML): every rule or an error naming the first problem.
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<BTreeMap<String, RuleSpec>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("cannot read it: {e}"))?;
     let yaml = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
     let raw = if yaml {
-        from_yaml(&text)?
+        from_yaml(text)?
     } else {
-        from_toml(&text)?
+        from_toml(text)?
     };
     let mut rules = BTreeMap::new();
     for (name, fields) in raw {
@@ -151,15 +152,28 @@ fn from_yaml(text: &str) -> Result<Raw, String> {
     Ok(raw)
 }
 
-/// Loads the file at start; an error stops the start.
-pub fn load(shared: &Shared, path: &Path) -> Result<usize, String> {
-    let rules = read(path).map_err(|e| format!("rules file {}: {e}", path.display()))?;
+/// The version of the file the rules in force came from: the watcher compares against it.
+#[derive(Debug)]
+pub struct Seen {
+    stamp: Option<(std::time::SystemTime, u64)>,
+    content: Vec<u8>,
+}
+
+/// Loads the file at start; an error stops the start. The version it returns is the one to
+/// watch from, so a change written between this load and the watcher's first look (the
+/// node already serves by then) is still a change.
+pub fn load(shared: &Shared, path: &Path) -> Result<(usize, Seen), String> {
+    let fail = |e: String| format!("rules file {}: {e}", path.display());
+    // The stamp first: a write after it changes the stamp again, so it is never missed.
+    let stamp = stamp(path);
+    let content = std::fs::read(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    let rules = parse(path, &content).map_err(fail)?;
     let n = rules.len();
     shared
         .rules
         .replace_all(rules)
-        .map_err(|e| format!("rules file {}: {}", path.display(), e.text()))?;
-    Ok(n)
+        .map_err(|e| fail(e.text().to_string()))?;
+    Ok((n, Seen { stamp, content }))
 }
 
 /// What identifies a version of the file without reading it.
@@ -168,18 +182,22 @@ fn stamp(path: &Path) -> Option<(std::time::SystemTime, u64)> {
     Some((m.modified().ok()?, m.len()))
 }
 
-/// Watches the file until shutdown, reloading it when it changes (by its modification time
-/// and size, then by its content: an editor's save that changes nothing is not a reload).
+/// Watches the file until shutdown, from the version `load` read, reloading it when it
+/// changes (by its modification time and size, then by its content: an editor's save that
+/// changes nothing is not a reload).
 pub fn start_watcher(
     shared: Arc<Shared>,
     path: PathBuf,
+    seen: Seen,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("sluice-rules-file".into())
         .spawn(move || {
             let stop = shared.shutdown_signal();
-            let mut seen = stamp(&path);
-            let mut content = std::fs::read(&path).ok();
+            let Seen {
+                stamp: mut seen,
+                mut content,
+            } = seen;
             while !*stop.borrow() {
                 std::thread::sleep(POLL_EVERY);
                 let now = stamp(&path);
@@ -187,17 +205,20 @@ pub fn start_watcher(
                     continue;
                 }
                 seen = now;
-                let bytes = std::fs::read(&path).ok();
-                if bytes == content {
-                    continue;
-                }
-                content = bytes;
-                let result = read(&path).and_then(|rules| {
-                    shared
-                        .rules
-                        .replace_all(rules)
-                        .map_err(|e| e.text().to_string())
-                });
+                let result = match std::fs::read(&path) {
+                    Ok(bytes) if bytes == content => continue,
+                    Ok(bytes) => {
+                        let parsed = parse(&path, &bytes);
+                        content = bytes;
+                        parsed.and_then(|rules| {
+                            shared
+                                .rules
+                                .replace_all(rules)
+                                .map_err(|e| e.text().to_string())
+                        })
+                    }
+                    Err(e) => Err(format!("cannot read it: {e}")),
+                };
                 match result {
                     Ok(changed) => sluice_log::log(&format!(
                         "rules file {} reloaded: {changed} rules changed",
