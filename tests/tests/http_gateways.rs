@@ -4,6 +4,7 @@
 //! not packaged here: their shipped configs are parsed and their key fields checked, and the
 //! request Envoy's ext_authz makes (`path_prefix`) is made by hand.
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -17,12 +18,16 @@ fn example(path: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// nginx in the foreground, stopped by PID when dropped.
+/// nginx in the foreground, in a process group of its own (its PID), stopped by that group
+/// when dropped: killing the master alone leaves its worker running, adopted by init.
 struct Nginx(Child);
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // SAFETY: kill(2) on the process group our own child leads; no memory is involved.
+        unsafe {
+            libc::kill(-(self.0.id() as libc::pid_t), libc::SIGKILL);
+        }
         let _ = self.0.wait();
     }
 }
@@ -64,6 +69,7 @@ fn nginx_auth_request_forwards_until_the_limit_then_answers_429_with_headers() {
                 conf_path.to_str().unwrap(),
             ])
             .args(["-g", "daemon off;"])
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
