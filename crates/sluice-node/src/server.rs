@@ -138,17 +138,27 @@ impl Server {
         if let Some(Some(l)) = tls_listeners.first() {
             sluice_log::log(&format!("TLS on {}", l.local_addr()?));
         }
+        // Each worker holds a sender until it has chosen its loop (a ring, or epoll), or until
+        // it fails to start: the node is ready, and INFO names its loops, only once all are
+        // gone.
+        let (chosen_tx, chosen) = std::sync::mpsc::channel::<()>();
         let mut handles = listeners
             .into_iter()
             .zip(tls_listeners)
             .enumerate()
             .map(|(index, (listener, tls))| {
                 let shared = shared.clone();
+                let chosen = chosen_tx.clone();
                 std::thread::Builder::new()
                     .name(format!("sluice-{index}"))
-                    .spawn(move || thread_main(index, threads, (listener, tls), shared, uring))
+                    .spawn(move || {
+                        thread_main(index, threads, (listener, tls), shared, uring, chosen)
+                    })
             })
             .collect::<io::Result<Vec<_>>>()?;
+        drop(chosen_tx);
+        // Nothing is sent: this returns when the last sender is dropped.
+        let _ = chosen.recv();
         handles.push(crate::repl::thread::start(shared.clone())?);
         handles.extend(crate::cluster::control::start(shared.clone())?);
         handles.extend(crate::persist::saver::start(shared.clone())?);
@@ -361,6 +371,7 @@ fn thread_main(
     (listener, tls): Listeners,
     shared: Arc<Shared>,
     uring: bool,
+    chosen: std::sync::mpsc::Sender<()>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -392,7 +403,9 @@ fn thread_main(
             }
         };
         let housekeeping = tokio::spawn(housekeeping(index, threads, shared.clone()));
-        match uring.then(|| uring_loop(index, &shared)).flatten() {
+        let ring = uring.then(|| uring_loop(index, &shared)).flatten();
+        drop(chosen);
+        match ring {
             Some((ring, tx, rx)) => {
                 tokio::join!(
                     accept_loop(index, listener, tls, &shared, Some(tx)),
