@@ -8,6 +8,7 @@
 //! Each program keeps its own handlers: the node runs the words through its command table,
 //! the sidecar through the gateway library with each rule's fail mode.
 
+pub mod auth;
 pub mod body;
 pub mod guard;
 pub mod reply;
@@ -35,31 +36,20 @@ pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
 /// The OpenAPI 3.1 document of the routes.
 pub const OPENAPI: &str = include_str!("openapi.json");
 
-/// Whether `headers` carry `Authorization: Bearer <want>` (always, when no password is set);
-/// else the `401` to answer.
+/// Whether `headers` carry the one password `want` (`Bearer <want>`, or Basic with the user
+/// `default`), always when no password is set; else the `401` to answer. For a front without
+/// ACL users (the sidecar); the node asks its users ([`auth`]).
 pub fn authorized(headers: &HeaderMap, want: Option<&str>) -> Result<(), Refusal> {
     let Some(want) = want else { return Ok(()) };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if given.is_some_and(|g| constant_time_eq(g.as_bytes(), want.as_bytes())) {
-        return Ok(());
+    match auth::from_headers(headers) {
+        Ok(Some(c))
+            if c.user == auth::DEFAULT_USER
+                && auth::constant_time_eq(&c.password, want.as_bytes()) =>
+        {
+            Ok(())
+        }
+        _ => Err(auth::unauthorized()),
     }
-    let mut r = reply::error(
-        StatusCode::UNAUTHORIZED,
-        "Authorization: Bearer <password> required",
-    );
-    r.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Bearer"),
-    );
-    Err(r.into())
-}
-
-/// Compares without stopping at the first difference.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// `GET /healthz`: alive.
