@@ -38,6 +38,14 @@
 //! | length is not a number, negative, or above `max_bulk_len` | `Protocol error: invalid bulk length` |
 //! | no `\n` in an inline line, and more than `max_inline_len` bytes buffered | `Protocol error: too big inline request` |
 //! | an inline quote left open | `Protocol error: unbalanced quotes in request` |
+//! | before AUTH: count above [`UNAUTHENTICATED_MULTIBULK_LEN`] | `Protocol error: unauthenticated multibulk length` |
+//! | before AUTH: length above [`UNAUTHENTICATED_BULK_LEN`] | `Protocol error: unauthenticated bulk length` |
+//!
+//! The last two are Redis's limits for a client that must authenticate and has not
+//! (`authRequired`): a stranger cannot make the server buffer more than ten arguments of 16 KB
+//! for one request. The caller says when they apply ([`Parser::set_unauthenticated`]); as in
+//! Redis they are checked after the absolute limits, so a count or length past those gets the
+//! `invalid` text first.
 //!
 //! Like Redis, the parser does not check the byte after a header's `\r`, nor the two bytes that
 //! end a bulk payload: it skips them. Redis has no error text for those cases, and matching its
@@ -49,6 +57,11 @@ use std::fmt;
 use bytes::{Bytes, BytesMut};
 
 use crate::inline;
+
+/// Most arguments of one request before AUTH, as Redis (`ll > 10 && authRequired(c)`).
+pub const UNAUTHENTICATED_MULTIBULK_LEN: usize = 10;
+/// Largest bulk argument before AUTH, as Redis (`ll > 16384 && authRequired(c)`).
+pub const UNAUTHENTICATED_BULK_LEN: usize = 16 * 1024;
 
 /// Protocol limits, named as in Redis's configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +104,10 @@ pub enum ProtocolErrorKind {
     ExpectedDollar(u8),
     /// `Protocol error: unbalanced quotes in request`
     UnbalancedQuotes,
+    /// `Protocol error: unauthenticated multibulk length`
+    UnauthenticatedMultibulkLength,
+    /// `Protocol error: unauthenticated bulk length`
+    UnauthenticatedBulkLength,
 }
 
 /// A framing error: the connection must reply `-ERR <Display>` and close, since the stream can no
@@ -135,6 +152,12 @@ impl ProtocolError {
             ProtocolErrorKind::TooBigMbulkCount => "Protocol error: too big mbulk count string",
             ProtocolErrorKind::TooBigBulkCount => "Protocol error: too big bulk count string",
             ProtocolErrorKind::UnbalancedQuotes => "Protocol error: unbalanced quotes in request",
+            ProtocolErrorKind::UnauthenticatedMultibulkLength => {
+                "Protocol error: unauthenticated multibulk length"
+            }
+            ProtocolErrorKind::UnauthenticatedBulkLength => {
+                "Protocol error: unauthenticated bulk length"
+            }
             ProtocolErrorKind::ExpectedDollar(_) => "Protocol error: expected '$', got '?'",
         }
     }
@@ -263,6 +286,23 @@ impl Request {
     pub fn is_inline(&self) -> bool {
         self.inline
     }
+
+    /// This request in an allocation of its own: what keeps it (a MULTI queue) then holds its
+    /// bytes only, not the read buffer its frame was split from (which a small frame would
+    /// otherwise pin whole, however large that buffer grew).
+    pub fn detached(&self) -> Request {
+        Request {
+            frame: Bytes::copy_from_slice(&self.frame),
+            args: self.args.clone(),
+            inline: self.inline,
+            wire: self.wire,
+        }
+    }
+
+    /// The bytes this request holds: its frame and its argument table.
+    pub fn footprint(&self) -> usize {
+        self.frame.len() + self.args.len() * std::mem::size_of::<(usize, usize)>()
+    }
 }
 
 /// The arguments of a request, borrowed from its frame.
@@ -326,6 +366,13 @@ const KEPT_OFFSETS_CAPACITY: usize = 1024;
 #[derive(Debug)]
 pub struct Parser {
     limits: Limits,
+    /// Redis's limits before AUTH apply ([`Parser::set_unauthenticated`]).
+    unauthenticated: bool,
+    /// What the fast path accepts: `limits`, or the smaller limits before AUTH. A frame past
+    /// them takes the general path, which gives the exact error; so the check before AUTH
+    /// costs an authenticated client nothing.
+    fast_max_multibulk_len: usize,
+    fast_max_bulk_len: usize,
     state: State,
     /// `(offset, len)` of each argument of the current frame found so far.
     offsets: Vec<(usize, usize)>,
@@ -336,9 +383,32 @@ impl Parser {
     pub fn new(limits: Limits) -> Parser {
         Parser {
             limits,
+            unauthenticated: false,
+            fast_max_multibulk_len: limits.max_multibulk_len,
+            fast_max_bulk_len: limits.max_bulk_len,
             state: State::Start,
             offsets: Vec::new(),
         }
+    }
+
+    /// Whether Redis's limits before AUTH apply to the frames parsed from now on: the caller
+    /// sets this while its client must authenticate and has not (Redis's `authRequired`), and
+    /// clears it once the client has.
+    pub fn set_unauthenticated(&mut self, unauthenticated: bool) {
+        self.unauthenticated = unauthenticated;
+        let (count, bulk) = if unauthenticated {
+            (UNAUTHENTICATED_MULTIBULK_LEN, UNAUTHENTICATED_BULK_LEN)
+        } else {
+            (usize::MAX, usize::MAX)
+        };
+        self.fast_max_multibulk_len = self.limits.max_multibulk_len.min(count);
+        self.fast_max_bulk_len = self.limits.max_bulk_len.min(bulk);
+    }
+
+    /// Whether Redis's limits before AUTH apply ([`Parser::set_unauthenticated`]).
+    #[inline]
+    pub fn unauthenticated(&self) -> bool {
+        self.unauthenticated
     }
 
     /// Decodes the next complete request at the front of `buf`, removing its bytes.
@@ -522,6 +592,11 @@ impl Parser {
                     }
                     // `count` is at most `max_multibulk_len`, a usize.
                     let remaining = count as usize;
+                    if self.unauthenticated && remaining > UNAUTHENTICATED_MULTIBULK_LEN {
+                        return Err(ProtocolError::new(
+                            ProtocolErrorKind::UnauthenticatedMultibulkLength,
+                        ));
+                    }
                     self.offsets.clear();
                     self.offsets.reserve(remaining.min(KEPT_OFFSETS_CAPACITY));
                     self.state = State::Args {
@@ -565,6 +640,11 @@ impl Parser {
                                     .ok_or(ProtocolError::new(
                                         ProtocolErrorKind::InvalidBulkLength,
                                     ))? as usize;
+                                if self.unauthenticated && len > UNAUTHENTICATED_BULK_LEN {
+                                    return Err(ProtocolError::new(
+                                        ProtocolErrorKind::UnauthenticatedBulkLength,
+                                    ));
+                                }
                                 pos = cr + 2;
                                 bulk = Some(len);
                                 len
@@ -611,10 +691,10 @@ impl Parser {
     #[inline]
     fn whole_multibulk(&self, buf: &[u8], request: &mut Request) -> Option<usize> {
         let (count, mut pos) = plain_number(buf, 1)?;
-        if count == 0 || count > self.limits.max_multibulk_len {
+        if count == 0 || count > self.fast_max_multibulk_len {
             return None;
         }
-        let max_bulk_len = self.limits.max_bulk_len;
+        let max_bulk_len = self.fast_max_bulk_len;
         let args = &mut request.args;
         args.clear();
         for _ in 0..count {
@@ -1272,5 +1352,74 @@ mod tests {
         assert!(end.is_ok());
         assert_eq!(args(&reqs[0]), [&b"x"[..]]);
         assert_eq!(args(&reqs[1]), [&b"ab"[..], b"0123456789ab"]);
+    }
+
+    /// What Redis answers a client that must authenticate and has not, byte for byte; the
+    /// limits are there whichever path (fast or incremental) reads the frame, and go when the
+    /// caller says the client has authenticated.
+    #[test]
+    fn before_auth_requests_are_small_as_in_redis() {
+        let unauthenticated = || {
+            let mut p = parser();
+            p.set_unauthenticated(true);
+            p
+        };
+        let error = |input: &[u8]| {
+            let mut buf = BytesMut::from(input);
+            let e = unauthenticated().parse(&mut buf).unwrap_err();
+            let mut out = BytesMut::new();
+            e.write_reply(&mut out);
+            String::from_utf8(out.to_vec()).unwrap()
+        };
+        assert_eq!(
+            error(b"*11\r\n"),
+            "-ERR Protocol error: unauthenticated multibulk length\r\n"
+        );
+        assert_eq!(
+            error(b"*1\r\n$16385\r\n"),
+            "-ERR Protocol error: unauthenticated bulk length\r\n"
+        );
+        // Whole frames (the fast path's) get the same answers.
+        let mut eleven = b"*11\r\n".to_vec();
+        eleven.extend(b"$1\r\na\r\n".repeat(11));
+        assert!(error(&eleven).contains("unauthenticated multibulk length"));
+        let mut big = b"*1\r\n$16385\r\n".to_vec();
+        big.extend(std::iter::repeat_n(b'x', 16385));
+        big.extend(b"\r\n");
+        assert!(error(&big).contains("unauthenticated bulk length"));
+        // The absolute limits come first, as in Redis.
+        assert!(error(b"*2000000\r\n").contains("invalid multibulk length"));
+
+        // At the limits: requests.
+        let mut ten = b"*10\r\n".to_vec();
+        ten.extend(b"$1\r\na\r\n".repeat(10));
+        let mut at = b"*1\r\n$16384\r\n".to_vec();
+        at.extend(std::iter::repeat_n(b'x', 16384));
+        at.extend(b"\r\n");
+        for input in [&ten, &at] {
+            let mut p = unauthenticated();
+            let mut buf = BytesMut::from(&input[..]);
+            assert!(p.parse(&mut buf).unwrap().is_some());
+        }
+
+        // Authenticated: the same frames are requests.
+        let mut p = unauthenticated();
+        p.set_unauthenticated(false);
+        assert!(!p.unauthenticated());
+        let mut buf = BytesMut::from(&eleven[..]);
+        buf.extend_from_slice(&big);
+        assert_eq!(p.parse(&mut buf).unwrap().unwrap().len(), 11);
+        assert_eq!(p.parse(&mut buf).unwrap().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_detached_request_holds_its_own_bytes() {
+        let mut buf = BytesMut::from(&b"*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n*1\r\n$4\r\nPING\r\n"[..]);
+        let r = parser().parse(&mut buf).unwrap().unwrap();
+        let d = r.detached();
+        assert_eq!(d, r);
+        assert_eq!(d.footprint(), r.footprint());
+        assert!(r.footprint() >= 22);
+        assert_ne!(d.frame.as_ptr(), r.frame.as_ptr());
     }
 }
