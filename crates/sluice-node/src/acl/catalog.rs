@@ -44,6 +44,8 @@ pub struct Catalog {
     always: Vec<usize>,
     /// A command's subcommand ids, by the command's id.
     children: HashMap<usize, Vec<usize>>,
+    /// The ids that have subcommands, as bits: the request path asks one bit of every command.
+    containers: [u64; MAX_IDS / 64],
     by_name: HashMap<String, usize>,
 }
 
@@ -73,7 +75,17 @@ impl Catalog {
         let name = format!("{}|{}", self.names[parent], sub.to_ascii_lowercase());
         let id = self.add(&name, categories, false);
         self.children.entry(parent).or_default().push(id);
+        self.containers[parent / 64] |= 1 << (parent % 64);
         id
+    }
+
+    /// Whether the command with id `id` has subcommands with permissions of their own: one
+    /// load and one shift.
+    #[inline]
+    pub fn has_subcommands(&self, id: usize) -> bool {
+        self.containers
+            .get(id / 64)
+            .is_some_and(|w| w >> (id % 64) & 1 == 1)
     }
 
     pub fn len(&self) -> usize {

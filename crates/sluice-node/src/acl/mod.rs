@@ -9,11 +9,14 @@
 //!
 //! # The permission check
 //! Each command has an id: its row in the command table, and after the rows one id per
-//! subcommand that has a category of its own (`rl.rule|get`). A user's allowed commands are a
-//! bitset over those ids, in atomics so that `ACL SETUSER` reaches the connections already
-//! logged in as that user. The request path asks one bit per command ([`User::allows`]); a
-//! command whose bit is clear is asked again by its subcommand ([`Acl::subcommand_id`]), which
-//! only a refused or subcommand-granted call pays.
+//! subcommand (`rl.rule|set`, `config|get`). A user's allowed commands are a bitset over those
+//! ids, in atomics so that `ACL SETUSER` reaches the connections already logged in as that
+//! user. As in Redis 7, a call of a command that has subcommands is judged by its
+//! subcommand's bit alone, whatever the parent's (`+@all -@admin` refuses every admin
+//! subcommand, `-rl.rule|set` refuses that one, `-config +config|get` grants that one); the
+//! parent's own bit judges only a call without a subcommand (`COMMAND`) or with one the
+//! catalog does not name (the command then answers `unknown subcommand`). [`Acl::permits`]
+//! asks one bit, and one more of the catalog, for a command without subcommands.
 //!
 //! This module knows nothing of the command table (it lives above, in `cmd`): the table hands
 //! it a [`Catalog`] of names and categories at start.
@@ -198,11 +201,34 @@ impl Acl {
         Ok(perms)
     }
 
-    /// The id of `command|sub`, if `command` (its table row) has subcommands with
-    /// permissions of their own and `sub` is one.
-    pub fn subcommand_id(&self, row: usize, sub: &[u8]) -> Option<usize> {
-        self.catalog.subcommand_id(row, sub)
+    /// Whether `user` may run the command at table row `row`, whose first argument is `sub`;
+    /// `Err` holds the id refused (`row`, or its subcommand's), for NOPERM and ACL LOG.
+    ///
+    /// This is the one check every front makes, with the user it authenticated.
+    #[inline]
+    pub fn permits(&self, user: &User, row: usize, sub: Option<&[u8]>) -> Result<(), usize> {
+        if user.allows(row) && !self.catalog.has_subcommands(row) {
+            return Ok(());
+        }
+        let id = sub
+            .and_then(|sub| self.catalog.subcommand_id(row, sub))
+            .unwrap_or(row);
+        if user.allows(id) { Ok(()) } else { Err(id) }
     }
+}
+
+/// Whether `text` holds a space or a NUL byte, by Redis's rule for user names (C's `isspace`:
+/// space, `\t`, `\n`, `\v`, `\f`, `\r`).
+pub fn has_spaces(text: &[u8]) -> bool {
+    text.iter()
+        .any(|&b| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0))
+}
+
+/// Whether a key or channel pattern may not be kept: a space or a NUL byte (Redis's rule,
+/// which keeps one rule one word of an ACL file line) or any other control character (which
+/// Redis lets through; refused here so that no pattern can alter a line it is written on).
+pub fn bad_pattern(pattern: &[u8]) -> bool {
+    pattern.iter().any(|&b| b == b' ' || b.is_ascii_control())
 }
 
 #[cfg(test)]

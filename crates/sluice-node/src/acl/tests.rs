@@ -22,7 +22,7 @@ fn a_gateway_user_runs_its_category_and_nothing_else() {
     assert!(gw.allows(1));
     assert!(!gw.allows(2));
     assert!(!gw.allows(3), "RL.RULE itself is not granted");
-    assert_eq!(acl.subcommand_id(3, b"GET"), Some(4));
+    assert_eq!(acl.catalog().subcommand_id(3, b"GET"), Some(4));
     assert!(gw.allows(4));
     assert!(!gw.allows(5));
     assert_eq!(
@@ -64,4 +64,42 @@ fn requirepass_and_deluser_change_live_users() {
     assert!(acl.del_users(&["default"]).is_err());
     assert_eq!(acl.del_users(&["ops", "none"]), Ok(1));
     assert!(!ops.allows(3) && ops.allows(0));
+}
+
+#[test]
+fn a_subcommand_is_judged_by_its_own_bit_as_in_redis_7() {
+    let acl = Acl::new(catalog(), None, None);
+    let verdicts = |rules: &[&[u8]]| {
+        acl.set_user("u", &[b"reset" as &[u8]]).unwrap();
+        acl.set_user("u", rules).unwrap();
+        let u = acl.get("u").unwrap();
+        [
+            acl.permits(&u, 3, Some(b"get")),
+            acl.permits(&u, 3, Some(b"SET")),
+            acl.permits(&u, 3, None),
+            acl.permits(&u, 3, Some(b"nosuch")),
+            acl.permits(&u, 1, None),
+        ]
+    };
+    // `+@all -@admin`: the admin subcommand is refused although RL.RULE's own bit is set.
+    assert_eq!(
+        verdicts(&[b"+@all", b"-@admin"]),
+        [Ok(()), Err(5), Ok(()), Ok(()), Ok(())]
+    );
+    assert_eq!(
+        verdicts(&[b"+@all", b"-rl.rule|set"]),
+        [Ok(()), Err(5), Ok(()), Ok(()), Ok(())]
+    );
+    assert_eq!(
+        verdicts(&[b"-@all", b"+rl.rule|get"]),
+        [Ok(()), Err(5), Err(3), Err(3), Err(1)]
+    );
+    assert_eq!(
+        verdicts(&[b"+@all", b"-rl.rule", b"+rl.rule|get"]),
+        [Ok(()), Err(5), Err(3), Err(3), Ok(())]
+    );
+    assert_eq!(
+        verdicts(&[b"+@all", b"-rl.rule|set", b"+rl.rule"]),
+        [Ok(()), Ok(()), Ok(()), Ok(()), Ok(())]
+    );
 }

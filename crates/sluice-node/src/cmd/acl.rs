@@ -24,9 +24,16 @@
 //!   requests (RL.ACQUIRE, RL.RELEASE, RL.RENEW, RL.SETTLE: each touches only the key it
 //!   names, as a check does), and the rules read-only (RL.RULE GET, LIST, HISTORY).
 //! - `@connection`: what a client sends to connect and stay connected: PING, ECHO, SELECT,
-//!   COMMAND, AUTH, HELLO, QUIT, RESET.
-//! - `@admin`: every other command (FLUSHALL, CONFIG, REPLICAOF, RL.RULE SET ...).
+//!   COMMAND, AUTH, HELLO, QUIT, RESET, and CLIENT's own-connection subcommands (SETNAME,
+//!   GETNAME, SETINFO, ID, INFO, HELP).
+//! - `@admin`: every other command (FLUSHALL, REPLICAOF, ...), and the subcommands Redis 7
+//!   marks admin (CONFIG GET and SET, CLIENT LIST and KILL, ACL SETUSER and LOG, SLOWLOG GET
+//!   ...), the rule writes (RL.RULE SET, DEL, ROLLBACK) and the cluster's own steps.
 //! - `@read`, `@write`, `@fast`: by the commands' flags.
+//!
+//! A command with subcommands is judged by its subcommand (see `acl`): `+@all -@admin` still
+//! runs CLIENT ID, ACL WHOAMI and CONFIG HELP, as in Redis; `-rl.rule|set` refuses RL.RULE SET
+//! whatever else grants RL.RULE.
 //!
 //! AUTH, HELLO, QUIT and RESET (Redis's `no-auth` commands) are allowed to every user.
 
@@ -57,28 +64,86 @@ const CONNECTION_COMMANDS: &[&str] = &[
     "ping", "echo", "select", "command", "auth", "hello", "quit", "reset",
 ];
 
-/// Subcommands with permissions of their own: `(command, subcommand, read-only)`. The
-/// read-only ones are `@ratelimit`, the others `@admin`.
-const SUBCOMMANDS: &[(&str, &str, bool)] = &[
-    ("rl.rule", "get", true),
-    ("rl.rule", "list", true),
-    ("rl.rule", "history", true),
-    ("rl.rule", "set", false),
-    ("rl.rule", "del", false),
-    ("rl.rule", "rollback", false),
+/// Every subcommand a rule may name, with its categories: Redis 7's `@admin` and
+/// `@connection` marks (from `COMMAND INFO` of redis-server 7.0), the read-only rule
+/// subcommands `@ratelimit` and `@read`, the rule writes `@admin` and `@write`. The cluster's
+/// own steps (tables and slot migration, for the admin tool and peers) are `@admin`.
+///
+/// A call is judged by its subcommand's bit (see `acl`), so this list holds every subcommand
+/// the commands' parsers accept: one left out would be judged by its parent's bit, which
+/// `-@admin` does not clear.
+const SUBCOMMANDS: &[(&str, &str, Category)] = &[
+    ("acl", "cat", 0),
+    ("acl", "deluser", ADMIN),
+    ("acl", "genpass", 0),
+    ("acl", "getuser", ADMIN),
+    ("acl", "list", ADMIN),
+    ("acl", "load", ADMIN),
+    ("acl", "log", ADMIN),
+    ("acl", "save", ADMIN),
+    ("acl", "setuser", ADMIN),
+    ("acl", "users", ADMIN),
+    ("acl", "whoami", 0),
+    ("client", "getname", CONNECTION),
+    ("client", "help", CONNECTION),
+    ("client", "id", CONNECTION),
+    ("client", "info", CONNECTION),
+    ("client", "kill", ADMIN | CONNECTION),
+    ("client", "list", ADMIN | CONNECTION),
+    ("client", "setinfo", CONNECTION),
+    ("client", "setname", CONNECTION),
+    ("cluster", "countkeysinslot", 0),
+    ("cluster", "getkeysinslot", 0),
+    ("cluster", "gettable", ADMIN),
+    ("cluster", "help", 0),
+    ("cluster", "import", ADMIN),
+    ("cluster", "import-status", ADMIN),
+    ("cluster", "info", 0),
+    ("cluster", "keyslot", 0),
+    ("cluster", "migrate-cancel", ADMIN),
+    ("cluster", "migrate-feed", ADMIN),
+    ("cluster", "migrate-status", ADMIN),
+    ("cluster", "myid", 0),
+    ("cluster", "nodes", 0),
+    ("cluster", "pause", ADMIN),
+    ("cluster", "settable", ADMIN),
+    ("cluster", "shards", 0),
+    ("cluster", "slots", 0),
+    ("cluster", "unpause", ADMIN),
+    ("command", "count", CONNECTION),
+    ("command", "docs", CONNECTION),
+    ("command", "info", CONNECTION),
+    ("command", "list", CONNECTION),
+    ("config", "get", ADMIN),
+    ("config", "help", 0),
+    ("config", "resetstat", ADMIN),
+    ("config", "rewrite", ADMIN),
+    ("config", "set", ADMIN),
+    ("rl.rule", "del", ADMIN | WRITE),
+    ("rl.rule", "get", RATELIMIT | READ),
+    ("rl.rule", "history", RATELIMIT | READ),
+    ("rl.rule", "list", RATELIMIT | READ),
+    ("rl.rule", "rollback", ADMIN | WRITE),
+    ("rl.rule", "set", ADMIN | WRITE),
+    ("slowlog", "get", ADMIN),
+    ("slowlog", "help", 0),
+    ("slowlog", "len", ADMIN),
+    ("slowlog", "reset", ADMIN),
 ];
 
-/// The command table as ACL rules name it: each row's id is its row.
+/// The command table as ACL rules name it: each row's id is its row, then one id per
+/// subcommand. A command with subcommands has no category of its own (its own bit judges only
+/// a call without a subcommand), but for COMMAND, `@connection` as in Redis.
 pub fn acl_catalog() -> Catalog {
     let mut catalog = Catalog::default();
     for spec in COMMANDS {
         let has_subcommands = SUBCOMMANDS.iter().any(|(c, _, _)| *c == spec.name);
-        let kind = if has_subcommands {
+        let kind = if CONNECTION_COMMANDS.contains(&spec.name) {
+            CONNECTION
+        } else if has_subcommands {
             0
         } else if RATELIMIT_COMMANDS.contains(&spec.name) {
             RATELIMIT
-        } else if CONNECTION_COMMANDS.contains(&spec.name) {
-            CONNECTION
         } else {
             ADMIN
         };
@@ -88,14 +153,9 @@ pub fn acl_catalog() -> Catalog {
             spec.has_flag(NOAUTH),
         );
     }
-    for &(command, sub, read_only) in SUBCOMMANDS {
+    for &(command, sub, categories) in SUBCOMMANDS {
         if let Some(parent) = catalog.id(command) {
-            let kind = if read_only {
-                RATELIMIT | READ
-            } else {
-                ADMIN | WRITE
-            };
-            catalog.add_subcommand(parent, sub, kind);
+            catalog.add_subcommand(parent, sub, categories);
         }
     }
     catalog

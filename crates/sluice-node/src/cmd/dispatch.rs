@@ -37,13 +37,12 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     if !ctx.session.authenticated && !spec.has_flag(NOAUTH) {
         return refuse(ctx, row, "NOAUTH Authentication required.");
     }
-    // The user's bit for this command: one load. A clear bit may still be granted by the
-    // subcommand (`+rl.rule|get`).
-    if !ctx.session.user.allows(row)
-        && let Err(name) = subcommand_allowed(ctx, row, req)
-    {
+    // The user's bit for this command: one load, and one of the catalog. A command with
+    // subcommands is judged by its subcommand's bit (`acl` module docs).
+    if let Err(id) = shared.acl.permits(&ctx.session.user, row, req.arg(1)) {
+        let name = shared.acl.catalog().name(id);
         super::acl_log::log_denial(ctx, crate::acl::log::Reason::Command, name.as_bytes(), None);
-        return refuse(ctx, row, &super::acl::noperm(&name));
+        return refuse(ctx, row, &super::acl::noperm(name));
     }
     if ctx.session.proto == Proto::Resp2
         && ctx.session.subscribed()
@@ -90,17 +89,6 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         let text = e.text(spec.name);
         shared.errors.note(text.as_bytes());
         reply::error(ctx.out, &text);
-    }
-}
-
-/// Whether the session's user may run `req`'s subcommand of the command at `row`; `Err` names
-/// what it may not run (`command` or `command|subcommand`).
-fn subcommand_allowed(ctx: &Ctx<'_>, row: usize, req: &Request) -> Result<(), String> {
-    let acl = &ctx.shared.acl;
-    match req.arg(1).and_then(|sub| acl.subcommand_id(row, sub)) {
-        Some(id) if ctx.session.user.allows(id) => Ok(()),
-        Some(id) => Err(acl.catalog().name(id).to_string()),
-        None => Err(acl.catalog().name(row).to_string()),
     }
 }
 
