@@ -403,6 +403,29 @@ impl Config {
         self.domains.len()
     }
 
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
+    /// Every rule name a call under this config may count under (the metrics' `rule` label):
+    /// each limit's `full_key`, and each domain's override rule.
+    pub fn rule_names(&self) -> std::collections::HashSet<String> {
+        fn walk(node: &Node, out: &mut std::collections::HashSet<String>) {
+            if let Some(l) = &node.limit {
+                out.insert(l.full_key.clone());
+            }
+            for child in node.children.values() {
+                walk(child, out);
+            }
+        }
+        let mut out = std::collections::HashSet::new();
+        for (domain, node) in &self.domains {
+            out.insert(crate::service::override_rule(domain));
+            walk(node, &mut out);
+        }
+        out
+    }
+
     /// The limit a descriptor's entries (`(key, value)`) match in `domain`, if any.
     pub fn get_limit<'c>(&'c self, domain: &str, entries: &[(&str, &str)]) -> Option<Match<'c>> {
         let mut level = self.domains.get(domain)?;

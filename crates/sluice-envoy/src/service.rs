@@ -1,11 +1,13 @@
 //! One `ShouldRateLimit` call, as envoyproxy/ratelimit answers it, over a caller's check.
 //!
-//! 1. An empty domain or an empty descriptor list is a bad request (the reference's errors).
+//! 1. A request outside the bounds below is a bad request (`INVALID_ARGUMENT`; an empty domain
+//!    or descriptor list with the reference's words).
 //! 2. Each descriptor's limit is looked up ([`Config::get_limit`]; a request `limit` override
 //!    wins over the config). `unlimited` ones and limits named in another matched limit's
 //!    `replaces` are not checked.
 //! 3. Each remaining descriptor is checked on its own, in order: key
-//!    `domain|key_value|key_value...`, limit `requests_per_unit` per `unit`, cost the
+//!    `envoy:domain|key_value|key_value...` ([`KEY_PREFIX`]), limit `requests_per_unit` per
+//!    `unit` (an override's window bounded as RL.CHECK's, [`sluice_core::spec::validate`]), cost the
 //!    descriptor's `hits_addend` if set (0 only reads), else the request's (0 counts as 1).
 //!    A cost above the limit, or a limit of 0, is over the limit without touching the store
 //!    (the reference would also add the hits to its counter; we leave the window as it was).
@@ -15,6 +17,16 @@
 //!    is, or when every quota-mode descriptor is.
 //! 5. Rate limit headers, when asked for, describe the descriptor closest to its limit (an
 //!    over-limit one first), as the reference's.
+//!
+//! # Bounds
+//! A caller picks the domain, the descriptors and their values, and each becomes part of a
+//! store key (and a domain part of a metrics label), so each is bounded: a domain, an entry's
+//! key and an entry's value at most [`MAX_NAME`] (256) bytes; at most [`MAX_DESCRIPTORS`] (64)
+//! descriptors of 1 to [`MAX_ENTRIES`] (32) entries each. A descriptor without entries is
+//! refused: its key would be the bare domain. A store key is then at most 16,710 bytes
+//! (`envoy:`, the domain, 32 × `|key_value`); every key is under [`KEY_PREFIX`], which no RESP
+//! client's key has by accident, so a call cannot occupy a bucket that `RL.HIT` or
+//! `/v1/check` owns.
 
 use std::collections::HashSet;
 
@@ -64,10 +76,25 @@ pub enum Headers {
     XRateLimit,
 }
 
-/// The store key of a descriptor: `domain|key_value|key_value...`, a `share_threshold`
+/// The namespace of every gRPC store key (envoyproxy/ratelimit prefixes its cache keys with
+/// `CACHE_KEY_PREFIX`; ours is fixed). RESP users reach these keys only by naming them, and an
+/// ACL user needs `~envoy:*` for gRPC.
+pub const KEY_PREFIX: &[u8] = b"envoy:";
+
+/// The longest domain, descriptor entry key or value, in bytes.
+pub const MAX_NAME: usize = 256;
+
+/// The most descriptors in one request.
+pub const MAX_DESCRIPTORS: usize = 64;
+
+/// The most entries in one descriptor.
+pub const MAX_ENTRIES: usize = 32;
+
+/// The store key of a descriptor: `envoy:domain|key_value|key_value...`, a `share_threshold`
 /// wildcard match counting under its pattern.
 fn store_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<&str>]) -> Vec<u8> {
-    let mut key = domain.as_bytes().to_vec();
+    let mut key = KEY_PREFIX.to_vec();
+    key.extend_from_slice(domain.as_bytes());
     for (i, (k, v)) in entries.iter().enumerate() {
         key.push(b'|');
         key.extend_from_slice(k.as_bytes());
@@ -121,7 +148,7 @@ where
         .descriptors
         .iter()
         .map(|d| find_limit(config, domain, d))
-        .collect();
+        .collect::<Result<_, _>>()?;
     let replaced: HashSet<&str> = limits
         .iter()
         .flatten()
@@ -172,33 +199,67 @@ where
     Ok((response, verdicts))
 }
 
-/// An empty domain or descriptor list is a bad request, with the reference's words.
+/// A request outside the [bounds](self#bounds) is a bad request (an empty domain or
+/// descriptor list in the reference's words).
 fn validate(request: &RateLimitRequest) -> Result<(), CallError> {
+    let bad = |why: String| Err(CallError::InvalidArgument(why));
     if request.domain.is_empty() {
-        return Err(CallError::InvalidArgument(
-            "rate limit domain must not be empty".into(),
-        ));
+        return bad("rate limit domain must not be empty".into());
+    }
+    if request.domain.len() > MAX_NAME {
+        return bad(format!("rate limit domain longer than {MAX_NAME} bytes"));
     }
     if request.descriptors.is_empty() {
-        return Err(CallError::InvalidArgument(
-            "rate limit descriptor list must not be empty".into(),
-        ));
+        return bad("rate limit descriptor list must not be empty".into());
+    }
+    if request.descriptors.len() > MAX_DESCRIPTORS {
+        return bad(format!("more than {MAX_DESCRIPTORS} descriptors"));
+    }
+    for d in &request.descriptors {
+        if d.entries.is_empty() {
+            return bad("a descriptor must have at least one entry".into());
+        }
+        if d.entries.len() > MAX_ENTRIES {
+            return bad(format!("a descriptor has more than {MAX_ENTRIES} entries"));
+        }
+        if d.entries
+            .iter()
+            .any(|e| e.key.len() > MAX_NAME || e.value.len() > MAX_NAME)
+        {
+            return bad(format!(
+                "a descriptor entry's key or value is longer than {MAX_NAME} bytes"
+            ));
+        }
     }
     Ok(())
 }
 
-/// A descriptor's limit: the request's override (a FIXED window, keyed without sharing), else
-/// the config's match.
-fn find_limit(config: &Config, domain: &str, d: &RateLimitDescriptor) -> Found {
+/// A descriptor's limit: the request's override (a FIXED window, keyed without sharing, bounded
+/// as RL.CHECK bounds a window), else the config's match. An override is counted under the
+/// rule `domain.override` when the config knows the domain, else under no rule: a caller does
+/// not name metrics series.
+fn find_limit(config: &Config, domain: &str, d: &RateLimitDescriptor) -> Result<Found, CallError> {
     let entries: Vec<(&str, &str)> = d
         .entries
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()))
         .collect();
-    match &d.limit {
+    if let Some(o) = &d.limit
+        && let Some(unit) = Unit::from_proto(o.unit)
+        && o.requests_per_unit > 0
+    {
+        let period = Nanos::from_secs(unit.seconds());
+        sluice_core::spec::validate(Algo::Fixed, u64::from(o.requests_per_unit), period, None, 0)
+            .map_err(|e| CallError::InvalidArgument(format!("limit override: {e}")))?;
+    }
+    Ok(match &d.limit {
         Some(o) => Unit::from_proto(o.unit).map(|unit| {
             let limit = Limit {
-                full_key: format!("{domain}.override"),
+                full_key: if config.has_domain(domain) {
+                    override_rule(domain)
+                } else {
+                    String::new()
+                },
                 requests_per_unit: o.requests_per_unit,
                 unit: Some(unit),
                 unlimited: false,
@@ -216,7 +277,12 @@ fn find_limit(config: &Config, domain: &str, d: &RateLimitDescriptor) -> Found {
                 store_key(domain, &entries, &m.shared_values),
             )
         }),
-    }
+    })
+}
+
+/// The rule an override in `domain` counts under.
+pub fn override_rule(domain: &str) -> String {
+    format!("{domain}.override")
 }
 
 /// Whether another matched limit names this one in its `replaces`.
@@ -554,6 +620,59 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(codes(&r), (OVER, vec![OVER]));
+    }
+
+    #[test]
+    fn keys_are_namespaced_and_requests_bounded() {
+        let c = Config::from_files([("a.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")]).unwrap();
+        let mut keys = Vec::new();
+        let mut run = |domain: &str, descriptors: Vec<RateLimitDescriptor>| {
+            let req = RateLimitRequest {
+                domain: domain.into(),
+                descriptors,
+                hits_addend: 1,
+            };
+            let now = Nanos::from_secs(1_700_000_000);
+            ready(should_rate_limit(&c, &req, now, Headers::Off, |c| {
+                keys.push(c.key.to_vec());
+                std::future::ready(Windows::default().check(c, now))
+            }))
+            .map(|(_, v)| v)
+        };
+        let verdicts = run("d", vec![desc(&[("k", "v")])]).unwrap();
+        assert_eq!(verdicts[0].rule, "d.k");
+        let mut d = desc(&[("a", "b")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 5,
+            unit: 6,
+        });
+        // An override in a domain the config does not know counts under no rule.
+        let verdicts = run("api:bob", vec![d.clone()]).unwrap();
+        assert_eq!(verdicts[0].rule, "");
+        assert_eq!(run("d", vec![d.clone()]).unwrap()[0].rule, "d.override");
+        let bad =
+            |r: Result<Vec<Verdict>, CallError>| matches!(r, Err(CallError::InvalidArgument(_)));
+        let long = "x".repeat(MAX_NAME + 1);
+        assert!(bad(run(&long, vec![desc(&[("k", "v")])])));
+        assert!(bad(run("d", vec![desc(&[])])));
+        assert!(bad(run("d", vec![desc(&[("k", &long)])])));
+        assert!(bad(run("d", vec![desc(&[(&long, "v")])])));
+        assert!(bad(run(
+            "d",
+            vec![desc(&[("k", "v")]); MAX_DESCRIPTORS + 1]
+        )));
+        assert!(bad(run("d", vec![desc(&[("k", "v"); MAX_ENTRIES + 1])])));
+        // At the bounds: served.
+        let at = "x".repeat(MAX_NAME);
+        assert!(
+            run(
+                &at,
+                vec![desc(&[(at.as_str(), at.as_str()); MAX_ENTRIES]); MAX_DESCRIPTORS]
+            )
+            .is_ok()
+        );
+        assert_eq!(keys[0], b"envoy:d|k_v");
+        assert_eq!(keys[1], b"envoy:api:bob|a_b");
     }
 
     #[test]
