@@ -34,6 +34,9 @@ fn parse(acl: &Acl, text: &str) -> Result<Vec<(String, Perms)>, (usize, String)>
         let Some(name) = words.next() else {
             return Err((i + 1, "user name missing".into()));
         };
+        if super::has_spaces(name.as_bytes()) {
+            return Err((i + 1, super::NAME_SPACES.into()));
+        }
         if users.iter().any(|(n, _)| n == name) {
             return Err((i + 1, format!("Duplicate user '{name}' found")));
         }

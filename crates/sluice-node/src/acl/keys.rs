@@ -72,7 +72,9 @@ impl KeyPerms {
                 _ => return Err("Syntax error"),
             }
         }
-        if !read && !write {
+        // A space or a control character could end the rule's word, or its line, in the ACL
+        // file (`super::bad_pattern`).
+        if !read && !write || super::bad_pattern(pattern.as_bytes()) {
             return Err("Syntax error");
         }
         if self.all {
@@ -131,5 +133,21 @@ mod tests {
         assert_eq!(perms(&["%rw~a"]).unwrap().describe(), "~a");
         assert!(KeyPerms::default().apply("+@all").is_none());
         assert!(KeyPerms::default().apply("%R").is_none());
+    }
+
+    #[test]
+    fn a_pattern_with_a_space_or_a_control_character_is_refused() {
+        for bad in [
+            "~a b",
+            "~a\tb",
+            "~a\nuser evil",
+            "%R~a\x0bb",
+            "%W~\0",
+            "~a\x01",
+            "~\x7f",
+        ] {
+            assert_eq!(perms(&[bad]), Err("Syntax error"), "{bad:?}");
+        }
+        assert_eq!(perms(&["~a:*", "~é"]).unwrap().describe(), "~a:* ~é");
     }
 }

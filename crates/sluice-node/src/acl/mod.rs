@@ -50,6 +50,9 @@ pub struct Acl {
 /// Why a rule or a file line was refused: the text after `ERR `.
 pub type AclError = String;
 
+/// Redis's refusal of a user name with a space or a NUL byte.
+const NAME_SPACES: &str = "Usernames can't contain spaces or null characters";
+
 impl Acl {
     /// The `default` user alone: on, every command, and `requirepass` as its password, or
     /// `nopass` without one.
@@ -107,8 +110,8 @@ impl Acl {
     /// `ACL SETUSER name rule...`: creates the user if needed, then applies every rule, or
     /// none of them if one is wrong.
     pub fn set_user(&self, name: &str, rules: &[&[u8]]) -> Result<(), AclError> {
-        if name.is_empty() || name.bytes().any(|b| b.is_ascii_whitespace()) {
-            return Err("Usernames can't contain spaces or null characters".into());
+        if name.is_empty() || has_spaces(name.as_bytes()) {
+            return Err(NAME_SPACES.into());
         }
         let mut users = self.users.write();
         let existing = users.get(name).cloned();
