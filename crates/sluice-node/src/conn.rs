@@ -10,6 +10,9 @@
 //! output buffer while the loop keeps reading, as Redis does. So the two memory bounds are
 //! enforced where they grow: unparsed input past `client-query-buffer-limit`, or unsent output
 //! past `client-output-buffer-limit` (a client that never reads), closes that client alone.
+//! As in Redis, a MULTI queue's bytes count as input, and a client that must authenticate and
+//! has not may hold 1 MiB of it at most, in requests of 10 arguments of 16 KB at most (the
+//! parser's limits before AUTH, see [`Core::run_batch`]).
 //!
 //! [`Core`] is the part of a connection that does no I/O: its session, buffers and parser, and
 //! the batch that parses and executes. This loop (tokio, readiness) and the io_uring loop
@@ -37,6 +40,10 @@ use crate::wire::Wire;
 
 /// Read buffer growth step; a pipelined batch of small commands fits in one.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// Most input (unparsed bytes and a MULTI queue) a client that must authenticate and has not
+/// may hold, whatever `client-query-buffer-limit` says: Redis's 1 MiB.
+const UNAUTHENTICATED_QUERY_LIMIT: usize = 1024 * 1024;
 
 /// Why a connection ended, for the log lines that matter to an operator.
 #[derive(Debug, PartialEq, Eq)]
@@ -261,8 +268,10 @@ impl Core {
         let mut session = Session::new(client.clone(), shared.acl.default_user());
         session.thread = thread;
         let limit = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        let mut parser = Parser::new(shared.config.limits());
+        parser.set_unauthenticated(!session.authenticated);
         Core {
-            parser: Parser::new(shared.config.limits()),
+            parser,
             request: Request::default(),
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             out: BytesMut::with_capacity(READ_CHUNK),
@@ -281,7 +290,15 @@ impl Core {
     /// Executes every complete request in `rbuf`, appending the replies to `out`. Stops early
     /// at a framing error, QUIT, a blocking command, or PSYNC (`Err(HandOff)`, with the stats
     /// charged and the owed replies still to write); `Err` ends the connection.
+    ///
+    /// The parser's limits before AUTH follow the session: set at each batch's start, and
+    /// lifted by the request that authenticates, so the next request of the same batch may be
+    /// large. An authenticated client pays one test of a flag the parser holds per request.
+    /// (A RESET back to a user with a password brings them back from the next batch.)
     pub(crate) fn run_batch(&mut self) -> Result<Ran, Close> {
+        if self.parser.unauthenticated() == self.session.authenticated {
+            self.parser.set_unauthenticated(!self.session.authenticated);
+        }
         // One clock read per batch serves the idle timer, the client's `idle=` and the
         // commands' `now`.
         let read_at = std::time::Instant::now();
@@ -313,6 +330,9 @@ impl Core {
                         ahead,
                     };
                     cmd::execute(&self.request, &mut ctx);
+                    if self.parser.unauthenticated() && self.session.authenticated {
+                        self.parser.set_unauthenticated(false);
+                    }
                     // As Redis, the hard output limit is checked reply by reply: a pipeline of
                     // large replies is cut where it crosses it.
                     if self.out.len() > self.output_limit {
@@ -394,7 +414,7 @@ impl Core {
             id: 0,
             at_unix_secs,
             micros,
-            args: crate::slowlog::trimmed_args(self.request.args()),
+            args: crate::slowlog::entry_args(self.request.args()),
             client_addr: self.client.addr.to_string(),
             client_name: if executed > 1 {
                 format!("{name} pipelined={executed}")
@@ -424,14 +444,20 @@ impl Core {
         }
     }
 
-    /// The two memory bounds, where they grow: unparsed input past the query buffer limit,
-    /// unsent replies (`unsent`, the output buffer and what is on its way) past the output
-    /// buffer limit.
+    /// The two memory bounds, where they grow: input (unparsed bytes and the MULTI queue, as
+    /// Redis counts it) past the query buffer limit (1 MiB before AUTH), unsent replies
+    /// (`unsent`, the output buffer and what is on its way) past the output buffer limit.
     pub(crate) fn check_limits(&self, unsent: usize) -> Result<(), Close> {
         if unsent > self.output_limit {
             return Err(Close::OutputBufferLimit);
         }
-        if self.rbuf.len() > self.query_limit {
+        let queued = self.session.transaction.as_ref().map_or(0, |tx| tx.bytes);
+        let limit = if self.parser.unauthenticated() {
+            self.query_limit.min(UNAUTHENTICATED_QUERY_LIMIT)
+        } else {
+            self.query_limit
+        };
+        if self.rbuf.len().saturating_add(queued) > limit {
             return Err(Close::QueryBufferLimit);
         }
         Ok(())

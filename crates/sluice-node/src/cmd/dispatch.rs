@@ -71,7 +71,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
             tx.failed = true;
             return reply::error(ctx.out, "ERR Command not allowed inside a transaction");
         }
-        tx.queued.push(req.clone());
+        tx.queue(req);
         (ctx.session.client.multi)
             .store(tx.queued.len() as i32, std::sync::atomic::Ordering::Relaxed);
         return reply::simple(ctx.out, "QUEUED");

@@ -12,6 +12,12 @@
 //! break that (SHUTDOWN, PSYNC, SYNC, REPLCONF, whose ACK answers nothing, and the
 //! (un)subscribe family, whose replies are one per channel) carry the `no_multi` flag and are refused when queued, as Redis refuses SHUTDOWN:
 //! `-ERR Command not allowed inside a transaction`, and the EXEC that follows aborts.
+//!
+//! The queue is bounded as Redis bounds it: its bytes count with the connection's unparsed
+//! input against `client-query-buffer-limit` (`conn::Core::check_limits`), and a client past it
+//! is closed as one whose query buffer is. Each queued request is a copy of its own, so what
+//! the queue holds is what it counts (a frame split from the read buffer would keep that whole
+//! buffer alive).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -24,8 +30,23 @@ use super::{Args, CmdError, Command, Ctx, execute};
 #[derive(Debug, Default)]
 pub struct Transaction {
     pub queued: Vec<Request>,
+    /// The bytes `queued` holds ([`Request::footprint`]).
+    pub bytes: usize,
     /// A command was refused while queueing: EXEC must abort.
     pub failed: bool,
+}
+
+impl Transaction {
+    /// Queues a copy of `request`. Once the block has failed nothing more is kept (EXEC will
+    /// abort it), as Redis does; the command is still answered `QUEUED`.
+    pub fn queue(&mut self, request: &Request) {
+        if self.failed {
+            return;
+        }
+        let request = request.detached();
+        self.bytes = self.bytes.saturating_add(request.footprint());
+        self.queued.push(request);
+    }
 }
 
 /// Commands that act on the transaction itself rather than being queued.

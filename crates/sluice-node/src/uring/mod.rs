@@ -220,9 +220,16 @@ impl Loop {
                     slot.recv_cancelled = false;
                 }
                 if done.result > 0 {
+                    // A connection that reads no more (a framing error, QUIT, a close) keeps
+                    // nothing that arrives before its receive is cancelled: a client cannot
+                    // make it hold input it will never parse.
+                    let keep = !slot.core.closing && !matches!(slot.end, Some(End::Close(_)));
                     let rbuf = &mut slot.core.rbuf;
-                    self.ring
-                        .received(&done, |bytes| rbuf.extend_from_slice(bytes));
+                    self.ring.received(&done, |bytes| {
+                        if keep {
+                            rbuf.extend_from_slice(bytes);
+                        }
+                    });
                     slot.core.pending = true;
                     if slot.end.is_none() {
                         // Killed by a batch earlier in this turn: its own requests do not run.
