@@ -129,7 +129,12 @@ fn put_rule(port: u16, id: &str, body: &str) -> HttpReply {
 
 #[test]
 fn rules_crud_and_request_checks_by_scope_tier_and_route() {
-    let (server, port) = sluice_with_http(&["--http-user-header", "X-Who"]);
+    let (server, port) = sluice_with_http(&[
+        "--http-user-header",
+        "X-Who",
+        "--http-trusted-headers",
+        "X-Forwarded-Uri,X-Original-URI,X-Who,X-Tier",
+    ]);
     let mut conn = server.client();
     let r = put_rule(
         port,
@@ -179,7 +184,7 @@ fn rules_crud_and_request_checks_by_scope_tier_and_route() {
     // GET /v1/auth: subjects from headers (the user header renamed by the flag).
     let auth = |extra: &[(&str, &str)], query: &str| {
         let mut h = vec![
-            ("X-Forwarded-For", "10.0.0.1, 192.168.0.1"),
+            ("X-Forwarded-For", "192.168.0.1, 10.0.0.1"),
             ("X-Who", "alice"),
             ("X-Tier", "free"),
         ];

@@ -1,13 +1,19 @@
 //! Request bodies and subjects: what a JSON body or a gateway's subrequest asks, as the words
-//! of the command that answers it (`RL.CHECK`, `RL.ALLOW`, `RL.RULE SET`). Unknown or mistyped
-//! fields are refused by name; the command itself checks the values.
+//! of the command that answers it (`RL.CHECK`, `RL.ALLOW`, `RL.RULE SET`). Unknown, missing or
+//! mistyped fields and unreadable headers are refused by name (`limit: invalid value ...`,
+//! `X-User-Id: is longer than 512 bytes`); the command itself checks the values, and its
+//! refusal is named after the field it concerns ([`crate::reply::resp_error`]).
+
+use std::net::IpAddr;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 use serde_json::Value as Json;
+use sluice_core::scope::MAX_ATTR_LEN;
 
 use crate::reply::{Refusal, refuse};
+use crate::trust::{Cidr, client_ip, normalize_path};
 use crate::{BODY_DEADLINE, MAX_BODY};
 
 /// A body of one `RL.CHECK`.
@@ -36,15 +42,18 @@ pub struct Allow {
 }
 
 impl Allow {
-    /// `RL.ALLOW USER .. IP .. ...`.
+    /// `RL.ALLOW USER .. IP .. ...`, the endpoint as the gateway routes it
+    /// ([`normalize_path`]): a `ROUTE` matches the path the backend serves, however the client
+    /// spelled it.
     pub fn args(&self) -> Vec<String> {
         let mut args = vec!["RL.ALLOW".to_string()];
+        let endpoint = self.endpoint.as_deref().map(normalize_path);
         for (word, v) in [
             ("USER", &self.user),
             ("IP", &self.ip),
             ("KEY", &self.key),
             ("TIER", &self.tier),
-            ("ENDPOINT", &self.endpoint),
+            ("ENDPOINT", &endpoint),
         ] {
             if let Some(v) = v {
                 args.push(word.into());
@@ -67,7 +76,7 @@ impl KeyCheck {
             Json::Number(n) if n.is_u64() => n.to_string(),
             _ => {
                 return Err(
-                    "period must be a number of seconds or a duration such as \"1m\"".into(),
+                    "period: must be a number of seconds or a duration such as \"1m\"".into(),
                 );
             }
         };
@@ -153,7 +162,7 @@ pub async fn json_object(
     if !is_json(headers) {
         return Err(refuse(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "Content-Type must be application/json",
+            "Content-Type: must be application/json",
         ));
     }
     let bytes = read_body(body).await?;
@@ -167,12 +176,30 @@ pub async fn json_object(
     }
 }
 
-/// `T` from a JSON object, unknown or mistyped fields refused by name.
+/// `T` from a JSON object; an unknown, missing or mistyped field refused as `field: why`.
 pub fn fields<T: serde::de::DeserializeOwned>(
     map: serde_json::Map<String, Json>,
 ) -> Result<T, Refusal> {
-    serde_json::from_value(Json::Object(map))
-        .map_err(|e| refuse(StatusCode::BAD_REQUEST, e.to_string()))
+    serde_path_to_error::deserialize(Json::Object(map))
+        .map_err(|e| refuse(StatusCode::BAD_REQUEST, field_error(&e)))
+}
+
+/// `field: why` for a deserializing error: the path where it happened, or, for a field that is
+/// missing or unknown (an error of the object as a whole), the field serde names.
+fn field_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let why = e.inner().to_string();
+    let path = e.path().to_string();
+    if path != "." {
+        return format!("{path}: {why}");
+    }
+    let named = ["missing field `", "unknown field `"]
+        .iter()
+        .find_map(|p| why.strip_prefix(p))
+        .and_then(|rest| rest.split('`').next());
+    match named {
+        Some(field) => format!("{field}: {why}"),
+        None => why,
+    }
 }
 
 /// Whether the request says its body is JSON (`application/json`, parameters allowed).
@@ -184,35 +211,89 @@ pub fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// The names of the headers `GET /v1/auth` reads subjects from.
-#[derive(Clone, Debug)]
+/// What `GET /v1/auth` may read from a subrequest's headers: each subject's header when the
+/// deployment trusts it (its gateway sets and overwrites it), and the proxies whose
+/// `X-Forwarded-For` entries count.
+#[derive(Clone, Debug, Default)]
 pub struct SubjectHeaders {
-    pub user: String,
-    pub key: String,
-    pub tier: String,
+    pub user: Option<Trusted>,
+    pub key: Option<Trusted>,
+    pub tier: Option<Trusted>,
+    /// The trusted ones of `X-Original-URI` (nginx) and `X-Forwarded-Uri` (Traefik), in that
+    /// order.
+    pub endpoint: Vec<Trusted>,
+    /// `X-Real-IP`, read when no `X-Forwarded-For` names the client.
+    pub real_ip: Option<Trusted>,
+    pub proxies: Vec<Cidr>,
+}
+
+/// A trusted header: its name as looked up (lower case) and as the deployment spelled it (in
+/// errors).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trusted {
+    lookup: String,
+    name: String,
 }
 
 /// The flags naming those headers, the node's and the sidecar's alike.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SubjectHeaderArgs {
-    /// The request header `GET /v1/auth` reads the user id from.
+    /// The request header `GET /v1/auth` reads the user id from (when trusted).
     #[arg(long = "http-user-header", default_value = "X-User-Id")]
     pub http_user_header: String,
-    /// The request header `GET /v1/auth` reads the API key from.
+    /// The request header `GET /v1/auth` reads the API key from (when trusted).
     #[arg(long = "http-key-header", default_value = "X-Api-Key")]
     pub http_key_header: String,
-    /// The request header `GET /v1/auth` reads the tier from.
+    /// The request header `GET /v1/auth` reads the tier from (when trusted).
     #[arg(long = "http-tier-header", default_value = "X-Tier")]
     pub http_tier_header: String,
+    /// The only headers `GET /v1/auth` reads, comma-separated: those the gateway sets and
+    /// overwrites on every subrequest (a header it passes on from the client would let the
+    /// client pick its own path, user or tier). The default matches examples/nginx; Traefik
+    /// sets X-Forwarded-Uri instead of X-Original-URI. An API key header is the client's own
+    /// by nature: trust it only where the gateway checks the key (made-up keys are fresh
+    /// buckets).
+    #[arg(
+        long = "http-trusted-headers",
+        value_delimiter = ',',
+        default_value = "X-Original-URI,X-User-Id,X-Tier"
+    )]
+    pub http_trusted_headers: Vec<String>,
+    /// The proxies whose X-Forwarded-For entries `GET /v1/auth` believes, comma-separated
+    /// networks (10.0.0.0/8) or addresses: the client is the rightmost entry none of them
+    /// wrote. A peer outside them is itself the client.
+    #[arg(
+        long = "http-trusted-proxies",
+        value_delimiter = ',',
+        value_parser = Cidr::parse,
+        default_value = "127.0.0.0/8,::1/128"
+    )]
+    pub http_trusted_proxies: Vec<Cidr>,
 }
 
 impl SubjectHeaderArgs {
-    /// The names as looked up (header names are lower case).
+    /// The headers to read, each only if trusted.
     pub fn headers(&self) -> SubjectHeaders {
+        let trusted = |name: &str| {
+            self.http_trusted_headers
+                .iter()
+                .map(|t| t.trim())
+                .find(|t| t.eq_ignore_ascii_case(name))
+                .map(|t| Trusted {
+                    lookup: t.to_ascii_lowercase(),
+                    name: t.to_string(),
+                })
+        };
         SubjectHeaders {
-            user: self.http_user_header.to_ascii_lowercase(),
-            key: self.http_key_header.to_ascii_lowercase(),
-            tier: self.http_tier_header.to_ascii_lowercase(),
+            user: trusted(&self.http_user_header),
+            key: trusted(&self.http_key_header),
+            tier: trusted(&self.http_tier_header),
+            endpoint: ["X-Original-URI", "X-Forwarded-Uri"]
+                .into_iter()
+                .filter_map(trusted)
+                .collect(),
+            real_ip: trusted("X-Real-IP"),
+            proxies: self.http_trusted_proxies.clone(),
         }
     }
 }
@@ -233,7 +314,7 @@ pub fn parse_query(query: &str) -> Result<(Allow, Option<StatusCode>), Refusal> 
                 allow.cost = Some(v.parse().map_err(|_| {
                     refuse(
                         StatusCode::BAD_REQUEST,
-                        "cost must be a non-negative integer",
+                        "cost: must be a non-negative integer",
                     )
                 })?)
             }
@@ -246,7 +327,7 @@ pub fn parse_query(query: &str) -> Result<(Allow, Option<StatusCode>), Refusal> 
                     .ok_or_else(|| {
                         refuse(
                             StatusCode::BAD_REQUEST,
-                            "deny_status must be a status from 400 to 599",
+                            "deny_status: must be a status from 400 to 599",
                         )
                     })?;
                 deny = Some(s);
@@ -254,7 +335,7 @@ pub fn parse_query(query: &str) -> Result<(Allow, Option<StatusCode>), Refusal> 
             other => {
                 return Err(refuse(
                     StatusCode::BAD_REQUEST,
-                    format!("unknown query parameter '{other}'"),
+                    format!("{other}: unknown query parameter"),
                 ));
             }
         }
@@ -262,31 +343,93 @@ pub fn parse_query(query: &str) -> Result<(Allow, Option<StatusCode>), Refusal> 
     Ok((allow, deny))
 }
 
-/// Fills what the query left out from the request's headers.
-pub fn from_headers(allow: &mut Allow, headers: &HeaderMap, names: &SubjectHeaders) {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_string)
+/// Fills what the query left out from what the gateway says: the client's address from
+/// `peer` and `X-Forwarded-For` ([`client_ip`]), the rest from the trusted headers only. A
+/// trusted header that is not visible ASCII, or longer than a subject may be, is refused by
+/// name.
+pub fn from_headers(
+    allow: &mut Allow,
+    headers: &HeaderMap,
+    peer: IpAddr,
+    trust: &SubjectHeaders,
+) -> Result<(), Refusal> {
+    let read = |t: &Trusted| -> Result<Option<String>, Refusal> {
+        let Some(v) = headers.get(&t.lookup) else {
+            return Ok(None);
+        };
+        let v = v
+            .to_str()
+            .map_err(|_| bad_header(&t.name, "must be visible ASCII"))?
+            .trim();
+        Ok((!v.is_empty()).then(|| v.to_string()))
     };
-    let first_forwarded =
-        || text("x-forwarded-for").and_then(|v| v.split(',').next().map(|s| s.trim().to_string()));
-    allow.ip = allow
-        .ip
-        .take()
-        .or_else(first_forwarded)
-        .or_else(|| text("x-real-ip"));
-    allow.endpoint = allow
-        .endpoint
-        .take()
-        .or_else(|| text("x-forwarded-uri"))
-        .or_else(|| text("x-original-uri"));
-    allow.user = allow.user.take().or_else(|| text(&names.user));
-    allow.key = allow.key.take().or_else(|| text(&names.key));
-    allow.tier = allow.tier.take().or_else(|| text(&names.tier));
+    let subject = |t: &Option<Trusted>| -> Result<Option<String>, Refusal> {
+        let Some(t) = t else { return Ok(None) };
+        let v = read(t)?;
+        if v.as_ref().is_some_and(|v| v.len() > MAX_ATTR_LEN) {
+            return Err(bad_header(
+                &t.name,
+                format!("is longer than {MAX_ATTR_LEN} bytes"),
+            ));
+        }
+        Ok(v)
+    };
+    if allow.ip.is_none() {
+        let lines: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            // A line that is not text is one entry no address parses from.
+            .map(|v| v.to_str().unwrap_or("?"))
+            .collect();
+        let entries = lines.iter().flat_map(|l| l.split(','));
+        let proxied = trust.proxies.iter().any(|c| c.contains(peer));
+        allow.ip = match client_ip(peer, entries, &trust.proxies) {
+            Some(ip) => Some(ip.to_string()),
+            None if proxied => subject(&trust.real_ip)?,
+            None => None,
+        };
+    }
+    if allow.endpoint.is_none() {
+        for t in &trust.endpoint {
+            if let Some(v) = read(t)? {
+                if normalize_path(&v).len() > MAX_ATTR_LEN {
+                    return Err(bad_header(
+                        &t.name,
+                        format!("names a path longer than {MAX_ATTR_LEN} bytes"),
+                    ));
+                }
+                allow.endpoint = Some(v);
+                break;
+            }
+        }
+    }
+    if allow.user.is_none() {
+        allow.user = subject(&trust.user)?;
+    }
+    if allow.key.is_none() {
+        allow.key = subject(&trust.key)?;
+    }
+    if allow.tier.is_none() {
+        allow.tier = subject(&trust.tier)?;
+    }
+    Ok(())
+}
+
+/// A `400` naming `header`.
+fn bad_header(header: &str, why: impl std::fmt::Display) -> Refusal {
+    refuse(StatusCode::BAD_REQUEST, format!("{header}: {why}"))
+}
+
+/// The endpoint of `GET /v1/auth/<path>` (Envoy's `path_prefix`): the raw path after the
+/// prefix, its query left out (the query is the client's request's, not Sluice's).
+pub fn prefixed_endpoint(uri: &axum::http::Uri) -> String {
+    let path = uri.path();
+    let rest = path.strip_prefix("/v1/auth").unwrap_or(path);
+    if rest.starts_with('/') {
+        rest.to_string()
+    } else {
+        format!("/{rest}")
+    }
 }
 
 /// The body of `PUT /rules/{id}`.
@@ -314,7 +457,7 @@ impl RuleBody {
             Json::Number(n) if n.is_u64() => n.to_string(),
             _ => {
                 return Err(
-                    "window must be a number of seconds or a duration such as \"1m\"".into(),
+                    "window: must be a number of seconds or a duration such as \"1m\"".into(),
                 );
             }
         };
@@ -379,9 +522,25 @@ pub async fn rollback_body(headers: &HeaderMap, body: Body) -> Result<RollbackBo
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+    use axum::response::IntoResponse;
+
+    fn args(flags: &[&str]) -> SubjectHeaders {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            subjects: SubjectHeaderArgs,
+        }
+        let mut argv = vec!["sluice"];
+        argv.extend_from_slice(flags);
+        <Flags as clap::Parser>::parse_from(argv).subjects.headers()
+    }
+
+    fn loopback() -> IpAddr {
+        IpAddr::from([127, 0, 0, 1])
+    }
 
     #[test]
-    fn auth_subjects_come_from_the_query_then_the_headers() {
+    fn auth_subjects_come_from_the_query_then_the_trusted_headers() {
         let (mut a, deny) = parse_query("endpoint=%2Fapi%2Fx&deny_status=403").unwrap();
         assert_eq!(deny, Some(StatusCode::FORBIDDEN));
         let mut h = HeaderMap::new();
@@ -390,26 +549,97 @@ mod tests {
             HeaderValue::from_static("10.1.1.1, 10.0.0.2"),
         );
         h.insert("x-real-ip", HeaderValue::from_static("10.9.9.9"));
-        h.insert("x-forwarded-uri", HeaderValue::from_static("/ignored"));
+        h.insert("x-original-uri", HeaderValue::from_static("/ignored"));
         h.insert("x-user-id", HeaderValue::from_static("alice"));
-        let names = SubjectHeaders {
-            user: "x-user-id".into(),
-            key: "x-api-key".into(),
-            tier: "x-tier".into(),
-        };
-        from_headers(&mut a, &h, &names);
-        assert_eq!(a.ip.as_deref(), Some("10.1.1.1"));
+        h.insert("x-api-key", HeaderValue::from_static("k1"));
+        let with_key = args(&[
+            "--http-trusted-headers",
+            "X-Original-URI,X-User-Id,X-Api-Key",
+        ]);
+        from_headers(&mut a, &h, loopback(), &with_key).unwrap();
+        assert_eq!(a.ip.as_deref(), Some("10.0.0.2"), "the rightmost entry");
         assert_eq!(a.endpoint.as_deref(), Some("/api/x"));
         assert_eq!(a.user.as_deref(), Some("alice"));
-        assert_eq!(a.key, None);
         assert_eq!(
             a.args(),
             [
-                "RL.ALLOW", "USER", "alice", "IP", "10.1.1.1", "ENDPOINT", "/api/x"
+                "RL.ALLOW", "USER", "alice", "IP", "10.0.0.2", "KEY", "k1", "ENDPOINT", "/api/x"
             ]
+        );
+        // Untrusted headers are not read at all.
+        let mut a = Allow::default();
+        let only_uri = args(&["--http-trusted-headers", "X-Forwarded-Uri"]);
+        h.insert("x-forwarded-uri", HeaderValue::from_static("//api/./y?z"));
+        from_headers(&mut a, &h, loopback(), &only_uri).unwrap();
+        assert_eq!((&a.user, &a.key, &a.tier), (&None, &None, &None));
+        assert_eq!(a.endpoint.as_deref(), Some("//api/./y?z"));
+        assert_eq!(
+            a.args(),
+            ["RL.ALLOW", "IP", "10.0.0.2", "ENDPOINT", "/api/y"]
+        );
+        // X-Real-IP only when trusted and no list names the client.
+        h.remove("x-forwarded-for");
+        let mut a = Allow::default();
+        from_headers(&mut a, &h, loopback(), &only_uri).unwrap();
+        assert_eq!(a.ip, None);
+        let mut a = Allow::default();
+        let real_ip = args(&["--http-trusted-headers", "X-Real-IP"]);
+        from_headers(&mut a, &h, loopback(), &real_ip).unwrap();
+        assert_eq!(a.ip.as_deref(), Some("10.9.9.9"));
+        let mut a = Allow::default();
+        from_headers(&mut a, &h, IpAddr::from([192, 0, 2, 1]), &real_ip).unwrap();
+        assert_eq!(
+            a.ip.as_deref(),
+            Some("192.0.2.1"),
+            "an untrusted peer is the client"
         );
         assert!(parse_query("deny_status=200").is_err());
         assert!(parse_query("colour=red").is_err());
         assert!(parse_query("cost=-1").is_err());
+    }
+
+    #[test]
+    fn a_bad_trusted_header_is_refused_by_name() {
+        let mut h = HeaderMap::new();
+        h.insert("x-tier", HeaderValue::from_str(&"t".repeat(513)).unwrap());
+        let e = from_headers(&mut Allow::default(), &h, loopback(), &args(&[])).unwrap_err();
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        h.insert("x-tier", HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap());
+        assert!(from_headers(&mut Allow::default(), &h, loopback(), &args(&[])).is_err());
+        // The same header, untrusted, is not read.
+        let none = args(&["--http-trusted-headers", "X-Original-URI"]);
+        assert!(from_headers(&mut Allow::default(), &h, loopback(), &none).is_ok());
+        assert!(Cidr::parse("127.0.0.0/33").is_err());
+    }
+
+    #[test]
+    fn field_errors_name_the_field() {
+        let map = |j: &str| match serde_json::from_str::<Json>(j).unwrap() {
+            Json::Object(m) => m,
+            _ => unreachable!(),
+        };
+        let text = |j: &str| {
+            let e = fields::<RuleBody>(map(j)).unwrap_err().into_response();
+            let body = futures_body(e);
+            serde_json::from_slice::<Json>(&body).unwrap()["error"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let e = text(r#"{"scope":"user","limit":-1,"window":"1m"}"#);
+        assert!(e.starts_with("limit: invalid value"), "{e}");
+        let e = text(r#"{"limit":1,"window":"1m"}"#);
+        assert!(e.starts_with("scope: missing field"), "{e}");
+        let e = text(r#"{"scope":"user","limit":1,"window":"1m","colour":1}"#);
+        assert!(e.starts_with("colour: unknown field"), "{e}");
+    }
+
+    /// A response body's bytes (a JSON error is a single full chunk).
+    fn futures_body(r: axum::response::Response) -> bytes::Bytes {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(axum::body::to_bytes(r.into_body(), 1 << 16))
+            .unwrap()
     }
 }

@@ -2,8 +2,8 @@
 //! (`sluice proxy --http-port`): request bodies and gateway subjects as command words
 //! ([`body`]), a command's reply as a status, JSON body and rate limit headers ([`reply`],
 //! [`verdict`]), Bearer authentication, the listener that bounds connections and idle time
-//! ([`guard`]), the server loop with its header-read timeout ([`serve`]), and the OpenAPI
-//! document both serve.
+//! ([`guard`]), the server loop with its header-read timeout ([`serve`]), what a gateway's
+//! subrequest is believed about the client ([`trust`]), and the OpenAPI document both serve.
 //!
 //! Each program keeps its own handlers: the node runs the words through its command table,
 //! the sidecar through the gateway library with each rule's fail mode.
@@ -14,6 +14,7 @@ pub mod guard;
 pub mod reply;
 pub mod rule;
 pub mod serve;
+pub mod trust;
 pub mod verdict;
 
 use std::time::Duration;

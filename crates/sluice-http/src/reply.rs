@@ -55,12 +55,42 @@ pub fn error_status(text: &str) -> StatusCode {
     }
 }
 
-/// A RESP error reply as a JSON error, without Redis's `ERR ` prefix.
+/// A RESP error reply to a check as a JSON error, without Redis's `ERR ` prefix, and named
+/// after the field of `POST /v1/check` (or query parameter of `GET /v1/auth`) it concerns when
+/// it is the caller's mistake: `period: PERIOD '1 m' must be ...`.
 pub fn resp_error(text: &str) -> Response {
-    error(
-        error_status(text),
-        text.strip_prefix("ERR ").unwrap_or(text),
-    )
+    named_error(text, "period")
+}
+
+/// [`resp_error`] for a rule write (`PUT /rules/{id}`, rollback), whose period is `window`.
+pub fn rule_error(text: &str) -> Response {
+    named_error(text, "window")
+}
+
+fn named_error(text: &str, period: &str) -> Response {
+    let status = error_status(text);
+    let text = text.strip_prefix("ERR ").unwrap_or(text);
+    match field_of(text) {
+        Some(field) if status == StatusCode::BAD_REQUEST => {
+            let field = if field == "period" { period } else { field };
+            error(status, format!("{field}: {text}"))
+        }
+        _ => error(status, text),
+    }
+}
+
+/// The fields of the bodies and queries, each spelled as the command word that carries it.
+const FIELDS: [&str; 17] = [
+    "period", "limit", "burst", "algo", "cost", "failmode", "scope", "tier", "route", "floor",
+    "rollout", "shadow", "user", "ip", "key", "endpoint", "version",
+];
+
+/// The field a command's refusal is about: the first of [`FIELDS`] its text names as a word
+/// (`limit for ALGO TOKEN must be at most ...` is about `limit`).
+fn field_of(text: &str) -> Option<&'static str> {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .find_map(|w| FIELDS.iter().find(|f| f.eq_ignore_ascii_case(w)))
+        .copied()
 }
 
 /// An `RL.CHECK` or `RL.ALLOW` reply as a [`Verdict`], or its error as a response.
@@ -120,5 +150,33 @@ fn lower(name: &'static str) -> &'static str {
         "RateLimit-Policy" => "ratelimit-policy",
         "RateLimit" => "ratelimit",
         _ => "retry-after",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_refusal_is_named_after_its_field() {
+        assert_eq!(
+            field_of("limit for ALGO TOKEN must be at most 5"),
+            Some("limit")
+        );
+        assert_eq!(field_of("unknown ALGO 'x'; expected TOKEN"), Some("algo"));
+        assert_eq!(
+            field_of("PERIOD '1 m' must be a positive duration"),
+            Some("period")
+        );
+        assert_eq!(field_of("wrong number of arguments"), None);
+        assert_eq!(field_of("Operation against a key holding"), Some("key"));
+        assert_eq!(
+            rule_error("ERR PERIOD 'x' bad").status(),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            resp_error("MOVED 1 127.0.0.1:1").status(),
+            StatusCode::MISDIRECTED_REQUEST
+        );
     }
 }

@@ -5,16 +5,20 @@
 //! server starting to read it — on a new connection, or on a kept-alive one after the previous
 //! response — else the connection is closed. A client that trickles a head a byte at a time
 //! (which keeps [`Guarded`]'s idle deadline from ever passing) is cut off all the same.
+//!
+//! Every request carries its connection's [`Peer`] address, for the client-address rule of
+//! `GET /v1/auth` ([`crate::trust`]).
 
 use std::future::Future;
 use std::time::Duration;
 
-use axum::Router;
 use axum::serve::Listener;
+use axum::{Extension, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 
 use crate::guard::Guarded;
+use crate::trust::Peer;
 
 /// How long a request head may take to arrive.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -25,10 +29,11 @@ pub async fn serve(mut listener: Guarded, app: Router, shutdown: impl Future<Out
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let conn = tokio::select! {
-            (conn, _) = listener.accept() => conn,
+            accepted = listener.accept() => accepted,
             () = &mut shutdown => return,
         };
-        let service = TowerToHyperService::new(app.clone());
+        let (conn, addr) = conn;
+        let service = TowerToHyperService::new(app.clone().layer(Extension(Peer::of(addr))));
         tokio::spawn(async move {
             // A connection's errors (a reset, a bad head, the head timeout) end it alone.
             let _ = hyper::server::conn::http1::Builder::new()

@@ -9,6 +9,12 @@
 //! - `/rules` reads and writes are forwarded as `RL.RULE` to the node that owns the rule's name.
 //! - `/healthz`: alive. `/readyz`: a node answers `PING`.
 //!
+//! With `--requirepass`, every route but `/healthz` wants the sidecar's password, in the
+//! node's credential scheme ([`sluice_http::auth`]): `Authorization: Bearer <password>` or
+//! `Basic base64(default:<password>)`. The sidecar has no ACL users of its own: the password is
+//! its only user, and what a request may then do is what the sidecar's own connection to the
+//! node may (its `--upstream-user`/password's ACL on the node).
+//!
 //! In a cluster the request form's buckets may span slots: the library splits the check by
 //! slot, dry first (see `sluice_client::allow` for the race that leaves).
 
@@ -25,10 +31,11 @@ use serde_json::json;
 use sluice_client::{AllowRequest, Decision};
 use sluice_http::body::{
     Allow, SubjectHeaders, check_args, from_headers, json_object, key_window, parse_query,
-    rollback_body, rule_words,
+    prefixed_endpoint, rollback_body, rule_words,
 };
 use sluice_http::reply::{error, resp_error, respond, verdict_of};
 use sluice_http::rule::RuleJson;
+use sluice_http::trust::Peer;
 use sluice_http::{Refusal, Verdict};
 use sluice_resp::Value;
 
@@ -183,6 +190,7 @@ fn allow_of(args: &[String]) -> AllowRequest {
 
 async fn get_auth(
     State(front): State<Arc<Front>>,
+    Peer(peer): Peer,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
@@ -190,21 +198,24 @@ async fn get_auth(
         Ok(q) => q,
         Err(r) => return r.into_response(),
     };
-    from_headers(&mut a, &headers, &front.subjects);
+    if let Err(r) = from_headers(&mut a, &headers, peer, &front.subjects) {
+        return r.into_response();
+    }
     allow(&front, &a.args(), deny).await
 }
 
 async fn get_auth_prefixed(
     State(front): State<Arc<Front>>,
-    Path(endpoint): Path<String>,
-    RawQuery(query): RawQuery,
+    Peer(peer): Peer,
+    uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Response {
     let mut a = Allow::default();
-    from_headers(&mut a, &headers, &front.subjects);
+    if let Err(r) = from_headers(&mut a, &headers, peer, &front.subjects) {
+        return r.into_response();
+    }
     if a.endpoint.is_none() {
-        let q = query.map(|q| format!("?{q}")).unwrap_or_default();
-        a.endpoint = Some(format!("/{endpoint}{q}"));
+        a.endpoint = Some(prefixed_endpoint(&uri));
     }
     allow(&front, &a.args(), None).await
 }

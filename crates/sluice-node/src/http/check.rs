@@ -9,27 +9,32 @@
 //!   `RL.ALLOW`.
 //!
 //! # Subjects of `GET /v1/auth`
-//! Query parameters `user`, `ip`, `key`, `tier`, `endpoint`, `cost` win; else `ip` is the first
-//! address of `X-Forwarded-For` or `X-Real-IP`, `endpoint` is `X-Forwarded-Uri` or
-//! `X-Original-URI`, and user, key and tier come from the headers `--http-user-header`,
-//! `--http-key-header` and `--http-tier-header` name. `deny_status` (400-599) replaces 429
-//! (nginx's `auth_request` passes on only 401 and 403).
+//! Query parameters `user`, `ip`, `key`, `tier`, `endpoint`, `cost` win (the gateway's
+//! configuration writes them). Else only what the deployment trusts
+//! (`--http-trusted-headers`, `--http-trusted-proxies`, see [`sluice_http::trust`]): `ip` is
+//! the rightmost `X-Forwarded-For` entry no trusted proxy wrote (the peer itself when it is no
+//! trusted proxy), `endpoint` is `X-Original-URI` or `X-Forwarded-Uri`, and user, key and tier
+//! come from the headers `--http-user-header`, `--http-key-header` and `--http-tier-header`
+//! name, each read only when trusted. The endpoint is matched against `ROUTE`s as the gateway
+//! routes it (escapes decoded, dot segments resolved, slashes merged, no query).
+//! `deny_status` (400-599) replaces 429 (nginx's `auth_request` passes on only 401 and 403).
 //!
 //! `GET /v1/auth/<path>` is Envoy's `ext_authz` in HTTP mode (`path_prefix: /v1/auth`): the
-//! original request's path and query follow the prefix. They are the endpoint (unless
-//! `X-Forwarded-Uri`/`X-Original-URI` says otherwise), and the query is the request's, not
-//! Sluice's; the subjects come from the headers.
+//! original request's raw path follows the prefix. It is the endpoint (unless a trusted
+//! endpoint header says otherwise); its query is the request's, not Sluice's, and is not read.
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use sluice_http::body::{
     Allow, SubjectHeaders, check_args, from_headers, json_object, key_window, parse_query,
+    prefixed_endpoint,
 };
 use sluice_http::reply::{respond, verdict_of};
+use sluice_http::trust::Peer;
 use sluice_http::{Refusal, Verdict};
 
 use super::Front;
@@ -73,6 +78,7 @@ pub async fn decide(
 
 pub async fn get_auth(
     State(front): State<Arc<Front>>,
+    Peer(peer): Peer,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
@@ -80,7 +86,9 @@ pub async fn get_auth(
         Ok(q) => q,
         Err(r) => return r.into_response(),
     };
-    from_headers(&mut allow, &headers, &subject_headers(&front));
+    if let Err(r) = from_headers(&mut allow, &headers, peer, &subject_headers(&front)) {
+        return r.into_response();
+    }
     match decide(&front, &allow.args(), None).await {
         Ok(v) => respond(&v, deny),
         Err(r) => r.into_response(),
@@ -94,19 +102,16 @@ fn subject_headers(front: &Front) -> SubjectHeaders {
 
 pub async fn get_auth_prefixed(
     State(front): State<Arc<Front>>,
-    axum::extract::Path(endpoint): axum::extract::Path<String>,
-    RawQuery(query): RawQuery,
+    Peer(peer): Peer,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     let mut allow = Allow::default();
-    from_headers(&mut allow, &headers, &subject_headers(&front));
+    if let Err(r) = from_headers(&mut allow, &headers, peer, &subject_headers(&front)) {
+        return r.into_response();
+    }
     if allow.endpoint.is_none() {
-        let mut e = format!("/{endpoint}");
-        if let Some(q) = query {
-            e.push('?');
-            e.push_str(&q);
-        }
-        allow.endpoint = Some(e);
+        allow.endpoint = Some(prefixed_endpoint(&uri));
     }
     match decide(&front, &allow.args(), None).await {
         Ok(v) => respond(&v, None),

@@ -23,7 +23,7 @@ use serde_json::{Value as Json, json};
 use sluice_resp::Value;
 
 use sluice_http::body::{rollback_body, rule_words};
-use sluice_http::reply::{error, resp_error};
+use sluice_http::reply::{error, resp_error, rule_error};
 use sluice_http::rule::RuleJson;
 
 use super::Front;
@@ -132,7 +132,7 @@ fn unexpected(reply: &Value) -> Response {
 fn versioned(id: &str, reply: &Value) -> Response {
     match reply {
         Value::Int(v) => axum::Json(json!({"id": id, "version": v})).into_response(),
-        Value::Error(e) => resp_error(e),
+        Value::Error(e) => rule_error(e),
         other => unexpected(other),
     }
 }
