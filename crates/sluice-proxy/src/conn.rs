@@ -14,6 +14,9 @@
 //! # Invariants
 //! - Replies leave in request order; a connection waits only on its own batches.
 //! - A node that cannot answer in time gives each check its fail mode, within the deadline.
+//! - What a client may make the sidecar hold is bounded as on a node: its unparsed input and
+//!   its MULTI queue together by `--client-query-buffer-limit`; before AUTH (with
+//!   `--requirepass`), requests of 10 arguments of 16 KB and 1 MiB of input at most, as Redis.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -326,6 +329,26 @@ fn upper_name<'a>(name: &'a [u8], buf: &'a mut [u8; 32]) -> &'a [u8] {
 /// Most commands queued in one MULTI.
 const MAX_QUEUED: usize = 10_000;
 
+/// Most input (unparsed bytes and a MULTI queue) a client that must authenticate and has not
+/// may hold, whatever `--client-query-buffer-limit` says: Redis's 1 MiB.
+const UNAUTHENTICATED_QUERY_LIMIT: usize = 1024 * 1024;
+
+/// MULTI ... EXEC: the commands queued, each a copy of its own (so the queue holds what it
+/// counts), and their bytes.
+#[derive(Default)]
+struct Queue {
+    requests: Vec<Request>,
+    bytes: usize,
+}
+
+impl Queue {
+    fn push(&mut self, req: &Request) {
+        let req = req.detached();
+        self.bytes = self.bytes.saturating_add(req.footprint());
+        self.requests.push(req);
+    }
+}
+
 /// One request, answered here or put in the batch.
 fn request(
     proxy: &Arc<Proxy>,
@@ -357,16 +380,34 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
     let (mut rd, mut wr) = stream.into_split();
     let mut session = Session::new(id, proxy.requirepass.as_deref());
     let mut parser = Parser::new(Limits::default());
+    parser.set_unauthenticated(!session.authenticated);
     let mut buf = BytesMut::with_capacity(4096);
     let mut out = BytesMut::with_capacity(4096);
     let mut batch = Batch::default();
     let mut req = Request::default();
     // MULTI ... EXEC: the commands queued, run as one pipeline at EXEC.
-    let mut multi: Option<Vec<Request>> = None;
+    let mut multi: Option<Queue> = None;
     loop {
         match rd.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
+        }
+        // The limits before AUTH follow the session: set for each read (a RESET may have
+        // brought them back), lifted below by the request that authenticates.
+        if parser.unauthenticated() == session.authenticated {
+            parser.set_unauthenticated(!session.authenticated);
+        }
+        let limit = if parser.unauthenticated() {
+            proxy.query_limit.min(UNAUTHENTICATED_QUERY_LIMIT)
+        } else {
+            proxy.query_limit
+        };
+        let queued = multi.as_ref().map_or(0, |q| q.bytes);
+        if buf.len().saturating_add(queued) > limit {
+            sluice_log::log(&format!(
+                "closing client {peer} (id={id}) that reached the query buffer limit"
+            ));
+            return;
         }
         loop {
             match parser.parse_into(&mut buf, &mut req) {
@@ -383,7 +424,7 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
                     if let Some(queued) = multi.as_mut() {
                         match name {
                             b"EXEC" => {
-                                let queued = multi.take().unwrap_or_default();
+                                let queued = multi.take().unwrap_or_default().requests;
                                 batch.ready(|o| reply::array(o, queued.len()));
                                 for q in &queued {
                                     let mut upper = [0u8; 32];
@@ -401,19 +442,19 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
                                 multi = None;
                                 request(&proxy, name, &req, &mut session, &mut batch);
                             }
-                            _ if queued.len() >= MAX_QUEUED => {
+                            _ if queued.requests.len() >= MAX_QUEUED => {
                                 multi = None;
                                 batch.error("EXECABORT Transaction discarded: more than 10000 commands queued.");
                             }
                             _ => {
-                                queued.push(req.clone());
+                                queued.push(&req);
                                 batch.ready(|o| reply::simple(o, "QUEUED"));
                             }
                         }
                     } else {
                         match name {
                             b"MULTI" if session.authenticated => {
-                                multi = Some(Vec::new());
+                                multi = Some(Queue::default());
                                 batch.ready(|o| reply::simple(o, "OK"));
                             }
                             b"EXEC" if session.authenticated => {
@@ -424,6 +465,9 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
                             }
                             _ => request(&proxy, name, &req, &mut session, &mut batch),
                         }
+                    }
+                    if parser.unauthenticated() && session.authenticated {
+                        parser.set_unauthenticated(false);
                     }
                     if batch.close {
                         break;

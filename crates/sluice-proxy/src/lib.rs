@@ -8,7 +8,7 @@
 //! ```text
 //! sluice proxy [--port 6390] (--upstream HOST:PORT[,...] | --sentinel HOST:PORT[,...] --master-name NAME)
 //!              [--bind 127.0.0.1] [--timeout-ms 20] [--gateways N] [--fail-mode open|closed|local]
-//!              [--requirepass PASS] [--http-port P]
+//!              [--requirepass PASS] [--http-port P] [--client-query-buffer-limit 64mb]
 //!              [--upstream-user USER] [--upstream-password PASS | --upstream-password-file FILE]
 //!              [--upstream-tls-ca-cert-file CA [--upstream-tls-cert-file CRT --upstream-tls-key-file KEY]]
 //!              [--sentinel-tls yes]
@@ -110,6 +110,10 @@ pub struct ProxyConfig {
     /// Serve Prometheus metrics (`GET /metrics`) on this port, on the `--bind` address.
     #[arg(long = "metrics-port")]
     pub metrics_port: Option<u16>,
+    /// Most input one client may hold (unparsed bytes and its MULTI queue); past it the client
+    /// is closed. 64 MB, as a node's default; before AUTH, 1 MiB whatever this says.
+    #[arg(long = "client-query-buffer-limit", default_value = "64mb", value_parser = parse_bytes)]
+    pub client_query_buffer_limit: u64,
     #[command(flatten)]
     pub log: sluice_log::LogArgs,
     /// `--supervised systemd` and `--pidfile`, as a node takes them.
@@ -198,6 +202,29 @@ impl ProxyConfig {
     }
 }
 
+/// A byte size as Redis's config and a node's flags take it: `123`, `10kb`, `64mb`, `1gb`
+/// (powers of 1024; `k`, `m`, `g`: of 1000).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    let digits = lower.chars().take_while(char::is_ascii_digit).count();
+    let (number, unit) = lower.split_at(digits);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (examples: 1048576, 100mb, 2gb)"))?;
+    let mult: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return Err(format!("'{s}' has an unknown unit (use b, kb, mb or gb)")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
 /// Runs `sluice proxy` with these flags until SIGTERM or SIGINT; returns the exit code.
 pub fn main(config: ProxyConfig) -> i32 {
     let level = sluice_log::Level::parse(&config.log.loglevel).unwrap_or(sluice_log::Level::Notice);
@@ -268,6 +295,7 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
         client,
         default_mode,
         requirepass: config.requirepass.clone(),
+        query_limit: usize::try_from(config.client_query_buffer_limit).unwrap_or(usize::MAX),
         rules,
         allowed: AtomicU64::new(0),
         denied: AtomicU64::new(0),
@@ -330,6 +358,8 @@ pub(crate) struct Proxy {
     client: Client,
     default_mode: FailMode,
     requirepass: Option<String>,
+    /// `--client-query-buffer-limit`.
+    query_limit: usize,
     rules: Arc<RuleBook>,
     /// RL.CHECK answers (not DRY) that allowed and that denied, whatever their source.
     allowed: AtomicU64,
