@@ -409,7 +409,10 @@ fn a_password_guards_every_route_but_healthz() {
     ] {
         let r = http(port, method, path, &[], None).unwrap();
         assert_eq!(r.status, 401, "{path}");
-        assert_eq!(r.header("WWW-Authenticate"), Some("Bearer"));
+        assert_eq!(
+            r.header("WWW-Authenticate"),
+            Some("Basic realm=\"sluice\", Bearer")
+        );
         let r = http(
             port,
             method,

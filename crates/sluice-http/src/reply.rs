@@ -50,6 +50,7 @@ pub fn error_status(text: &str) -> StatusCode {
         // RL.RULE's refusal of a write while a rules file is the source.
         "ERR" if text.contains("rules come from") => StatusCode::CONFLICT,
         "ERR" | "WRONGTYPE" => StatusCode::BAD_REQUEST,
+        "NOPERM" => StatusCode::FORBIDDEN,
         "MOVED" | "ASK" | "CROSSSLOT" => StatusCode::MISDIRECTED_REQUEST,
         _ => StatusCode::SERVICE_UNAVAILABLE,
     }

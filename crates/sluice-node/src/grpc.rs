@@ -12,10 +12,23 @@
 //! followed, one pipelined connection per node, a deadline of [`FORWARD_DEADLINE`]), so Envoy
 //! may call any node.
 //!
-//! Errors, as gRPC statuses Envoy's `failure_mode_deny` acts on: a bad request (empty domain,
-//! no descriptors) is `INVALID_ARGUMENT`; a check that cannot be made (a read-only replica, a
-//! full store at `--maxmemory-policy reject`, an owner that does not answer a forwarded check
-//! in time) is `UNAVAILABLE`.
+//! # Who may call
+//! A call logs in as the HTTP front's requests do ([`crate::http::login`]): its `authorization`
+//! metadata is `Bearer <password>` for `default` or `Basic base64(user:password)`; without it,
+//! it runs as `default` only when that user is on and `nopass`. Each descriptor's check is an
+//! `RL.CHECK` of its store key (`envoy:domain|key_value...`, see [`sluice_envoy::service`]) and
+//! must pass the ACL as that command would: the user's bit for `rl.check` and its key
+//! patterns for a write of that key (so a restricted user needs `~envoy:*`, or narrower).
+//!
+//! Errors, as gRPC statuses Envoy's `failure_mode_deny` acts on: no or wrong credentials are
+//! `UNAUTHENTICATED`; a user the ACL refuses is `PERMISSION_DENIED` with Redis's `NOPERM` text;
+//! a bad request (empty or oversized domain, descriptors past the bounds of
+//! [`sluice_envoy::service`]) is `INVALID_ARGUMENT`; a check that cannot be made (a read-only
+//! replica, a full store at `--maxmemory-policy reject`, an owner that does not answer a
+//! forwarded check in time) is `UNAVAILABLE`.
+//!
+//! The metrics registry keeps the rule names of the config now loaded (and forgets those of a
+//! config replaced): see [`crate::stats`].
 
 use std::io;
 use std::net::TcpListener as StdListener;
@@ -32,6 +45,7 @@ use sluice_envoy::pb::{
 use sluice_envoy::service::{CallError, Headers, should_rate_limit};
 use tonic::{Request, Response, Status};
 
+use crate::acl::User;
 use crate::cmd;
 use crate::shared::Shared;
 
@@ -86,17 +100,18 @@ impl EnvoyConfig {
         }
     }
 
-    /// Reloads the directory if a file appeared, went or changed since the last load.
-    fn reload_if_changed(&self) {
+    /// Reloads the directory if a file appeared, went or changed since the last load; whether
+    /// a new config is in place.
+    fn reload_if_changed(&self) -> bool {
         if self.dir.as_os_str().is_empty() {
-            return;
+            return false;
         }
         let Ok(now) = fingerprint(&self.dir) else {
-            return;
+            return false;
         };
         let mut seen = self.seen.lock();
         if *seen == now {
-            return;
+            return false;
         }
         *seen = now;
         match Config::load_dir(&self.dir) {
@@ -107,11 +122,25 @@ impl EnvoyConfig {
                     self.dir.display()
                 ));
                 *self.current.write() = Arc::new(config);
+                true
             }
-            Err(e) => sluice_log::log(&format!(
-                "Envoy config not reloaded, the previous one stays: {e}"
-            )),
+            Err(e) => {
+                sluice_log::log(&format!(
+                    "Envoy config not reloaded, the previous one stays: {e}"
+                ));
+                false
+            }
         }
+    }
+
+    /// Tells the metrics registry which rule names the current config counts under, and drops
+    /// the names no rule and no config has any more.
+    fn register_rules(&self, shared: &Shared) {
+        let names = self.current.read().rule_names();
+        shared.stats.set_envoy_rules(names);
+        shared
+            .stats
+            .retire_rules(|name| shared.rules.get(name).is_some());
     }
 }
 
@@ -181,11 +210,15 @@ async fn serve(listener: StdListener, mut service: Service) {
         service.forward = Some(sluice_client::Client::connect(config).await);
     }
     let config = service.config.clone();
+    let shared = service.shared.clone();
+    config.register_rules(&shared);
     let reload = tokio::spawn(async move {
         let mut tick = tokio::time::interval(RELOAD_EVERY);
         loop {
             tick.tick().await;
-            config.reload_if_changed();
+            if config.reload_if_changed() {
+                config.register_rules(&shared);
+            }
         }
     });
     let mut shutdown = service.shared.shutdown_signal();
@@ -267,37 +300,49 @@ impl tokio::io::AsyncWrite for TlsConn {
 }
 
 impl Service {
-    async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    async fn answer(
+        &self,
+        user: &User,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, Status> {
         let shared = &*self.shared;
+        let rl_check = cmd::lookup(b"rl.check").map(cmd::row);
+        if !rl_check.is_some_and(|row| user.allows(row)) {
+            return Err(Status::permission_denied(cmd::noperm("rl.check")));
+        }
         let config = self.config.current.read().clone();
         let now = shared.clock.now();
         let mut view = None;
         let forward = self.forward.as_ref();
         let result = should_rate_limit(&config, request, now, self.headers, |c| {
             // Decided here, synchronously, unless the key is another node's: then the future
-            // forwards a copy of the check to its owner.
-            let step = match cmd::may_serve(shared, &mut view, false, std::iter::once(c.key), true)
-            {
-                Err(cmd::Refusal::Redirect(_)) => Step::Forward(Forwarded::of(c)),
-                Err(cmd::Refusal::ReadOnly) => {
-                    Step::Done(Err("READONLY this node is a read-only replica".into()))
-                }
-                Err(cmd::Refusal::NoReplicas) => {
-                    Step::Done(Err("NOREPLICAS Not enough good replicas to write.".into()))
-                }
-                Ok(()) => {
-                    let params = Params {
-                        limit: c.limit,
-                        period: c.period,
-                        burst: c.limit,
-                        cost: c.cost,
-                    };
-                    Step::Done(
-                        shared
-                            .store
-                            .check(c.key, c.algo, &params, now, false)
-                            .map_err(|e| cmd::CmdError::from(e).text("rl.check")),
-                    )
+            // forwards a copy of the check to its owner. The key is the user's to write first,
+            // as RL.CHECK's would be.
+            let step = if !user.may_touch(c.key, true) {
+                Step::Done(Err(cmd::NOPERM_KEY.into()))
+            } else {
+                match cmd::may_serve(shared, &mut view, false, std::iter::once(c.key), true) {
+                    Err(cmd::Refusal::Redirect(_)) => Step::Forward(Forwarded::of(c)),
+                    Err(cmd::Refusal::ReadOnly) => {
+                        Step::Done(Err("READONLY this node is a read-only replica".into()))
+                    }
+                    Err(cmd::Refusal::NoReplicas) => {
+                        Step::Done(Err("NOREPLICAS Not enough good replicas to write.".into()))
+                    }
+                    Ok(()) => {
+                        let params = Params {
+                            limit: c.limit,
+                            period: c.period,
+                            burst: c.limit,
+                            cost: c.cost,
+                        };
+                        Step::Done(
+                            shared
+                                .store
+                                .check(c.key, c.algo, &params, now, false)
+                                .map_err(|e| cmd::CmdError::from(e).text("rl.check")),
+                        )
+                    }
                 }
             };
             async move {
@@ -323,6 +368,9 @@ impl Service {
                 Ok(response)
             }
             Err(CallError::InvalidArgument(why)) => Err(Status::invalid_argument(why)),
+            Err(CallError::Unavailable(why)) if why.starts_with("NOPERM") => {
+                Err(Status::permission_denied(why))
+            }
             Err(CallError::Unavailable(why)) => Err(Status::unavailable(why)),
         }
     }
@@ -401,7 +449,14 @@ impl RateLimitService for Service {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
-        let answer = self.answer(request.get_ref()).await;
+        let authorization = request.metadata().get("authorization");
+        let Some(user) = crate::http::login(&self.shared, authorization.map(|v| v.as_bytes()))
+        else {
+            return Err(Status::unauthenticated(
+                "authorization: Bearer <password> or Basic <user:password> required (WRONGPASS invalid username-password pair or user is disabled)",
+            ));
+        };
+        let answer = self.answer(&user, request.get_ref()).await;
         let slot = self.shared.stats.slot(self.shared.stats.grpc_slot());
         slot.time(cmd::SHOULD_RATE_LIMIT_ROW, 1, started.elapsed());
         answer.map(Response::new)

@@ -5,6 +5,20 @@
 //! [`crate::stats`] and sums them, reads the store's and replication's gauges, and encodes them
 //! with `prometheus-client` (a [`Collector`] that builds every family at scrape time). Counters
 //! are the raw sums since start (CONFIG RESETSTAT resets INFO only), so they are monotonic.
+//! Each scrape first drops the names of rules that no longer exist from the registry
+//! ([`crate::stats::Stats::retire_rules`]): their series end.
+//!
+//! # Who may scrape
+//! A scrape logs in as the HTTP front's requests do ([`crate::http::login`]: `Authorization:
+//! Bearer <password>` or `Basic base64(user:password)`, both of which Prometheus's
+//! `authorization` and `basic_auth` scrape settings send; none needed while `default` is on and
+//! `nopass`), and its user must be allowed `INFO`, whose figures these are: `401` otherwise,
+//! `403` for a user without `INFO`.
+//!
+//! # Labels
+//! Label values come from clients in places (rule names, Envoy domains), so each is escaped as
+//! the text format requires (`\\`, `\"`, `\n`; `prometheus-client` writes them as given): a
+//! value cannot end its label or its line.
 //!
 //! # Metrics
 //! - `sluice_checks_total{rule,algo,result}`: checks by outcome (`allowed`, `denied`,
@@ -36,8 +50,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use axum::Router;
-use axum::http::header::CONTENT_TYPE;
-use axum::response::IntoResponse;
+use axum::extract::Request;
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
@@ -76,13 +92,18 @@ async fn serve(listener: StdListener, shared: Arc<Shared>) {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape(shared.clone())));
     let registry = Arc::new(registry);
-    let app = Router::new().route(
-        "/metrics",
-        get(move || {
-            let registry = registry.clone();
-            async move { render(&registry) }
-        }),
-    );
+    let guard = shared.clone();
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let registry = registry.clone();
+                async move { render(&registry) }
+            }),
+        )
+        .route_layer(axum::middleware::from_fn(move |req, next| {
+            require_info(guard.clone(), req, next)
+        }));
     let mut shutdown = shared.shutdown_signal();
     let stop = async move {
         let _ = shutdown.wait_for(|stop| *stop).await;
@@ -101,6 +122,36 @@ async fn serve(listener: StdListener, shared: Arc<Shared>) {
     if let Err(e) = served {
         sluice_log::log(&format!("metrics: server stopped: {e}"));
     }
+}
+
+/// A scrape's login ([`crate::http::login`]) and its user's permission to run `INFO`.
+async fn require_info(shared: Arc<Shared>, req: Request, next: Next) -> Response {
+    let value = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
+    let Some(user) = crate::http::login(&shared, value) else {
+        return sluice_http::auth::unauthorized().into_response();
+    };
+    let info = cmd::lookup(b"info").map(cmd::row);
+    if !info.is_some_and(|row| user.allows(row)) {
+        return sluice_http::auth::forbidden(&cmd::noperm("info")).into_response();
+    }
+    next.run(req).await
+}
+
+/// `value` as a label value of the text format: backslash, double quote and newline escaped.
+fn escape_label(value: &str) -> std::borrow::Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return value.into();
+    }
+    let mut out = String::with_capacity(value.len() + 8);
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.into()
 }
 
 fn render(registry: &Registry) -> axum::response::Response {
@@ -125,7 +176,11 @@ struct Scrape(Arc<Shared>);
 
 impl Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
-        let reading = Reading::read(&self.0);
+        let shared = &self.0;
+        shared
+            .stats
+            .retire_rules(|name| shared.rules.get(name).is_some());
+        let reading = Reading::read(shared);
         for family in FAMILIES {
             let Some(samples) = (family.read)(&reading) else {
                 continue;
@@ -136,7 +191,11 @@ impl Collector for Scrape {
                 Samples::One(value) => value.encode(metric)?,
                 Samples::Labelled(rows) => {
                     for (labels, value) in &rows {
-                        value.encode(metric.encode_family(labels)?)?;
+                        let labels: Vec<(&str, std::borrow::Cow<'_, str>)> = labels
+                            .iter()
+                            .map(|(name, v)| (*name, escape_label(v)))
+                            .collect();
+                        value.encode(metric.encode_family(&labels)?)?;
                     }
                 }
             }
@@ -632,4 +691,18 @@ fn histogram_buckets(t: &CmdTotals) -> Vec<(f64, u64)> {
     }
     out.push((f64::MAX, t.latency[from..].iter().sum::<u64>()));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_label;
+
+    #[test]
+    fn label_values_cannot_end_their_label_or_line() {
+        assert_eq!(escape_label("plain.rule"), "plain.rule");
+        assert_eq!(
+            escape_label("evil\"} 1\nsluice_up{injected=\"yes\\"),
+            r#"evil\"} 1\nsluice_up{injected=\"yes\\"#
+        );
+    }
 }

@@ -20,6 +20,12 @@
 //! interned id ([`RuleId`]); unnamed checks (a plain RL.CHECK) use [`RuleId::UNNAMED`], so they
 //! are labelled by algorithm only and cardinality stays bounded by the rules configured.
 //!
+//! The registry of names is bounded: at most [`MAX_RULES`] − 2 names at once (past them a rule
+//! counts under [`RuleId::OTHER`], named `other`), and names of rules that no longer exist leave
+//! it ([`Stats::retire_rules`], at each scrape and each Envoy config reload), their ids free
+//! for new names. A freed id's counters are not written back to zero (a slot has one writer):
+//! the registry keeps what they held when the name left, and readers subtract it.
+//!
 //! # CONFIG RESETSTAT
 //! Counters are never written by a reader: a reset records the current sums as a baseline that
 //! INFO subtracts. `/metrics` reports the raw sums, so Prometheus counters stay monotonic.
@@ -39,7 +45,7 @@ const OPS_SAMPLES: usize = 16;
 /// two (at most 12.5% wide), up to 2^34 ns (17 s); longer lands in the last bucket.
 pub const LATENCY_BUCKETS: usize = 256;
 
-/// Rules whose checks are counted under their own name; ids past it count as `other`.
+/// Rule ids: the unnamed rule, up to `MAX_RULES - 2` names, and `other`.
 pub const MAX_RULES: usize = 256;
 
 /// The algorithms, in the order of their counters (their declaration order: `algo as usize`).
@@ -71,6 +77,8 @@ pub struct RuleId(pub u16);
 
 impl RuleId {
     pub const UNNAMED: RuleId = RuleId(0);
+    /// Every rule past the registry's bound.
+    pub const OTHER: RuleId = RuleId(MAX_RULES as u16 - 1);
 }
 
 /// One command's counters in one slot.
@@ -240,10 +248,17 @@ impl CmdTotals {
 }
 
 /// Rule names and their ids, interned once per rule (never on the request path).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct RuleNames {
     ids: HashMap<String, RuleId>,
-    names: Vec<String>,
+    /// By id, `None` for a free one; never longer than [`RuleId::OTHER`].
+    names: Vec<Option<String>>,
+    /// Ids whose names were retired, for the next new names.
+    free: Vec<RuleId>,
+    /// Per check counter: what it held, summed over the slots, when its id's name was retired.
+    base: Box<[u64]>,
+    /// The rule names Envoy's config may count under ([`Stats::set_envoy_rules`]).
+    envoy: std::collections::HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -279,7 +294,10 @@ impl Stats {
                 .collect(),
             rules: RwLock::new(RuleNames {
                 ids: HashMap::new(),
-                names: vec![String::new()],
+                names: vec![Some(String::new())],
+                free: Vec::new(),
+                base: vec![0; CHECKS].into_boxed_slice(),
+                envoy: std::collections::HashSet::new(),
             }),
             baseline: Mutex::new(vec![CmdTotals::default(); commands]),
             connections_received: AtomicU64::new(0),
@@ -304,9 +322,12 @@ impl Stats {
         self.slots.len() - 2
     }
 
-    /// The id of rule `name`, interned on first use. Ids past [`MAX_RULES`] share the last
-    /// counters, labelled `other`.
+    /// The id of rule `name`, interned on first use; [`RuleId::OTHER`] once the registry is
+    /// full, [`RuleId::UNNAMED`] for the empty name.
     pub fn rule_id(&self, name: &str) -> RuleId {
+        if name.is_empty() {
+            return RuleId::UNNAMED;
+        }
         if let Some(id) = self.rules.read().ids.get(name) {
             return *id;
         }
@@ -314,23 +335,80 @@ impl Stats {
         if let Some(id) = rules.ids.get(name) {
             return *id;
         }
-        let id = RuleId(u16::try_from(rules.names.len()).unwrap_or(u16::MAX));
-        rules.names.push(name.to_string());
+        let id = match rules.free.pop() {
+            Some(id) => id,
+            None if rules.names.len() < usize::from(RuleId::OTHER.0) => {
+                rules.names.push(None);
+                RuleId(rules.names.len() as u16 - 1)
+            }
+            None => return RuleId::OTHER,
+        };
+        rules.names[usize::from(id.0)] = Some(name.to_string());
         rules.ids.insert(name.to_string(), id);
         id
+    }
+
+    /// The rule names the Envoy config now loaded may count under: [`Stats::retire_rules`]
+    /// keeps them.
+    pub fn set_envoy_rules(&self, names: std::collections::HashSet<String>) {
+        self.rules.write().envoy = names;
+    }
+
+    /// Drops from the registry every name neither `exists` (a rule of this node) nor the Envoy
+    /// config's; their ids are free again, their counters remembered as the new baseline.
+    pub fn retire_rules(&self, exists: impl Fn(&str) -> bool) {
+        let gone: Vec<(String, RuleId)> = {
+            let rules = self.rules.read();
+            rules
+                .ids
+                .iter()
+                .filter(|(name, _)| !exists(name) && !rules.envoy.contains(*name))
+                .map(|(name, id)| (name.clone(), *id))
+                .collect()
+        };
+        if gone.is_empty() {
+            return;
+        }
+        let mut rules = self.rules.write();
+        for (name, id) in gone {
+            if rules.ids.remove(&name).is_none() {
+                continue;
+            }
+            for algo in ALGOS {
+                for outcome in Outcome::ALL {
+                    let i = check_index(id, algo, outcome);
+                    rules.base[i] = self.check_sum(i);
+                }
+            }
+            rules.names[usize::from(id.0)] = None;
+            rules.free.push(id);
+        }
+    }
+
+    /// Names in the registry now (the unnamed rule not counted).
+    pub fn rule_names(&self) -> usize {
+        self.rules.read().ids.len()
+    }
+
+    /// Check counter `i` summed over every slot.
+    fn check_sum(&self, i: usize) -> u64 {
+        self.slots
+            .iter()
+            .fold(0u64, |n, s| n.wrapping_add(s.checks[i].load(Relaxed)))
     }
 
     /// Checks made under rule `name` since start (allowed, denied and shadow-denied, every
     /// algorithm and thread): a region's demand is the rate of this count.
     pub fn rule_checks(&self, name: &str) -> u64 {
-        let Some(&rule) = self.rules.read().ids.get(name) else {
+        let rules = self.rules.read();
+        let Some(&rule) = rules.ids.get(name) else {
             return 0;
         };
         let mut n = 0u64;
         for algo in ALGOS {
             for outcome in [Outcome::Allowed, Outcome::Denied, Outcome::ShadowDenied] {
                 let i = check_index(rule, algo, outcome);
-                n = n.wrapping_add(self.slots.iter().map(|s| s.checks[i].load(Relaxed)).sum());
+                n = n.wrapping_add(self.check_sum(i).wrapping_sub(rules.base[i]));
             }
         }
         n
@@ -378,24 +456,27 @@ impl Stats {
     }
 
     /// Check counters summed over every slot: `(rule name, algo, outcome, count)` for each
-    /// non-zero counter. The unnamed rule's name is empty; ids past the table are `other`.
+    /// non-zero counter of a rule in the registry. The unnamed rule's name is empty; rules past
+    /// the registry's bound are `other`.
     pub fn checks(&self) -> Vec<(String, Algo, Outcome, u64)> {
         let rules = self.rules.read();
         let mut out = Vec::new();
         for rule in 0..MAX_RULES {
+            let name = if rule == usize::from(RuleId::OTHER.0) {
+                "other"
+            } else {
+                match rules.names.get(rule) {
+                    Some(Some(name)) => name.as_str(),
+                    _ => continue,
+                }
+            };
             for algo in ALGOS {
                 for outcome in Outcome::ALL {
                     let i = check_index(RuleId(rule as u16), algo, outcome);
-                    let n: u64 = self.slots.iter().map(|s| s.checks[i].load(Relaxed)).sum();
-                    if n == 0 {
-                        continue;
+                    let n = self.check_sum(i).wrapping_sub(rules.base[i]);
+                    if n != 0 {
+                        out.push((name.to_string(), algo, outcome, n));
                     }
-                    let name = if rule == MAX_RULES - 1 && rules.names.len() > MAX_RULES {
-                        "other".to_string()
-                    } else {
-                        rules.names.get(rule).cloned().unwrap_or_default()
-                    };
-                    out.push((name, algo, outcome, n));
                 }
             }
         }
@@ -589,6 +670,37 @@ mod tests {
                 ("login".into(), Algo::Fixed, Outcome::ShadowDenied, 1),
             ]
         );
+    }
+
+    #[test]
+    fn the_registry_is_bounded_and_forgets_gone_rules() {
+        let s = Stats::new(1, 1);
+        let ids: Vec<RuleId> = (0..1000).map(|i| s.rule_id(&format!("r{i}"))).collect();
+        assert_eq!(s.rule_names(), MAX_RULES - 2);
+        assert!(ids[MAX_RULES..].iter().all(|&id| id == RuleId::OTHER));
+        let r1 = s.rule_id("r1");
+        s.slot(0)
+            .check(r1, Algo::Fixed, &decision(true, 0, 10), false);
+        s.slot(0)
+            .check(RuleId::OTHER, Algo::Fixed, &decision(true, 0, 10), false);
+        s.set_envoy_rules(["r2".to_string()].into());
+        // r1 and r2 remain: one exists, one is Envoy's.
+        s.retire_rules(|n| n == "r1");
+        assert_eq!(s.rule_names(), 2);
+        assert_eq!(s.rule_checks("r1"), 1);
+        let mut named: Vec<String> = s.checks().into_iter().map(|c| c.0).collect();
+        named.dedup();
+        assert_eq!(named, ["r1", "other"]);
+        // r1 goes; its id comes back for a new name, whose counts start at zero.
+        s.retire_rules(|_| false);
+        assert_eq!(s.rule_names(), 1);
+        let fresh = s.rule_id("fresh");
+        assert_ne!(fresh, RuleId::OTHER);
+        assert_eq!(s.rule_checks("fresh"), 0);
+        assert!(s.checks().iter().all(|c| c.0 == "other"));
+        s.slot(0)
+            .check(fresh, Algo::Fixed, &decision(false, 0, 10), false);
+        assert_eq!(s.rule_checks("fresh"), 1);
     }
 
     #[test]

@@ -6,6 +6,10 @@
 //! `sluice_proxy_node_calls_total`, `sluice_proxy_upstream_answered_total{upstream}`,
 //! `sluice_proxy_upstream_failed_total{upstream}`, `sluice_proxy_upstream_breaker{upstream,state}`
 //! (1 for the breaker's current state) and `sluice_proxy_local_keys{map}`.
+//!
+//! With `--requirepass`, a scrape needs the sidecar's password as its HTTP front does
+//! ([`sluice_http::authorized`]: `Bearer <password>` or Basic `default:<password>`). Label
+//! values are escaped as the text format requires ([`label`]).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -13,6 +17,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use axum::Router;
 use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use sluice_client::{Source, Upstream};
 use tokio::net::TcpListener;
@@ -21,23 +26,44 @@ use crate::Proxy;
 
 /// Serves `/metrics` on `listener` until the process ends.
 pub(crate) fn spawn(listener: TcpListener, proxy: Arc<Proxy>) {
-    let app = Router::new().route(
-        "/metrics",
-        get(move || {
-            let body = render(&proxy);
-            async move {
-                (
-                    [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-                    body,
-                )
-            }
-        }),
-    );
+    let password = proxy.requirepass.clone();
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let body = render(&proxy);
+                async move {
+                    (
+                        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+                        body,
+                    )
+                }
+            }),
+        )
+        .route_layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let allowed = sluice_http::authorized(req.headers(), password.as_deref());
+                async move {
+                    match allowed {
+                        Ok(()) => next.run(req).await,
+                        Err(r) => r.into_response(),
+                    }
+                }
+            },
+        ));
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             sluice_log::warn(&format!("metrics: server stopped: {e}"));
         }
     });
+}
+
+/// `value` as a label value of the text format: backslash, double quote and newline escaped.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -96,7 +122,7 @@ fn render(p: &Proxy) -> String {
     for (name, help, count) in counts {
         family(&mut s, name, "counter", help);
         for u in &upstreams {
-            let _ = writeln!(s, "{name}{{upstream=\"{}\"}} {}", u.addr, count(u));
+            let _ = writeln!(s, "{name}{{upstream=\"{}\"}} {}", label(&u.addr), count(u));
         }
     }
     family(
@@ -109,7 +135,7 @@ fn render(p: &Proxy) -> String {
         let _ = writeln!(
             s,
             "sluice_proxy_upstream_breaker{{upstream=\"{}\",state=\"{}\"}} 1",
-            u.addr,
+            label(&u.addr),
             u.breaker.name()
         );
     }
@@ -124,4 +150,12 @@ fn render(p: &Proxy) -> String {
         let _ = writeln!(s, "sluice_proxy_local_keys{{map=\"{map}\"}} {n}");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(super::label("a\"b\\c\nd"), r#"a\"b\\c\nd"#);
+    }
 }

@@ -15,12 +15,12 @@ mod route;
 mod session;
 mod table;
 
-pub use acl::acl_catalog;
+pub use acl::{acl_catalog, noperm};
 pub use args::{Args, parse_u64};
 pub use config::values as config_values;
 pub use dispatch::execute;
 pub use error::CmdError;
-pub use route::{Refusal, may_serve};
+pub use route::{NOPERM_KEY, Refusal, may_serve};
 pub use session::{LastCommand, Session};
 pub use table::{
     COMMANDS, CommandSpec, SHOULD_RATE_LIMIT_ROW, STATS_ROWS, flag, lookup, row, row_name,

@@ -26,7 +26,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{RawQuery, State};
+use axum::extract::{Extension, RawQuery, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use sluice_http::body::{
@@ -41,6 +41,7 @@ use super::Front;
 
 pub async fn post_check(
     State(front): State<Arc<Front>>,
+    Extension(user): super::LoggedIn,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -49,7 +50,7 @@ pub async fn post_check(
         Err(r) => return r.into_response(),
     };
     let window = key_window(&args);
-    match decide(&front, &args, window).await {
+    match decide(&front, &user, &args, window).await {
         Ok(v) => respond(&v, None),
         Err(r) => r.into_response(),
     }
@@ -59,10 +60,11 @@ pub async fn post_check(
 /// reads its reply as a [`Verdict`].
 pub async fn decide(
     front: &Front,
+    user: &Arc<crate::acl::User>,
     args: &[String],
     window_ms: Option<u64>,
 ) -> Result<Verdict, Refusal> {
-    let reply = front.exec(args);
+    let reply = front.exec_as(user, args);
     let reply = front.owners.follow(&front.shared, args, reply).await;
     let mut v = verdict_of(&reply, front.now_ms())?;
     v.window_ms = window_ms.or_else(|| {
@@ -78,6 +80,7 @@ pub async fn decide(
 
 pub async fn get_auth(
     State(front): State<Arc<Front>>,
+    Extension(user): super::LoggedIn,
     Peer(peer): Peer,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
@@ -89,7 +92,7 @@ pub async fn get_auth(
     if let Err(r) = from_headers(&mut allow, &headers, peer, &subject_headers(&front)) {
         return r.into_response();
     }
-    match decide(&front, &allow.args(), None).await {
+    match decide(&front, &user, &allow.args(), None).await {
         Ok(v) => respond(&v, deny),
         Err(r) => r.into_response(),
     }
@@ -102,6 +105,7 @@ fn subject_headers(front: &Front) -> SubjectHeaders {
 
 pub async fn get_auth_prefixed(
     State(front): State<Arc<Front>>,
+    Extension(user): super::LoggedIn,
     Peer(peer): Peer,
     uri: Uri,
     headers: HeaderMap,
@@ -113,7 +117,7 @@ pub async fn get_auth_prefixed(
     if allow.endpoint.is_none() {
         allow.endpoint = Some(prefixed_endpoint(&uri));
     }
-    match decide(&front, &allow.args(), None).await {
+    match decide(&front, &user, &allow.args(), None).await {
         Ok(v) => respond(&v, None),
         Err(r) => r.into_response(),
     }

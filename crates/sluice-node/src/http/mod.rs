@@ -11,16 +11,27 @@
 //! - `GET /healthz`, `GET /readyz`, `GET /openapi.json`.
 //!
 //! # How a request is served
-//! Every check and rule write runs through the command table, in one session of this thread
-//! ([`Front::exec`]): the same parsing, validation, routing (`-MOVED`, `-CROSSSLOT`), roles
-//! (`-READONLY`) and counters as over RESP. A check another cluster node owns (`-MOVED`) is
+//! Every request runs as the ACL user its credentials name ([`login`]), and every route as the
+//! commands it stands for, through the command table in one session of this thread
+//! ([`Front::exec_as`]): `POST /v1/check` and `GET /v1/auth` are `RL.CHECK` or `RL.ALLOW` on
+//! their keys, `PUT /rules/{id}` is `RL.RULE SET`, `GET /rules` `RL.RULE LIST`, and so on. So the
+//! same ACL (command and key permissions), parsing, validation, routing (`-MOVED`,
+//! `-CROSSSLOT`), roles (`-READONLY`) and counters apply as over RESP. A check another cluster node owns (`-MOVED`) is
 //! forwarded to it ([`forward`]). A RESP error becomes a JSON `{"error"}` whose
 //! status says whose fault it is ([`sluice_http::reply::error_status`]).
 //!
 //! # Protection
 //! Bodies over [`sluice_http::MAX_BODY`] are `413` before they are read whole; a body that does
-//! not arrive within [`sluice_http::BODY_DEADLINE`] is `408`; JSON is parsed with unknown fields refused by name;
-//! with `--requirepass` every route but `/healthz` wants `Authorization: Bearer <password>`.
+//! not arrive within [`sluice_http::BODY_DEADLINE`] is `408`; JSON is parsed with unknown fields
+//! refused by name.
+//!
+//! Every route but `/healthz` logs in as RESP's `AUTH` does ([`sluice_http::auth`]):
+//! `Authorization: Bearer <password>` is the `default` user, `Basic base64(user:password)` a
+//! named one. Without the header a request runs as `default` when that user is on and `nopass`
+//! (no password anywhere, as a RESP connection is logged in), and is `401` otherwise (a
+//! `--requirepass`, a password or `off` on `default` by ACL SETUSER or `--aclfile`). A user
+//! who logs in but may not run the route's command on its keys gets `403` with Redis's
+//! `NOPERM` text.
 
 pub mod check;
 pub mod forward;
@@ -31,7 +42,7 @@ use std::net::TcpListener as StdListener;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{Extension, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -40,6 +51,7 @@ use bytes::BytesMut;
 use parking_lot::Mutex;
 use sluice_resp::Value;
 
+use crate::acl::User;
 use crate::cmd::{self, Ctx, Session};
 use crate::shared::Shared;
 
@@ -68,7 +80,7 @@ impl Front {
             let addr = shared.local_addr;
             let client = shared.clients.register(addr, addr);
             *client.name.lock() = Some(name.into());
-            // The HTTP layer checked the Bearer password; commands run as the default user.
+            // Each command runs as the user its request logged in as (`exec_as`).
             let mut session = Session::new(client, shared.acl.default_user());
             session.authenticated = true;
             session.thread = shared.stats.http_slot();
@@ -82,20 +94,28 @@ impl Front {
         }
     }
 
-    /// Runs one command as a RESP client would, and decodes its reply.
-    pub fn exec<A: AsRef<[u8]>>(&self, args: &[A]) -> Value {
-        self.exec_in(&self.session, args)
+    /// Runs one command as a RESP client logged in as `user` would, and decodes its reply.
+    pub fn exec_as<A: AsRef<[u8]>>(&self, user: &Arc<User>, args: &[A]) -> Value {
+        self.exec_in(&self.session, user, args)
     }
 
-    /// [`Front::exec`] in the rule writers' session.
-    pub fn exec_admin<A: AsRef<[u8]>>(&self, args: &[A]) -> Value {
-        self.exec_in(&self.admin, args)
+    /// [`Front::exec_as`] in the rule writers' session.
+    pub fn exec_admin_as<A: AsRef<[u8]>>(&self, user: &Arc<User>, args: &[A]) -> Value {
+        self.exec_in(&self.admin, user, args)
     }
 
-    fn exec_in<A: AsRef<[u8]>>(&self, session: &Mutex<Session>, args: &[A]) -> Value {
+    fn exec_in<A: AsRef<[u8]>>(
+        &self,
+        session: &Mutex<Session>,
+        user: &Arc<User>,
+        args: &[A],
+    ) -> Value {
         let request = sluice_resp::Request::from_args(args);
         let mut out = BytesMut::new();
         let mut session = session.lock();
+        // The session is this thread's, shared by every request: it takes each request's user
+        // for its one command.
+        session.user = user.clone();
         let started = std::time::Instant::now();
         let mut ctx = Ctx {
             shared: &self.shared,
@@ -147,7 +167,7 @@ async fn serve(listener: StdListener, shared: Arc<Shared>) {
     .await;
 }
 
-/// Every route, behind the password check and the body limit.
+/// Every route, behind the login and the body limit.
 pub fn router(front: Arc<Front>) -> Router {
     let guarded = Router::new()
         .route("/v1/check", post(check::post_check))
@@ -164,19 +184,40 @@ pub fn router(front: Arc<Front>) -> Router {
         .route("/openapi.json", get(sluice_http::openapi))
         .route_layer(axum::middleware::from_fn_with_state(
             front.clone(),
-            require_password,
+            require_login,
         ));
     sluice_http::routes(guarded).with_state(front)
 }
 
-/// `Authorization: Bearer <requirepass>`, when a password is set.
-async fn require_password(State(front): State<Arc<Front>>, req: Request, next: Next) -> Response {
-    let want = front.shared.requirepass.read().clone();
-    match sluice_http::authorized(req.headers(), want.as_deref()) {
-        Ok(()) => next.run(req).await,
-        Err(r) => r.into_response(),
+/// The user a request logs in as ([`login`]), put in its extensions for the handlers; `401`
+/// when there is none.
+async fn require_login(State(front): State<Arc<Front>>, mut req: Request, next: Next) -> Response {
+    let value = req.headers().get(axum::http::header::AUTHORIZATION);
+    match login(&front.shared, value.map(|v| v.as_bytes())) {
+        Some(user) => {
+            req.extensions_mut().insert(user);
+            next.run(req).await
+        }
+        None => sluice_http::auth::unauthorized().into_response(),
     }
 }
+
+/// The user an `Authorization` value (HTTP's header, gRPC's metadata) logs in as, as `AUTH`
+/// would: `Bearer` the `default` user, `Basic` a named one; without credentials, `default` when
+/// it is on and `nopass` (a RESP connection is logged in as it then). `None`: no such user, a
+/// wrong password, a disabled user, or a value that is not Bearer or Basic.
+pub fn login(shared: &Shared, authorization: Option<&[u8]>) -> Option<Arc<User>> {
+    match sluice_http::auth::parse(authorization).ok()? {
+        Some(c) => shared.acl.authenticate(&c.user, &c.password),
+        None => {
+            let default = shared.acl.default_user();
+            default.needs_no_password().then_some(default)
+        }
+    }
+}
+
+/// The user [`require_login`] logged a request in as.
+pub type LoggedIn = Extension<Arc<User>>;
 
 /// Ready: the rules are loaded (etcd connected when rules come from it), the cluster table
 /// known in cluster mode, and a replica's link to its primary up.

@@ -12,11 +12,15 @@
 //! Validation and floors are `RL.RULE`'s (a refusal is `400 {"error"}`); with a rules file
 //! every write is `409`; with etcd, writes go through etcd (run off this thread: they wait for
 //! etcd's answer).
+//!
+//! Each route is the `RL.RULE` subcommand it stands for, run as the request's user: writes run
+//! it, reads run it too (a read's answer is built from the rules themselves, but a user the
+//! ACL refuses `RL.RULE LIST`, `GET` or `HISTORY` gets its `403`).
 
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value as Json, json};
@@ -26,7 +30,8 @@ use sluice_http::body::{rollback_body, rule_words};
 use sluice_http::reply::{error, resp_error, rule_error};
 use sluice_http::rule::RuleJson;
 
-use super::Front;
+use super::{Front, LoggedIn};
+use crate::acl::User;
 use crate::rules::{Live, Source, check_name, period_text};
 
 /// A rule as JSON: the shape the sidecar serves too.
@@ -64,7 +69,20 @@ fn no_rule(id: &str) -> Response {
     error(StatusCode::NOT_FOUND, format!("no such rule '{id}'"))
 }
 
-pub async fn list(State(front): State<Arc<Front>>) -> Response {
+/// The `403` (or other refusal) when `user` may not run the read `args` stands for.
+fn refused_read(front: &Front, user: &Arc<User>, args: &[&str]) -> Option<Response> {
+    match front.exec_as(user, args) {
+        Value::Error(e) if e.starts_with("NOPERM") || e.starts_with("NOAUTH") => {
+            Some(resp_error(&e))
+        }
+        _ => None,
+    }
+}
+
+pub async fn list(State(front): State<Arc<Front>>, Extension(user): LoggedIn) -> Response {
+    if let Some(r) = refused_read(&front, &user, &["RL.RULE", "LIST"]) {
+        return r;
+    }
     let rules = &front.shared.rules;
     let all: Vec<Json> = rules
         .names()
@@ -75,8 +93,12 @@ pub async fn list(State(front): State<Arc<Front>>) -> Response {
     axum::Json(json!({ "rules": all })).into_response()
 }
 
-pub async fn get_one(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Response {
-    if let Some(r) = bad_id(&id) {
+pub async fn get_one(
+    State(front): State<Arc<Front>>,
+    Extension(user): LoggedIn,
+    Path(id): Path<String>,
+) -> Response {
+    if let Some(r) = bad_id(&id).or_else(|| refused_read(&front, &user, &["RL.RULE", "GET", &id])) {
         return r;
     }
     match front.shared.rules.get(&id) {
@@ -85,8 +107,14 @@ pub async fn get_one(State(front): State<Arc<Front>>, Path(id): Path<String>) ->
     }
 }
 
-pub async fn history(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Response {
-    if let Some(r) = bad_id(&id) {
+pub async fn history(
+    State(front): State<Arc<Front>>,
+    Extension(user): LoggedIn,
+    Path(id): Path<String>,
+) -> Response {
+    if let Some(r) =
+        bad_id(&id).or_else(|| refused_read(&front, &user, &["RL.RULE", "HISTORY", &id]))
+    {
         return r;
     }
     let Some(versions) = front.shared.rules.history(&id) else {
@@ -113,9 +141,9 @@ fn refuse_write(front: &Front) -> Option<Response> {
     }
 }
 
-/// Runs an `RL.RULE` write off the runtime's thread (an etcd write waits for etcd).
-async fn write(front: Arc<Front>, args: Vec<String>) -> Value {
-    tokio::task::spawn_blocking(move || front.exec_admin(&args))
+/// Runs an `RL.RULE` write as `user` off the runtime's thread (an etcd write waits for etcd).
+async fn write(front: Arc<Front>, user: Arc<User>, args: Vec<String>) -> Value {
+    tokio::task::spawn_blocking(move || front.exec_admin_as(&user, &args))
         .await
         .unwrap_or_else(|_| Value::Error("ERR the rule write did not finish".into()))
 }
@@ -139,6 +167,7 @@ fn versioned(id: &str, reply: &Value) -> Response {
 
 pub async fn put(
     State(front): State<Arc<Front>>,
+    Extension(user): LoggedIn,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -152,15 +181,19 @@ pub async fn put(
     };
     let mut args = vec!["RL.RULE".to_string(), "SET".into(), id.clone()];
     args.extend(words);
-    versioned(&id, &write(front, args).await)
+    versioned(&id, &write(front, user, args).await)
 }
 
-pub async fn delete(State(front): State<Arc<Front>>, Path(id): Path<String>) -> Response {
+pub async fn delete(
+    State(front): State<Arc<Front>>,
+    Extension(user): LoggedIn,
+    Path(id): Path<String>,
+) -> Response {
     if let Some(r) = bad_id(&id).or_else(|| refuse_write(&front)) {
         return r;
     }
     let args = vec!["RL.RULE".to_string(), "DEL".into(), id.clone()];
-    match write(front, args).await {
+    match write(front, user, args).await {
         Value::Int(1) => axum::Json(json!({"id": id, "deleted": true})).into_response(),
         Value::Int(_) => no_rule(&id),
         Value::Error(e) => resp_error(&e),
@@ -170,6 +203,7 @@ pub async fn delete(State(front): State<Arc<Front>>, Path(id): Path<String>) -> 
 
 pub async fn rollback(
     State(front): State<Arc<Front>>,
+    Extension(user): LoggedIn,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -188,5 +222,5 @@ pub async fn rollback(
     if let Some(v) = target.version {
         args.push(v.to_string());
     }
-    versioned(&id, &write(front, args).await)
+    versioned(&id, &write(front, user, args).await)
 }
