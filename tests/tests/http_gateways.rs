@@ -175,9 +175,27 @@ fn traefik_and_envoy_examples_parse_and_point_at_v1_auth() {
     ] {
         assert!(passed.iter().any(|p| p == h), "{h} not passed on");
     }
-    assert!(strings(&auth["authRequestHeaders"]).contains(&"X-User-Id".to_string()));
+    // Exactly the headers Sluice is told to trust besides Traefik's own X-Forwarded-*, each
+    // removed from the client's request by a middleware before the check.
+    let passed = strings(&auth["authRequestHeaders"]);
+    assert_eq!(passed, ["X-User-Id", "X-Tier"]);
+    let strip = at(
+        &traefik,
+        &[
+            "http",
+            "middlewares",
+            "sluice-strip",
+            "headers",
+            "customRequestHeaders",
+        ],
+    );
+    for h in &passed {
+        assert_eq!(strip[h.as_str()].as_str(), Some(""), "{h} is not stripped");
+    }
     let router = at(&traefik, &["http", "routers", "app"]);
-    assert_eq!(strings(&router["middlewares"]), ["sluice-limit"]);
+    let chain = strings(&router["middlewares"]);
+    assert_eq!(chain.first().map(String::as_str), Some("sluice-strip"));
+    assert_eq!(chain.last().map(String::as_str), Some("sluice-limit"));
     assert!(
         at(
             &traefik,
@@ -200,16 +218,28 @@ fn traefik_and_envoy_examples_parse_and_point_at_v1_auth() {
             "typed_config",
         ],
     );
+    assert_eq!(hcm["normalize_path"].as_bool(), Some(true));
+    assert_eq!(hcm["merge_slashes"].as_bool(), Some(true));
     let filters = hcm["http_filters"].as_sequence().unwrap();
-    assert_eq!(
-        filters[0]["name"].as_str(),
-        Some("envoy.filters.http.ext_authz")
-    );
-    assert_eq!(
-        filters.last().unwrap()["name"].as_str(),
-        Some("envoy.filters.http.router")
-    );
-    let authz = &filters[0]["typed_config"];
+    let names: Vec<&str> = filters
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    let authz_at = names
+        .iter()
+        .position(|n| *n == "envoy.filters.http.ext_authz")
+        .expect("an ext_authz filter");
+    assert_eq!(names.last(), Some(&"envoy.filters.http.router"));
+    // The client's x-user-id and x-tier are removed before anything reads them.
+    assert_eq!(names[0], "envoy.filters.http.header_mutation");
+    let removed: Vec<&str> = filters[0]["typed_config"]["mutations"]["request_mutations"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["remove"].as_str())
+        .collect();
+    assert!(authz_at > 0);
+    let authz = &filters[authz_at]["typed_config"];
     assert_eq!(
         authz["@type"].as_str(),
         Some("type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz")
@@ -259,7 +289,43 @@ fn traefik_and_envoy_examples_parse_and_point_at_v1_auth() {
     );
     assert!(on_success.contains(&"ratelimit-remaining".to_string()));
     let asked = strings(&service["authorization_request"]["allowed_headers"]["patterns"]);
-    assert!(
-        asked.contains(&"x-forwarded-for".to_string()) && asked.contains(&"x-user-id".to_string())
-    );
+    assert_eq!(asked, ["x-forwarded-for", "x-user-id", "x-tier"]);
+    for h in &asked[1..] {
+        assert!(
+            removed.contains(&h.as_str()),
+            "the client's {h} reaches Sluice"
+        );
+    }
+}
+
+#[test]
+fn the_nginx_example_sets_every_header_sluice_trusts_by_default() {
+    let help = Command::new(sluice_tests::binary())
+        .arg("--help")
+        .output()
+        .expect("sluice --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let at = help.find("--http-trusted-headers").expect("the flag");
+    let default = help[at..]
+        .split("[default: ")
+        .nth(1)
+        .and_then(|d| d.split(']').next())
+        .expect("its default");
+    let conf = example("nginx/nginx.conf");
+    let location = conf
+        .split("location = /_sluice {")
+        .nth(1)
+        .and_then(|l| l.split('}').next())
+        .expect("the subrequest's location");
+    let set: Vec<&str> = location
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("proxy_set_header "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for h in default.split(',') {
+        assert!(
+            set.contains(&h),
+            "nginx passes the client's {h} on: {set:?}"
+        );
+    }
 }
