@@ -3,8 +3,10 @@
 //!
 //! A refusal like one already logged (same reason, context, object and user) within 60 s
 //! counts on that entry instead of adding one. At most [`MAX_ENTRIES`] are kept, the oldest
-//! going first. Only refusals write here, so the request path of an allowed command never
-//! touches the log.
+//! going first, and of each object and user name at most [`MAX_NAME_BYTES`]: a failed login
+//! happens before authentication, and the name it tried is a stranger's to choose, so what the
+//! log keeps of strangers is bounded (128 × (128 + 128) bytes and a client-info line each).
+//! Only refusals write here, so the request path of an allowed command never touches the log.
 
 use std::collections::VecDeque;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -13,6 +15,8 @@ use parking_lot::Mutex;
 
 /// Redis's default `acllog-max-len`.
 pub const MAX_ENTRIES: usize = 128;
+/// The most bytes of an object (key, command) or user name an entry keeps; the rest is cut.
+pub const MAX_NAME_BYTES: usize = 128;
 /// How long a repeated refusal counts on its entry (Redis's `ACL_LOG_GROUPING_MAX_TIME_DELTA`).
 const GROUPING_MS: u64 = 60_000;
 
@@ -42,8 +46,9 @@ pub struct Entry {
     pub reason: Reason,
     /// `toplevel`, or `multi` inside a transaction.
     pub context: &'static str,
-    /// The command, key or (for `auth`) `AUTH`.
+    /// The command, key or (for `auth`) `AUTH`, cut to [`MAX_NAME_BYTES`].
     pub object: String,
+    /// The user refused, or the name a failed login tried, cut to [`MAX_NAME_BYTES`].
     pub username: String,
     pub client_info: String,
     pub created_ms: u64,
@@ -56,8 +61,14 @@ pub struct Denial<'a> {
     pub reason: Reason,
     pub context: &'static str,
     pub object: &'a [u8],
-    pub username: &'a str,
+    pub username: &'a [u8],
     pub client_info: String,
+}
+
+/// The first [`MAX_NAME_BYTES`] of `name` as text (a character cut in two, or any byte that is
+/// not UTF-8, shows as U+FFFD).
+fn kept(name: &[u8]) -> String {
+    String::from_utf8_lossy(&name[..name.len().min(MAX_NAME_BYTES)]).into_owned()
 }
 
 #[derive(Debug, Default)]
@@ -80,13 +91,14 @@ fn now_ms() -> u64 {
 impl AclLog {
     /// Logs `denial` at `now_ms` (Unix milliseconds).
     pub fn note_at(&self, denial: Denial<'_>, now_ms: u64) {
-        let object = String::from_utf8_lossy(denial.object).into_owned();
+        let object = kept(denial.object);
+        let username = kept(denial.username);
         let mut inner = self.inner.lock();
         let alike = inner.entries.iter_mut().find(|e| {
             e.reason == denial.reason
                 && e.context == denial.context
                 && e.object == object
-                && e.username == denial.username
+                && e.username == username
                 && now_ms.saturating_sub(e.updated_ms) < GROUPING_MS
         });
         if let Some(e) = alike {
@@ -103,7 +115,7 @@ impl AclLog {
             reason: denial.reason,
             context: denial.context,
             object,
-            username: denial.username.to_string(),
+            username,
             client_info: denial.client_info,
             created_ms: now_ms,
             updated_ms: now_ms,
@@ -137,7 +149,7 @@ mod tests {
             reason: Reason::Key,
             context: "toplevel",
             object,
-            username: "gw",
+            username: b"gw",
             client_info: "id=1".into(),
         }
     }
@@ -166,5 +178,27 @@ mod tests {
         let (entries, _) = log.recent(None);
         assert_eq!(entries.len(), MAX_ENTRIES);
         assert_eq!(entries[0].object, (MAX_ENTRIES + 4).to_string());
+    }
+
+    #[test]
+    fn an_entry_keeps_at_most_128_bytes_of_a_name() {
+        let log = AclLog::default();
+        let long = vec![b'x'; 1 << 20];
+        let mut d = denial(&long);
+        d.username = &long;
+        log.note_at(d, 0);
+        let mut d = denial(b"k");
+        let cut = "é".repeat(65);
+        d.username = &cut.as_bytes()[1..];
+        log.note_at(d, 1);
+        let (entries, _) = log.recent(None);
+        assert_eq!(entries[1].object.len(), MAX_NAME_BYTES);
+        assert_eq!(entries[1].username.len(), MAX_NAME_BYTES);
+        let name = &entries[0].username;
+        assert!(
+            name.starts_with('\u{fffd}') && name.ends_with('\u{fffd}'),
+            "{name}"
+        );
+        assert_eq!(name.chars().filter(|&c| c == 'é').count(), 63);
     }
 }

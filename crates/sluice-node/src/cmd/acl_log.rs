@@ -5,8 +5,9 @@
 use super::Ctx;
 use crate::acl::log::{Denial, Reason};
 
-/// Logs a refusal for this connection in `ACL LOG`, under `username` or the session's user.
-pub fn log_denial(ctx: &Ctx<'_>, reason: Reason, object: &[u8], username: Option<&str>) {
+/// Logs a refusal for this connection in `ACL LOG`, under `username` or the session's user
+/// (the log keeps at most 128 bytes of each name).
+pub fn log_denial(ctx: &Ctx<'_>, reason: Reason, object: &[u8], username: Option<&[u8]>) {
     let session = &*ctx.session;
     let client = &session.client;
     let client_info = format!(
@@ -25,7 +26,7 @@ pub fn log_denial(ctx: &Ctx<'_>, reason: Reason, object: &[u8], username: Option
             "toplevel"
         },
         object,
-        username: username.unwrap_or(&session.user.name),
+        username: username.unwrap_or(session.user.name.as_bytes()),
         client_info,
     });
 }

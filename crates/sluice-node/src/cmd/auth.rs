@@ -43,11 +43,11 @@ pub fn check(shared: &Shared, user: Option<&[u8]>, pass: &[u8]) -> Result<Arc<Us
 }
 
 /// [`check`] for this connection, a failure logged in `ACL LOG` (reason `auth`) under the
-/// user name tried.
+/// user name tried (its first 128 bytes: the name is a stranger's to choose).
 pub fn login(ctx: &Ctx<'_>, user: Option<&[u8]>, pass: &[u8]) -> Result<Arc<User>, CmdError> {
     check(ctx.shared, user, pass).inspect_err(|_| {
-        let name = String::from_utf8_lossy(user.unwrap_or(b"default"));
-        super::acl_log::log_denial(ctx, Reason::Auth, b"AUTH", Some(&name));
+        let name = user.unwrap_or(b"default");
+        super::acl_log::log_denial(ctx, Reason::Auth, b"AUTH", Some(name));
     })
 }
 
