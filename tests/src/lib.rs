@@ -1208,6 +1208,11 @@ pub fn azure_request(value: &str) -> sluice_envoy::pb::RateLimitRequest {
 /// one of 40 values, each its own bucket (in a cluster, spread over the nodes), must be
 /// answered OK with 99 left.
 pub fn assert_azure_checks_answered(port: u16) {
+    assert_azure_checks_answered_as(port, None);
+}
+
+/// [`assert_azure_checks_answered`] with `authorization` metadata (`Bearer <password>`).
+pub fn assert_azure_checks_answered_as(port: u16, authorization: Option<&str>) {
     use sluice_envoy::pb::RateLimitServiceClient;
     use sluice_envoy::pb::rate_limit_response::Code;
     let rt = runtime();
@@ -1219,7 +1224,12 @@ pub fn assert_azure_checks_answered(port: u16) {
     })
     .expect("gRPC connects");
     let mut call = |v: &str| {
-        rt.block_on(rls.should_rate_limit(azure_request(v)))
+        let mut request = tonic::Request::new(azure_request(v));
+        if let Some(a) = authorization {
+            let a = a.parse().expect("metadata");
+            request.metadata_mut().insert("authorization", a);
+        }
+        rt.block_on(rls.should_rate_limit(request))
             .map(|r| r.into_inner())
     };
     let mut last = String::new();

@@ -468,8 +468,13 @@ fn a_cluster_node_checks_its_own_keys_and_forwards_the_others_to_their_owner() {
         cluster_slots(a.port).filter(|s| covers_every_slot(s))
     })
     .expect("node a has the table");
-    // The store key of descriptor (azure, v) in domain internal.
-    let owner = |v: &String| owner_of(&slots, key_slot(format!("internal|azure_{v}").as_bytes()));
+    // The store key of descriptor (azure, v) in domain internal (under envoy:).
+    let owner = |v: &String| {
+        owner_of(
+            &slots,
+            key_slot(format!("envoy:internal|azure_{v}").as_bytes()),
+        )
+    };
     let values = || (0..1000).map(|i| i.to_string());
     let mine = values()
         .find(|v| owner(v) == Some(a.port))
@@ -486,7 +491,7 @@ fn a_cluster_node_checks_its_own_keys_and_forwards_the_others_to_their_owner() {
     assert_eq!((there.code, there.limit_remaining), (OK, 99));
     let there = rls.one("internal", &[("azure", theirs.as_str())], 2);
     assert_eq!((there.code, there.limit_remaining), (OK, 97));
-    let key = format!("internal|azure_{theirs}");
+    let key = format!("envoy:internal|azure_{theirs}");
     let mut on_b = b.client();
     let exists: i64 = redis::cmd("EXISTS")
         .arg(&key)

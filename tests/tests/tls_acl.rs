@@ -8,7 +8,7 @@ use std::time::Duration;
 use sluice_envoy::pb::rate_limit_response::Code;
 use sluice_tests::tls::{Certs, have_openssl};
 use sluice_tests::{
-    Sluice, TempDir, allowed_through, assert_azure_checks_answered, azure_request, cluster_node,
+    Sluice, TempDir, allowed_through, assert_azure_checks_answered_as, azure_request, cluster_node,
     free_port, have_tool, output_text as text, python_lines, redis_cli, redis_cli_as as cli_as,
     sluice_cluster, wait_until, write_azure_config,
 };
@@ -366,7 +366,7 @@ fn a_cluster_with_requirepass_forwards_grpc_checks() {
     assert!(created.status.success(), "{created:?}");
     // Until the table is pushed, checks may be unavailable; then every one of 40 values (about
     // half of them b's) is answered by its owner.
-    assert_azure_checks_answered(grpc.parse().unwrap());
+    assert_azure_checks_answered_as(grpc.parse().unwrap(), Some(&format!("Bearer {ADMIN}")));
     let mut on_b = client_as(b.port, "default", ADMIN);
     let keys: i64 = redis::cmd("DBSIZE").query(&mut on_b).unwrap();
     assert!(
