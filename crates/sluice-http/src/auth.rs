@@ -23,6 +23,11 @@ pub const MAX_CREDENTIALS: usize = 16 << 10;
 /// The user name `Bearer` logs in as.
 pub const DEFAULT_USER: &str = "default";
 
+/// An `Authorization` value that is neither Bearer nor Basic, does not decode, or is longer
+/// than [`MAX_CREDENTIALS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Malformed;
+
 /// A user and password, as sent.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
@@ -41,14 +46,14 @@ impl std::fmt::Debug for Credentials {
 
 /// The credentials of an `Authorization` value; `None` when there are none. `Err` when a value
 /// is there but is not Bearer or Basic, or does not decode.
-pub fn parse(value: Option<&[u8]>) -> Result<Option<Credentials>, ()> {
+pub fn parse(value: Option<&[u8]>) -> Result<Option<Credentials>, Malformed> {
     let Some(value) = value else { return Ok(None) };
     if value.len() > MAX_CREDENTIALS {
-        return Err(());
+        return Err(Malformed);
     }
     let (scheme, rest) = match value.iter().position(|&b| b == b' ') {
         Some(at) => (&value[..at], value[at + 1..].trim_ascii()),
-        None => return Err(()),
+        None => return Err(Malformed),
     };
     if scheme.eq_ignore_ascii_case(b"Bearer") {
         return Ok(Some(Credentials {
@@ -57,11 +62,11 @@ pub fn parse(value: Option<&[u8]>) -> Result<Option<Credentials>, ()> {
         }));
     }
     if !scheme.eq_ignore_ascii_case(b"Basic") {
-        return Err(());
+        return Err(Malformed);
     }
-    let decoded = base64_decode(rest).ok_or(())?;
-    let at = decoded.iter().position(|&b| b == b':').ok_or(())?;
-    let user = String::from_utf8(decoded[..at].to_vec()).map_err(|_| ())?;
+    let decoded = base64_decode(rest).ok_or(Malformed)?;
+    let at = decoded.iter().position(|&b| b == b':').ok_or(Malformed)?;
+    let user = String::from_utf8(decoded[..at].to_vec()).map_err(|_| Malformed)?;
     Ok(Some(Credentials {
         user,
         password: decoded[at + 1..].to_vec(),
@@ -69,7 +74,7 @@ pub fn parse(value: Option<&[u8]>) -> Result<Option<Credentials>, ()> {
 }
 
 /// [`parse`] on a request's `Authorization` header.
-pub fn from_headers(headers: &HeaderMap) -> Result<Option<Credentials>, ()> {
+pub fn from_headers(headers: &HeaderMap) -> Result<Option<Credentials>, Malformed> {
     parse(
         headers
             .get(header::AUTHORIZATION)
@@ -132,7 +137,7 @@ fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
-    fn creds(v: &str) -> Result<Option<(String, String)>, ()> {
+    fn creds(v: &str) -> Result<Option<(String, String)>, Malformed> {
         parse(Some(v.as_bytes()))
             .map(|c| c.map(|c| (c.user, String::from_utf8(c.password).unwrap())))
     }
@@ -157,12 +162,12 @@ mod tests {
 
     #[test]
     fn anything_else_is_refused() {
-        assert_eq!(creds("Digest x"), Err(()));
-        assert_eq!(creds("Bearer"), Err(()));
-        assert_eq!(creds("Basic !!!"), Err(()));
+        assert_eq!(creds("Digest x"), Err(Malformed));
+        assert_eq!(creds("Bearer"), Err(Malformed));
+        assert_eq!(creds("Basic !!!"), Err(Malformed));
         // No colon: no user/password split.
-        assert_eq!(creds("Basic YWRtaW4="), Err(()));
+        assert_eq!(creds("Basic YWRtaW4="), Err(Malformed));
         let huge = format!("Bearer {}", "x".repeat(MAX_CREDENTIALS));
-        assert_eq!(creds(&huge), Err(()));
+        assert_eq!(creds(&huge), Err(Malformed));
     }
 }
