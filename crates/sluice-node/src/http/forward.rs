@@ -7,6 +7,11 @@
 //! `421`, as does `-CROSSSLOT` (a request check whose buckets span slots: the gateway library
 //! splits those).
 //!
+//! The owner runs the words as the cluster's peer user, not as the request's: the request's
+//! user was checked here first (dispatch checks the command and the key patterns before the
+//! slot, so `-MOVED` comes only for a call the user may make). The ACL users of the node that
+//! takes the request decide.
+//!
 //! Connections to owners are kept for reuse, one idle connection per owner; a call takes it
 //! (or opens one), and puts it back only after a whole reply.
 
