@@ -383,3 +383,15 @@ fn every_400_names_the_field_or_header_at_fault() {
     let e = bad_request(&auth(port, "/v1/auth?cost=x", &[]));
     assert!(e.starts_with("cost: "), "{e}");
 }
+
+#[test]
+fn a_request_head_over_32_kib_is_refused_and_the_server_stays_up() {
+    let (_server, port) = sluice_with_http(&[]);
+    let big = "x".repeat(40 << 10);
+    let r = http(port, "GET", "/v1/auth", &[("X-Padding", &big)], None);
+    assert_eq!(r.map(|r| r.status), Some(431));
+    // Just under the bound is served.
+    let fits = "x".repeat(30 << 10);
+    let r = http(port, "GET", "/v1/auth", &[("X-Padding", &fits)], None).unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+}

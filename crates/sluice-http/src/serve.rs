@@ -6,6 +6,10 @@
 //! response — else the connection is closed. A client that trickles a head a byte at a time
 //! (which keeps [`Guarded`]'s idle deadline from ever passing) is cut off all the same.
 //!
+//! A head is at most [`MAX_HEAD`] bytes (and hyper's 100 header lines): a larger one is
+//! answered `431` and the connection closed, so a connection buffers about that much of a
+//! head (plus one read), not hyper's default 408 KiB.
+//!
 //! Every request carries its connection's [`Peer`] address, for the client-address rule of
 //! `GET /v1/auth` ([`crate::trust`]).
 
@@ -23,6 +27,10 @@ use crate::trust::Peer;
 /// How long a request head may take to arrive.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The largest request head (request line and headers), nginx's default bound
+/// (`large_client_header_buffers 4 8k`): a gateway's subrequest is well under 4 KiB.
+pub const MAX_HEAD: usize = 32 << 10;
+
 /// Serves `app` on `listener` until `shutdown` completes (then stops accepting; connections
 /// being served end with the runtime).
 pub async fn serve(mut listener: Guarded, app: Router, shutdown: impl Future<Output = ()>) {
@@ -39,6 +47,7 @@ pub async fn serve(mut listener: Guarded, app: Router, shutdown: impl Future<Out
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEAD_TIMEOUT)
+                .max_header_size(MAX_HEAD)
                 .serve_connection(TokioIo::new(conn), service)
                 .await;
         });
