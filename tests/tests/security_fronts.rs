@@ -451,3 +451,27 @@ fn metric_labels_are_escaped_and_gone_rules_drop_out() {
     let text = metrics_text(metrics);
     assert!(!text.contains(r#"rule="gone""#), "{text}");
 }
+
+#[test]
+fn an_aclfile_password_on_default_closes_the_http_front() {
+    let dir = TempDir::new("security-aclfile");
+    let file = dir.path().join("users.acl");
+    std::fs::write(&file, "user default on >filepw ~* &* +@all\n").unwrap();
+    let (_server, port) = sluice_with_http(&["--aclfile", file.to_str().unwrap()]);
+    let check = Some(r#"{"key":"k","limit":5,"period":60}"#);
+    assert_eq!(status(port, "POST", "/v1/check", None, check), 401);
+    assert_eq!(
+        status(
+            port,
+            "PUT",
+            "/rules/evil",
+            None,
+            Some(r#"{"scope":"user","limit":5,"window":"1m"}"#)
+        ),
+        401
+    );
+    assert_eq!(
+        status(port, "POST", "/v1/check", Some("Bearer filepw"), check),
+        200
+    );
+}
