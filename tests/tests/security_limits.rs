@@ -186,7 +186,11 @@ fn without_a_password_large_requests_are_served() {
     let mut echo = b"*2\r\n$4\r\nECHO\r\n".to_vec();
     echo.extend(bulk(20_000));
     let (reply, closed) = answer_to(server.port, &echo);
-    assert!(reply.starts_with("$20000\r\n"), "{}", &reply[..reply.len().min(40)]);
+    assert!(
+        reply.starts_with("$20000\r\n"),
+        "{}",
+        &reply[..reply.len().min(40)]
+    );
     assert!(!closed);
     let mut many = b"*12\r\n$4\r\nECHO\r\n".to_vec();
     many.extend(b"$1\r\na\r\n".repeat(11));
@@ -255,7 +259,11 @@ fn assert_multi_queue_is_bounded(server: &Sluice) {
         "MULTI + {queued} x ECHO <16 MiB> grew RSS by {} MiB",
         grown / MIB as u64
     );
-    assert!(server.wait_for_log("query buffer limit"), "{}", server.log());
+    assert!(
+        server.wait_for_log("query buffer limit"),
+        "{}",
+        server.log()
+    );
 }
 
 #[test]
@@ -277,7 +285,15 @@ fn the_multi_queue_is_bounded_on_the_sidecar() {
 /// The commands whose SLOWLOG entries are compared with Redis's: every way a credential is
 /// sent, and ones with nothing to hide.
 const CREDENTIAL_COMMANDS: &[&[&str]] = &[
-    &["ACL", "SETUSER", "gw", "on", ">gateway-secret", "~*", "+@all"],
+    &[
+        "ACL",
+        "SETUSER",
+        "gw",
+        "on",
+        ">gateway-secret",
+        "~*",
+        "+@all",
+    ],
     &[
         "ACL",
         "SETUSER",
@@ -306,7 +322,11 @@ fn slowlog_of_commands(port: u16) -> Vec<Vec<String>> {
         .and_then(|c| c.get_connection())
         .expect("connect");
     type Entry = (i64, i64, i64, Vec<String>, String, String);
-    let entries: Vec<Entry> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query(&mut c).unwrap();
+    let entries: Vec<Entry> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
     let mut args: Vec<Vec<String>> = entries
         .into_iter()
         .map(|e| e.3)
@@ -378,7 +398,10 @@ fn assert_slowlog_redacts_like_redis(io: &str) {
     assert_eq!(got, want, "SLOWLOG on --io {io}, against redis-server's");
     let all = format!("{got:?}");
     for secret in ["gateway-secret", "new-secret", "wrong-secret", "a665a459"] {
-        assert!(!all.contains(secret), "{secret} shows in SLOWLOG on --io {io}");
+        assert!(
+            !all.contains(secret),
+            "{secret} shows in SLOWLOG on --io {io}"
+        );
     }
 }
 
@@ -405,9 +428,53 @@ fn slowlog_records_every_command_on_both_loops() {
             s.read_exact(&mut reply).unwrap();
             assert_eq!(&reply, b"$2\r\nhi\r\n");
         }
-        s.write_all(b"*2\r\n$7\r\nSLOWLOG\r\n$3\r\nLEN\r\n").unwrap();
+        s.write_all(b"*2\r\n$7\r\nSLOWLOG\r\n$3\r\nLEN\r\n")
+            .unwrap();
         let mut reply = [0u8; 4];
         s.read_exact(&mut reply).unwrap();
         assert_eq!(&reply, b":5\r\n", "SLOWLOG LEN on --io {io}");
     }
+}
+
+/// A client that pipelines small requests with large replies and never reads them: the
+/// sidecar reads a bounded amount and writes its replies before it reads again, so what it
+/// holds is one read's replies, not every reply the requests sent would make (here 300,000
+/// INFO replies of some 480 bytes, about 140 MB), even once its read buffer has grown for a
+/// large request.
+#[test]
+fn the_sidecar_holds_one_bounded_batch_of_replies_for_a_client_that_does_not_read() {
+    let (proxy, _node) = sidecar(&[]);
+    let info = redis_cli(proxy.port, &["INFO"]);
+    assert!(info.stdout.len() > 400, "an INFO reply is large");
+    let mut s = connect(proxy.port);
+    s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    // First a large request, read back whole: the read buffer grew for it.
+    let header = format!("*2\r\n$4\r\nECHO\r\n${}\r\n", 40 * MIB);
+    assert_eq!(stream_bulk(&mut s, header.as_bytes(), 40 * MIB), 40 * MIB);
+    s.write_all(b"\r\n").unwrap();
+    let mut echoed = vec![0u8; format!("${}\r\n", 40 * MIB).len() + 40 * MIB + 2];
+    s.read_exact(&mut echoed).unwrap();
+    let before = proxy.rss();
+    let requests = b"INFO\r\n".repeat(300_000);
+    let mut sent = 0;
+    for chunk in requests.chunks(64 * 1024) {
+        if s.write_all(chunk).is_err() {
+            break;
+        }
+        sent += chunk.len();
+    }
+    // Whatever the sidecar took, it has answered within two seconds: it must not hold it all.
+    let grew = wait_until(Duration::from_secs(2), || {
+        let grown = proxy.rss().saturating_sub(before);
+        (grown > (32 * MIB) as u64).then_some(grown)
+    });
+    assert!(
+        grew.is_none(),
+        "{} INFO requests left unread grew the sidecar's RSS by {} MiB",
+        sent / 6,
+        grew.unwrap_or(0) / MIB as u64
+    );
+    // It still serves others.
+    let pong = redis_cli(proxy.port, &["PING"]);
+    assert_eq!(String::from_utf8_lossy(&pong.stdout).trim(), "PONG");
 }
