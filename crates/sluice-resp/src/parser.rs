@@ -299,9 +299,12 @@ impl Request {
         }
     }
 
-    /// The bytes this request holds: its frame and its argument table.
+    /// The bytes this request holds: itself, its frame and its argument table (so a queue of
+    /// tiny requests is not counted at a fraction of what it takes).
     pub fn footprint(&self) -> usize {
-        self.frame.len() + self.args.len() * std::mem::size_of::<(usize, usize)>()
+        std::mem::size_of::<Request>()
+            + self.frame.len()
+            + self.args.len() * std::mem::size_of::<(usize, usize)>()
     }
 }
 
