@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs each cargo-fuzz target in fuzz/ for a bounded time and reports executions and crashes.
 #
-# Usage: scripts/fuzz.sh [seconds-per-target]     (default 60; not part of CI)
+# Usage: scripts/fuzz.sh [seconds-per-target] [target...]   (default 60 s, every target; not
+#        part of CI)
 #
 # - Installs cargo-fuzz if it is missing. cargo-fuzz needs nightly-only rustc flags; the stable
 #   toolchain accepts them with RUSTC_BOOTSTRAP=1, which is set for this script only.
@@ -35,7 +36,12 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 
-targets=(request_parser command_args)
+all_targets=(request_parser command_args http_request grpc_request)
+if (($# > 1)); then
+  targets=("${@:2}")
+else
+  targets=("${all_targets[@]}")
+fi
 build_flags=(-s none -a)
 
 echo "== building ${targets[*]}"

@@ -146,7 +146,7 @@ impl EnvoyConfig {
 
 /// The gRPC service: the shared state and the config.
 #[derive(Debug, Clone)]
-struct Service {
+pub struct Service {
     shared: Arc<Shared>,
     config: Arc<EnvoyConfig>,
     headers: Headers,
@@ -167,18 +167,27 @@ pub fn start(
     if config.is_none() {
         sluice_log::log("WARNING: --grpc-port without --envoy-config: no descriptor has a limit");
     }
-    let headers = match shared.config.envoy_headers.as_str() {
-        "ratelimit" => Headers::RateLimit,
-        "x-ratelimit" => Headers::XRateLimit,
-        _ => Headers::Off,
-    };
-    let service = Service {
-        config: Arc::new(config.unwrap_or_else(EnvoyConfig::empty)),
-        shared,
-        headers,
-        forward: None,
-    };
+    let service = Service::new(shared, config);
     crate::runtime_thread("sluice-grpc", move || serve(listener, service))
+}
+
+impl Service {
+    /// The service on `shared` with `config` (none: no descriptor has a limit), before it
+    /// serves: in cluster mode, [`serve`] adds the client that forwards checks. The fuzz target
+    /// `grpc_request` calls it in-process.
+    pub fn new(shared: Arc<Shared>, config: Option<EnvoyConfig>) -> Service {
+        let headers = match shared.config.envoy_headers.as_str() {
+            "ratelimit" => Headers::RateLimit,
+            "x-ratelimit" => Headers::XRateLimit,
+            _ => Headers::Off,
+        };
+        Service {
+            config: Arc::new(config.unwrap_or_else(EnvoyConfig::empty)),
+            shared,
+            headers,
+            forward: None,
+        }
+    }
 }
 
 async fn serve(listener: StdListener, mut service: Service) {
