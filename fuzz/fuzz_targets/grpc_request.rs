@@ -39,6 +39,9 @@ use sluice_node::grpc::{EnvoyConfig, Service};
 use sluice_node::{Config, Executor};
 use tonic::Code as Status;
 
+#[path = "common/locked.rs"]
+mod locked;
+
 /// Domains, keys and values of the fixture configs, and a few near them.
 const WORDS: &[&str] = &[
     "mongo_cps",
@@ -163,32 +166,12 @@ fn config() -> Option<EnvoyConfig> {
 fn services() -> &'static Services {
     static SERVICES: OnceLock<Services> = OnceLock::new();
     SERVICES.get_or_init(|| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
         let open = Executor::new(Config::default_for_tests());
-        let mut locked = Executor::new(Config::default_for_tests());
-        for cmd in [
-            &[
-                "ACL",
-                "SETUSER",
-                "gw",
-                "on",
-                ">gw-secret",
-                "~envoy:mongo_cps*",
-                "+@ratelimit",
-            ][..],
-            &["ACL", "SETUSER", "default", "off"][..],
-        ] {
-            let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
-            let reply = locked.exec(&args);
-            assert!(reply.starts_with(b"+OK"), "{reply:?}");
-        }
+        let locked = locked::locked_node(&["~envoy:mongo_cps*", "+@ratelimit"], &[]);
         let config = config().expect("the fixture configs load");
         let locked_config = self::config().expect("the fixture configs load");
         Services {
-            runtime,
+            runtime: locked::runtime(),
             open: Service::new(open.shared.clone(), Some(config)),
             locked: Service::new(locked.shared.clone(), Some(locked_config)),
             open_exec: std::sync::Mutex::new(open),

@@ -39,6 +39,9 @@ use sluice_node::http::{Front, router};
 use sluice_node::{Config, Executor};
 use tower::ServiceExt;
 
+#[path = "common/locked.rs"]
+mod locked;
+
 /// Field names of every body the API reads, and a few it does not.
 const FIELDS: &[&str] = &[
     "key", "limit", "period", "burst", "cost", "algo", "dry", "user", "ip", "tier", "endpoint",
@@ -275,35 +278,13 @@ struct Fronts {
 fn fronts() -> &'static Fronts {
     static FRONTS: OnceLock<Fronts> = OnceLock::new();
     FRONTS.get_or_init(|| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
         let open = Executor::new(Config::default_for_tests());
-        let mut locked = Executor::new(Config::default_for_tests());
-        for cmd in [
-            &[
-                "ACL",
-                "SETUSER",
-                "gw",
-                "on",
-                ">gw-secret",
-                "~gw:*",
-                "+@ratelimit",
-                "+@connection",
-            ][..],
-            &["RL.RULE", "SET", "r", "LIMIT", "5", "PERIOD", "1m"][..],
-            &["ACL", "SETUSER", "default", "off"][..],
-        ] {
-            let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
-            let reply = locked.exec(&args);
-            assert!(
-                reply.starts_with(b"+OK") || reply.starts_with(b":"),
-                "{reply:?}"
-            );
-        }
+        let locked = locked::locked_node(
+            &["~gw:*", "+@ratelimit", "+@connection"],
+            &[&["RL.RULE", "SET", "r", "LIMIT", "5", "PERIOD", "1m"]],
+        );
         Fronts {
-            runtime,
+            runtime: locked::runtime(),
             open: Arc::new(Front::new(open.shared.clone())),
             locked: Arc::new(Front::new(locked.shared.clone())),
             locked_exec: std::sync::Mutex::new(locked),

@@ -128,16 +128,23 @@ fn run(limits: Limits, stream: &[u8], sizes: &[u8]) -> Outcome {
         let next = (fed + size).min(stream.len());
         buf.extend_from_slice(&stream[fed..next]);
         fed = next;
-        assert_eq!(buf.as_ptr() as usize + buf.len(), arena.base + fed, "buffer moved");
+        assert_eq!(
+            buf.as_ptr() as usize + buf.len(),
+            arena.base + fed,
+            "buffer moved"
+        );
         loop {
-            let peeked = Parser::peek_key(&buf, b"RL.CHECK").map(|k| (k.as_ptr() as usize, k.len()));
+            let peeked =
+                Parser::peek_key(&buf, b"RL.CHECK").map(|k| (k.as_ptr() as usize, k.len()));
             match parser.parse(&mut buf) {
                 Ok(Some(request)) => {
                     arena.check(stream, &request);
                     if let Some((addr, len)) = peeked
                         && !request.is_inline()
                     {
-                        let key = request.arg(1).expect("a peeked frame has a second argument");
+                        let key = request
+                            .arg(1)
+                            .expect("a peeked frame has a second argument");
                         assert_eq!((key.as_ptr() as usize, key.len()), (addr, len), "peek_key");
                     }
                     requests.push(request);
@@ -180,7 +187,9 @@ fn args(requests: &[Request]) -> Vec<(bool, Vec<Bytes>)> {
     requests
         .iter()
         .map(|r| {
-            let owned = (0..r.len()).map(|i| r.arg_bytes(i).expect("in range")).collect();
+            let owned = (0..r.len())
+                .map(|i| r.arg_bytes(i).expect("in range"))
+                .collect();
             (r.is_inline(), owned)
         })
         .collect()
@@ -192,7 +201,11 @@ fuzz_target!(|data: &[u8]| {
     let count = usize::from(count % 16).min(rest.len());
     let (sizes, stream) = rest.split_at(count);
     // Sizes that never feed a byte would never finish: fall back to a byte at a time.
-    let sizes: &[u8] = if sizes.iter().all(|&s| s == 0) { &[1] } else { sizes };
+    let sizes: &[u8] = if sizes.iter().all(|&s| s == 0) {
+        &[1]
+    } else {
+        sizes
+    };
     let limits = limits(selector);
 
     let whole = run(limits, stream, &[]);
@@ -217,7 +230,10 @@ fuzz_target!(|data: &[u8]| {
             // After an error the chunked run has not been fed the rest, so only a clean end
             // has comparable leftovers.
             if whole.end.is_ok() {
-                assert_eq!(whole.left, chunked.left, "whole and chunked leave different bytes");
+                assert_eq!(
+                    whole.left, chunked.left,
+                    "whole and chunked leave different bytes"
+                );
             }
         }
     }

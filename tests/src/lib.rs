@@ -11,6 +11,7 @@ pub mod tls;
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
@@ -1186,19 +1187,35 @@ pub fn write_azure_config(dir: &std::path::Path) {
     .expect("write the Envoy config");
 }
 
+/// A ShouldRateLimit descriptor of `entries` (key, value), with an override `limit`
+/// (`requests_per_unit`, unit) and a descriptor-level `hits_addend`.
+pub fn envoy_descriptor(
+    entries: &[(&str, &str)],
+    limit: Option<(u32, i32)>,
+    hits_addend: Option<u64>,
+) -> sluice_envoy::pb::RateLimitDescriptor {
+    use sluice_envoy::pb::rate_limit_descriptor::{Entry, RateLimitOverride};
+    sluice_envoy::pb::RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        limit: limit.map(|(requests_per_unit, unit)| RateLimitOverride {
+            requests_per_unit,
+            unit,
+        }),
+        hits_addend,
+    }
+}
+
 /// A ShouldRateLimit request in [`write_azure_config`]'s domain: one hit on `azure` = `value`.
 pub fn azure_request(value: &str) -> sluice_envoy::pb::RateLimitRequest {
-    use sluice_envoy::pb::{RateLimitDescriptor, RateLimitRequest, rate_limit_descriptor::Entry};
-    RateLimitRequest {
+    sluice_envoy::pb::RateLimitRequest {
         domain: "internal".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "azure".into(),
-                value: value.into(),
-            }],
-            limit: None,
-            hits_addend: Some(1),
-        }],
+        descriptors: vec![envoy_descriptor(&[("azure", value)], None, Some(1))],
         hits_addend: 0,
     }
 }
@@ -1243,5 +1260,56 @@ pub fn assert_azure_checks_answered_as(port: u16, authorization: Option<&str>) {
         let r = call(&i.to_string()).unwrap_or_else(|s| panic!("value {i}: {s}"));
         assert_eq!(r.overall_code, Code::Ok as i32);
         assert_eq!(r.statuses[0].limit_remaining, 99, "value {i}");
+    }
+}
+
+/// nginx in the foreground running the shipped example (`examples/nginx/nginx.conf`), in a
+/// process group of its own (its PID), stopped by that group when dropped: killing the master
+/// alone leaves its worker running, adopted by init.
+#[derive(Debug)]
+pub struct Nginx(Child);
+
+impl Nginx {
+    /// Starts the example listening on `listen`, sending its checks to the node's HTTP port
+    /// `sluice_http`, serving the files of `root`, its prefix (config, logs, temp) in `dir`.
+    pub fn example(listen: u16, sluice_http: u16, root: &std::path::Path, dir: &TempDir) -> Nginx {
+        let example = format!(
+            "{}/../examples/nginx/nginx.conf",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let conf = std::fs::read_to_string(&example)
+            .unwrap_or_else(|e| panic!("{example}: {e}"))
+            .replace("@LISTEN@", &listen.to_string())
+            .replace("@SLUICE@", &format!("127.0.0.1:{sluice_http}"))
+            .replace("@ROOT@", root.to_str().expect("a UTF-8 path"))
+            .replace("@PREFIX@", dir.path().to_str().expect("a UTF-8 path"));
+        let conf_path = dir.path().join("nginx.conf");
+        std::fs::write(&conf_path, conf).expect("write nginx.conf");
+        let prefix = dir.path().to_str().expect("a UTF-8 path");
+        let child = Command::new("nginx")
+            .args(["-p", prefix, "-e", "stderr"])
+            .args([
+                "-c",
+                conf_path.to_str().expect("a UTF-8 path"),
+                "-g",
+                "daemon off;",
+            ])
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nginx");
+        Nginx(child)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the process group our own child leads; no memory is involved.
+        unsafe {
+            libc::kill(-(self.0.id() as libc::pid_t), libc::SIGKILL);
+        }
+        let _ = self.0.wait();
     }
 }

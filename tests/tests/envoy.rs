@@ -6,14 +6,11 @@
 
 use std::time::Duration;
 
-use sluice_envoy::pb::rate_limit_descriptor::Entry;
 use sluice_envoy::pb::rate_limit_response::{Code, DescriptorStatus};
-use sluice_envoy::pb::{
-    RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitServiceClient,
-};
+use sluice_envoy::pb::{RateLimitRequest, RateLimitResponse, RateLimitServiceClient};
 use sluice_tests::{
-    Sluice, TempDir, cluster_node, cluster_slots, covers_every_slot, free_port, http_get, key_slot,
-    owner_of, runtime, sluice_cluster, wait_until,
+    Sluice, TempDir, cluster_node, cluster_slots, covers_every_slot, envoy_descriptor, free_port,
+    http_get, key_slot, owner_of, runtime, sluice_cluster, wait_until,
 };
 use tonic::transport::Channel;
 
@@ -78,17 +75,7 @@ fn request(domain: &str, descriptors: &[Desc<'_>], hits_addend: u32) -> RateLimi
         domain: domain.into(),
         descriptors: descriptors
             .iter()
-            .map(|(entries, hits)| RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: k.to_string(),
-                        value: v.to_string(),
-                    })
-                    .collect(),
-                limit: None,
-                hits_addend: *hits,
-            })
+            .map(|(entries, hits)| envoy_descriptor(entries, None, *hits))
             .collect(),
         hits_addend,
     }

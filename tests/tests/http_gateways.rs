@@ -4,13 +4,12 @@
 //! not packaged here: their shipped configs are parsed and their key fields checked, and the
 //! request Envoy's ext_authz makes (`path_prefix`) is made by hand.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_yaml_ng::Value as Yaml;
 use sluice_tests::{
-    TempDir, free_port, have_tool, http, http_json, redis_cli, sluice_with_http, wait_until,
+    Nginx, TempDir, free_port, have_tool, http, http_json, redis_cli, sluice_with_http, wait_until,
 };
 
 fn example(path: &str) -> String {
@@ -20,18 +19,6 @@ fn example(path: &str) -> String {
 
 /// nginx in the foreground, in a process group of its own (its PID), stopped by that group
 /// when dropped: killing the master alone leaves its worker running, adopted by init.
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on the process group our own child leads; no memory is involved.
-        unsafe {
-            libc::kill(-(self.0.id() as libc::pid_t), libc::SIGKILL);
-        }
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn nginx_auth_request_forwards_until_the_limit_then_answers_429_with_headers() {
     if !have_tool("nginx") {
@@ -50,32 +37,7 @@ fn nginx_auth_request_forwards_until_the_limit_then_answers_429_with_headers() {
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("index.html"), "hello from the backend\n").unwrap();
     let listen = free_port();
-    let conf = example("nginx/nginx.conf")
-        .replace("@LISTEN@", &listen.to_string())
-        .replace("@SLUICE@", &format!("127.0.0.1:{http_port}"))
-        .replace("@ROOT@", root.to_str().unwrap())
-        .replace("@PREFIX@", dir.path().to_str().unwrap());
-    let conf_path = dir.path().join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let prefix = dir.path().to_str().unwrap();
-    let _nginx = Nginx(
-        Command::new("nginx")
-            .args([
-                "-p",
-                prefix,
-                "-e",
-                "stderr",
-                "-c",
-                conf_path.to_str().unwrap(),
-            ])
-            .args(["-g", "daemon off;"])
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nginx"),
-    );
+    let _nginx = Nginx::example(listen, http_port, &root, &dir);
     let first = wait_until(Duration::from_secs(10), || {
         http(listen, "GET", "/index.html", &[], None)
     })

@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
-use sluice_envoy::pb::rate_limit_descriptor::{Entry, RateLimitOverride};
 use sluice_envoy::pb::{
     RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitServiceClient,
 };
 use sluice_tests::{
-    Sluice, TempDir, free_port, http, http_get, runtime, sluice_with_http, wait_until,
+    Sluice, TempDir, envoy_descriptor, free_port, http, http_get, runtime, sluice_with_http,
+    wait_until,
 };
 use tonic::transport::Channel;
 
@@ -124,20 +124,7 @@ fn rls(rt: &tokio::runtime::Runtime, port: u16) -> RateLimitServiceClient<Channe
 }
 
 fn descriptor(entries: &[(&str, &str)], limit: Option<(u32, i32)>) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: k.to_string(),
-                value: v.to_string(),
-            })
-            .collect(),
-        limit: limit.map(|(requests_per_unit, unit)| RateLimitOverride {
-            requests_per_unit,
-            unit,
-        }),
-        hits_addend: None,
-    }
+    envoy_descriptor(entries, limit, None)
 }
 
 fn call(

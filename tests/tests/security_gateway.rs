@@ -8,29 +8,15 @@
 //! limited. The client-address rule (the rightmost `X-Forwarded-For` entry not from a trusted
 //! proxy) and the trusted-headers flag are checked against the node directly.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use sluice_tests::{
-    HttpReply, Sluice, TempDir, free_port, have_tool, http, http_json, redis_cli, sluice_with_http,
-    wait_until,
+    HttpReply, Nginx, Sluice, TempDir, free_port, have_tool, http, http_json, redis_cli,
+    sluice_with_http, wait_until,
 };
 
 /// nginx in the foreground in a process group of its own, stopped by that group when dropped
 /// (killing the master alone leaves its worker running).
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on the process group our own child leads; no memory is involved.
-        unsafe {
-            libc::kill(-(self.0.id() as libc::pid_t), libc::SIGKILL);
-        }
-        let _ = self.0.wait();
-    }
-}
-
 /// A node with `rules` (spec texts after `RL.RULE SET`) behind nginx running the shipped
 /// example, serving a site with `/api/search`.
 struct Gateway {
@@ -59,29 +45,7 @@ impl Gateway {
         std::fs::create_dir_all(root.join("api")).unwrap();
         std::fs::write(root.join("api/search"), "results\n").unwrap();
         let listen = free_port();
-        let example = format!(
-            "{}/../examples/nginx/nginx.conf",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let conf = std::fs::read_to_string(&example)
-            .unwrap()
-            .replace("@LISTEN@", &listen.to_string())
-            .replace("@SLUICE@", &format!("127.0.0.1:{http_port}"))
-            .replace("@ROOT@", root.to_str().unwrap())
-            .replace("@PREFIX@", dir.path().to_str().unwrap());
-        let conf_path = dir.path().join("nginx.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let nginx = Nginx(
-            Command::new("nginx")
-                .args(["-p", dir.path().to_str().unwrap(), "-e", "stderr"])
-                .args(["-c", conf_path.to_str().unwrap(), "-g", "daemon off;"])
-                .process_group(0)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start nginx"),
-        );
+        let nginx = Nginx::example(listen, http_port, &root, &dir);
         // Up once it answers a path no rule covers.
         wait_until(Duration::from_secs(10), || {
             http(listen, "GET", "/healthz-of-nginx", &[], None)

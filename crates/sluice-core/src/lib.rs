@@ -15,6 +15,7 @@
 //! - [`lease`]: in-flight leases (`RL.ACQUIRE`, `RL.RELEASE`, `RL.RENEW`), the one state that
 //!   is not a rate limit.
 //! - [`settle`](mod@settle): `RL.SETTLE`, correcting a check of an estimated cost by the actual one.
+//! - [`size`]: byte sizes as Redis's config writes them (`64mb`), for flags.
 //! - [`compat`]: redis-cell `CL.THROTTLE` and Redis `GCRA` replies on top of the GCRA core.
 
 pub mod compat;
@@ -26,6 +27,7 @@ pub mod log;
 pub mod params;
 pub mod scope;
 pub mod settle;
+pub mod size;
 pub mod sliding;
 pub mod spec;
 pub mod state;

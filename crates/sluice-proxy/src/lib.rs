@@ -112,7 +112,7 @@ pub struct ProxyConfig {
     pub metrics_port: Option<u16>,
     /// Most input one client may hold (unparsed bytes and its MULTI queue); past it the client
     /// is closed. 64 MB, as a node's default; before AUTH, 1 MiB whatever this says.
-    #[arg(long = "client-query-buffer-limit", default_value = "64mb", value_parser = parse_bytes)]
+    #[arg(long = "client-query-buffer-limit", default_value = "64mb", value_parser = sluice_core::size::parse_bytes)]
     pub client_query_buffer_limit: u64,
     #[command(flatten)]
     pub log: sluice_log::LogArgs,
@@ -200,29 +200,6 @@ impl ProxyConfig {
             password,
         }))
     }
-}
-
-/// A byte size as Redis's config and a node's flags take it: `123`, `10kb`, `64mb`, `1gb`
-/// (powers of 1024; `k`, `m`, `g`: of 1000).
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    let lower = s.trim().to_ascii_lowercase();
-    let digits = lower.chars().take_while(char::is_ascii_digit).count();
-    let (number, unit) = lower.split_at(digits);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (examples: 1048576, 100mb, 2gb)"))?;
-    let mult: u64 = match unit {
-        "" | "b" => 1,
-        "k" => 1000,
-        "kb" => 1024,
-        "m" => 1000 * 1000,
-        "mb" => 1024 * 1024,
-        "g" => 1000 * 1000 * 1000,
-        "gb" => 1024 * 1024 * 1024,
-        _ => return Err(format!("'{s}' has an unknown unit (use b, kb, mb or gb)")),
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("'{s}' is too large"))
 }
 
 /// Runs `sluice proxy` with these flags until SIGTERM or SIGINT; returns the exit code.
