@@ -436,6 +436,53 @@ fn slowlog_records_every_command_on_both_loops() {
     }
 }
 
+/// At threshold 0 each command is logged as it ends, as Redis logs it: one pipeline written
+/// at once (the threshold set, then commands, then SLOWLOG LEN and GET) gets the same count and
+/// the same commands from Sluice, on both loops, as from redis-server.
+#[test]
+fn a_pipelined_slowlog_sees_the_commands_before_it_as_redis_does() {
+    const PIPELINE: &[u8] = b"CONFIG SET slowlog-log-slower-than 0\r\nSLOWLOG RESET\r\n\
+        SET a 1\r\nGET a\r\nSLOWLOG LEN\r\nSLOWLOG GET 10\r\nPING\r\n";
+    // The replies up to PING's, the last: the count and each entry's command words.
+    fn logged(port: u16) -> (String, Vec<String>) {
+        let mut s = connect(port);
+        s.write_all(PIPELINE).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.ends_with(b"+PONG\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(
+                n > 0,
+                "closed before PING's reply: {:?}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&got).into_owned();
+        let count = text
+            .lines()
+            .find(|l| l.starts_with(':'))
+            .expect("SLOWLOG LEN's reply")
+            .to_owned();
+        // Each entry's command: the bulk strings after a `*2` or `*3` argument array header.
+        let lines: Vec<&str> = text.lines().collect();
+        let mut commands = Vec::new();
+        for (i, l) in lines.iter().enumerate() {
+            if (*l == "*2" || *l == "*3") && lines.get(i + 1).is_some_and(|n| n.starts_with('$')) {
+                commands.push(lines[i + 2].to_owned());
+            }
+        }
+        (count, commands)
+    }
+    let redis = RedisServer::start(&[]);
+    let want = logged(redis.1);
+    assert_eq!(want.0, ":3", "redis-server's count");
+    for io in ["epoll", "uring"] {
+        let server = node(io, &[]);
+        assert_eq!(logged(server.port), want, "--io {io} against redis-server");
+    }
+}
+
 /// A client that pipelines small requests with large replies and never reads them: the
 /// sidecar reads a bounded amount and writes its replies before it reads again, so what it
 /// holds is one read's replies, not every reply the requests sent would make (here 300,000

@@ -329,7 +329,19 @@ impl Core {
                         now,
                         ahead,
                     };
-                    cmd::execute(&self.request, &mut ctx);
+                    // At `slowlog-log-slower-than 0` every command is logged on its own, with
+                    // its own time, as it ends (as Redis logs; a CONFIG SET earlier in the
+                    // batch counts): a SLOWLOG later in the same pipeline sees it. Otherwise a
+                    // batch is timed once, and logged as one entry when its average is slow.
+                    if self.shared.slowlog.logs_every_command() {
+                        let started = std::time::Instant::now();
+                        cmd::execute(&self.request, &mut ctx);
+                        let micros =
+                            u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        self.log_slow(micros, 1, true);
+                    } else {
+                        cmd::execute(&self.request, &mut ctx);
+                    }
                     if self.parser.unauthenticated() && self.session.authenticated {
                         self.parser.set_unauthenticated(false);
                     }
@@ -357,9 +369,10 @@ impl Core {
                 }
                 Ok(false) => {
                     // An empty buffer leaves the parser's request untouched: it is still the
-                    // batch's last command.
-                    if self.rbuf.is_empty() && executed > 0 {
-                        elapsed = Some(self.batch_done(read_at, executed));
+                    // batch's last command. A partial frame after it has taken its place.
+                    if executed > 0 && !self.shared.slowlog.logs_every_command() {
+                        let intact = self.rbuf.is_empty();
+                        elapsed = Some(self.batch_done(read_at, executed, intact));
                     }
                     break;
                 }
@@ -395,26 +408,33 @@ impl Core {
     /// clock read, which the statistics use too, and SLOWLOG's entry if the batch was slow.
     /// Only then is the last request still whole, so a batch that ends with part of a frame
     /// (or stops early: QUIT, WAIT) is timed in [`Core::account`] and not looked at by SLOWLOG.
-    fn batch_done(&self, read_at: std::time::Instant, executed: u64) -> Duration {
+    fn batch_done(&self, read_at: std::time::Instant, executed: u64, intact: bool) -> Duration {
         let elapsed = read_at.elapsed();
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         if self.shared.slowlog.is_slow(nanos / executed.max(1)) {
-            self.log_slow(nanos / executed.max(1) / 1000, executed);
+            self.log_slow(nanos / executed.max(1) / 1000, executed, intact);
         }
         elapsed
     }
 
+    /// Logs the last command that ran, or the batch of `executed` commands it ended, as taking
+    /// `micros` each. Its arguments are in the parser's request while it is `intact`; once a
+    /// partial frame after it has taken their place, the entry names the command alone.
     #[cold]
-    fn log_slow(&self, micros: u64, executed: u64) {
+    fn log_slow(&self, micros: u64, executed: u64, intact: bool) {
         let at_unix_secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let name = self.client.name.lock().clone().unwrap_or_default();
+        let args = match self.session.batch.last_row() {
+            Some(row) if !intact => vec![cmd::row_name(row).as_bytes().to_vec()],
+            _ => crate::slowlog::entry_args(self.request.args()),
+        };
         self.shared.slowlog.push(crate::slowlog::Entry {
             id: 0,
             at_unix_secs,
             micros,
-            args: crate::slowlog::entry_args(self.request.args()),
+            args,
             client_addr: self.client.addr.to_string(),
             client_name: if executed > 1 {
                 format!("{name} pipelined={executed}")

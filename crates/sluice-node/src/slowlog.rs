@@ -1,18 +1,25 @@
 //! SLOWLOG's state: the last commands that took longer than `slowlog-log-slower-than`.
 //!
 //! # Cost on the request path
-//! None per command. The connection loop already reads the clock once at the end of each read
-//! batch (for the command statistics); it compares that batch's time per command with the
-//! threshold (one relaxed load), and only a slow batch takes this module's lock. So the time
-//! of an entry is the time its batch took divided by the commands in it: exact for a client
-//! that sends one command at a time, the batch average for a pipeline, whose entry is its last
-//! command (with `pipelined=N` in the client column).
+//! None per command, unless the threshold is 0. The connection loop already reads the clock
+//! once at the end of each read batch (for the command statistics); it compares that batch's
+//! time per command with the threshold (one relaxed load), and only a slow batch takes this
+//! module's lock. So the time of an entry is the time its batch took divided by the commands
+//! in it: exact for a client that sends one command at a time, the batch average for a
+//! pipeline, whose entry is its last command (with `pipelined=N` in the client column; a batch
+//! that ends in a partial frame names its last command without its arguments, which the
+//! partial frame has replaced).
+//!
+//! At `slowlog-log-slower-than 0` (log everything, a setting for a debugging session) each
+//! command is timed on its own and logged as it ends, as Redis logs: one entry per command,
+//! and a `SLOWLOG LEN` later in the same pipeline counts the commands before it. That costs a
+//! clock read per command, only while the threshold is 0.
 //!
 //! # What an entry shows
 //! A request's arguments as Redis keeps them ([`entry_args`]): credentials replaced by
 //! `(redacted)` exactly where Redis's commands redact them, then trimmed to [`MAX_ARGS`]
 //! arguments of [`MAX_ARG_LEN`] bytes. Both connection loops log through
-//! `conn::Core::batch_done`, so what one shows the other does.
+//! `conn::Core::run_batch`, so what one shows the other does.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -56,6 +63,12 @@ impl SlowLog {
 
     pub fn slower_than(&self) -> i64 {
         self.slower_than.load(Relaxed)
+    }
+
+    /// `slowlog-log-slower-than 0`: every command is logged, each with its own time.
+    #[inline]
+    pub fn logs_every_command(&self) -> bool {
+        self.slower_than.load(Relaxed) == 0
     }
 
     pub fn set_slower_than(&self, us: i64) {
