@@ -436,6 +436,37 @@ fn slowlog_records_every_command_on_both_loops() {
     }
 }
 
+/// The sidecar takes at most `--maxclients` connections, as a node does: one more is answered
+/// Redis's `max number of clients reached` and closed, and a seat given back is taken again.
+#[test]
+fn the_sidecar_has_maxclients() {
+    let (proxy, _node) = sidecar(&["--maxclients", "2"]);
+    let ping = |s: &mut TcpStream| {
+        s.write_all(b"PING\r\n").unwrap();
+        let mut reply = [0u8; 7];
+        s.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"+PONG\r\n");
+    };
+    let mut first = connect(proxy.port);
+    ping(&mut first);
+    let mut second = connect(proxy.port);
+    ping(&mut second);
+    let (third, closed) = read_to_close(&mut connect(proxy.port));
+    assert_eq!(third, "-ERR max number of clients reached\r\n");
+    assert!(closed, "the third client is closed");
+    drop(first);
+    // The seat comes back once the sidecar has seen the close.
+    let again = wait_until(Duration::from_secs(10), || {
+        let mut s = connect(proxy.port);
+        s.write_all(b"PING\r\n").ok()?;
+        let mut reply = [0u8; 7];
+        s.read_exact(&mut reply).ok()?;
+        (&reply == b"+PONG\r\n").then_some(())
+    });
+    assert!(again.is_some(), "a closed client's seat is taken again");
+    ping(&mut second);
+}
+
 /// At threshold 0 each command is logged as it ends, as Redis logs it: one pipeline written
 /// at once (the threshold set, then commands, then SLOWLOG LEN and GET) gets the same count and
 /// the same commands from Sluice, on both loops, as from redis-server.

@@ -329,6 +329,14 @@ fn upper_name<'a>(name: &'a [u8], buf: &'a mut [u8; 32]) -> &'a [u8] {
 /// Most commands queued in one MULTI.
 const MAX_QUEUED: usize = 10_000;
 
+/// The most requests of one read that run as one batch: their replies are written before the
+/// next ones run, so a client that pipelines many requests with large replies and never reads
+/// makes the sidecar hold at most this many replies (not one per request it sent).
+const MAX_BATCH: usize = 1024;
+
+/// A read or reply buffer grown past this for one large request is given back once empty.
+const SPARE_BUFFER: usize = 1024 * 1024;
+
 /// Most input (unparsed bytes and a MULTI queue) a client that must authenticate and has not
 /// may hold, whatever `--client-query-buffer-limit` says: Redis's 1 MiB.
 const UNAUTHENTICATED_QUERY_LIMIT: usize = 1024 * 1024;
@@ -387,11 +395,18 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
     let mut req = Request::default();
     // MULTI ... EXEC: the commands queued, run as one pipeline at EXEC.
     let mut multi: Option<Queue> = None;
+    // Whether the last batch stopped at MAX_BATCH with whole requests still in `buf`: then
+    // they run before the next read.
+    let mut more = false;
     loop {
-        match rd.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+        if !more {
+            match rd.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
         }
+        more = false;
+        let mut parsed = 0usize;
         // The limits before AUTH follow the session: set for each read (a RESET may have
         // brought them back), lifted below by the request that authenticates.
         if parser.unauthenticated() == session.authenticated {
@@ -472,6 +487,11 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
                     if batch.close {
                         break;
                     }
+                    parsed += 1;
+                    if parsed == MAX_BATCH {
+                        more = !buf.is_empty();
+                        break;
+                    }
                 }
                 Ok(false) => break,
                 Err(e) => {
@@ -485,6 +505,14 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
         if wr.write_all(&out).await.is_err() || batch.close {
             return;
         }
-        out.clear();
+        // A large reply or request once is not held for the connection's life.
+        if out.capacity() > SPARE_BUFFER {
+            out = BytesMut::with_capacity(4096);
+        } else {
+            out.clear();
+        }
+        if buf.is_empty() && buf.capacity() > SPARE_BUFFER {
+            buf = BytesMut::with_capacity(4096);
+        }
     }
 }

@@ -114,6 +114,10 @@ pub struct ProxyConfig {
     /// is closed. 64 MB, as a node's default; before AUTH, 1 MiB whatever this says.
     #[arg(long = "client-query-buffer-limit", default_value = "64mb", value_parser = sluice_core::size::parse_bytes)]
     pub client_query_buffer_limit: u64,
+    /// Most connected clients, as a node's `maxclients`; one more is answered `-ERR max number
+    /// of clients reached` and closed.
+    #[arg(long, default_value_t = 10_000)]
+    pub maxclients: usize,
     #[command(flatten)]
     pub log: sluice_log::LogArgs,
     /// `--supervised systemd` and `--pidfile`, as a node takes them.
@@ -273,6 +277,8 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
         default_mode,
         requirepass: config.requirepass.clone(),
         query_limit: usize::try_from(config.client_query_buffer_limit).unwrap_or(usize::MAX),
+        max_clients: config.maxclients,
+        clients: std::sync::atomic::AtomicUsize::new(0),
         rules,
         allowed: AtomicU64::new(0),
         denied: AtomicU64::new(0),
@@ -315,9 +321,17 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((stream, peer)) = accepted {
+                    let Some(seat) = Seat::take(&state) else {
+                        let _ = stream.try_write(b"-ERR max number of clients reached\r\n");
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
                     next_id += 1;
-                    tokio::spawn(conn::serve(stream, peer, state.clone(), next_id));
+                    let state = state.clone();
+                    tokio::spawn(async move {
+                        conn::serve(stream, peer, state, next_id).await;
+                        drop(seat);
+                    });
                 }
             }
             _ = term.recv() => break,
@@ -330,6 +344,26 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
     Ok(())
 }
 
+/// One of `--maxclients` connections, given back when dropped.
+struct Seat(Arc<Proxy>);
+
+impl Seat {
+    fn take(proxy: &Arc<Proxy>) -> Option<Seat> {
+        let taken = proxy.clients.fetch_add(1, Ordering::Relaxed);
+        if taken >= proxy.max_clients {
+            proxy.clients.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Seat(proxy.clone()))
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.0.clients.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Proxy {
     client: Client,
@@ -337,6 +371,9 @@ pub(crate) struct Proxy {
     requirepass: Option<String>,
     /// `--client-query-buffer-limit`.
     query_limit: usize,
+    /// `--maxclients`, and the clients connected now.
+    max_clients: usize,
+    clients: std::sync::atomic::AtomicUsize,
     rules: Arc<RuleBook>,
     /// RL.CHECK answers (not DRY) that allowed and that denied, whatever their source.
     allowed: AtomicU64,
