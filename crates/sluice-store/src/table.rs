@@ -665,8 +665,9 @@ impl Table {
 
     fn boxed(&self, i: usize) -> &Boxed {
         debug_assert!(self.holds_box(i), "slot {i} holds no box");
-        // SAFETY: a BOXED slot's word is the exposed address of a leaked `Box<Boxed>` that the
-        // slot owns (module invariants).
+        // SAFETY: callers pass an occupied BOXED slot (checked above in debug builds), whose
+        // word is the exposed address of a leaked `Box<Boxed>` that the slot owns (module
+        // invariants).
         unsafe { &*ptr::with_exposed_provenance::<Boxed>(self.slots[i].word as usize) }
     }
 

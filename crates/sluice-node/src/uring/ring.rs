@@ -380,7 +380,8 @@ impl Ring {
     /// The buffers `entry` points at outlive the operation.
     unsafe fn push(&mut self, entry: squeue::Entry) {
         loop {
-            // SAFETY: passed on from the caller.
+            // SAFETY: the caller keeps what `entry` points at alive until the operation
+            // completes (this function's contract).
             if unsafe { self.lent.ring.submission().push(&entry) }.is_ok() {
                 return;
             }
