@@ -185,7 +185,8 @@ fn raise_own_fd_limit(n: u64) {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: plain struct in and out.
+    // SAFETY: getrlimit and setrlimit read and write `lim`, a plain struct of integers we own,
+    // through a pointer valid for its size.
     unsafe {
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
         lim.rlim_cur = n.min(lim.rlim_max);

@@ -261,7 +261,7 @@ impl Bare {
     }
 
     fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on our own child's pid.
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
         unsafe {
             libc::kill(self.0.id() as libc::pid_t, sig);
         }

@@ -237,7 +237,8 @@ fn raise_open_files_limit(maxclients: usize) {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: getrlimit/setrlimit write and read a plain struct we own.
+    // SAFETY: getrlimit/setrlimit write and read `lim`, a plain struct of integers we own,
+    // through a pointer valid for its size.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 || lim.rlim_cur >= wanted {
             return;

@@ -310,8 +310,9 @@ unsafe fn put_line(dst: *mut u8, prefix: u8, n: i64) -> usize {
         return 5;
     }
     let sign = usize::from(n < 0);
-    // SAFETY (whole block): the prefix, a sign, at most 20 digits (`put_digits` stores up to
-    // 22 bytes from its start, 2 + 22 <= 24) and CR LF stay within the 24 bytes from `dst`.
+    // SAFETY: for the whole block: the prefix, a sign, at most 20 digits (`put_digits` stores
+    // up to 22 bytes from its start, 2 + 22 <= 24) and CR LF stay within the 24 bytes from
+    // `dst`.
     unsafe {
         dst.write(prefix);
         // Overwritten by the first digit when `n` is not negative: no branch.
@@ -333,8 +334,8 @@ const E8: u64 = 100_000_000;
 /// `dst` must be valid for 22 bytes of writes.
 #[inline(always)]
 unsafe fn put_digits(dst: *mut u8, v: u64) -> usize {
-    // SAFETY (whole body): the highest store starts at most 4 + 8 = 12 bytes from `dst` (in
-    // the 17-to-20-digit case) and is 8 bytes long: 20 <= 22.
+    // SAFETY: for the whole body: the highest store starts at most 4 + 8 = 12 bytes from `dst`
+    // (in the 17-to-20-digit case) and is 8 bytes long: 20 <= 22.
     unsafe {
         if v < E8 {
             return put_leading(dst, v as u32);

@@ -644,9 +644,18 @@ impl Table {
         self.meta[i] & (KIND | AUX)
     }
 
+    /// Whether occupied slot `i` is BOXED. An EMPTY slot's kind and aux bits are BOXED's too
+    /// (all zero), so on an empty slot this says yes: see [`Table::holds_box`].
     #[inline]
     fn is_boxed(&self, i: usize) -> bool {
         self.shape(i) == BOXED
+    }
+
+    /// Whether slot `i` owns a box: BOXED and not EMPTY. The debug check of every access
+    /// through the word as a pointer (the hot paths ask only [`Table::is_boxed`], of a slot
+    /// they know is occupied).
+    fn holds_box(&self, i: usize) -> bool {
+        self.is_occupied(i) && self.is_boxed(i)
     }
 
     #[inline]
@@ -655,14 +664,15 @@ impl Table {
     }
 
     fn boxed(&self, i: usize) -> &Boxed {
-        debug_assert!(self.is_boxed(i));
-        // SAFETY: a BOXED slot's word is the exposed address of a leaked `Box<Boxed>` that the
-        // slot owns (module invariants).
+        debug_assert!(self.holds_box(i), "slot {i} holds no box");
+        // SAFETY: callers pass an occupied BOXED slot (checked above in debug builds), whose
+        // word is the exposed address of a leaked `Box<Boxed>` that the slot owns (module
+        // invariants).
         unsafe { &*ptr::with_exposed_provenance::<Boxed>(self.slots[i].word as usize) }
     }
 
     fn boxed_mut(&mut self, i: usize) -> &mut Boxed {
-        debug_assert!(self.is_boxed(i));
+        debug_assert!(self.holds_box(i), "slot {i} holds no box");
         // SAFETY: as in `boxed`; `&mut self` makes the access unique.
         unsafe { &mut *ptr::with_exposed_provenance_mut::<Boxed>(self.slots[i].word as usize) }
     }
@@ -674,9 +684,11 @@ impl Table {
         unpack_wide(self.shape(i), self.slots[i].word, self.ext[i])
     }
 
-    /// When entry `i` disappears; `Nanos::MAX` = never.
+    /// When entry `i` disappears; `Nanos::MAX` = never. Slot `i` must be occupied (checked in
+    /// debug builds): an EMPTY slot reads as BOXED, and its word is no box.
     #[inline]
     pub fn deadline(&self, i: usize) -> Nanos {
+        debug_assert!(self.is_occupied(i), "slot {i} is empty");
         let m = self.meta[i];
         if m & KIND != 0 {
             Nanos(self.slots[i].word - u64::from((m & AUX) >> AUX_SHIFT))
@@ -719,9 +731,11 @@ impl Table {
         }
     }
 
-    /// Runs `f` on entry `i`'s value (a packed state is rebuilt on the stack).
+    /// Runs `f` on entry `i`'s value (a packed state is rebuilt on the stack). Slot `i` must be
+    /// occupied (checked in debug builds).
     #[inline]
     pub fn with_value<R>(&self, i: usize, f: impl FnOnce(&Value) -> R) -> R {
+        debug_assert!(self.is_occupied(i), "slot {i} is empty");
         let tat = Nanos(self.slots[i].word);
         match self.kind(i) {
             TOKEN => f(&Value::Limiter(State::Token { tat })),
@@ -737,8 +751,10 @@ impl Table {
         std::iter::once(self).chain(self.old.as_deref())
     }
 
-    /// Entry `i`'s counter, `None` for a limiter.
+    /// Entry `i`'s counter, `None` for a limiter. Slot `i` must be occupied (checked in debug
+    /// builds).
     pub fn counter(&self, i: usize) -> Option<&Counter> {
+        debug_assert!(self.is_occupied(i), "slot {i} is empty");
         match self.is_boxed(i).then(|| &self.boxed(i).value) {
             Some(Value::Counter(c)) => Some(c),
             _ => None,
@@ -746,8 +762,10 @@ impl Table {
     }
 
     /// Entry `i`'s counter, `None` for a limiter. The caller keeps `heap` right: only an
-    /// integer (no heap bytes) may be changed through it.
+    /// integer (no heap bytes) may be changed through it. Slot `i` must be occupied (checked in
+    /// debug builds).
     pub fn counter_mut(&mut self, i: usize) -> Option<&mut Counter> {
+        debug_assert!(self.is_occupied(i), "slot {i} is empty");
         if !self.is_boxed(i) {
             return None;
         }
@@ -918,14 +936,17 @@ impl Table {
         Some((wide_shape(alg, k), ((start / p) << PERIOD_BITS) | code, ext))
     }
 
+    /// Frees BOXED entry `i`'s box and clears the word, so no freed address stays behind.
     fn drop_box(&mut self, i: usize) {
-        // SAFETY: see `boxed`; the slot stops being BOXED right after (callers rewrite or
-        // clear its metadata), so the box is freed once.
+        debug_assert!(self.holds_box(i), "slot {i} holds no box");
+        // SAFETY: see `boxed`; the word is cleared here and the slot stops being BOXED right
+        // after (callers rewrite or clear its metadata), so the box is freed once.
         let b = unsafe {
             Box::from_raw(ptr::with_exposed_provenance_mut::<Boxed>(
                 self.slots[i].word as usize,
             ))
         };
+        self.slots[i].word = 0;
         self.heap -= size_of::<Boxed>() + b.value.heap_bytes();
     }
 
@@ -943,6 +964,7 @@ impl Table {
                     len,
                 ))
             });
+            self.slots[i].key = [0; INLINE_CAP];
             self.heap -= len;
         }
     }
@@ -1426,6 +1448,60 @@ mod tests {
         assert_eq!((t.len(), t.heap, t.expires()), (0, 0, 0));
         t.maybe_shrink(&hash, Growth::AtOnce);
         assert!(t.capacity() <= MIN_SHRINK_SLOTS.max(8));
+    }
+
+    /// A BOXED entry (a counter under a heap key) inserted and removed: its slot, now EMPTY,
+    /// whose metadata reads as BOXED.
+    fn removed_boxed_entry() -> (Table, usize) {
+        let mut t = Table::default();
+        let k = b"a key longer than sixteen bytes";
+        let (p, h) = (Probe::new(k), hash(k));
+        let value = Value::Counter(Counter::from_bytes(b"a longish counter value"));
+        let i = t.insert(h, &p, value, Nanos(5), 1, &hash, Growth::AtOnce);
+        assert!(t.holds_box(i));
+        t.remove(i);
+        assert!(!t.is_occupied(i) && t.is_boxed(i) && !t.holds_box(i));
+        (t, i)
+    }
+
+    #[test]
+    fn remove_leaves_no_freed_address_behind() {
+        let (t, i) = removed_boxed_entry();
+        assert_eq!((t.slots[i].word, t.slots[i].key), (0, [0; INLINE_CAP]));
+    }
+
+    // The accessors of a removed entry: they used to read the freed box (invalid reads under
+    // valgrind, no assertion), issue 43.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "is empty")]
+    fn deadline_of_a_removed_entry_panics() {
+        let (t, i) = removed_boxed_entry();
+        t.deadline(i);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "is empty")]
+    fn with_value_of_a_removed_entry_panics() {
+        let (t, i) = removed_boxed_entry();
+        t.with_value(i, |_| ());
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "is empty")]
+    fn counter_of_a_removed_entry_panics() {
+        let (t, i) = removed_boxed_entry();
+        t.counter(i);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "holds no box")]
+    fn boxed_of_a_removed_entry_panics() {
+        let (t, i) = removed_boxed_entry();
+        t.boxed(i);
     }
 
     #[test]

@@ -18,10 +18,16 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// jemalloc's options, read before `main`: a background thread hands pages freed by the store
 /// (old tables after growth, expired buckets) back to the OS within about 100 ms, so RSS follows
 /// the live buckets instead of the high-water mark.
+// SAFETY: `_rjem_malloc_conf` is the `const char *malloc_conf` of tikv-jemalloc-sys's jemalloc
+// (its symbols prefixed `_rjem_`), which declares it weak and only reads it, once, at its first
+// allocation: this is the one strong definition in the program, and `Option<&c_char>` has the
+// ABI of a nullable `const char *` (here never null) to a NUL-terminated string that lives as
+// long as the program.
 #[unsafe(export_name = "_rjem_malloc_conf")]
 #[allow(non_upper_case_globals)]
 pub static malloc_conf: Option<&'static std::ffi::c_char> = Some(
-    // SAFETY: a NUL-terminated static string, read as a C string by jemalloc.
+    // SAFETY: a C string literal: NUL-terminated, static, its pointer non-null and aligned, so
+    // the reference is valid for the whole program; jemalloc reads it as a C string.
     unsafe { &*c"background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0".as_ptr() },
 );
 

@@ -73,7 +73,8 @@ fn cpu(t: &mut String) -> std::fmt::Result {
         (libc::RUSAGE_SELF, "used_cpu"),
         (libc::RUSAGE_CHILDREN, "used_cpu"),
     ] {
-        // SAFETY: getrusage fills a plain struct we own.
+        // SAFETY: all-zero bytes are a valid `rusage` (integers), which getrusage fills through
+        // a pointer to our own, valid for its size.
         let usage = unsafe {
             let mut u: libc::rusage = std::mem::zeroed();
             (libc::getrusage(who, &mut u) == 0).then_some(u)

@@ -280,7 +280,9 @@ impl Loop {
             }
             if !slot.sending.is_empty() {
                 slot.send_busy = true;
-                // SAFETY: `sending` is not touched until this send completes (`complete`).
+                // SAFETY: `sending` is neither touched nor freed until this send completes
+                // (`complete`): `send_busy` is set, and the slot that owns it is freed only
+                // when none of its operations is in flight (module invariant).
                 unsafe {
                     self.ring
                         .send(index, fd, slot.sending.as_ptr(), slot.sending.len())

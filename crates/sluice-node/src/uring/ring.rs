@@ -8,6 +8,15 @@
 //! Receives are multishot: one receive per connection stays armed, and each arrival takes a
 //! buffer from a ring of provided buffers ([`Buffers`]) that the ring owns; the loop copies the
 //! bytes to the connection and gives the buffer back at once.
+//!
+//! # Invariants
+//! - The kernel writes into a provided buffer it holds whenever it runs this thread's task work:
+//!   inside `io_uring_enter` with DEFER_TASKRUN, at any return to user mode without it. So no
+//!   Rust reference ever spans the buffer region: it is kept as a raw pointer, and a slice is
+//!   made only over the one buffer a completion handed back, before it is lent again.
+//! - Buffers are registered with a ring only inside a [`Lent`], whose ring field drops before
+//!   its buffers: no path, an error in [`Ring::new`] included, frees memory the kernel may
+//!   still write.
 
 use std::alloc::Layout;
 use std::io;
@@ -78,67 +87,109 @@ fn decode(user_data: u64, result: i32, flags: u32) -> Done {
 
 /// A ring whose completions are signalled on an eventfd the tokio runtime waits on.
 pub struct Ring {
-    // Dropped before the buffers. The loop ends only once every connection's operations
-    // have completed, so by then no receive can still write into them.
-    ring: IoUring,
-    buffers: Buffers,
+    lent: Lent,
     eventfd: AsyncFd<OwnedFd>,
 }
 
+/// A ring and the buffers registered with it, made together so they cannot be dropped apart.
+struct Lent {
+    // Dropped before the buffers (fields drop in declaration order). The loop ends only once
+    // every connection's operations have completed, so by then no receive can still write
+    // into them; on an error in `Ring::new` nothing was submitted yet.
+    ring: IoUring,
+    buffers: Buffers,
+}
+
+impl Lent {
+    /// `ring` with [`Buffers`], every one lent to the kernel, registered as [`GROUP`].
+    fn new(ring: IoUring) -> io::Result<Lent> {
+        let lent = Lent {
+            ring,
+            buffers: Buffers::new()?,
+        };
+        // SAFETY: the entries and the buffers live as long as the ring: both are `lent`'s, and
+        // its ring drops first.
+        unsafe {
+            lent.ring.submitter().register_buf_ring_with_flags(
+                lent.buffers.entries as u64,
+                BUFFERS,
+                GROUP,
+                0,
+            )?;
+        }
+        Ok(lent)
+    }
+}
+
 /// The provided buffers: [`BUFFERS`] of [`BUFFER_LEN`] bytes, and the ring of entries that
-/// lends them to the kernel (page-aligned, as the kernel wants it).
+/// lends them to the kernel (page-aligned, as the kernel wants it). Both are allocated here
+/// and freed on drop; neither is ever behind a reference that outlives one access (module
+/// invariants).
 struct Buffers {
     entries: *mut BufRingEntry,
-    data: Box<[u8]>,
+    /// The buffers, one after another: what the kernel writes into.
+    data: *mut u8,
     /// The next entry to fill, and (as published) how far the kernel may take.
     tail: u16,
 }
 
-// SAFETY: the raw pointer is to memory this struct owns alone.
-unsafe impl Send for Buffers {}
-
 impl Buffers {
-    fn layout() -> Layout {
+    fn entries_layout() -> Layout {
         Layout::from_size_align(usize::from(BUFFERS) * size_of::<BufRingEntry>(), 4096)
             .expect("a valid layout")
     }
 
-    /// The buffers, every one lent to the kernel, registered with `ring` as [`GROUP`].
-    fn new(ring: &IoUring) -> io::Result<Buffers> {
+    fn data_layout() -> Layout {
+        Layout::from_size_align(usize::from(BUFFERS) * BUFFER_LEN, 4096).expect("a valid layout")
+    }
+
+    /// The buffers, every one ready to lend (the tail published), not registered yet.
+    fn new() -> io::Result<Buffers> {
         // SAFETY: the layout has a non-zero size.
-        let entries = unsafe { std::alloc::alloc_zeroed(Self::layout()) }.cast::<BufRingEntry>();
+        let entries =
+            unsafe { std::alloc::alloc_zeroed(Self::entries_layout()) }.cast::<BufRingEntry>();
         if entries.is_null() {
+            return Err(io::ErrorKind::OutOfMemory.into());
+        }
+        // SAFETY: the layout has a non-zero size.
+        let data = unsafe { std::alloc::alloc_zeroed(Self::data_layout()) };
+        if data.is_null() {
+            // SAFETY: allocated just above with this layout, and not kept.
+            unsafe { std::alloc::dealloc(entries.cast(), Self::entries_layout()) };
             return Err(io::ErrorKind::OutOfMemory.into());
         }
         let mut buffers = Buffers {
             entries,
-            data: vec![0u8; usize::from(BUFFERS) * BUFFER_LEN].into_boxed_slice(),
+            data,
             tail: 0,
         };
         for bid in 0..BUFFERS {
             buffers.give_back(bid);
         }
-        // SAFETY: the entries and the buffers live as long as the ring (`Ring`'s field order).
-        unsafe {
-            ring.submitter()
-                .register_buf_ring_with_flags(entries as u64, BUFFERS, GROUP, 0)?;
-        }
         Ok(buffers)
+    }
+
+    /// Where buffer `bid` (below [`BUFFERS`]) starts. An address only: no reference is made,
+    /// for the kernel may be writing into the buffers around it.
+    fn buffer(&self, bid: u16) -> *mut u8 {
+        debug_assert!(bid < BUFFERS);
+        self.data.wrapping_add(usize::from(bid) * BUFFER_LEN)
     }
 
     /// Lends buffer `bid` to the kernel again.
     fn give_back(&mut self, bid: u16) {
         let index = usize::from(self.tail & (BUFFERS - 1));
-        let addr = self.data[usize::from(bid) * BUFFER_LEN..].as_mut_ptr();
+        let addr = self.buffer(bid);
         // SAFETY: `index` is within the entries; the kernel reads only entries up to the
-        // published tail, and this one is past it.
+        // published tail, and this one is past it, so this is the only access to it.
         let entry = unsafe { &mut *self.entries.add(index) };
         entry.set_addr(addr as u64);
         entry.set_len(BUFFER_LEN as u32);
         entry.set_bid(bid);
         self.tail = self.tail.wrapping_add(1);
-        // SAFETY: the tail field of the first entry, which the kernel reads; published with
-        // release ordering so the entry is seen filled.
+        // SAFETY: the tail field of the first entry, 2-byte aligned inside the entries, which
+        // the kernel reads concurrently: only ever accessed atomically, published with release
+        // ordering so the entry is seen filled.
         unsafe {
             let tail = BufRingEntry::tail(self.entries).cast::<AtomicU16>();
             (*tail).store(self.tail, Ordering::Release);
@@ -148,8 +199,12 @@ impl Buffers {
 
 impl Drop for Buffers {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.entries.cast(), Self::layout()) };
+        // SAFETY: both allocated in `new` with these layouts, freed once; the kernel no longer
+        // uses them (`Lent` drops its ring first, or they were never registered).
+        unsafe {
+            std::alloc::dealloc(self.entries.cast(), Self::entries_layout());
+            std::alloc::dealloc(self.data, Self::data_layout());
+        }
     }
 }
 
@@ -208,8 +263,7 @@ impl Ring {
     /// A ring for this thread, its completions signalled on an eventfd registered with the
     /// thread's tokio runtime (so must be called inside it).
     pub fn new() -> io::Result<Ring> {
-        let ring = setup()?;
-        let buffers = Buffers::new(&ring)?;
+        let lent = Lent::new(setup()?)?;
         // SAFETY: eventfd returns a new descriptor we own, or -1.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -217,15 +271,11 @@ impl Ring {
         }
         // SAFETY: `fd` is a fresh descriptor nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        ring.submitter().register_eventfd(fd.as_raw_fd())?;
+        lent.ring.submitter().register_eventfd(fd.as_raw_fd())?;
         // SAFETY: an `OwnedFd` keeps its descriptor open, and the same one, until it drops.
         let eventfd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
-        Ok(Ring {
-            ring,
-            buffers,
-            eventfd,
-        })
+        Ok(Ring { lent, eventfd })
     }
 
     /// Waits until the kernel has work for the loop: completions to reap, or task work for
@@ -236,7 +286,7 @@ impl Ring {
     /// edge-triggered, and every signal is a new edge, so clearing tokio's readiness is
     /// enough and saves a read per wakeup (its counter would take centuries to fill).
     pub async fn completed(&mut self) {
-        self.ring.completion().enable_eventfd();
+        self.lent.ring.completion().enable_eventfd();
         // Enabled first, then looked: work that came before is seen here, work that comes
         // after signals.
         if !self.has_work()
@@ -244,18 +294,19 @@ impl Ring {
         {
             ready.clear_ready();
         }
-        self.ring.completion().disable_eventfd();
+        self.lent.ring.completion().disable_eventfd();
     }
 
     /// Whether completions wait to be reaped, or task work to be run by the next turn.
     pub fn has_work(&mut self) -> bool {
-        !self.ring.completion().is_empty() || self.ring.submission().taskrun()
+        !self.lent.ring.completion().is_empty() || self.lent.ring.submission().taskrun()
     }
 
     /// Moves every posted completion to `into`.
     pub fn reap(&mut self, into: &mut std::collections::VecDeque<Done>) {
         into.extend(
-            self.ring
+            self.lent
+                .ring
                 .completion()
                 .map(|cqe| decode(cqe.user_data(), cqe.result(), cqe.flags())),
         );
@@ -264,14 +315,14 @@ impl Ring {
     /// Hands the queued operations to the kernel and runs the task work waiting (the
     /// receives and sends that became possible): one `io_uring_enter` for all of them.
     pub fn submit(&mut self) {
-        let sq = self.ring.submission();
+        let sq = self.lent.ring.submission();
         if sq.is_empty() && !sq.taskrun() {
             return;
         }
         drop(sq);
         // An error (EINTR, EAGAIN under memory pressure) leaves the entries queued: the next
         // turn submits them.
-        let _ = self.ring.submit();
+        let _ = self.lent.ring.submit();
     }
 
     /// Arms `slot`'s multishot receive: each arrival fills a provided buffer.
@@ -279,20 +330,27 @@ impl Ring {
         let entry = opcode::RecvMulti::new(Fd(fd), GROUP)
             .build()
             .user_data(user_data(slot, Op::Recv));
-        // SAFETY: the buffers are the ring's own, lent through the buffer ring.
+        // SAFETY: the receive writes only into provided buffers, which live as long as the
+        // ring (`Lent`).
         unsafe { self.push(entry) };
     }
 
     /// The bytes a receive completion carries, handed to `take`; the buffer then goes back to
     /// the kernel.
     pub fn received(&mut self, done: &Done, take: impl FnOnce(&[u8])) {
-        let Some(bid) = done.buffer else {
+        // The kernel hands back only the ids it was lent, all below `BUFFERS`.
+        let Some(bid) = done.buffer.filter(|&bid| bid < BUFFERS) else {
             return;
         };
         let len = usize::try_from(done.result).unwrap_or(0).min(BUFFER_LEN);
-        let start = usize::from(bid) * BUFFER_LEN;
-        take(&self.buffers.data[start..start + len]);
-        self.buffers.give_back(bid);
+        let buffers = &mut self.lent.buffers;
+        // SAFETY: `bid < BUFFERS` and `len <= BUFFER_LEN`, so the slice is inside buffer `bid`
+        // alone. The completion handed that buffer back: the kernel wrote its first `len` bytes
+        // and writes nothing into it until `give_back` lends it again, after `take` is done
+        // with the slice (which cannot outlive the call).
+        let bytes = unsafe { std::slice::from_raw_parts(buffers.buffer(bid), len) };
+        take(bytes);
+        buffers.give_back(bid);
     }
 
     /// Queues a send of `len` bytes at `buf`.
@@ -322,21 +380,23 @@ impl Ring {
     /// The buffers `entry` points at outlive the operation.
     unsafe fn push(&mut self, entry: squeue::Entry) {
         loop {
-            // SAFETY: passed on from the caller.
-            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+            // SAFETY: the caller keeps what `entry` points at alive until the operation
+            // completes (this function's contract).
+            if unsafe { self.lent.ring.submission().push(&entry) }.is_ok() {
                 return;
             }
             // Full: hand the kernel what is queued, which empties the queue (a submission
             // without waiting is not held back by completions not reaped yet).
-            let _ = self.ring.submit();
+            let _ = self.lent.ring.submit();
         }
     }
 }
 
 /// Whether the running kernel is at least `major.minor` (from uname).
 fn kernel_at_least(major: u32, minor: u32) -> bool {
-    // SAFETY: uname fills the struct we own.
+    // SAFETY: all-zero bytes are a valid `utsname` (arrays of bytes).
     let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname fills the struct we own, through a pointer valid for its whole size.
     if unsafe { libc::uname(&mut name) } != 0 {
         return false;
     }
@@ -349,4 +409,45 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
         .filter_map(|p| p.parse::<u32>().ok());
     let have = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     have >= (major, minor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The entries lend every buffer once, each its own `BUFFER_LEN` bytes inside the region,
+    /// and the published tail lends them all.
+    fn assert_all_lent(buffers: &Buffers) {
+        let start = buffers.data.addr() as u64;
+        let mut seen = vec![false; usize::from(BUFFERS)];
+        for index in 0..usize::from(BUFFERS) {
+            // SAFETY: `index` is within the entries, which nothing writes during the test (no
+            // receive is armed).
+            let entry = unsafe { &*buffers.entries.add(index) };
+            let bid = entry.bid();
+            assert!(bid < BUFFERS);
+            assert_eq!(entry.addr(), start + u64::from(bid) * BUFFER_LEN as u64);
+            assert_eq!(entry.len(), BUFFER_LEN as u32);
+            assert!(!std::mem::replace(&mut seen[usize::from(bid)], true));
+        }
+        // SAFETY: the tail field of the first entry, read atomically as the kernel reads it.
+        let tail = unsafe { &*BufRingEntry::tail(buffers.entries).cast::<AtomicU16>() };
+        assert_eq!(tail.load(Ordering::Acquire), BUFFERS);
+    }
+
+    #[test]
+    fn buffers_lend_each_buffer_once() {
+        assert_all_lent(&Buffers::new().expect("buffers"));
+    }
+
+    /// Registered inside a `Lent` and dropped with it, ring first (where io_uring is permitted).
+    #[test]
+    fn lent_registers_the_buffers_with_its_ring() {
+        let ring = match setup() {
+            Ok(ring) => ring,
+            Err(e) => return eprintln!("skipped: no io_uring here ({e})"),
+        };
+        let lent = Lent::new(ring).expect("registered");
+        assert_all_lent(&lent.buffers);
+    }
 }
