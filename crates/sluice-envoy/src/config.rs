@@ -420,7 +420,7 @@ impl Config {
         }
         let mut out = std::collections::HashSet::new();
         for (domain, node) in &self.domains {
-            out.insert(crate::service::override_rule(domain));
+            out.insert(override_rule(domain));
             walk(node, &mut out);
         }
         out
@@ -460,6 +460,11 @@ impl Config {
         }
         None
     }
+}
+
+/// The rule an override (a request's own `limit`) in `domain` counts under.
+pub fn override_rule(domain: &str) -> String {
+    format!("{domain}.override")
 }
 
 #[cfg(test)]

@@ -256,7 +256,7 @@ fn find_limit(config: &Config, domain: &str, d: &RateLimitDescriptor) -> Result<
         Some(o) => Unit::from_proto(o.unit).map(|unit| {
             let limit = Limit {
                 full_key: if config.has_domain(domain) {
-                    override_rule(domain)
+                    crate::config::override_rule(domain)
                 } else {
                     String::new()
                 },
@@ -278,11 +278,6 @@ fn find_limit(config: &Config, domain: &str, d: &RateLimitDescriptor) -> Result<
             )
         }),
     })
-}
-
-/// The rule an override in `domain` counts under.
-pub fn override_rule(domain: &str) -> String {
-    format!("{domain}.override")
 }
 
 /// Whether another matched limit names this one in its `replaces`.

@@ -16,9 +16,9 @@ use std::net::{IpAddr, SocketAddr};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
-/// The address of a connection's peer: the gateway, for a subrequest. The server loop puts it
-/// on every request ([`crate::serve`]); a request that came through no socket (a router called
-/// in process, as the fuzz target does) has `0.0.0.0`, which is no trusted proxy.
+/// The address of a connection's peer: the gateway, for a subrequest. The server loop (`serve`)
+/// puts it on every request; a request that came through no socket (a router called in
+/// process, as the fuzz target does) has `0.0.0.0`, which is no trusted proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Peer(pub IpAddr);
 
