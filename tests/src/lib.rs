@@ -7,6 +7,7 @@
 //! The binary is `target/<profile>/sluice`, built by `cargo test --workspace` (the `sluice` crate's
 //! own integration test makes cargo build it first); `SLUICE_BIN` overrides the path.
 
+pub mod resp;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
@@ -485,6 +486,43 @@ pub fn wait_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Opt
             return None;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A real redis-server on a free loopback port, with no persistence (`--save '' --appendonly
+/// no`): the reference the differential and comparison tests hold Sluice to. Stopped by its PID
+/// on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+}
+
+impl RedisServer {
+    /// Starts `redis-server` with extra flags and waits up to 10 s for it to accept connections.
+    pub fn start(args: &[&str]) -> RedisServer {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let server = RedisServer { child, port };
+        let up = wait_until(Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        assert!(up.is_some(), "redis-server did not start");
+        server
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -15,10 +15,9 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use sluice_tests::{Sluice, free_port, have_tool, read_to_close, redis_cli, wait_until};
+use sluice_tests::{RedisServer, Sluice, have_tool, read_to_close, redis_cli, wait_until};
 
 const MIB: usize = 1024 * 1024;
 
@@ -338,42 +337,12 @@ fn slowlog_of_commands(port: u16) -> Vec<Vec<String>> {
     args
 }
 
-/// A real redis-server on a free loopback port, stopped by its PID on drop.
-struct RedisServer(Child, u16);
-
-impl RedisServer {
-    fn start(args: &[&str]) -> RedisServer {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        let server = RedisServer(child, port);
-        let up = wait_until(Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", port)).ok()
-        });
-        assert!(up.is_some(), "redis-server did not start");
-        server
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// What Redis's SLOWLOG shows for [`CREDENTIAL_COMMANDS`]; the texts written here are the
 /// ones redis-server 7.0 showed, for a machine without it.
 fn redis_slowlog() -> Vec<Vec<String>> {
     if have_tool("redis-server") {
         let redis = RedisServer::start(&["--slowlog-log-slower-than", "0"]);
-        return slowlog_of_commands(redis.1);
+        return slowlog_of_commands(redis.port);
     }
     let r = "(redacted)";
     [
@@ -506,7 +475,7 @@ fn a_pipelined_slowlog_sees_the_commands_before_it_as_redis_does() {
         (count, commands)
     }
     let redis = RedisServer::start(&[]);
-    let want = logged(redis.1);
+    let want = logged(redis.port);
     assert_eq!(want.0, ":3", "redis-server's count");
     for io in ["epoll", "uring"] {
         let server = node(io, &[]);

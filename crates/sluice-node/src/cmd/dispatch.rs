@@ -32,17 +32,17 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     let shared = ctx.shared;
     // Redis checks arity before authentication.
     if !spec.arity_ok(req.len()) {
-        return refuse(ctx, row, &CmdError::Arity.text(spec.name));
+        return refuse(ctx, spec, &CmdError::Arity.text(spec.name));
     }
     if !ctx.session.authenticated && !spec.has_flag(NOAUTH) {
-        return refuse(ctx, row, "NOAUTH Authentication required.");
+        return refuse(ctx, spec, "NOAUTH Authentication required.");
     }
     // The user's bit for this command: one load, and one of the catalog. A command with
     // subcommands is judged by its subcommand's bit (`acl` module docs).
     if let Err(id) = shared.acl.permits(&ctx.session.user, row, req.arg(1)) {
         let name = shared.acl.catalog().name(id);
         super::acl_log::log_denial(ctx, crate::acl::log::Reason::Command, name.as_bytes(), None);
-        return refuse(ctx, row, &super::acl::noperm(name));
+        return refuse(ctx, spec, &super::acl::noperm(name));
     }
     if ctx.session.proto == Proto::Resp2
         && ctx.session.subscribed()
@@ -50,7 +50,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     {
         return refuse(
             ctx,
-            row,
+            spec,
             &format!(
                 "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
                 spec.name
@@ -62,7 +62,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     if !spec.routed_after_parse
         && let Err(e) = check_serve(ctx, key_args(spec, req), spec.write)
     {
-        return refuse(ctx, row, &e.text(spec.name));
+        return refuse(ctx, spec, &e.text(spec.name));
     }
     if let Some(tx) = ctx.session.transaction.as_mut()
         && !multi::controls_transaction(spec.name)
@@ -131,9 +131,22 @@ fn allowed_when_subscribed(name: &str) -> bool {
 /// A command refused before it ran (arity, authentication, subscribed mode, a cluster
 /// redirect, a replica's read-only state): counted as rejected, and a transaction it was meant
 /// for fails at EXEC, as in Redis.
-fn refuse(ctx: &mut Ctx<'_>, row: usize, error: &str) {
-    ctx.shared.stats.slot(ctx.session.thread).reject(row);
+///
+/// A refused EXEC discards the transaction, if any, and answers why in Redis's words
+/// (`execCommandAbort`): `EXECABORT Transaction discarded because of: ` and the error, whose
+/// `ERR ` Redis never wrote there.
+fn refuse(ctx: &mut Ctx<'_>, spec: &'static CommandSpec, error: &str) {
+    ctx.shared.stats.slot(ctx.session.thread).reject(row(spec));
     ctx.shared.errors.note(error.as_bytes());
+    if spec.name == "exec" {
+        ctx.session.transaction = None;
+        (ctx.session.client.multi).store(-1, std::sync::atomic::Ordering::Relaxed);
+        let cause = error.strip_prefix("ERR ").unwrap_or(error);
+        return reply::error(
+            ctx.out,
+            &format!("EXECABORT Transaction discarded because of: {cause}"),
+        );
+    }
     fail_transaction(ctx);
     reply::error(ctx.out, error);
 }
@@ -193,5 +206,23 @@ mod tests {
         let mut out = BytesMut::new();
         write_raw_error(&mut out, b"x\r\ny\xff");
         assert_eq!(&out[..], b"-x  y\xff\r\n");
+    }
+
+    /// As redis-server 7.0.15 answers (tests/tests/differential.rs found it): a refused EXEC
+    /// aborts with its reason, in MULTI or not, and ends the transaction.
+    #[test]
+    fn a_refused_exec_aborts_the_transaction_with_its_reason() {
+        let mut e = crate::Executor::new(crate::Config::default_for_tests());
+        let mut run = |args: &[&str]| {
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            String::from_utf8_lossy(&e.exec(&args)).into_owned()
+        };
+        let abort = "-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n";
+        assert_eq!(run(&["EXEC", "a"]), abort);
+        assert_eq!(run(&["MULTI"]), "+OK\r\n");
+        assert_eq!(run(&["INCR", "n"]), "+QUEUED\r\n");
+        assert_eq!(run(&["exec", "a"]), abort);
+        assert_eq!(run(&["EXEC"]), "-ERR EXEC without MULTI\r\n");
+        assert_eq!(run(&["GET", "n"]), "$-1\r\n");
     }
 }

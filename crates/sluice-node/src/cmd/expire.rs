@@ -5,15 +5,16 @@ use sluice_core::Nanos;
 use sluice_resp::reply;
 use sluice_store::Ttl;
 
+use super::args::parse_i64;
 use super::{Args, CmdError, Command, Ctx};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cond {
-    Always,
-    Nx,
-    Xx,
-    Gt,
-    Lt,
+/// The conditions, as Redis keeps them: flags, since XX combines with GT or LT.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cond {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
 }
 
 #[derive(Debug)]
@@ -23,34 +24,37 @@ struct ExpireArgs<'a> {
     cond: Cond,
 }
 
+/// Reads the options before the amount, as Redis does: an unknown option is reported before a
+/// conflict between known ones, and both before an amount that is not a number.
 fn parse<'a>(args: &mut Args<'a>) -> Result<ExpireArgs<'a>, CmdError> {
     let key = args.key()?;
-    let amount = args.i64()?;
-    let mut cond = Cond::Always;
+    let amount = args.key()?;
+    let mut cond = Cond::default();
     while let Some(opt) = args.next() {
-        let next = match opt.to_ascii_uppercase().as_slice() {
-            b"NX" => Cond::Nx,
-            b"XX" => Cond::Xx,
-            b"GT" => Cond::Gt,
-            b"LT" => Cond::Lt,
+        match opt.to_ascii_uppercase().as_slice() {
+            b"NX" => cond.nx = true,
+            b"XX" => cond.xx = true,
+            b"GT" => cond.gt = true,
+            b"LT" => cond.lt = true,
             _ => {
                 return Err(CmdError::msg(format!(
                     "ERR Unsupported option {}",
                     String::from_utf8_lossy(opt)
                 )));
             }
-        };
-        if cond != Cond::Always && cond != next {
-            return Err(CmdError::msg(
-                if matches!((cond, next), (Cond::Gt, Cond::Lt) | (Cond::Lt, Cond::Gt)) {
-                    "ERR GT and LT options at the same time are not compatible"
-                } else {
-                    "ERR NX and XX, GT or LT options at the same time are not compatible"
-                },
-            ));
         }
-        cond = next;
     }
+    if cond.nx && (cond.xx || cond.gt || cond.lt) {
+        return Err(CmdError::msg(
+            "ERR NX and XX, GT or LT options at the same time are not compatible",
+        ));
+    }
+    if cond.gt && cond.lt {
+        return Err(CmdError::msg(
+            "ERR GT and LT options at the same time are not compatible",
+        ));
+    }
+    let amount = parse_i64(amount).ok_or(CmdError::NotInteger)?;
     Ok(ExpireArgs { key, amount, cond })
 }
 
@@ -67,16 +71,16 @@ fn apply(
     let at = Nanos::from_millis(at_ms.max(0) as u64);
     let store = &ctx.shared.store;
     let current = store.ttl(a.key, ctx.now);
-    let allowed = match (a.cond, current) {
-        (_, Ttl::Missing) => false,
-        (Cond::Always, _) => true,
-        (Cond::Nx, t) => t == Ttl::Persistent,
-        (Cond::Xx, t) => t != Ttl::Persistent,
-        // A key with no expiry counts as an infinite TTL, as in Redis.
-        (Cond::Gt, Ttl::Persistent) => false,
-        (Cond::Lt, Ttl::Persistent) => true,
-        (Cond::Gt, Ttl::Remaining(left)) => at > ctx.now.saturating_add(left),
-        (Cond::Lt, Ttl::Remaining(left)) => at < ctx.now.saturating_add(left),
+    let c = a.cond;
+    let allowed = match current {
+        Ttl::Missing => false,
+        // A key with no expiry counts as an infinite TTL, as in Redis: LT sets one, GT never.
+        Ttl::Persistent => !c.xx && !c.gt,
+        Ttl::Remaining(left) => {
+            let deadline = ctx.now.saturating_add(left);
+            let refused = c.nx || (c.gt && at <= deadline) || (c.lt && at >= deadline);
+            !refused
+        }
     };
     let set = allowed && store.expire_at(a.key, at, ctx.now);
     reply::integer(ctx.out, i64::from(set));
@@ -104,5 +108,49 @@ impl<'a> Command<'a> for PExpire<'a> {
     }
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         apply(self.0, 1, "pexpire", ctx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::Nanos;
+
+    use crate::{Config, Executor};
+
+    fn run(e: &mut Executor, args: &[&str]) -> String {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        String::from_utf8_lossy(&e.exec_at(Nanos::from_millis(1_000_000), &args)).into_owned()
+    }
+
+    /// What redis-server 7.0.15 answers to each (tests/tests/differential.rs found the order).
+    #[test]
+    fn options_are_read_before_the_amount_and_xx_combines() {
+        let mut e = Executor::new(Config::default_for_tests());
+        let both = "-ERR GT and LT options at the same time are not compatible\r\n";
+        let nx = "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n";
+        assert_eq!(run(&mut e, &["PEXPIRE", "k", "abc", "GT", "LT"]), both);
+        assert_eq!(run(&mut e, &["EXPIRE", "k", "abc", "nx", "xx"]), nx);
+        assert_eq!(
+            run(&mut e, &["EXPIRE", "k", "abc", "NX", "GT", "BOGUS"]),
+            "-ERR Unsupported option BOGUS\r\n"
+        );
+        assert_eq!(
+            run(&mut e, &["EXPIRE", "k", "9223372036854775807", "FOO"]),
+            "-ERR Unsupported option FOO\r\n"
+        );
+        assert_eq!(
+            run(&mut e, &["EXPIRE", "k", "abc"]),
+            "-ERR value is not an integer or out of range\r\n"
+        );
+        // XX with GT or LT: both conditions hold.
+        run(&mut e, &["SET", "k", "1"]);
+        assert_eq!(run(&mut e, &["EXPIRE", "k", "100", "XX", "GT"]), ":0\r\n");
+        assert_eq!(run(&mut e, &["EXPIRE", "k", "100", "LT", "XX"]), ":0\r\n");
+        assert_eq!(run(&mut e, &["EXPIRE", "k", "100", "LT"]), ":1\r\n");
+        assert_eq!(run(&mut e, &["EXPIRE", "k", "200", "XX", "GT"]), ":1\r\n");
+        assert_eq!(run(&mut e, &["EXPIRE", "k", "150", "XX", "GT"]), ":0\r\n");
+        assert_eq!(run(&mut e, &["EXPIRE", "k", "150", "LT", "XX"]), ":1\r\n");
+        assert_eq!(run(&mut e, &["EXPIRE", "k", "1", "NX", "NX"]), ":0\r\n");
+        assert_eq!(run(&mut e, &["TTL", "k"]), ":150\r\n");
     }
 }
