@@ -48,6 +48,13 @@ impl Executor {
         self.exec_at(now, args)
     }
 
+    /// [`Executor::exec_at`] with text arguments at `now_ms`, the reply as text: what tests
+    /// compare with what redis-server answers.
+    pub fn text_at(&mut self, now_ms: u64, args: &[&str]) -> String {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        String::from_utf8_lossy(&self.exec_at(Nanos::from_millis(now_ms), &args)).into_owned()
+    }
+
     /// Runs one command as if the clock read `now`.
     pub fn exec_at(&mut self, now: Nanos, args: &[&[u8]]) -> Bytes {
         let request = sluice_resp::Request::from_args(args);
@@ -71,8 +78,7 @@ mod tests {
     use super::*;
 
     fn exec(e: &mut Executor, now_ms: u64, args: &[&str]) -> String {
-        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        String::from_utf8_lossy(&e.exec_at(Nanos::from_millis(now_ms), &args)).into_owned()
+        e.text_at(now_ms, args)
     }
 
     #[test]

@@ -132,13 +132,10 @@ impl<'a> Command<'a> for Set<'a> {
 
 #[cfg(test)]
 mod tests {
-    use sluice_core::Nanos;
-
     use crate::{Config, Executor};
 
     fn run(e: &mut Executor, args: &[&str]) -> String {
-        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        String::from_utf8_lossy(&e.exec_at(Nanos::from_millis(1_000_000), &args)).into_owned()
+        e.text_at(1_000_000, args)
     }
 
     /// What redis-server 7.0.15 answers to each (tests/tests/differential.rs found these).
