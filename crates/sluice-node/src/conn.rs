@@ -41,10 +41,6 @@ use crate::wire::Wire;
 /// Read buffer growth step; a pipelined batch of small commands fits in one.
 const READ_CHUNK: usize = 16 * 1024;
 
-/// Most input (unparsed bytes and a MULTI queue) a client that must authenticate and has not
-/// may hold, whatever `client-query-buffer-limit` says: Redis's 1 MiB.
-const UNAUTHENTICATED_QUERY_LIMIT: usize = 1024 * 1024;
-
 /// Why a connection ended, for the log lines that matter to an operator.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Close {
@@ -472,11 +468,7 @@ impl Core {
             return Err(Close::OutputBufferLimit);
         }
         let queued = self.session.transaction.as_ref().map_or(0, |tx| tx.bytes);
-        let limit = if self.parser.unauthenticated() {
-            self.query_limit.min(UNAUTHENTICATED_QUERY_LIMIT)
-        } else {
-            self.query_limit
-        };
+        let limit = self.parser.query_limit(self.query_limit);
         if self.rbuf.len().saturating_add(queued) > limit {
             return Err(Close::QueryBufferLimit);
         }

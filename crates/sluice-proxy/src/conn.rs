@@ -337,10 +337,6 @@ const MAX_BATCH: usize = 1024;
 /// A read or reply buffer grown past this for one large request is given back once empty.
 const SPARE_BUFFER: usize = 1024 * 1024;
 
-/// Most input (unparsed bytes and a MULTI queue) a client that must authenticate and has not
-/// may hold, whatever `--client-query-buffer-limit` says: Redis's 1 MiB.
-const UNAUTHENTICATED_QUERY_LIMIT: usize = 1024 * 1024;
-
 /// MULTI ... EXEC: the commands queued, each a copy of its own (so the queue holds what it
 /// counts), and their bytes.
 #[derive(Default)]
@@ -412,11 +408,7 @@ pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Pro
         if parser.unauthenticated() == session.authenticated {
             parser.set_unauthenticated(!session.authenticated);
         }
-        let limit = if parser.unauthenticated() {
-            proxy.query_limit.min(UNAUTHENTICATED_QUERY_LIMIT)
-        } else {
-            proxy.query_limit
-        };
+        let limit = parser.query_limit(proxy.query_limit);
         let queued = multi.as_ref().map_or(0, |q| q.bytes);
         if buf.len().saturating_add(queued) > limit {
             sluice_log::log(&format!(

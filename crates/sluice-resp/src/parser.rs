@@ -62,6 +62,9 @@ use crate::inline;
 pub const UNAUTHENTICATED_MULTIBULK_LEN: usize = 10;
 /// Largest bulk argument before AUTH, as Redis (`ll > 16384 && authRequired(c)`).
 pub const UNAUTHENTICATED_BULK_LEN: usize = 16 * 1024;
+/// Most input (unparsed bytes and a MULTI queue) a client may hold before AUTH, whatever its
+/// query-buffer limit says: Redis's 1 MiB.
+pub const UNAUTHENTICATED_QUERY_LIMIT: usize = 1024 * 1024;
 
 /// Protocol limits, named as in Redis's configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -412,6 +415,17 @@ impl Parser {
     #[inline]
     pub fn unauthenticated(&self) -> bool {
         self.unauthenticated
+    }
+
+    /// The input a client may hold now, given its query-buffer limit: at most
+    /// [`UNAUTHENTICATED_QUERY_LIMIT`] before AUTH.
+    #[inline]
+    pub fn query_limit(&self, limit: usize) -> usize {
+        if self.unauthenticated {
+            limit.min(UNAUTHENTICATED_QUERY_LIMIT)
+        } else {
+            limit
+        }
     }
 
     /// Decodes the next complete request at the front of `buf`, removing its bytes.
