@@ -27,14 +27,16 @@
 # ends, on a failure too. The flags come after --threads 1, so FLAGS may override it.
 # The commands run in order in one bash in the repository root, with a 60 s deadline for the
 # block (DOCS_CHECK_TIMEOUT). Before they run, 6379 in a command becomes the node's RESP port
-# and 8080 (the HTTP port the docs show; --http-port has no default) its HTTP port; in what a
-# command prints, those ports become 6379 and 8080 again. On PATH, `sluice` is the binary under
-# test and `redis-cli` is given `-p PORT` of the node unless the command names -p, -u or -s.
+# and 8080 (the HTTP port the docs show; --http-port has no default) its HTTP port, in FLAGS
+# too; in what a command prints, those ports become 6379 and 8080 again. On PATH, `sluice` is
+# the binary under test and `redis-cli` is given `-p PORT` of the node unless the command names
+# -p, -u or -s.
 #
 # Prints each failure (file:line, the command, expected and got) and at the end
 # `docs-check: N links, M examples run, K failed` (K counts broken links, misplaced run markers
-# and failed examples); exits 1 on any failure. Needs bash, python3; redis-cli for examples
-# that use it. Never starts anything on 6379.
+# and failed examples); exits 1 on any failure. KEEP_LOGS=1 keeps the scratch directory (each
+# block's script, outputs and node log). Needs bash, python3; redis-cli for examples that use
+# it. Never starts anything on 6379.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 log() { echo "docs-check: $*" >&2; }
@@ -47,6 +49,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-docs-check.XXXXXX")
 #   extract WORK FILE...  checks the links; writes WORK/blocks/NNNN/ (where, flags, cmd.K,
 #                         line.K, expect.K), WORK/links (count) and WORK/failures (file:line
 #                         per failure); prints the link failures.
+#   ports TEXT RESP HTTP  prints TEXT with 6379 and 8080 rewritten to the ports.
 #   script DIR RESP HTTP  prints the block's bash script (ports rewritten) on stdout.
 #   compare DIR RESP HTTP compares got.K with expect.K; prints the failures, appends them to
 #                         WORK/failures; exits 1 on a difference.
@@ -268,13 +271,18 @@ def compare(work, d, resp, http):
             if os.path.exists(path):
                 raw = open(path, encoding="utf-8", errors="replace").read()
                 got = tidy(ports(raw, [(resp, 6379), (http, 8080)]).split("\n"))
+            elif os.path.exists(os.path.join(d, "timedout")):
+                got = ["<not run: the block's deadline passed first>"]
             else:
-                got = ["<the command did not run: the block ended before it>"]
+                got = ["<not run: the block's shell exited first>"]
             if matches(exp, got):
                 continue
             bad = True
             failures.write(where + "\n")
             print(f"docs-check: FAIL {where}: the output differs")
+            if os.path.exists(os.path.join(d, "timedout")):
+                secs = open(os.path.join(d, "timedout")).read().strip()
+                print(f"  (the block was stopped at its deadline, {secs} s: DOCS_CHECK_TIMEOUT)")
             print("  $ " + cmd.replace("\n", "\n    "))
             print("  expected:")
             print("".join(f"    | {l}\n" for l in exp), end="")
@@ -287,6 +295,8 @@ if cmd == "extract":
     extract(sys.argv[2], sys.argv[3:])
 elif cmd == "script":
     script(sys.argv[2], sys.argv[3], sys.argv[4])
+elif cmd == "ports":
+    print(ports(sys.argv[2], [("6379", sys.argv[3]), ("8080", sys.argv[4])]))
 elif cmd == "compare":
     compare(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
 EOF
@@ -316,6 +326,10 @@ links=$(cat "$WORK/links")
 blocks=()
 [ -d "$WORK/blocks" ] && mapfile -t blocks < <(find "$WORK/blocks" -mindepth 1 -maxdepth 1 -type d | sort)
 
+# The process group of the running block's commands (see run_block) goes at exit too.
+BLOCK_GROUP=
+trap '[ -z "$BLOCK_GROUP" ] || kill -- "-$BLOCK_GROUP" 2>/dev/null; cleanup' EXIT
+
 # node_answers PORT: true when something on 127.0.0.1:PORT answers a RESP PING (any reply:
 # a node started with a password answers -NOAUTH).
 node_answers() {
@@ -330,9 +344,10 @@ ran=0
 run_block() {
     local d=$1 where flags resp http pid nodelog script deadline tpid
     where=$(cat "$d/where")
-    read -r -a flags <"$d/flags" || true
     free_port; resp=$PORT
     free_port; http=$PORT
+    # The ports are rewritten in the flags too: `<!-- run: --http-port 8080 -->` binds no fixed port.
+    read -r -a flags <<<"$(py ports "$(cat "$d/flags")" "$resp" "$http")" || true
     nodelog="$d/node.log"
     mkdir -p "$d/cwd"
     # The node runs in a scratch directory: a cluster node writes nodes-PORT.conf there.
@@ -358,10 +373,17 @@ run_block() {
     (cd "$ROOT" && PATH="$WORK/bin:$PATH" DOCS_CHECK_RESP_PORT=$resp DOCS_CHECK_HTTP_PORT=$http \
         exec timeout -k 5 "${DOCS_CHECK_TIMEOUT:-60}" bash "$script") </dev/null >/dev/null 2>&1 &
     tpid=$!
-    wait "$tpid" || true
+    BLOCK_GROUP=$tpid
+    local rc=0
+    wait "$tpid" || rc=$?
+    [ $rc -ne 124 ] || echo "${DOCS_CHECK_TIMEOUT:-60}" >"$d/timedout"
     kill -- "-$tpid" 2>/dev/null || true
+    BLOCK_GROUP=
     stop "$pid"
-    py compare "$WORK" "$d" "$resp" "$http" || true
+    if ! py compare "$WORK" "$d" "$resp" "$http"; then
+        echo "  the node's log (flags: ${flags[*]:-none}; RESP port $resp, HTTP port $http), its end:"
+        tail -n 10 "$nodelog" | sed 's/^/    | /'
+    fi
 }
 
 if [ ${#blocks[@]} -gt 0 ]; then
