@@ -1,8 +1,10 @@
 //! Differential test: random command sequences run on a real redis-server and on a Sluice node,
 //! every reply compared exactly (error lines included). Step 1 of docs/plans/keyspace.md (issue
-//! 35), narrowed to the commands both serve today: GET, SET, INCR, INCRBY, DECR, DECRBY, DEL,
-//! EXISTS, EXPIRE, PEXPIRE, TTL, PTTL, MULTI/EXEC/DISCARD, with wrong-arity, not-an-integer,
-//! overflow and syntax-error forms.
+//! 35), narrowed to the commands both serve today: the strings (GET, SET with every option,
+//! SETNX, SETEX, PSETEX, GETSET, GETDEL, GETEX, MGET, APPEND, STRLEN, GETRANGE, SETRANGE, INCR,
+//! INCRBY, DECR, DECRBY), the keys (DEL, UNLINK, EXISTS, TOUCH, TYPE, EXPIRE, PEXPIRE, EXPIREAT,
+//! PEXPIREAT, PERSIST, TTL, PTTL, EXPIRETIME, PEXPIRETIME) and MULTI/EXEC/DISCARD, with
+//! wrong-arity, not-an-integer, overflow and syntax-error forms.
 //!
 //! Keys come from four names and values from a small pool (integers at 0 and at the i64 edges,
 //! non-numbers, the empty string), so commands collide. Each sequence runs on one fresh RESP2
@@ -132,8 +134,7 @@ fn word(name: &'static str) -> impl Strategy<Value = String> + Clone {
     })
 }
 
-/// One SET option with its argument. Not generated: GET (issue 35 adds SET's GET option;
-/// Sluice answers a syntax error today).
+/// One SET option with its argument.
 fn set_option() -> impl Strategy<Value = Vec<String>> {
     let with = |unit: &'static str, amount: BoxedStrategy<String>| {
         (word(unit), amount).prop_map(|(o, n)| vec![o, n])
@@ -142,6 +143,7 @@ fn set_option() -> impl Strategy<Value = Vec<String>> {
         word("NX").prop_map(|o| vec![o]),
         word("XX").prop_map(|o| vec![o]),
         word("KEEPTTL").prop_map(|o| vec![o]),
+        word("GET").prop_map(|o| vec![o]),
         with("EX", amount(SECONDS, TOO_BIG_SECONDS).boxed()),
         with("PX", amount(MILLIS, TOO_BIG_MILLIS).boxed()),
         with("EXAT", amount(UNIX_SECONDS, TOO_BIG_MILLIS).boxed()),
@@ -197,11 +199,94 @@ fn expire(
     })
 }
 
+/// GETEX and its options: SET's expiry ones and PERSIST (SET's others are syntax errors there).
+fn getex() -> impl Strategy<Value = Cmd> {
+    let with = |unit: &'static str, amount: BoxedStrategy<String>| {
+        (word(unit), amount).prop_map(|(o, n)| vec![o, n])
+    };
+    let option = prop_oneof![
+        word("PERSIST").prop_map(|o| vec![o]),
+        with("EX", amount(SECONDS, TOO_BIG_SECONDS).boxed()),
+        with("PX", amount(MILLIS, TOO_BIG_MILLIS).boxed()),
+        with("EXAT", amount(UNIX_SECONDS, TOO_BIG_MILLIS).boxed()),
+        with(
+            "PXAT",
+            prop_oneof![pick(UNIX_MILLIS), pick(BAD_OR_PAST)].boxed()
+        ),
+        word("KEEPTTL").prop_map(|o| vec![o]),
+        word("PX").prop_map(|o| vec![o]),
+    ];
+    (word("GETEX"), key(), prop::collection::vec(option, 0..3)).prop_map(|(n, k, opts)| {
+        let mut c = vec![n, k];
+        c.extend(opts.into_iter().flatten());
+        c
+    })
+}
+
+/// EXPIREAT/PEXPIREAT: a Unix time (long past, or the year 2100), with every condition. Both
+/// servers get the same deadline, so GT and LT compare the same two instants on both.
+/// `too_big`: amounts that overflow (only EXPIREAT's seconds can; the ones that fit but lie past
+/// the year 2554 are left out, as for SET).
+fn expire_at(
+    name: &'static str,
+    at: &'static [&'static str],
+    too_big: &'static [&'static str],
+) -> impl Strategy<Value = Cmd> {
+    (
+        word(name),
+        key(),
+        prop_oneof![pick(at), pick(BAD_OR_PAST), pick(too_big)],
+        prop::collection::vec(select(&["NX", "XX", "GT", "LT", "lt", "BOGUS"][..]), 0..3),
+    )
+        .prop_map(|(n, k, amount, opts)| {
+            let mut c = vec![n, k, amount];
+            c.extend(opts.into_iter().map(str::to_owned));
+            c
+        })
+}
+
+/// Offsets for GETRANGE (start, end) and SETRANGE (offset): around a short string's ends, the
+/// i64 edges, not numbers. SETRANGE's 536870912 is past proto-max-bulk-len with any value, so
+/// it is refused (or answers the length, with an empty value) and allocates nothing.
+const OFFSETS: &[&str] = &[
+    "0",
+    "1",
+    "2",
+    "5",
+    "-1",
+    "-2",
+    "-100",
+    "100",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "abc",
+    "536870912",
+];
+
 /// Commands with a wrong number of arguments (arity in Redis's convention: negative = at least).
 fn wrong_arity() -> impl Strategy<Value = Cmd> {
     const ARITY: &[(&str, i32)] = &[
         ("GET", 2),
         ("SET", -3),
+        ("SETNX", 3),
+        ("SETEX", 4),
+        ("PSETEX", 4),
+        ("GETSET", 3),
+        ("GETDEL", 2),
+        ("GETEX", -2),
+        ("MGET", -2),
+        ("APPEND", 3),
+        ("STRLEN", 2),
+        ("GETRANGE", 4),
+        ("SETRANGE", 4),
+        ("UNLINK", -2),
+        ("TOUCH", -2),
+        ("TYPE", 2),
+        ("PERSIST", 2),
+        ("EXPIREAT", -3),
+        ("PEXPIREAT", -3),
+        ("EXPIRETIME", 2),
+        ("PEXPIRETIME", 2),
         ("INCR", 2),
         ("DECR", 2),
         ("INCRBY", 3),
@@ -270,6 +355,29 @@ fn command() -> impl Strategy<Value = Cmd> {
         1 => word("EXEC").prop_map(|n| vec![n]),
         1 => word("DISCARD").prop_map(|n| vec![n]),
         2 => wrong_arity(),
+        2 => by("SETNX"),
+        1 => (word("SETEX"), key(), amount(SECONDS, TOO_BIG_SECONDS), pick(VALUES))
+            .prop_map(|(n, k, a, v)| vec![n, k, a, v]),
+        1 => (word("PSETEX"), key(), amount(MILLIS, TOO_BIG_MILLIS), pick(VALUES))
+            .prop_map(|(n, k, a, v)| vec![n, k, a, v]),
+        2 => by("GETSET"),
+        2 => one("GETDEL"),
+        2 => getex(),
+        2 => many("MGET"),
+        2 => by("APPEND"),
+        2 => one("STRLEN"),
+        2 => (word("GETRANGE"), key(), pick(OFFSETS), pick(OFFSETS))
+            .prop_map(|(n, k, a, b)| vec![n, k, a, b]),
+        2 => (word("SETRANGE"), key(), pick(OFFSETS), pick(VALUES))
+            .prop_map(|(n, k, o, v)| vec![n, k, o, v]),
+        1 => many("UNLINK"),
+        1 => many("TOUCH"),
+        2 => one("TYPE"),
+        2 => one("PERSIST"),
+        2 => expire_at("EXPIREAT", UNIX_SECONDS, &["9223372036854775807"]),
+        2 => expire_at("PEXPIREAT", UNIX_MILLIS, &["1"]),
+        2 => one("EXPIRETIME"),
+        2 => one("PEXPIRETIME"),
     ]
 }
 
@@ -301,8 +409,8 @@ enum Rule {
 
 fn rule(cmd: &[String]) -> Rule {
     match cmd[0].to_ascii_uppercase().as_str() {
-        "TTL" => Rule::Within(1),
-        "PTTL" => Rule::Within(1000),
+        "TTL" | "EXPIRETIME" => Rule::Within(1),
+        "PTTL" | "PEXPIRETIME" => Rule::Within(1000),
         _ => Rule::Exact,
     }
 }

@@ -180,6 +180,29 @@ pub enum SetTtl {
     At(Nanos),
 }
 
+/// What a string command leaves at its key, decided by [`Store::string`]'s closure from the
+/// value it found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StrWrite<'a> {
+    /// Nothing changes (and nothing is journaled).
+    Keep,
+    /// The key becomes this string. A deadline already past deletes the key.
+    Put(std::borrow::Cow<'a, [u8]>, SetTtl),
+    /// Only the deadline changes (a missing key stays missing). [`SetTtl::Clear`] persists.
+    Expire(SetTtl),
+    /// The key goes.
+    Delete,
+}
+
+/// What a key holds, as `TYPE` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A plain string (`GET`/`SET`/`INCR`).
+    String,
+    /// A rate limiter's state (`RL.CHECK` and the other limiter commands).
+    Limiter,
+}
+
 /// What `TTL`/`PTTL` reports (Redis: -2, -1, or the time left).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ttl {
@@ -621,6 +644,33 @@ impl Store {
         let limits = self.limits();
         let (h, shard) = self.route(key);
         shard.lock().incr_by(h, key, delta, now, limits)
+    }
+
+    /// A string command's read-modify-write, atomic under the key's shard lock: `f` sees the
+    /// string and its deadline (`Nanos::MAX`: none), or `None` for a missing key, and says what
+    /// the key becomes. `WrongType` if the key holds a limiter (before `f` runs); a new key may
+    /// be refused with `OutOfMemory` (after `f` ran, nothing written).
+    pub fn string<'a, R>(
+        &self,
+        key: &[u8],
+        now: Nanos,
+        f: impl FnOnce(Option<(&[u8], Nanos)>) -> Result<(StrWrite<'a>, R), StoreError>,
+    ) -> Result<R, StoreError> {
+        let limits = self.limits();
+        let (h, shard) = self.route(key);
+        shard.lock().string(h, key, now, limits, f)
+    }
+
+    /// `TYPE`: what the key holds, `None` if missing.
+    pub fn kind(&self, key: &[u8], now: Nanos) -> Option<Kind> {
+        let (h, shard) = self.route(key);
+        shard.lock().kind(h, key, now)
+    }
+
+    /// `PERSIST` on any key type: true if the key had a deadline, now removed.
+    pub fn persist(&self, key: &[u8], now: Nanos) -> bool {
+        let (h, shard) = self.route(key);
+        shard.lock().persist(h, key, now)
     }
 
     /// `PEXPIREAT` (and `EXPIRE`/`PEXPIRE` with `at = now + ttl`) on any key type. `at <= now`

@@ -22,7 +22,7 @@ use crate::journal::Journal;
 use crate::key::Probe;
 use crate::table::{Growth, Table};
 use crate::wheel::{NOT_FILED, SlotId, Wheel, tick_floor};
-use crate::{EvictionPolicy, SetCond, SetTtl, StoreError, Ttl};
+use crate::{EvictionPolicy, Kind, SetCond, SetTtl, StoreError, StrWrite, Ttl};
 
 /// Hashes a key. The store uses one fixed-seed foldhash; tests inject colliding hashers.
 pub trait KeyHash {
@@ -358,6 +358,82 @@ impl<H: KeyHash> Shard<H> {
             }
             Some(_) => Err(StoreError::NotInteger),
             None => Err(StoreError::WrongType),
+        }
+    }
+
+    /// [`crate::Store::string`] under this shard's lock.
+    pub fn string<'a, R>(
+        &mut self,
+        h: u64,
+        key: &[u8],
+        now: Nanos,
+        limits: Limits,
+        f: impl FnOnce(Option<(&[u8], Nanos)>) -> Result<(StrWrite<'a>, R), StoreError>,
+    ) -> Result<R, StoreError> {
+        let h = h as u32;
+        let probe = Probe::new(key);
+        let found = self.find_live(h, &probe, now);
+        let (write, result) = match found {
+            None => f(None)?,
+            Some(i) => {
+                let mut digits = itoa::Buffer::new();
+                let value = self.table.counter(i).ok_or(StoreError::WrongType)?;
+                f(Some((value.as_bytes(&mut digits), self.table.deadline(i))))?
+            }
+        };
+        let deadline = |ttl: SetTtl, old: Nanos| match ttl {
+            SetTtl::Clear => Nanos::MAX,
+            SetTtl::Keep => old,
+            SetTtl::At(at) => at,
+        };
+        match (write, found) {
+            (StrWrite::Keep, _) | (StrWrite::Delete | StrWrite::Expire(_), None) => {}
+            (StrWrite::Delete, Some(i)) => self.remove_noted(i),
+            (StrWrite::Expire(ttl), Some(i)) => {
+                let at = deadline(ttl, self.table.deadline(i));
+                if at <= now {
+                    self.remove_noted(i);
+                } else if at != self.table.deadline(i) {
+                    let value = self.table.take_value(i);
+                    self.put(h, i, value, at);
+                }
+            }
+            (StrWrite::Put(bytes, ttl), Some(i)) => {
+                let at = deadline(ttl, self.table.deadline(i));
+                if at <= now {
+                    self.remove_noted(i);
+                } else {
+                    self.put(h, i, Value::Counter(Counter::from_bytes(&bytes)), at);
+                }
+            }
+            (StrWrite::Put(bytes, ttl), None) => {
+                let at = deadline(ttl, Nanos::MAX);
+                if at > now {
+                    let value = Value::Counter(Counter::from_bytes(&bytes));
+                    self.insert(h, &probe, value, at, now, limits)?;
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    pub fn kind(&mut self, h: u64, key: &[u8], now: Nanos) -> Option<Kind> {
+        let i = self.find_live(h as u32, &Probe::new(key), now)?;
+        Some(match self.table.counter(i) {
+            Some(_) => Kind::String,
+            None => Kind::Limiter,
+        })
+    }
+
+    pub fn persist(&mut self, h: u64, key: &[u8], now: Nanos) -> bool {
+        let h = h as u32;
+        match self.find_live(h, &Probe::new(key), now) {
+            Some(i) if self.table.deadline(i) != Nanos::MAX => {
+                let value = self.table.take_value(i);
+                self.put(h, i, value, Nanos::MAX);
+                true
+            }
+            _ => false,
         }
     }
 

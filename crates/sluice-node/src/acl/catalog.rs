@@ -16,6 +16,9 @@ pub mod category {
     pub const READ: Category = 1 << 3;
     pub const WRITE: Category = 1 << 4;
     pub const FAST: Category = 1 << 5;
+    pub const SLOW: Category = 1 << 6;
+    pub const STRING: Category = 1 << 7;
+    pub const KEYSPACE: Category = 1 << 8;
 }
 
 use category::*;
@@ -29,6 +32,9 @@ pub const CATEGORIES: &[(&str, Category)] = &[
     ("read", READ),
     ("write", WRITE),
     ("fast", FAST),
+    ("slow", SLOW),
+    ("string", STRING),
+    ("keyspace", KEYSPACE),
 ];
 
 /// Most ids a catalog holds: the width of a user's bitset.

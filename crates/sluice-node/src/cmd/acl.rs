@@ -42,7 +42,7 @@ use sluice_resp::reply;
 use super::table::flag::{FAST, NOAUTH, READONLY};
 use super::table::{COMMANDS, CommandSpec};
 use super::{Args, CmdError, Command, Ctx};
-use crate::acl::category::{ADMIN, CONNECTION, RATELIMIT, READ, WRITE};
+use crate::acl::category::{ADMIN, CONNECTION, KEYSPACE, RATELIMIT, READ, SLOW, STRING, WRITE};
 use crate::acl::{CATEGORIES, Catalog, Category, category};
 
 /// The commands of `@ratelimit`, by name (a name not in the table is skipped).
@@ -145,7 +145,12 @@ pub fn acl_catalog() -> Catalog {
         } else if RATELIMIT_COMMANDS.contains(&spec.name) {
             RATELIMIT
         } else {
-            ADMIN
+            // The data commands are in their type's category, as in Redis; the rest admin.
+            match spec.group {
+                "string" => STRING,
+                "keyspace" => KEYSPACE,
+                _ => ADMIN,
+            }
         };
         catalog.add(
             spec.name,
@@ -171,6 +176,9 @@ fn flag_categories(spec: &CommandSpec) -> Category {
     }
     if spec.has_flag(FAST) {
         c |= category::FAST;
+    } else {
+        // Redis's implicit category: every command not fast is slow.
+        c |= SLOW;
     }
     c
 }
@@ -440,4 +448,63 @@ fn genpass(bits: usize) -> Result<String, CmdError> {
     let mut hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     hex.truncate(digits);
     Ok(hex)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::table::flag;
+    use super::*;
+
+    /// Every string and keyspace row against `COMMAND INFO` of redis-server 7.0.15 (the
+    /// fixture): arity, key positions, the flags both know, and the ACL categories both know.
+    #[test]
+    fn string_and_keyspace_rows_match_redis() {
+        let fixture = include_str!("../../../../tests/fixtures/redis-7.0.15-command-info.tsv");
+        let catalog = acl_catalog();
+        let known_flags = [flag::WRITE, READONLY, flag::DENYOOM, FAST];
+        let mut checked = 0;
+        for spec in COMMANDS
+            .iter()
+            .filter(|s| matches!(s.group, "string" | "keyspace"))
+        {
+            let line = fixture
+                .lines()
+                .find(|l| l.split('\t').next() == Some(spec.name))
+                .unwrap_or_else(|| panic!("{} is not in the fixture", spec.name));
+            let cols: Vec<&str> = line.split('\t').collect();
+            assert_eq!(cols[1], spec.arity.to_string(), "{}: arity", spec.name);
+            let keys = format!("({},{},{})", spec.first_key, spec.last_key, spec.step);
+            assert_eq!(cols[3], keys, "{}: key positions", spec.name);
+            let theirs: Vec<&str> = cols[2]
+                .split(',')
+                .filter(|f| known_flags.contains(f))
+                .collect();
+            let ours: Vec<&str> = known_flags
+                .iter()
+                .copied()
+                .filter(|f| spec.has_flag(f))
+                .collect();
+            let mut theirs_sorted = theirs.clone();
+            theirs_sorted.sort_unstable();
+            let mut ours_sorted = ours.clone();
+            ours_sorted.sort_unstable();
+            assert_eq!(theirs_sorted, ours_sorted, "{}: flags", spec.name);
+            let id = catalog.id(spec.name).expect("in the catalog");
+            let mut ours: Vec<&str> = CATEGORIES
+                .iter()
+                .filter(|(_, bit)| catalog.categories(id) & bit != 0)
+                .map(|(name, _)| *name)
+                .collect();
+            let mut theirs: Vec<&str> = cols[4]
+                .split(' ')
+                .map(|c| c.trim_start_matches('@'))
+                .filter(|c| CATEGORIES.iter().any(|(name, _)| name == c))
+                .collect();
+            ours.sort_unstable();
+            theirs.sort_unstable();
+            assert_eq!(ours, theirs, "{}: categories", spec.name);
+            checked += 1;
+        }
+        assert!(checked >= 30, "only {checked} rows checked");
+    }
 }

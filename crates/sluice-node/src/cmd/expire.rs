@@ -1,5 +1,6 @@
-//! `EXPIRE key seconds [NX|XX|GT|LT]`, `PEXPIRE key ms [NX|XX|GT|LT]` — 1 if the timeout was
-//! set, 0 if the key is missing or the condition refused it. A time in the past deletes the key.
+//! `EXPIRE key seconds [NX|XX|GT|LT]`, `PEXPIRE key ms [NX|XX|GT|LT]`, and `EXPIREAT` /
+//! `PEXPIREAT` with a Unix time instead — 1 if the timeout was set, 0 if the key is missing or
+//! the condition refused it. A time in the past deletes the key.
 
 use sluice_core::Nanos;
 use sluice_resp::reply;
@@ -58,16 +59,23 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<ExpireArgs<'a>, CmdError> {
     Ok(ExpireArgs { key, amount, cond })
 }
 
+/// `unit_ms`: 1000 for seconds, 1 for milliseconds; `relative`: the amount counts from now
+/// (EXPIRE, PEXPIRE) rather than from the Unix epoch (EXPIREAT, PEXPIREAT).
 fn apply(
     a: ExpireArgs<'_>,
     unit_ms: i64,
+    relative: bool,
     command: &str,
     ctx: &mut Ctx<'_>,
 ) -> Result<(), CmdError> {
     let invalid = || CmdError::msg(format!("ERR invalid expire time in '{command}' command"));
     let delta_ms = a.amount.checked_mul(unit_ms).ok_or_else(invalid)?;
-    let now_ms = ctx.now.as_millis_floor() as i64;
-    let at_ms = now_ms.checked_add(delta_ms).ok_or_else(invalid)?;
+    let base_ms = if relative {
+        ctx.now.as_millis_floor() as i64
+    } else {
+        0
+    };
+    let at_ms = base_ms.checked_add(delta_ms).ok_or_else(invalid)?;
     let at = Nanos::from_millis(at_ms.max(0) as u64);
     let store = &ctx.shared.store;
     let current = store.ttl(a.key, ctx.now);
@@ -95,7 +103,7 @@ impl<'a> Command<'a> for Expire<'a> {
         parse(args).map(Expire)
     }
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        apply(self.0, 1000, "expire", ctx)
+        apply(self.0, 1000, true, "expire", ctx)
     }
 }
 
@@ -107,7 +115,31 @@ impl<'a> Command<'a> for PExpire<'a> {
         parse(args).map(PExpire)
     }
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        apply(self.0, 1, "pexpire", ctx)
+        apply(self.0, 1, true, "pexpire", ctx)
+    }
+}
+
+#[derive(Debug)]
+pub struct ExpireAt<'a>(ExpireArgs<'a>);
+
+impl<'a> Command<'a> for ExpireAt<'a> {
+    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
+        parse(args).map(ExpireAt)
+    }
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        apply(self.0, 1000, false, "expireat", ctx)
+    }
+}
+
+#[derive(Debug)]
+pub struct PExpireAt<'a>(ExpireArgs<'a>);
+
+impl<'a> Command<'a> for PExpireAt<'a> {
+    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
+        parse(args).map(PExpireAt)
+    }
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        apply(self.0, 1, false, "pexpireat", ctx)
     }
 }
 

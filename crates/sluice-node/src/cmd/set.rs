@@ -1,9 +1,14 @@
-//! `SET key value [NX|XX] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]` — a plain string (counter) value.
-//! Overwrites a key of any type, as Redis does. `+OK`, or nil when NX/XX prevented it.
+//! `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]` — a plain string value.
+//! Overwrites a key of any type, as Redis does (but with GET, only a string). `+OK`, or nil
+//! when NX/XX prevented it; with GET, the old value (nil if none).
+//!
+//! The option parser and the expiry arithmetic here serve SET, GETEX, SETEX and PSETEX alike.
+
+use std::borrow::Cow;
 
 use sluice_core::Nanos;
 use sluice_resp::reply;
-use sluice_store::{SetCond, SetTtl};
+use sluice_store::{SetCond, SetTtl, StrWrite};
 
 use super::args::parse_i64;
 use super::{Args, CmdError, Command, Ctx};
@@ -12,115 +17,151 @@ use super::{Args, CmdError, Command, Ctx};
 pub struct Set<'a> {
     key: &'a [u8],
     value: &'a [u8],
-    cond: SetCond,
-    ttl: Expiry,
+    opts: Options<'a>,
 }
 
-/// The expiry as given; relative ones are resolved against the batch clock in `apply`.
-#[derive(Debug, Clone, Copy)]
-enum Expiry {
-    None,
-    Keep,
-    RelativeMs(u64),
-    AbsoluteMs(u64),
-}
-
-fn invalid_expire() -> CmdError {
-    CmdError::msg("ERR invalid expire time in 'set' command")
-}
-
-/// The expiry option as written, its number not yet parsed.
+/// An expiry option as written, its number not yet parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unit {
+pub(super) enum Unit {
     Ex,
     Px,
     ExAt,
     PxAt,
 }
 
+/// The options of SET (or GETEX, which takes the expiry ones and PERSIST), as written.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Options<'a> {
+    pub cond: SetCond,
+    pub get: bool,
+    pub keep: bool,
+    pub persist: bool,
+    pub expire: Option<(Unit, &'a [u8])>,
+}
+
+/// Which command's options: SET's, or GETEX's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum For {
+    Set,
+    GetEx,
+}
+
+/// Options as Redis 7 reads them (`parseExtendedStringArgumentsOrReply`): any order, one
+/// repeated is fine (the last amount wins), NX with XX or two kinds of expiry is a syntax
+/// error, and the amount is parsed only later, so a syntax error anywhere comes first.
+pub(super) fn parse_options<'a>(args: &mut Args<'a>, which: For) -> Result<Options<'a>, CmdError> {
+    let mut o = Options {
+        cond: SetCond::Always,
+        get: false,
+        keep: false,
+        persist: false,
+        expire: None,
+    };
+    let set = which == For::Set;
+    while let Some(opt) = args.next() {
+        let unit = match opt.to_ascii_uppercase().as_slice() {
+            b"NX" if set && o.cond != SetCond::Xx => {
+                o.cond = SetCond::Nx;
+                continue;
+            }
+            b"XX" if set && o.cond != SetCond::Nx => {
+                o.cond = SetCond::Xx;
+                continue;
+            }
+            b"GET" if set => {
+                o.get = true;
+                continue;
+            }
+            b"KEEPTTL" if set && o.expire.is_none() => {
+                o.keep = true;
+                continue;
+            }
+            b"PERSIST" if !set && o.expire.is_none() => {
+                o.persist = true;
+                continue;
+            }
+            b"EX" => Unit::Ex,
+            b"PX" => Unit::Px,
+            b"EXAT" => Unit::ExAt,
+            b"PXAT" => Unit::PxAt,
+            _ => return Err(CmdError::Syntax),
+        };
+        if o.keep || o.persist || o.expire.is_some_and(|(u, _)| u != unit) {
+            return Err(CmdError::Syntax);
+        }
+        o.expire = Some((unit, args.required()?));
+    }
+    Ok(o)
+}
+
+/// The deadline an expiry option sets, with Redis's errors (`getExpireMillisecondsOrReply`):
+/// not a number; zero, negative, or past an i64 of milliseconds once made absolute.
+pub(super) fn deadline(
+    unit: Unit,
+    amount: &[u8],
+    now: Nanos,
+    command: &str,
+) -> Result<Nanos, CmdError> {
+    let invalid = || CmdError::msg(format!("ERR invalid expire time in '{command}' command"));
+    let n = parse_i64(amount).ok_or(CmdError::NotInteger)?;
+    if n <= 0 {
+        return Err(invalid());
+    }
+    let ms = match unit {
+        Unit::Ex | Unit::ExAt => n.checked_mul(1000).ok_or_else(invalid)?,
+        Unit::Px | Unit::PxAt => n,
+    };
+    let at_ms = match unit {
+        Unit::Ex | Unit::Px => (now.as_millis_floor() as i64)
+            .checked_add(ms)
+            .ok_or_else(invalid)?,
+        Unit::ExAt | Unit::PxAt => ms,
+    };
+    Ok(match unit {
+        // A relative expiry keeps the clock's sub-millisecond part, as the batch clock has it.
+        Unit::Ex | Unit::Px => now.saturating_add(Nanos::from_millis(ms as u64)),
+        Unit::ExAt | Unit::PxAt => Nanos::from_millis(at_ms as u64),
+    })
+}
+
 impl<'a> Command<'a> for Set<'a> {
-    /// Options as Redis 7 reads them: any order, one repeated is fine (the last amount wins),
-    /// NX with XX or two kinds of expiry is a syntax error, and the amount is parsed only once
-    /// every option has, so a syntax error anywhere is reported before a bad number.
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
         let value = args.key()?;
-        let mut cond = SetCond::Always;
-        let mut keep = false;
-        let mut expire: Option<(Unit, &[u8])> = None;
-        while let Some(opt) = args.next() {
-            let opt = opt.to_ascii_uppercase();
-            let unit = match opt.as_slice() {
-                b"NX" if cond != SetCond::Xx => {
-                    cond = SetCond::Nx;
-                    continue;
-                }
-                b"XX" if cond != SetCond::Nx => {
-                    cond = SetCond::Xx;
-                    continue;
-                }
-                b"KEEPTTL" if expire.is_none() => {
-                    keep = true;
-                    continue;
-                }
-                b"EX" => Unit::Ex,
-                b"PX" => Unit::Px,
-                b"EXAT" => Unit::ExAt,
-                b"PXAT" => Unit::PxAt,
-                _ => return Err(CmdError::Syntax),
-            };
-            if keep || expire.is_some_and(|(u, _)| u != unit) {
-                return Err(CmdError::Syntax);
-            }
-            expire = Some((unit, args.required()?));
+        let opts = parse_options(args, For::Set)?;
+        // SET parses the amount before it looks at the key.
+        if let Some((_, amount)) = opts.expire {
+            parse_i64(amount).ok_or(CmdError::NotInteger)?;
         }
-        let ttl = match expire {
-            None if keep => Expiry::Keep,
-            None => Expiry::None,
-            Some((unit, amount)) => {
-                let n = parse_i64(amount).ok_or(CmdError::NotInteger)?;
-                if n <= 0 {
-                    return Err(invalid_expire());
-                }
-                let n = n as u64;
-                let ms = if matches!(unit, Unit::Ex | Unit::ExAt) {
-                    n.checked_mul(1000).ok_or_else(invalid_expire)?
-                } else {
-                    n
-                };
-                if matches!(unit, Unit::ExAt | Unit::PxAt) {
-                    Expiry::AbsoluteMs(ms)
-                } else {
-                    Expiry::RelativeMs(ms)
-                }
-            }
-        };
-        Ok(Set {
-            key,
-            value,
-            cond,
-            ttl,
-        })
+        Ok(Set { key, value, opts })
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        // As Redis: the absolute expiry in ms must fit an i64.
-        let fits = |at_ms: Option<u64>| at_ms.filter(|&ms| ms <= i64::MAX as u64);
-        let ttl = match self.ttl {
-            Expiry::None => SetTtl::Clear,
-            Expiry::Keep => SetTtl::Keep,
-            Expiry::RelativeMs(ms) => {
-                fits(ctx.now.as_millis_floor().checked_add(ms)).ok_or_else(invalid_expire)?;
-                SetTtl::At(ctx.now.saturating_add(Nanos::from_millis(ms)))
-            }
-            Expiry::AbsoluteMs(ms) => SetTtl::At(Nanos::from_millis(
-                fits(Some(ms)).ok_or_else(invalid_expire)?,
-            )),
+        let o = self.opts;
+        let ttl = match o.expire {
+            None if o.keep => SetTtl::Keep,
+            None => SetTtl::Clear,
+            Some((unit, amount)) => SetTtl::At(deadline(unit, amount, ctx.now, "set")?),
         };
+        if o.get {
+            let value = self.value;
+            let old = ctx.shared.store.string(self.key, ctx.now, |old| {
+                let write = match (o.cond, old.is_some()) {
+                    (SetCond::Nx, true) | (SetCond::Xx, false) => StrWrite::Keep,
+                    _ => StrWrite::Put(Cow::Borrowed(value), ttl),
+                };
+                Ok((write, old.map(|(v, _)| v.to_vec())))
+            })?;
+            match old {
+                Some(v) => reply::bulk(ctx.out, &v),
+                None => reply::null(ctx.out, ctx.session.proto),
+            }
+            return Ok(());
+        }
         if ctx
             .shared
             .store
-            .try_set(self.key, self.value, self.cond, ttl, ctx.now)?
+            .try_set(self.key, self.value, o.cond, ttl, ctx.now)?
         {
             reply::simple(ctx.out, "OK");
         } else {

@@ -122,6 +122,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         acl::AclCmd
     ),
     spec!(
+        "append",
+        3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "2.0.0",
+        "Appends a string to the value of a key. Creates the key if it doesn't exist.",
+        "key value",
+        append::Append
+    ),
+    spec!(
         "auth",
         -2,
         [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
@@ -298,6 +309,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         expire::Expire
     ),
     spec!(
+        "expireat",
+        -3,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "1.2.0",
+        "Sets the expiration time of a key to a Unix timestamp.",
+        "key unix-time-seconds [NX|XX|GT|LT]",
+        expire::ExpireAt
+    ),
+    spec!(
+        "expiretime",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "7.0.0",
+        "Returns the expiration time of a key as a Unix timestamp.",
+        "key",
+        ttl::ExpireTime
+    ),
+    spec!(
         "flushall",
         -1,
         [WRITE],
@@ -340,6 +373,50 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Returns the string value of a key.",
         "key",
         get::Get
+    ),
+    spec!(
+        "getdel",
+        2,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "string",
+        "6.2.0",
+        "Returns the string value of a key after deleting the key.",
+        "key",
+        getset::GetDel
+    ),
+    spec!(
+        "getex",
+        -2,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "string",
+        "6.2.0",
+        "Returns the string value of a key after setting its expiration time.",
+        "key [EX seconds|PX milliseconds|EXAT unix-time-seconds|PXAT unix-time-milliseconds|PERSIST]",
+        getset::GetEx
+    ),
+    spec!(
+        "getrange",
+        4,
+        [READONLY],
+        (1, 1, 1),
+        "string",
+        "2.4.0",
+        "Returns a substring of the string stored at a key.",
+        "key start end",
+        getrange::GetRange
+    ),
+    spec!(
+        "getset",
+        3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Returns the previous string value of a key after setting it to a new value.",
+        "key value",
+        getset::GetSet
     ),
     spec!(
         "hello",
@@ -397,6 +474,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         save::LastSave
     ),
     spec!(
+        "mget",
+        -2,
+        [READONLY, FAST],
+        (1, -1, 1),
+        "string",
+        "1.0.0",
+        "Atomically returns the string values of one or more keys.",
+        "key [key ...]",
+        mget::MGet
+    ),
+    spec!(
         "multi",
         1,
         [NOSCRIPT, LOADING, STALE, FAST],
@@ -406,6 +494,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Starts a transaction.",
         "",
         multi::Multi
+    ),
+    spec!(
+        "persist",
+        2,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "2.2.0",
+        "Removes the expiration time of a key.",
+        "key",
+        keytype::Persist
     ),
     spec!(
         "pexpire",
@@ -419,6 +518,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         expire::PExpire
     ),
     spec!(
+        "pexpireat",
+        -3,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "2.6.0",
+        "Sets the expiration time of a key to a Unix milliseconds timestamp.",
+        "key unix-time-milliseconds [NX|XX|GT|LT]",
+        expire::PExpireAt
+    ),
+    spec!(
+        "pexpiretime",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "7.0.0",
+        "Returns the expiration time of a key as a Unix milliseconds timestamp.",
+        "key",
+        ttl::PExpireTime
+    ),
+    spec!(
         "ping",
         -1,
         [FAST],
@@ -428,6 +549,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Returns the server's liveliness response.",
         "[message]",
         ping::Ping
+    ),
+    spec!(
+        "psetex",
+        4,
+        [WRITE, DENYOOM],
+        (1, 1, 1),
+        "string",
+        "2.6.0",
+        "Sets both string value and expiration time in milliseconds of a key. The key is created if it doesn't exist.",
+        "key milliseconds value",
+        setex::PSetEx
     ),
     spec!(
         "psubscribe",
@@ -701,8 +833,41 @@ pub static COMMANDS: &[CommandSpec] = &[
         "string",
         "1.0.0",
         "Sets the string value of a key.",
-        "key value [NX|XX] [EX seconds|PX milliseconds|EXAT unix-time-seconds|PXAT unix-time-milliseconds|KEEPTTL]",
+        "key value [NX|XX] [GET] [EX seconds|PX milliseconds|EXAT unix-time-seconds|PXAT unix-time-milliseconds|KEEPTTL]",
         set::Set
+    ),
+    spec!(
+        "setex",
+        4,
+        [WRITE, DENYOOM],
+        (1, 1, 1),
+        "string",
+        "2.0.0",
+        "Sets the string value and expiration time of a key. Creates the key if it doesn't exist.",
+        "key seconds value",
+        setex::SetExSecs
+    ),
+    spec!(
+        "setnx",
+        3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Set the string value of a key only when the key doesn't exist.",
+        "key value",
+        setex::SetNx
+    ),
+    spec!(
+        "setrange",
+        4,
+        [WRITE, DENYOOM],
+        (1, 1, 1),
+        "string",
+        "2.2.0",
+        "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.",
+        "key offset value",
+        getrange::SetRange
     ),
     spec!(
         "shutdown",
@@ -738,6 +903,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         slowlog::SlowLog
     ),
     spec!(
+        "strlen",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "string",
+        "2.2.0",
+        "Returns the length of a string value.",
+        "key",
+        append::StrLen
+    ),
+    spec!(
         "subscribe",
         -2,
         [PUBSUB, NOSCRIPT, LOADING, STALE, NOMULTI],
@@ -771,6 +947,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         time::Time
     ),
     spec!(
+        "touch",
+        -2,
+        [READONLY, FAST],
+        (1, -1, 1),
+        "keyspace",
+        "3.2.1",
+        "Returns the number of existing keys out of those specified after updating the time they were last accessed.",
+        "key [key ...]",
+        keytype::Touch
+    ),
+    spec!(
         "ttl",
         2,
         [READONLY, FAST],
@@ -780,6 +967,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Returns the expiration time in seconds of a key.",
         "key",
         ttl::Ttl
+    ),
+    spec!(
+        "type",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "keyspace",
+        "1.0.0",
+        "Determines the type of value stored at a key.",
+        "key",
+        keytype::Type
+    ),
+    spec!(
+        "unlink",
+        -2,
+        [WRITE, FAST],
+        (1, -1, 1),
+        "keyspace",
+        "4.0.0",
+        "Asynchronously deletes one or more keys.",
+        "key [key ...]",
+        del::Del
     ),
     spec!(
         "unsubscribe",
