@@ -12,13 +12,14 @@ a file) are left out: a test may reach anywhere. A module's own submodules are n
 from it (`mod x;` declares, it does not import), but a submodule that names its parent is.
 
 An upward import is an edge a -> b where b is a proper ancestor of a: the crate root (`lib`,
-`crate::runtime_thread`) or a module whose file declares a, directly or through a child of its
+`crate::Config`) or a module whose file declares a, directly or through a child of its
 own (`cmd::rl_check` -> `cmd`, `http::check` -> `http`). The ancestor composes the module, so an
 edge back up makes the two one unit: neither can be read, tested or moved without the other.
 Edges to a sibling or to another top-level module are not upward (the tree says nothing of their
 layering). Each crate's line gives the count and, in brackets, how many of them end at the crate
-root, the composition root that STYLE.md says nothing imports back. Counting is not failing:
-only a loop exits 1.
+root: in sluice-node that is the composition root (`run`), which STYLE.md says nothing imports
+back; in a library it is mostly re-exports (`crate::Nanos`), a path and not a layer. Counting is
+not failing: only a loop exits 1.
 """
 
 import os
