@@ -438,3 +438,174 @@ impl<N: Node> RateLimitService for Service<N> {
         answer.map(Response::new)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use sluice_envoy::pb::rate_limit_descriptor::Entry;
+    use sluice_envoy::pb::rate_limit_response::Code;
+    use sluice_envoy::pb::{RateLimitDescriptor, RateLimitService};
+    use tonic::Code as Status;
+
+    use super::*;
+
+    /// A node without a store: what each check answers is set by the test, and what the service
+    /// tells the node is written down.
+    #[derive(Default)]
+    struct FakeNode {
+        refuse_rl_check: bool,
+        answer: Mutex<Option<Checked>>,
+        counted: Mutex<Vec<Option<usize>>>,
+        timed: Mutex<usize>,
+    }
+
+    impl Node for FakeNode {
+        type User = String;
+        type Call = ();
+
+        fn login(&self, authorization: Option<&[u8]>) -> Option<String> {
+            (authorization == Some(b"Bearer right".as_slice())).then(|| "default".into())
+        }
+
+        fn may_check(&self, _user: &String) -> Result<(), String> {
+            match self.refuse_rl_check {
+                true => Err("NOPERM rl.check".into()),
+                false => Ok(()),
+            }
+        }
+
+        fn now(&self) -> Nanos {
+            Nanos(1_000_000_000)
+        }
+
+        fn check(&self, _: &mut (), _: &String, check: &Check<'_>, _: Nanos) -> Checked {
+            assert!(check.key.starts_with(b"envoy:"), "{:?}", check.key);
+            match self.answer.lock().unwrap().take() {
+                Some(answer) => answer,
+                None => Checked::Decided(Ok(Decision {
+                    allowed: true,
+                    limit: check.limit,
+                    remaining: check.limit - check.cost,
+                    retry_after: None,
+                    reset_after: Nanos::from_millis(1000),
+                })),
+            }
+        }
+
+        fn config_loaded(&self, _rule_names: std::collections::HashSet<String>) {}
+
+        fn counted(&self, verdicts: Option<&[Verdict]>) {
+            self.counted
+                .lock()
+                .unwrap()
+                .push(verdicts.map(<[Verdict]>::len));
+        }
+
+        fn timed(&self, _elapsed: Duration) {
+            *self.timed.lock().unwrap() += 1;
+        }
+    }
+
+    const CONFIG: &str = "domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      unit: second
+      requests_per_unit: 5
+";
+
+    fn service(node: FakeNode) -> Service<FakeNode> {
+        let config = Config::from_files([("api.yaml", CONFIG)]).expect("the config loads");
+        let config = EnvoyConfig {
+            dir: PathBuf::new(),
+            current: RwLock::new(Arc::new(config)),
+            seen: parking_lot::Mutex::new(Vec::new()),
+        };
+        Service::new(Arc::new(node), Some(config), Headers::Off)
+    }
+
+    fn call(
+        service: &Service<FakeNode>,
+        authorization: Option<&str>,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        let mut request = Request::new(RateLimitRequest {
+            domain: "api".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "user".into(),
+                    value: "bob".into(),
+                }],
+                limit: None,
+                hits_addend: None,
+            }],
+            hits_addend: 1,
+        });
+        if let Some(value) = authorization {
+            let value = value.parse().expect("metadata");
+            request.metadata_mut().insert("authorization", value);
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime
+            .block_on(service.should_rate_limit(request))
+            .map(Response::into_inner)
+    }
+
+    #[test]
+    fn a_check_the_node_makes_is_answered_and_counted() {
+        let service = service(FakeNode::default());
+        let response = call(&service, Some("Bearer right")).expect("answered");
+        assert_eq!(response.overall_code, Code::Ok as i32);
+        assert_eq!(response.statuses[0].limit_remaining, 4);
+        assert_eq!(*service.node.counted.lock().unwrap(), [Some(1)]);
+        assert_eq!(*service.node.timed.lock().unwrap(), 1);
+    }
+
+    #[test]
+    fn no_login_is_unauthenticated_and_nothing_is_checked() {
+        let service = service(FakeNode::default());
+        for authorization in [None, Some("Bearer wrong")] {
+            let status = call(&service, authorization).expect_err("refused");
+            assert_eq!(status.code(), Status::Unauthenticated);
+        }
+        assert!(service.node.counted.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_user_without_rl_check_is_permission_denied() {
+        let service = service(FakeNode {
+            refuse_rl_check: true,
+            ..FakeNode::default()
+        });
+        let status = call(&service, Some("Bearer right")).expect_err("refused");
+        assert_eq!(status.code(), Status::PermissionDenied);
+        assert_eq!(status.message(), "NOPERM rl.check");
+    }
+
+    #[test]
+    fn refusals_by_the_node_become_statuses_envoy_acts_on() {
+        let cases = [
+            (
+                Checked::Decided(Err("NOPERM key".into())),
+                Status::PermissionDenied,
+            ),
+            (
+                Checked::Decided(Err("READONLY replica".into())),
+                Status::Unavailable,
+            ),
+            // Another node's key, and no cluster client to forward it with.
+            (Checked::Elsewhere, Status::Unavailable),
+        ];
+        for (answer, code) in cases {
+            let service = service(FakeNode {
+                answer: Mutex::new(Some(answer)),
+                ..FakeNode::default()
+            });
+            let status = call(&service, Some("Bearer right")).expect_err("refused");
+            assert_eq!(status.code(), code, "{status:?}");
+            assert_eq!(*service.node.counted.lock().unwrap(), [None]);
+        }
+    }
+}
