@@ -1,13 +1,25 @@
 #!/usr/bin/env python3
-"""Prints the import loops between the modules of each crate, and exits 1 if there is one.
+"""Prints the import loops between the modules of each crate, and exits 1 if there is one; and
+counts each crate's upward imports.
 
-Usage: scripts/import-loops.py [crates-dir]     (default: crates/ beside this script's folder)
+Usage: scripts/import-loops.py [-v] [crates-dir]   (default: crates/ beside this script's folder;
+       -v lists each upward import)
 
 A module is a file (`src/a/b.rs` and `src/a/b/mod.rs` are `a::b`). An edge a -> b is any path
 that starts in `a` and names `b`: `crate::b::...`, `super::...` resolved from `a`, and each
 name inside a `use crate::{...}` group. Tests (`#[cfg(test)] mod tests { ... }` at the end of
 a file) are left out: a test may reach anywhere. A module's own submodules are not an edge
 from it (`mod x;` declares, it does not import), but a submodule that names its parent is.
+
+An upward import is an edge a -> b where b is a proper ancestor of a: the crate root (`lib`,
+`crate::Config`) or a module whose file declares a, directly or through a child of its
+own (`cmd::rl_check` -> `cmd`, `http::check` -> `http`). The ancestor composes the module, so an
+edge back up makes the two one unit: neither can be read, tested or moved without the other.
+Edges to a sibling or to another top-level module are not upward (the tree says nothing of their
+layering). Each crate's line gives the count and, in brackets, how many of them end at the crate
+root: in sluice-node that is the composition root (`run`), which STYLE.md says nothing imports
+back; in a library it is mostly re-exports (`crate::Nanos`), a path and not a layer. Counting is
+not failing: only a loop exits 1.
 """
 
 import os
@@ -109,6 +121,16 @@ def edges_of(crate_src):
     return mods, edges
 
 
+def upward(edges):
+    """The upward edges (see the module's doc), as (from, to) pairs, sorted."""
+    out = []
+    for a, targets in edges.items():
+        parts = a.split("::")
+        ancestors = {"::".join(parts[:k]) for k in range(len(parts))}
+        out.extend((a, b) for b in targets if b in ancestors)
+    return sorted(out)
+
+
 def loops(mods, edges):
     index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
     sys.setrecursionlimit(10000)
@@ -143,7 +165,10 @@ def loops(mods, edges):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    crates = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "crates")
+    args = sys.argv[1:]
+    verbose = "-v" in args
+    args = [a for a in args if a != "-v"]
+    crates = args[0] if args else os.path.join(here, "..", "crates")
     found = False
     for crate in sorted(os.listdir(crates)):
         src = os.path.join(crates, crate, "src")
@@ -154,7 +179,15 @@ def main():
             found = True
             names = ", ".join(m or "lib" for m in comp)
             print(f"{crate}: {len(comp)} modules import each other: {names}")
-        print(f"{crate}: {len(mods)} modules, {sum(len(e) for e in edges.values())} imports")
+        up = upward(edges)
+        to_root = sum(1 for _, b in up if b == "")
+        print(
+            f"{crate}: {len(mods)} modules, {sum(len(e) for e in edges.values())} imports, "
+            f"{len(up)} upward ({to_root} to the crate root)"
+        )
+        if verbose:
+            for a, b in up:
+                print(f"  {a} -> {b or 'lib'}")
     if found:
         sys.exit(1)
     print("no import loops")

@@ -36,7 +36,8 @@ use prost::Message;
 use sluice_envoy::pb::rate_limit_descriptor::{Entry, RateLimitOverride};
 use sluice_envoy::pb::rate_limit_response::Code;
 use sluice_envoy::pb::{RateLimitDescriptor, RateLimitRequest, RateLimitService};
-use sluice_node::grpc::{EnvoyConfig, Service};
+use sluice_grpc::{EnvoyConfig, Service};
+use sluice_node::grpc::Front;
 use sluice_node::{Config, Executor};
 use tonic::Code as Status;
 
@@ -138,8 +139,8 @@ struct Step {
 
 struct Services {
     runtime: tokio::runtime::Runtime,
-    open: Service,
-    locked: Service,
+    open: Service<Front>,
+    locked: Service<Front>,
     open_exec: std::sync::Mutex<Executor>,
 }
 
@@ -173,8 +174,8 @@ fn services() -> &'static Services {
         let locked_config = self::config().expect("the fixture configs load");
         Services {
             runtime: locked::runtime(),
-            open: Service::new(open.shared.clone(), Some(config)),
-            locked: Service::new(locked.shared.clone(), Some(locked_config)),
+            open: sluice_node::grpc::service(open.shared.clone(), Some(config)),
+            locked: sluice_node::grpc::service(locked.shared.clone(), Some(locked_config)),
             open_exec: std::sync::Mutex::new(open),
         }
     })

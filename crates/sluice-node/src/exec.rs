@@ -11,7 +11,8 @@ use bytes::{Bytes, BytesMut};
 use sluice_core::Nanos;
 
 use crate::cmd::{self, Ctx, Session};
-use crate::{Config, Shared};
+use crate::config::Config;
+use crate::shared::Shared;
 
 /// A server state and one client session on it.
 #[derive(Debug)]

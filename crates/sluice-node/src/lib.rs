@@ -39,9 +39,13 @@
 //!   [`conn`]'s batch and handing it the connections it does not carry.
 //! - [`server`]: thread-per-core runtime, SO_REUSEPORT listeners, housekeeping, shutdown.
 //! - [`peer`]: a small async RESP client for node-to-node calls.
-//! - [`metrics`] and [`grpc`]: Prometheus over HTTP, and Envoy's rate limit service.
+//! - [`metrics`]: Prometheus over HTTP.
+//! - [`grpc`]: the node's side of Envoy's rate limit service ([`grpc::Front`], the
+//!   `sluice_grpc::Node` the crate `sluice-grpc` serves).
 //! - [`http`]: the seed's API over HTTP (`--http-port`): checks, gateway auth, rules.
 //! - [`exec`]: the in-process executor (commands without a socket) for tests and fuzzing.
+//! - [`thread`]: [`runtime_thread`], the thread with a runtime of its own each task above runs
+//!   on.
 //!
 //! The `sluice` binary (crate `sluice`) only parses flags and calls [`run`]; everything testable
 //! lives here. The sidecar and the admin tool are crates of their own (`sluice-proxy`,
@@ -73,6 +77,7 @@ pub mod server;
 pub mod shared;
 pub mod slowlog;
 pub mod stats;
+pub mod thread;
 pub mod tls;
 pub mod uring;
 pub mod wire;
@@ -83,30 +88,12 @@ use std::task::Poll;
 
 use sluice_log::service;
 
+pub use cmd::REDIS_COMPAT_VERSION;
 pub use config::Config;
 pub use exec::Executor;
 pub use server::Server;
 pub use shared::Shared;
-
-/// Redis-compatible version we report to clients (`redis_version`, HELLO `version`): clients
-/// gate features on it, so it names the Redis command surface we follow.
-pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
-
-/// Starts a thread named `name` that runs the future `make` returns on a current-thread tokio
-/// runtime of its own, to its end. The runtime is built first, so a runtime that cannot start
-/// is the caller's error, not a thread that quietly does nothing.
-pub fn runtime_thread<F, Fut>(name: &str, make: F) -> io::Result<std::thread::JoinHandle<()>>
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()>,
-{
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || runtime.block_on(make()))
-}
+pub use thread::runtime_thread;
 
 /// Runs a server until `shutdown` completes or a `SHUTDOWN` command arrives.
 ///

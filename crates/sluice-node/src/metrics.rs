@@ -81,7 +81,7 @@ pub fn start(
     shared: Arc<Shared>,
 ) -> io::Result<std::thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
-    crate::runtime_thread("sluice-metrics", move || serve(listener, shared))
+    crate::thread::runtime_thread("sluice-metrics", move || serve(listener, shared))
 }
 
 async fn serve(listener: StdListener, shared: Arc<Shared>) {

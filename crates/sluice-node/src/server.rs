@@ -131,7 +131,7 @@ impl Server {
             None => None,
         };
         let envoy = match &shared.config.envoy_config {
-            Some(dir) => Some(crate::grpc::EnvoyConfig::open(dir)?),
+            Some(dir) => Some(sluice_grpc::EnvoyConfig::open(dir)?),
             None => None,
         };
         let uring = shared.config.io == crate::config::IoLoop::Uring && uring_permitted();

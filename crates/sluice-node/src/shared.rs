@@ -73,7 +73,7 @@ pub struct Shared {
 
 impl Shared {
     /// The state of a server about to serve on `local_addr` (also used without sockets by the
-    /// in-process [`Executor`](crate::Executor)).
+    /// in-process `Executor`).
     ///
     /// # Errors
     /// If cluster mode is on and its config file cannot be read or written.

@@ -13,7 +13,7 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<Option<std::thread::JoinHan
     if shared.cluster.is_none() {
         return Ok(None);
     }
-    crate::runtime_thread("sluice-cluster", move || run(shared)).map(Some)
+    crate::thread::runtime_thread("sluice-cluster", move || run(shared)).map(Some)
 }
 
 /// Follows the table (etcd's watch, or the peers), then runs jobs until shutdown.

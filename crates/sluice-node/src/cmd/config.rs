@@ -605,7 +605,7 @@ pub fn values(s: &Shared) -> Vec<(String, String)> {
 /// The settings a rewrite writes: those that change at run time under their flag's name,
 /// and `replicaof`. Aliases (`slave-*`, `min-slaves-*`) and names with no flag stay out.
 fn rewritable() -> Vec<&'static Setting> {
-    let flags = <crate::Config as clap::CommandFactory>::command();
+    let flags = <crate::config::Config as clap::CommandFactory>::command();
     SETTINGS
         .iter()
         .filter(|s| s.set.is_some() || s.name == "replicaof")

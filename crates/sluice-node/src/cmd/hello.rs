@@ -86,7 +86,7 @@ impl<'a> Command<'a> for Hello<'a> {
         reply::bulk(out, b"server");
         reply::bulk(out, b"redis");
         reply::bulk(out, b"version");
-        reply::bulk(out, crate::REDIS_COMPAT_VERSION.as_bytes());
+        reply::bulk(out, super::REDIS_COMPAT_VERSION.as_bytes());
         reply::bulk(out, b"proto");
         reply::integer(out, if p == Proto::Resp3 { 3 } else { 2 });
         reply::bulk(out, b"id");

@@ -278,7 +278,7 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             write!(
                 t,
                 "# Server\r\nredis_version:{}\r\nsluice_version:{}\r\nredis_mode:{}\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:{}\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nthreads:{}\r\nshards:{}\r\n",
-                crate::REDIS_COMPAT_VERSION,
+                super::REDIS_COMPAT_VERSION,
                 env!("CARGO_PKG_VERSION"),
                 if shared.cluster.is_some() {
                     "cluster"

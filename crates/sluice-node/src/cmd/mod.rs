@@ -81,6 +81,10 @@ use sluice_core::Nanos;
 
 use crate::shared::Shared;
 
+/// Redis-compatible version we report to clients (`redis_version`, HELLO `version`): clients
+/// gate features on it, so it names the Redis command surface we follow.
+pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
+
 /// Everything a command's `apply` may touch.
 #[derive(Debug)]
 pub struct Ctx<'a> {

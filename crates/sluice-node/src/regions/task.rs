@@ -64,7 +64,7 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<Option<std::thread::JoinHan
         demand: HashMap::new(),
         status: Status::default(),
     };
-    let handle = crate::runtime_thread("sluice-regions", move || run(shared, url, state))?;
+    let handle = crate::thread::runtime_thread("sluice-regions", move || run(shared, url, state))?;
     Ok(Some(handle))
 }
 

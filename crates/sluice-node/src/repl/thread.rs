@@ -9,7 +9,7 @@ use crate::shared::Shared;
 
 /// Starts the replication thread: the flusher, the streams to replicas, the link to a primary.
 pub fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
-    crate::runtime_thread("sluice-repl", move || run(shared))
+    crate::thread::runtime_thread("sluice-repl", move || run(shared))
 }
 
 async fn run(shared: Arc<Shared>) {

@@ -40,7 +40,7 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<Option<std::thread::JoinHan
     let (tx, rx) = mpsc::unbounded_channel();
     let _ = shared.rules_etcd.set(Handle { tx });
     let (loaded_tx, loaded_rx) = std_mpsc::channel();
-    let handle = crate::runtime_thread("sluice-rules-etcd", move || {
+    let handle = crate::thread::runtime_thread("sluice-rules-etcd", move || {
         follow(shared, url, rx, loaded_tx)
     })?;
     if loaded_rx.recv_timeout(Duration::from_secs(10)).is_err() {
