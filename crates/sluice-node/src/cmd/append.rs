@@ -9,13 +9,8 @@ use sluice_store::{SetTtl, StrWrite};
 use super::{Args, CmdError, Command, Ctx};
 
 /// Redis's refusal of a string that would outgrow `proto-max-bulk-len` (`checkStringLength`).
-pub(super) fn check_length(ctx: &Ctx<'_>, len: u64) -> Result<(), CmdError> {
-    if len > ctx.shared.config.proto_max_bulk_len {
-        return Err(CmdError::msg(
-            "ERR string exceeds maximum allowed size (proto-max-bulk-len)",
-        ));
-    }
-    Ok(())
+pub(super) fn too_long() -> CmdError {
+    CmdError::msg("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
 }
 
 #[derive(Debug)]
@@ -38,15 +33,12 @@ impl<'a> Command<'a> for Append<'a> {
             let old = old.map_or(&[][..], |(v, _)| v);
             let len = old.len() + value.len();
             if len as u64 > limit {
-                return Ok((StrWrite::Keep, None));
+                return Ok((StrWrite::Keep, Err(too_long())));
             }
             let joined = [old, value].concat();
-            Ok((StrWrite::Put(Cow::Owned(joined), SetTtl::Keep), Some(len)))
-        })?;
-        match len {
-            Some(len) => reply::integer(ctx.out, len as i64),
-            None => check_length(ctx, u64::MAX)?,
-        }
+            Ok((StrWrite::Put(Cow::Owned(joined), SetTtl::Keep), Ok(len)))
+        })??;
+        reply::integer(ctx.out, len as i64);
         Ok(())
     }
 }

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use sluice_resp::reply;
 use sluice_store::{SetTtl, StrWrite};
 
-use super::append::check_length;
+use super::append::too_long;
 use super::{Args, CmdError, Command, Ctx};
 
 /// The bytes of `s` from `start` to `end`, inclusive, as Redis's `getrangeCommand` clamps them.
@@ -86,10 +86,10 @@ impl<'a> Command<'a> for SetRange<'a> {
             let old_len = old.map_or(0, |(v, _)| v.len());
             // Setting nothing changes nothing: 0 for a missing key, else its length.
             if value.is_empty() {
-                return Ok((StrWrite::Keep, Some(old_len)));
+                return Ok((StrWrite::Keep, Ok(old_len)));
             }
             if offset.saturating_add(value.len() as u64) > limit {
-                return Ok((StrWrite::Keep, None));
+                return Ok((StrWrite::Keep, Err(too_long())));
             }
             let start = offset as usize;
             let mut s = old.map_or_else(Vec::new, |(v, _)| v.to_vec());
@@ -98,12 +98,9 @@ impl<'a> Command<'a> for SetRange<'a> {
             }
             s[start..start + value.len()].copy_from_slice(value);
             let len = s.len();
-            Ok((StrWrite::Put(Cow::Owned(s), SetTtl::Keep), Some(len)))
-        })?;
-        match len {
-            Some(len) => reply::integer(ctx.out, len as i64),
-            None => check_length(ctx, u64::MAX)?,
-        }
+            Ok((StrWrite::Put(Cow::Owned(s), SetTtl::Keep), Ok(len)))
+        })??;
+        reply::integer(ctx.out, len as i64);
         Ok(())
     }
 }
