@@ -131,7 +131,7 @@ fn config_file_set_rewrite_restart_keeps_the_change() {
 fn bad_config_files_are_refused_with_the_line() {
     let dir = TempDir::new("ops-badconf");
     for (text, needle) in [
-        ("port 1\nmaxmemory\n", "line 2"),
+        ("port 1\nmaxmemory\n", "bad.conf:2: 'maxmemory' has no value"),
         ("port 1\nrequirepass \"open\n", "unbalanced quotes"),
         ("nosuchsetting 1\n", "nosuchsetting"),
         ("maxmemory lots\n", "lots"),

@@ -1,9 +1,12 @@
 //! The config file: redis.conf syntax, the flags' own names.
 //!
 //! `sluice /etc/sluice/sluice.conf [--flags]` reads the file and turns each directive into a
-//! flag (`maxmemory 1gb` becomes `--maxmemory 1gb`) placed before the command line's flags, so
+//! flag (`maxmemory 1gb` becomes `--maxmemory=1gb`) placed before the command line's flags, so
 //! clap checks the file exactly as it checks flags, every flag works in the file with no code
-//! here, and a flag on the command line overrides the file (the later one wins).
+//! here, and a flag on the command line overrides the file (the later one wins). Each
+//! directive is first checked alone, so a bad one is refused with the file, its line and its
+//! name (`sluice.conf:3: unknown directive 'bogus-directive' (a similar one exists: 'dir')`),
+//! as Redis names the line of a bad directive.
 //!
 //! # Syntax
 //! One directive a line: a name, then its arguments, separated by spaces. `#` starts a comment
@@ -54,16 +57,16 @@ pub struct Directive {
 /// Every directive of `text`, in order.
 ///
 /// # Errors
-/// A line with an unterminated quote or a name with no value, naming the line.
-pub fn directives(text: &str) -> Result<Vec<Directive>, String> {
+/// A line with an unterminated quote or a name with no value: its 1-based number and why.
+pub fn directives(text: &str) -> Result<Vec<Directive>, (usize, String)> {
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
-        let words = split(raw).map_err(|why| format!("line {}: {why}", i + 1))?;
+        let words = split(raw).map_err(|why| (i + 1, why))?;
         let Some((name, args)) = words.split_first() else {
             continue;
         };
         if args.is_empty() {
-            return Err(format!("line {}: '{name}' has no value", i + 1));
+            return Err((i + 1, format!("'{name}' has no value")));
         }
         out.push(Directive {
             line: i + 1,
@@ -190,15 +193,89 @@ pub fn expand(argv: Vec<OsString>) -> Result<(Vec<OsString>, Option<PathBuf>), S
     let path = PathBuf::from(&argv[1]);
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-    let found = directives(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut out = Vec::with_capacity(argv.len() + 2 * found.len());
+    let at = |line: usize, why: String| format!("{}:{line}: {why}", path.display());
+    let found = directives(&text).map_err(|(line, why)| at(line, why))?;
+    let mut flags = <crate::config::Config as clap::CommandFactory>::command();
+    for d in &found {
+        check(&mut flags, d).map_err(|why| at(d.line, why))?;
+    }
+    let mut out = Vec::with_capacity(argv.len() + found.len());
     out.push(argv[0].clone());
     for d in found {
-        out.push(format!("--{}", d.name).into());
-        out.push(d.value.into());
+        out.push(flag(&d).into());
     }
     out.extend(argv.into_iter().skip(2));
     Ok((out, Some(path)))
+}
+
+/// A directive as one flag, `--name=value`: a value that starts with `-` (`requirepass
+/// -secret`) stays a value, as Redis reads it.
+fn flag(d: &Directive) -> String {
+    format!("--{}={}", d.name, d.value)
+}
+
+/// Checks one directive alone as clap checks its flag, so that an error names its line: an
+/// unknown name (with clap's suggestion) or a value its flag refuses. What only several
+/// directives together can break (`region` without `regions-etcd`) is left to the whole
+/// command line.
+fn check(flags: &mut clap::Command, d: &Directive) -> Result<(), String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if matches!(d.name.as_str(), "help" | "version") {
+        return Err(format!("unknown directive '{}'", d.name));
+    }
+    let Err(e) = flags.try_get_matches_from_mut(["sluice".to_string(), flag(d)]) else {
+        return Ok(());
+    };
+    let long = format!("--{}", d.name);
+    let context = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        Some(ContextValue::Strings(v)) => v.clone(),
+        _ => Vec::new(),
+    };
+    let named = |kind| context(kind).first().map(|arg| arg.starts_with(&long)) == Some(true);
+    let value = || format!("invalid value '{}' for '{}'", d.value, d.name);
+    match e.kind() {
+        ErrorKind::MissingRequiredArgument => Ok(()),
+        ErrorKind::UnknownArgument if named(ContextKind::InvalidArg) => {
+            let mut why = format!("unknown directive '{}'", d.name);
+            if let Some(like) = context(ContextKind::SuggestedArg).first() {
+                why.push_str(&format!(
+                    " (a similar one exists: '{}')",
+                    like.trim_start_matches('-')
+                ));
+            }
+            Err(why)
+        }
+        ErrorKind::ValueValidation if named(ContextKind::InvalidArg) => {
+            match std::error::Error::source(&e) {
+                Some(why) => Err(format!("{}: {why}", value())),
+                None => Err(value()),
+            }
+        }
+        ErrorKind::InvalidValue if named(ContextKind::InvalidArg) => {
+            let valid = context(ContextKind::ValidValue);
+            if valid.is_empty() {
+                Err(value())
+            } else {
+                Err(format!(
+                    "{} (possible values: {})",
+                    value(),
+                    valid.join(", ")
+                ))
+            }
+        }
+        // Anything else: clap's own words.
+        _ => {
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or_default();
+            Err(format!(
+                "'{} {}': {}",
+                d.name,
+                d.value,
+                first.trim_start_matches("error: ")
+            ))
+        }
+    }
 }
 
 /// The directive names of `text`, canonical, skipping lines that do not parse.
@@ -309,9 +386,40 @@ mod tests {
             ]
         );
         assert_eq!(d[0].line, 3);
-        assert!(directives("port").unwrap_err().contains("line 1"));
-        assert!(directives("x \"open").unwrap_err().contains("unbalanced"));
+        assert_eq!(directives("\nport"), Err((2, "'port' has no value".into())));
+        assert!(directives("x \"open").unwrap_err().1.contains("unbalanced"));
         assert!(directives("x \"a\"b").is_err());
+    }
+
+    #[test]
+    fn a_bad_line_names_the_file_the_line_and_the_directive() {
+        let dir = std::env::temp_dir().join(format!("sluice-badconf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.conf");
+        let refused = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            expand(vec![OsString::from("sluice"), path.clone().into()]).unwrap_err()
+        };
+        let file = path.display();
+        assert_eq!(
+            refused("port 7000\n# typo below\nbogus-directive 5\n"),
+            format!("{file}:3: unknown directive 'bogus-directive' (a similar one exists: 'dir')")
+        );
+        assert_eq!(
+            refused("port abc\n"),
+            format!("{file}:1: invalid value 'abc' for 'port': invalid digit found in string")
+        );
+        assert_eq!(
+            refused("tls-replication maybe\n"),
+            format!(
+                "{file}:1: invalid value 'maybe' for 'tls-replication': 'maybe' must be yes or no"
+            )
+        );
+        assert_eq!(
+            refused("help 1\n"),
+            format!("{file}:1: unknown directive 'help'")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -362,16 +470,12 @@ mod tests {
         assert_eq!(file.as_deref(), Some(path.as_path()));
         assert_eq!(
             out,
-            [
-                "sluice",
-                "--port",
-                "7000",
-                "--timeout",
-                "5",
-                "--port",
-                "7001"
-            ]
+            ["sluice", "--port=7000", "--timeout=5", "--port", "7001"]
         );
+        std::fs::write(&path, "requirepass -secret\n").unwrap();
+        let (out, _) = expand(vec![OsString::from("sluice"), path.clone().into()]).unwrap();
+        let config = <crate::config::Config as clap::Parser>::try_parse_from(out).unwrap();
+        assert_eq!(config.requirepass.as_deref(), Some("-secret"));
         let flags = vec![OsString::from("sluice"), "proxy".into()];
         assert_eq!(expand(flags.clone()).unwrap(), (flags, None));
         write_atomic(&path, "port 1\n").unwrap();
