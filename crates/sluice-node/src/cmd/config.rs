@@ -9,6 +9,7 @@
 //! ([`crate::conffile`]): every line of a setting that can change at run time (and
 //! `replicaof`, which REPLICAOF changes) gets the current value in place; such a setting with
 //! no line gets one appended if it changed since start; comments and every other line stay.
+//! A size is written in units as Redis writes it (`maxmemory 2gb`, not `2147483648`).
 //! Sentinel sends it after each REPLICAOF, so a restarted node keeps the role it was given.
 
 use sluice_resp::reply;
@@ -618,6 +619,30 @@ fn empty_is_none(name: &str) -> bool {
     matches!(name, "replicaof" | "requirepass" | "masterauth")
 }
 
+/// Settings that are sizes in bytes: a rewrite writes them in units, as Redis does.
+const SIZES: &[&str] = &["maxmemory"];
+
+/// A setting's value as a rewrite writes it.
+fn file_value(name: &str, value: String) -> String {
+    match value.parse() {
+        Ok(bytes) if SIZES.contains(&name) => size_in_units(bytes),
+        _ => value,
+    }
+}
+
+/// A size in the largest of `gb`, `mb` and `kb` that divides it exactly, else in bytes: what
+/// redis-server 7.0 writes in a rewrite (`2gb`, `1000mb`, `3072kb` as `3mb`, and `1g`, a
+/// billion bytes, as `1000000000`). [`crate::config::parse_bytes`] reads each back.
+fn size_in_units(bytes: u64) -> String {
+    [(1 << 30, "gb"), (1 << 20, "mb"), (1 << 10, "kb")]
+        .into_iter()
+        .find(|&(unit, _)| bytes != 0 && bytes.is_multiple_of(unit))
+        .map_or_else(
+            || bytes.to_string(),
+            |(unit, name)| format!("{}{name}", bytes / unit),
+        )
+}
+
 /// CONFIG REWRITE (see the module docs).
 fn rewrite(s: &Shared, path: &std::path::Path) -> std::io::Result<()> {
     let text = std::fs::read_to_string(path)?;
@@ -631,7 +656,8 @@ fn rewrite(s: &Shared, path: &std::path::Path) -> std::io::Result<()> {
             let changed = at_start
                 .and_then(|v| v.iter().find(|(n, _)| n == st.name))
                 .is_none_or(|(_, was)| *was != now);
-            let value = (!(now.is_empty() && empty_is_none(st.name))).then_some(now);
+            let value =
+                (!(now.is_empty() && empty_is_none(st.name))).then(|| file_value(st.name, now));
             (listed || (changed && value.is_some())).then(|| (st.name.to_string(), value))
         })
         .collect();
@@ -640,7 +666,26 @@ fn rewrite(s: &Shared, path: &std::path::Path) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::size_in_units;
     use crate::glob::glob_match;
+
+    #[test]
+    fn sizes_are_written_in_units_as_redis_writes_them() {
+        for (bytes, written) in [
+            (0, "0"),
+            (1023, "1023"),
+            (1024, "1kb"),
+            (3 << 20, "3mb"),
+            (1000 << 20, "1000mb"),
+            (2 << 30, "2gb"),
+            (1_000_000_000, "1000000000"),
+            (u64::MAX, "18446744073709551615"),
+            (u64::MAX - ((1 << 30) - 1), "17179869183gb"),
+        ] {
+            assert_eq!(size_in_units(bytes), written);
+            assert_eq!(crate::config::parse_bytes(written), Ok(bytes));
+        }
+    }
 
     #[test]
     fn globs_match_like_redis() {
