@@ -110,6 +110,11 @@ pub struct Upstream {
     pub breaker: BreakerState,
     pub answered: u64,
     pub failed: u64,
+    /// Whether the last dial reached it; `None` before the first dial ends.
+    pub reachable: Option<bool>,
+    /// Times it became unreachable (the first failed dial counts), and times it came back.
+    pub went_down: u64,
+    pub came_back: u64,
 }
 
 /// A gateway's handle; cheap to clone, shared by every task. Dropping the last clone stops its
@@ -175,7 +180,31 @@ impl Client {
             let _ = tokio::time::timeout(Duration::from_secs(1), inner.resolve()).await;
             tokio::spawn(refresher(Arc::downgrade(&inner)));
         }
+        // Dial the upstreams known now, before any check: one that cannot be reached is said
+        // at start (see `node`'s Reachability), not at the first check.
+        for addr in inner.known_upstreams() {
+            inner.node(&addr);
+        }
         Client { inner }
+    }
+
+    /// Waits until one upstream has been reached (connected, past TLS and AUTH), or
+    /// `deadline`; `false` if none was by then. For a gateway that must not start blind.
+    pub async fn wait_reachable(&self, deadline: Instant) -> bool {
+        loop {
+            let reached = self
+                .inner
+                .known_upstreams()
+                .iter()
+                .any(|addr| self.inner.node(addr).reachable() == Some(true));
+            if reached {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn config(&self) -> &Config {
@@ -304,6 +333,9 @@ impl Client {
                 breaker: n.breaker(),
                 answered: n.answered.load(Ordering::Relaxed),
                 failed: n.failed.load(Ordering::Relaxed),
+                reachable: n.reachable(),
+                went_down: n.went_down(),
+                came_back: n.came_back(),
             })
             .collect();
         v.sort_by(|a, b| a.addr.cmp(&b.addr));
@@ -548,6 +580,21 @@ impl Inner {
                 )
             })
             .clone()
+    }
+
+    /// The upstreams known now: the routed node or the slot owners, and a cluster's seeds.
+    fn known_upstreams(&self) -> Vec<Arc<str>> {
+        let mut addrs: Vec<Arc<str>> = match &*self.route.read() {
+            Route::One(a) if a.is_empty() => Vec::new(),
+            Route::One(a) => vec![a.clone()],
+            Route::Slots(owners) => owners.iter().flatten().cloned().collect(),
+        };
+        if let Topology::Cluster(seeds) = &self.config.topology {
+            addrs.extend(seeds.iter().map(|s| Arc::from(s.as_str())));
+        }
+        addrs.sort();
+        addrs.dedup();
+        addrs
     }
 
     fn owner(&self, key: &[u8]) -> Option<Arc<str>> {

@@ -21,10 +21,17 @@
 //! `cooldown` has passed. Half-open: one probe call goes through; success closes the breaker,
 //! failure opens it for another `cooldown`. A probe whose caller vanished is replaced after
 //! `cooldown`.
+//!
+//! # Reachability
+//! The connection task dials as soon as the node is made and keeps redialling while it cannot
+//! connect, requests or not. Each change between reached and not (the first failed dial
+//! included) is logged once, with the reason, and counted ([`Node::went_down`],
+//! [`Node::came_back`]): a wrong address or a dead node is said, not only hidden by the fail
+//! mode, and a streak of failed dials or calls says it only once.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -237,6 +244,40 @@ pub struct Node {
     /// Calls answered by the node, and calls that failed (any [`CallError`]).
     pub answered: AtomicU64,
     pub failed: AtomicU64,
+    health: Arc<Health>,
+}
+
+/// Whether the connection task last reached the node, and how often that changed; written by
+/// the task, read by INFO and metrics.
+#[derive(Debug, Default)]
+struct Health {
+    /// 0 until the first dial ends, then [`Health::UP`] or [`Health::DOWN`].
+    state: AtomicU8,
+    went_down: AtomicU64,
+    came_back: AtomicU64,
+}
+
+impl Health {
+    const UP: u8 = 1;
+    const DOWN: u8 = 2;
+
+    /// A dial succeeded: logged and counted if the node was down.
+    fn reached(&self, addr: &str) {
+        if self.state.swap(Health::UP, Ordering::Relaxed) == Health::DOWN {
+            self.came_back.fetch_add(1, Ordering::Relaxed);
+            sluice_log::warn(&format!("upstream {addr} answers again"));
+        }
+    }
+
+    /// A dial failed: logged and counted if the node was up or not yet dialled.
+    fn lost(&self, addr: &str, why: &str) {
+        if self.state.swap(Health::DOWN, Ordering::Relaxed) != Health::DOWN {
+            self.went_down.fetch_add(1, Ordering::Relaxed);
+            sluice_log::warn(&format!(
+                "upstream {addr} unreachable: {why} (its checks get their fail mode until it answers)"
+            ));
+        }
+    }
 }
 
 impl std::fmt::Debug for Request {
@@ -252,7 +293,8 @@ impl Node {
     /// this client until it is accepted).
     pub fn spawn(addr: Arc<str>, options: NodeOptions, secure: Secure) -> Arc<Node> {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(addr.clone(), rx, options, secure));
+        let health = Arc::new(Health::default());
+        tokio::spawn(run(addr.clone(), rx, options, secure, health.clone()));
         Arc::new(Node {
             addr,
             tx,
@@ -260,7 +302,28 @@ impl Node {
             options,
             answered: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            health,
         })
+    }
+
+    /// Whether the last dial reached the node (connected, and past TLS and AUTH); `None`
+    /// before the first dial ends.
+    pub fn reachable(&self) -> Option<bool> {
+        match self.health.state.load(Ordering::Relaxed) {
+            Health::UP => Some(true),
+            Health::DOWN => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Times the node became unreachable (the first failed dial counts).
+    pub fn went_down(&self) -> u64 {
+        self.health.went_down.load(Ordering::Relaxed)
+    }
+
+    /// Times the node was reached again after being unreachable.
+    pub fn came_back(&self) -> u64 {
+        self.health.came_back.load(Ordering::Relaxed)
     }
 
     pub fn addr(&self) -> &Arc<str> {
@@ -381,18 +444,20 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<Request>,
     options: NodeOptions,
     secure: Secure,
+    health: Arc<Health>,
 ) {
     let mut backoff = options.backoff_min;
-    let mut refused_logged = false;
     loop {
-        match dial(&addr, &options, &secure, &mut refused_logged).await {
-            Some(stream) => {
+        match dial(&addr, &options, &secure).await {
+            Ok(stream) => {
+                health.reached(&addr);
                 backoff = options.backoff_min;
                 if serve(stream, &mut rx, &options).await.is_ok() {
                     return;
                 }
             }
-            None => {
+            Err(why) => {
+                health.lost(&addr, &why);
                 if !refuse_for(backoff, &mut rx).await {
                     return;
                 }
@@ -402,37 +467,32 @@ async fn run(
     }
 }
 
-/// Connects and logs in. A refused login is said once per streak of refusals (a wrong
-/// password is a setup mistake, and the fail mode hides it from the callers).
-async fn dial(
-    addr: &str,
-    options: &NodeOptions,
-    secure: &Secure,
-    refused_logged: &mut bool,
-) -> Option<Stream> {
+/// Connects and logs in; `Err` says why not (a refused connect, a failed TLS handshake, a
+/// refused login: each a setup mistake the fail mode would hide from the callers).
+async fn dial(addr: &str, options: &NodeOptions, secure: &Secure) -> Result<Stream, String> {
+    let slow = || {
+        format!(
+            "no answer within {} ms",
+            options.connect_timeout.as_millis()
+        )
+    };
     let tcp = timeout(options.connect_timeout, TcpStream::connect(addr))
         .await
-        .ok()?
-        .ok()?;
+        .map_err(|_| slow())?
+        .map_err(|e| e.to_string())?;
     let _ = tcp.set_nodelay(true);
     let mut stream = match &secure.tls {
         None => Stream::Plain(tcp),
         Some(config) => {
             let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
             let host = host.trim_start_matches('[').trim_end_matches(']');
-            let name = rustls::pki_types::ServerName::try_from(host.to_string()).ok()?;
+            let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                .map_err(|e| format!("{host} is not a TLS server name: {e}"))?;
             let connect = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp);
-            let tls = timeout(options.connect_timeout, connect).await.ok()?;
-            match tls {
-                Ok(tls) => Stream::Tls(Box::new(tls)),
-                Err(e) => {
-                    if !*refused_logged {
-                        eprintln!("sluice-client: TLS with {addr} failed: {e}");
-                        *refused_logged = true;
-                    }
-                    return None;
-                }
-            }
+            let tls = timeout(options.connect_timeout, connect)
+                .await
+                .map_err(|_| slow())?;
+            Stream::Tls(Box::new(tls.map_err(|e| format!("TLS failed: {e}"))?))
         }
     };
     if let Some(auth) = secure.auth.as_deref() {
@@ -440,16 +500,9 @@ async fn dial(
             Stream::Plain(s) => login(s, auth, options.connect_timeout).await,
             Stream::Tls(s) => login(s.as_mut(), auth, options.connect_timeout).await,
         };
-        if let Err(why) = logged_in {
-            if !*refused_logged {
-                eprintln!("sluice-client: {addr} refused AUTH: {why}");
-                *refused_logged = true;
-            }
-            return None;
-        }
-        *refused_logged = false;
+        logged_in.map_err(|why| format!("refused AUTH: {why}"))?;
     }
-    Some(stream)
+    Ok(stream)
 }
 
 /// Fails every request that arrives during `wait` with `Down`. `false` when every handle is gone.

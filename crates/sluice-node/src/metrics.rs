@@ -31,7 +31,7 @@
 //! - `sluice_commands_total{command}`, `sluice_commands_failed_total{command}`,
 //!   `sluice_commands_rejected_total{command}`.
 //! - `sluice_connected_clients`, `sluice_connections_received_total`,
-//!   `sluice_rejected_connections_total`.
+//!   `sluice_rejected_connections_total`, `sluice_tls_handshakes_refused_total`.
 //! - `sluice_keys`, `sluice_used_memory_bytes`, `sluice_maxmemory_bytes`,
 //!   `sluice_expired_keys_total`, `sluice_evicted_keys_total`, `sluice_rejected_keys_total`.
 //! - `sluice_replication_role{role}`, `sluice_connected_replicas`,
@@ -338,6 +338,11 @@ static FAMILIES: &[Family] = &[
         "Connections refused at maxclients",
         |r| one(Value::Counter(r.rejected_connections)),
     ),
+    counter(
+        "sluice_tls_handshakes_refused",
+        "TLS handshakes refused (a certificate not accepted, no protocol in common, an alert)",
+        |r| one(Value::Counter(r.tls_handshakes_refused)),
+    ),
     gauge("sluice_keys", "Live buckets and counters", |r| {
         one(Value::Gauge(r.keys))
     }),
@@ -483,6 +488,7 @@ struct Reading {
     clients: i64,
     connections_received: u64,
     rejected_connections: u64,
+    tls_handshakes_refused: u64,
     keys: i64,
     used_memory: i64,
     maxmemory: i64,
@@ -558,6 +564,7 @@ impl Reading {
             clients: shared.clients.len() as i64,
             connections_received: shared.stats.connections_received.load(Relaxed),
             rejected_connections: shared.stats.rejected_connections.load(Relaxed),
+            tls_handshakes_refused: crate::stats::TLS_HANDSHAKES_REFUSED.load(Relaxed),
             keys: clamp(shared.store.len(now) as u64),
             used_memory: clamp(shared.store.used_memory() as u64),
             maxmemory: clamp(shared.store.maxmemory() as u64),

@@ -51,6 +51,11 @@ pub const MAX_RULES: usize = 256;
 /// The algorithms, in the order of their counters (their declaration order: `algo as usize`).
 pub const ALGOS: [Algo; 6] = Algo::ALL;
 
+/// TLS handshakes the node refused, on any of its ports. A process-wide counter, not a field
+/// of [`Stats`]: it is counted where a session's bytes are driven (`wire`, `tls`), which hold
+/// no `Shared`, and one process is one node. Bumped on the failure path only.
+pub static TLS_HANDSHAKES_REFUSED: AtomicU64 = AtomicU64::new(0);
+
 /// What became of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -270,6 +275,8 @@ pub struct Stats {
     baseline: Mutex<Vec<CmdTotals>>,
     pub connections_received: AtomicU64,
     pub rejected_connections: AtomicU64,
+    /// CONFIG RESETSTAT's baseline of [`TLS_HANDSHAKES_REFUSED`].
+    tls_refused_base: AtomicU64,
     ops: Mutex<OpsSampler>,
 }
 
@@ -302,6 +309,7 @@ impl Stats {
             baseline: Mutex::new(vec![CmdTotals::default(); commands]),
             connections_received: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
+            tls_refused_base: AtomicU64::new(0),
             ops: Mutex::new(OpsSampler::default()),
         }
     }
@@ -491,6 +499,15 @@ impl Stats {
         *self.baseline.lock() = now;
         self.connections_received.store(0, Relaxed);
         self.rejected_connections.store(0, Relaxed);
+        self.tls_refused_base
+            .store(TLS_HANDSHAKES_REFUSED.load(Relaxed), Relaxed);
+    }
+
+    /// TLS handshakes refused since start or the last CONFIG RESETSTAT, as INFO shows them.
+    pub fn tls_handshakes_refused(&self) -> u64 {
+        TLS_HANDSHAKES_REFUSED
+            .load(Relaxed)
+            .saturating_sub(self.tls_refused_base.load(Relaxed))
     }
 
     /// Takes one sample of the command rate; called every 100 ms by one thread.

@@ -8,6 +8,10 @@
 //!
 //! `--tls-auth-clients` is Redis's: `yes` (the default) requires a client certificate signed by
 //! `--tls-ca-cert-file`, `optional` checks one if the client sends it, `no` asks for none.
+//!
+//! A handshake the node refuses (a certificate it does not accept, no protocol in common, an
+//! alert from the client) is logged at verbose with the peer and rustls's reason, and counted
+//! (`tls_handshakes_refused` in INFO's stats): [`refused`], on the failure path only.
 
 use std::io;
 use std::sync::Arc;
@@ -143,6 +147,13 @@ pub async fn loopback_pair() -> io::Result<(tokio::net::TcpStream, tokio::net::T
     Ok((near, far))
 }
 
+/// Notes one refused TLS handshake from `peer`: a verbose log line with rustls's reason, and
+/// [`crate::stats::TLS_HANDSHAKES_REFUSED`].
+pub fn refused(peer: &dyn std::fmt::Display, why: &dyn std::fmt::Display) {
+    crate::stats::TLS_HANDSHAKES_REFUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    sluice_log::verbose(&format!("TLS handshake refused from {peer}: {why}"));
+}
+
 /// How long a side port's client may take over its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -175,10 +186,14 @@ pub fn accept_tls(
             }
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
-                if let Ok(Ok(tls)) =
-                    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
-                {
-                    let _ = tx.send((tls, peer)).await;
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send((tls, peer)).await;
+                    }
+                    // tokio-rustls's word for rustls's own errors; a client that just went
+                    // away (EOF, reset) refused nothing.
+                    Ok(Err(e)) if e.kind() == io::ErrorKind::InvalidData => refused(&peer, &e),
+                    _ => {}
                 }
             });
         }

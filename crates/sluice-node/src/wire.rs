@@ -54,8 +54,14 @@ impl Wire {
         let state = match tls.process_new_packets() {
             Ok(state) => state,
             Err(e) => {
-                // The alert rustls queued tells the client why.
+                // The alert rustls queued tells the client why; the log tells the operator.
                 let _ = tls.write_tls(&mut Sock(stream));
+                if tls.is_handshaking() {
+                    match stream.peer_addr() {
+                        Ok(peer) => crate::tls::refused(&peer, &e),
+                        Err(_) => crate::tls::refused(&"an unknown peer", &e),
+                    }
+                }
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
         };

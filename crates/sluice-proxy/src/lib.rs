@@ -11,7 +11,7 @@
 //!              [--requirepass PASS] [--http-port P] [--client-query-buffer-limit 64mb]
 //!              [--upstream-user USER] [--upstream-password PASS | --upstream-password-file FILE]
 //!              [--upstream-tls-ca-cert-file CA [--upstream-tls-cert-file CRT --upstream-tls-key-file KEY]]
-//!              [--sentinel-tls yes]
+//!              [--sentinel-tls yes] [--require-upstream]
 //!              [--supervised no|systemd|auto] [--pidfile FILE]
 //! ```
 //! One upstream is a single node; several are the seeds of a cluster. Commands: `RL.CHECK` (with
@@ -91,6 +91,11 @@ pub struct ProxyConfig {
     /// certificates, which it needs. `no` (the default): plain, even when the nodes are TLS.
     #[arg(long = "sentinel-tls", default_value = "no", value_parser = ["yes", "no"], requires_all = ["sentinel", "upstream_tls_ca_cert_file"])]
     pub sentinel_tls: String,
+    /// Refuse to start (exit 1) when no upstream can be reached within 5 seconds. Without it
+    /// the sidecar starts anyway, logs the upstream it cannot reach, and checks get their fail
+    /// mode until it answers.
+    #[arg(long = "require-upstream")]
+    pub require_upstream: bool,
     /// Deadline of one check, in milliseconds.
     #[arg(long, default_value_t = 20)]
     pub timeout_ms: u64,
@@ -271,6 +276,28 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
         None => None,
     };
     let client = Client::connect(client_config).await;
+    if config.require_upstream
+        && !client
+            .wait_reachable(tokio::time::Instant::now() + REQUIRE_UPSTREAM_WAIT)
+            .await
+    {
+        let topology = client.config().topology.to_string();
+        let tried: Vec<String> = client
+            .upstreams()
+            .iter()
+            .map(|u| u.addr.to_string())
+            .filter(|a| *a != topology)
+            .collect();
+        let tried = if tried.is_empty() {
+            String::new()
+        } else {
+            format!("; nodes tried: {}", tried.join(", "))
+        };
+        return Err(format!(
+            "--require-upstream: no upstream answered within {} s (upstream {topology}{tried}); not starting",
+            REQUIRE_UPSTREAM_WAIT.as_secs()
+        ));
+    }
     let rules = rules::start(&client);
     let state = Arc::new(Proxy {
         client,
@@ -381,6 +408,9 @@ pub(crate) struct Proxy {
     /// Fail mode `local`'s leases (RL.ACQUIRE when the node cannot answer).
     leases: Arc<sluice_client::LocalLeases>,
 }
+
+/// How long `--require-upstream` waits at start for an upstream to answer.
+const REQUIRE_UPSTREAM_WAIT: Duration = Duration::from_secs(5);
 
 const NOT_A_PROXY: &str = "this is sluice proxy, a rate-limit sidecar, not a general Redis proxy: it answers RL.CHECK, RL.HIT, RL.HITS, RL.RULE GET|LIST|HISTORY, RL.ACQUIRE, RL.RELEASE, RL.RENEW, RL.SETTLE, CL.THROTTLE, GCRA, RL.WHERE, INFO and the connection commands (HELLO, AUTH, CLIENT, SELECT 0, READONLY, PING, ECHO, COMMAND, CONFIG GET, QUIT, RESET)";
 
@@ -610,13 +640,20 @@ impl Proxy {
         );
         s.push_str("\r\n# Upstreams\r\n");
         for (i, u) in c.upstreams().iter().enumerate() {
+            let state = match u.reachable {
+                Some(true) => "up",
+                Some(false) => "down",
+                None => "unknown",
+            };
             let _ = write!(
                 s,
-                "upstream{i}:addr={},breaker={},answered={},failed={}\r\n",
+                "upstream{i}:addr={},breaker={},answered={},failed={},state={state},went_down={},came_back={}\r\n",
                 u.addr,
                 u.breaker.name(),
                 u.answered,
-                u.failed
+                u.failed,
+                u.went_down,
+                u.came_back
             );
         }
         s.push_str("\r\n# Decisions\r\n");

@@ -5,7 +5,10 @@
 //! `sluice_proxy_decisions_total{source}` (who decided: the node or a fail mode),
 //! `sluice_proxy_node_calls_total`, `sluice_proxy_upstream_answered_total{upstream}`,
 //! `sluice_proxy_upstream_failed_total{upstream}`, `sluice_proxy_upstream_breaker{upstream,state}`
-//! (1 for the breaker's current state) and `sluice_proxy_local_keys{map}`.
+//! (1 for the breaker's current state), `sluice_proxy_upstream_up{upstream}` (1 if its last
+//! dial reached it), `sluice_proxy_upstream_down_total{upstream}` and
+//! `sluice_proxy_upstream_back_total{upstream}` (its changes of state) and
+//! `sluice_proxy_local_keys{map}`.
 //!
 //! With `--requirepass`, a scrape needs the sidecar's password as its HTTP front does
 //! ([`sluice_http::authorized`]: `Bearer <password>` or Basic `default:<password>`). Label
@@ -107,7 +110,7 @@ fn render(p: &Proxy) -> String {
     );
     let _ = writeln!(s, "sluice_proxy_node_calls_total {}", c.node_calls());
     let upstreams = c.upstreams();
-    let counts: [(&str, &str, UpstreamCount); 2] = [
+    let counts: [(&str, &str, UpstreamCount); 4] = [
         (
             "sluice_proxy_upstream_answered_total",
             "Calls each upstream answered.",
@@ -117,6 +120,16 @@ fn render(p: &Proxy) -> String {
             "sluice_proxy_upstream_failed_total",
             "Calls to each upstream that failed or timed out.",
             |u| u.failed,
+        ),
+        (
+            "sluice_proxy_upstream_down_total",
+            "Times each upstream became unreachable (its first failed dial counts).",
+            |u| u.went_down,
+        ),
+        (
+            "sluice_proxy_upstream_back_total",
+            "Times each upstream was reached again after being unreachable.",
+            |u| u.came_back,
         ),
     ];
     for (name, help, count) in counts {
@@ -137,6 +150,20 @@ fn render(p: &Proxy) -> String {
             "sluice_proxy_upstream_breaker{{upstream=\"{}\",state=\"{}\"}} 1",
             label(&u.addr),
             u.breaker.name()
+        );
+    }
+    family(
+        &mut s,
+        "sluice_proxy_upstream_up",
+        "gauge",
+        "1 if the last dial of each upstream reached it, else 0.",
+    );
+    for u in &upstreams {
+        let _ = writeln!(
+            s,
+            "sluice_proxy_upstream_up{{upstream=\"{}\"}} {}",
+            label(&u.addr),
+            u8::from(u.reachable == Some(true))
         );
     }
     let (local, blocked, approx) = c.local_keys();

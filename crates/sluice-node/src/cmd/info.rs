@@ -320,7 +320,7 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
         }
         "stats" => write!(
             t,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\nrejected_connections:{}\r\nsync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nrejected_keys:{}\r\npubsub_channels:{}\r\ntotal_error_replies:{}\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\nrejected_connections:{}\r\nsync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nrejected_keys:{}\r\npubsub_channels:{}\r\ntotal_error_replies:{}\r\ntls_handshakes_refused:{}\r\n",
             shared.stats.connections_received.load(Relaxed),
             shared.stats.total_commands(),
             shared.stats.instantaneous_ops_per_sec(),
@@ -333,6 +333,7 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             shared.store.rejected_total(),
             shared.pubsub.channel_count(),
             shared.errors.total(),
+            shared.stats.tls_handshakes_refused(),
         ),
         "persistence" => {
             let p = &shared.persist;
