@@ -26,6 +26,22 @@ pub struct Sluice {
     log: Arc<Mutex<String>>,
 }
 
+/// Runs `sluice FILE` with `text` written to `dir/name` as its config file, to a refusal:
+/// its exit code and stderr.
+pub fn refused_config(dir: &TempDir, name: &str, text: &str) -> (Option<i32>, String) {
+    let conf = dir.path().join(name);
+    std::fs::write(&conf, text).unwrap();
+    let out = std::process::Command::new(binary())
+        .arg(&conf)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Path of the `sluice` binary under test.
 pub fn binary() -> PathBuf {
     if let Some(p) = std::env::var_os("SLUICE_BIN") {

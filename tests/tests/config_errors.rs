@@ -2,21 +2,11 @@
 //! line that names the file, the line number and the directive, and keeps clap's suggestion
 //! for a mistyped name (issue 41, item 7).
 
-use std::process::{Command, Stdio};
-
-use sluice_tests::{TempDir, binary};
+use sluice_tests::{TempDir, refused_config};
 
 /// Starts `sluice FILE` with `text` as the file; its exit code and stderr.
 fn refused(dir: &TempDir, text: &str) -> (Option<i32>, String) {
-    let conf = dir.path().join("sluice.conf");
-    std::fs::write(&conf, text).unwrap();
-    let out = Command::new(binary())
-        .arg(&conf)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code(), stderr)
+    refused_config(dir, "sluice.conf", text)
 }
 
 #[test]

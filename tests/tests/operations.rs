@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use sluice_tests::{
     RedisSentinel, Sluice, TempDir, binary, free_port, have_tool, http_get, read_to_close,
-    rl_check, try_connect, wait_until,
+    refused_config, rl_check, try_connect, wait_until,
 };
 
 fn config_get(c: &mut redis::Connection, name: &str) -> String {
@@ -168,15 +168,8 @@ fn bad_config_files_are_refused_with_the_line() {
         ("nosuchsetting 1\n", "nosuchsetting"),
         ("maxmemory lots\n", "lots"),
     ] {
-        let conf = dir.path().join("bad.conf");
-        std::fs::write(&conf, text).unwrap();
-        let out = Command::new(binary())
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{text:?} was accepted");
+        let (code, stderr) = refused_config(&dir, "bad.conf", text);
+        assert!(code != Some(0), "{text:?} was accepted");
         assert!(stderr.contains(needle), "{text:?}: {stderr}");
     }
     let missing = Command::new(binary())
