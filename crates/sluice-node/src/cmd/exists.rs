@@ -1,4 +1,6 @@
-//! `EXISTS key [key ...]` — how many of the keys exist (a key named twice counts twice).
+//! `EXISTS key [key ...]` — how many of the keys exist (a key named twice counts twice); also
+//! `TOUCH key [key ...]`, which answers the same (no access clock is kept, so nothing else
+//! changes).
 
 use sluice_resp::ArgIter;
 use sluice_resp::reply;

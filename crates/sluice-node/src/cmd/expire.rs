@@ -95,51 +95,28 @@ fn apply(
     Ok(())
 }
 
+/// EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT: an amount in milliseconds or seconds, from now or
+/// from the Unix epoch.
 #[derive(Debug)]
-pub struct Expire<'a>(ExpireArgs<'a>);
+pub struct ExpireOf<'a, const MILLIS: bool, const RELATIVE: bool>(ExpireArgs<'a>);
 
-impl<'a> Command<'a> for Expire<'a> {
+pub type Expire<'a> = ExpireOf<'a, false, true>;
+pub type PExpire<'a> = ExpireOf<'a, true, true>;
+pub type ExpireAt<'a> = ExpireOf<'a, false, false>;
+pub type PExpireAt<'a> = ExpireOf<'a, true, false>;
+
+impl<'a, const MILLIS: bool, const RELATIVE: bool> Command<'a> for ExpireOf<'a, MILLIS, RELATIVE> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        parse(args).map(Expire)
+        parse(args).map(ExpireOf)
     }
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        apply(self.0, 1000, true, "expire", ctx)
-    }
-}
-
-#[derive(Debug)]
-pub struct PExpire<'a>(ExpireArgs<'a>);
-
-impl<'a> Command<'a> for PExpire<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        parse(args).map(PExpire)
-    }
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        apply(self.0, 1, true, "pexpire", ctx)
-    }
-}
-
-#[derive(Debug)]
-pub struct ExpireAt<'a>(ExpireArgs<'a>);
-
-impl<'a> Command<'a> for ExpireAt<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        parse(args).map(ExpireAt)
-    }
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        apply(self.0, 1000, false, "expireat", ctx)
-    }
-}
-
-#[derive(Debug)]
-pub struct PExpireAt<'a>(ExpireArgs<'a>);
-
-impl<'a> Command<'a> for PExpireAt<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        parse(args).map(PExpireAt)
-    }
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        apply(self.0, 1, false, "pexpireat", ctx)
+        let (unit_ms, name) = match (MILLIS, RELATIVE) {
+            (false, true) => (1000, "expire"),
+            (true, true) => (1, "pexpire"),
+            (false, false) => (1000, "expireat"),
+            (true, false) => (1, "pexpireat"),
+        };
+        apply(self.0, unit_ms, RELATIVE, name, ctx)
     }
 }
 

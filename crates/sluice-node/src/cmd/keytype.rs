@@ -1,8 +1,6 @@
 //! `TYPE key` — `string`, `none` if missing, and `ratelimit` for a limiter's key (as a module's
-//! type answers its own name); `PERSIST key` — 1 if a timeout was removed; `TOUCH key [key ...]`
-//! — how many of the keys exist (no access clock is kept, so nothing else changes).
+//! type answers its own name); `PERSIST key` — 1 if a timeout was removed.
 
-use sluice_resp::ArgIter;
 use sluice_resp::reply;
 use sluice_store::Kind;
 
@@ -38,22 +36,6 @@ impl<'a> Command<'a> for Persist<'a> {
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let removed = ctx.shared.store.persist(self.0, ctx.now);
         reply::integer(ctx.out, i64::from(removed));
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
-pub struct Touch<'a>(ArgIter<'a>);
-
-impl<'a> Command<'a> for Touch<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(Touch(args.rest()))
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let store = &ctx.shared.store;
-        let found = self.0.filter(|k| store.exists(k, ctx.now)).count();
-        reply::integer(ctx.out, found as i64);
         Ok(())
     }
 }

@@ -955,7 +955,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "3.2.1",
         "Returns the number of existing keys out of those specified after updating the time they were last accessed.",
         "key [key ...]",
-        keytype::Touch
+        exists::Exists
     ),
     spec!(
         "ttl",

@@ -25,58 +25,23 @@ fn reply_ttl(ctx: &mut Ctx<'_>, key: &[u8], millis: bool, absolute: bool) {
     reply::integer(ctx.out, answer);
 }
 
+/// TTL, PTTL, EXPIRETIME and PEXPIRETIME: in milliseconds or seconds, as the time left or as a
+/// Unix time.
 #[derive(Debug)]
-pub struct Ttl<'a>(&'a [u8]);
+pub struct TtlOf<'a, const MILLIS: bool, const ABSOLUTE: bool>(&'a [u8]);
 
-impl<'a> Command<'a> for Ttl<'a> {
+pub type Ttl<'a> = TtlOf<'a, false, false>;
+pub type PTtl<'a> = TtlOf<'a, true, false>;
+pub type ExpireTime<'a> = TtlOf<'a, false, true>;
+pub type PExpireTime<'a> = TtlOf<'a, true, true>;
+
+impl<'a, const MILLIS: bool, const ABSOLUTE: bool> Command<'a> for TtlOf<'a, MILLIS, ABSOLUTE> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(Ttl(args.key()?))
+        Ok(TtlOf(args.key()?))
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        reply_ttl(ctx, self.0, false, false);
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
-pub struct PTtl<'a>(&'a [u8]);
-
-impl<'a> Command<'a> for PTtl<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(PTtl(args.key()?))
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        reply_ttl(ctx, self.0, true, false);
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
-pub struct ExpireTime<'a>(&'a [u8]);
-
-impl<'a> Command<'a> for ExpireTime<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(ExpireTime(args.key()?))
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        reply_ttl(ctx, self.0, false, true);
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
-pub struct PExpireTime<'a>(&'a [u8]);
-
-impl<'a> Command<'a> for PExpireTime<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(PExpireTime(args.key()?))
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        reply_ttl(ctx, self.0, true, true);
+        reply_ttl(ctx, self.0, MILLIS, ABSOLUTE);
         Ok(())
     }
 }
