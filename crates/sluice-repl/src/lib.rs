@@ -26,9 +26,10 @@ pub use snapshot::{SnapshotReader, SnapshotWriter};
 
 /// The version of the record and snapshot encoding. A replica announces the versions it reads
 /// with `REPLCONF capa sluice-v<N>`; a snapshot names its version in its header.
-pub const FORMAT_VERSION: u16 = 3;
+pub const FORMAT_VERSION: u16 = 4;
 
-/// The oldest snapshot version this build reads: version 3 only added the TIME record.
+/// The oldest snapshot version this build reads: version 3 only added the TIME record, version
+/// 4 the DATA record.
 pub const OLDEST_READ_VERSION: u16 = 2;
 
 /// The `REPLCONF capa` word a replica of this version sends, and a primary of this version

@@ -17,6 +17,13 @@
 //! ORIGIN  := op=9 offset:u64 replid                       a snapshot on disk saved by a primary
 //!                                                         (version 3): its stream's id and end,
 //!                                                         after the entries; replid: the rest
+//! DATA    := op=10 keylen:varint key deadline:delta kind:u8 body
+//!                                                         a collection's whole state (version 4):
+//!                                                         kind 1 list, 2 hash, 3 set, 4 sorted
+//!                                                         set; body (the rest): its entries as
+//!                                                         LEB128-length-prefixed strings (a
+//!                                                         hash's field, value pairs; a sorted
+//!                                                         set's member, score:f64 pairs)
 //! state   := tag:u8 payload
 //!   TOKEN=1, GCRA=2, LEAKY=6: tat:u64
 //!   SLIDING=3: start:u64 prev:u32 curr:u32
@@ -59,6 +66,7 @@ const OP_GETACK: u8 = 6;
 const OP_OFFSET: u8 = 7;
 const OP_TIME: u8 = 8;
 const OP_ORIGIN: u8 = 9;
+const OP_DATA: u8 = 10;
 /// Used only by snapshots: the trailer (see `snapshot`).
 pub(crate) const OP_END: u8 = 0x7f;
 
@@ -87,6 +95,14 @@ pub enum Record<'a> {
         key: &'a [u8],
         deadline: Nanos,
         value: &'a [u8],
+    },
+    /// `key` holds a collection of `kind` (see the format) with these entries until
+    /// `deadline`.
+    Data {
+        key: &'a [u8],
+        deadline: Nanos,
+        kind: u8,
+        body: &'a [u8],
     },
     /// `key` is gone (DEL, eviction, a check that left it fresh).
     Del { key: &'a [u8] },
@@ -320,6 +336,22 @@ pub fn encode_counter(out: &mut Vec<u8>, key: &[u8], deadline: Nanos, value: &[u
     end(out, at);
 }
 
+/// Appends a DATA frame; `body` writes the collection's entries.
+pub fn encode_data(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    deadline: Nanos,
+    kind: u8,
+    body: impl FnOnce(&mut Vec<u8>),
+) {
+    let at = begin(out, OP_DATA);
+    put_key(out, key);
+    put_varint(out, delta(deadline, Nanos(0)));
+    out.push(kind);
+    body(out);
+    end(out, at);
+}
+
 /// Appends a DEL frame.
 pub fn encode_del(out: &mut Vec<u8>, key: &[u8]) {
     let at = begin(out, OP_DEL);
@@ -346,6 +378,12 @@ impl Record<'_> {
                 deadline,
                 value,
             } => encode_counter(out, key, *deadline, value),
+            Record::Data {
+                key,
+                deadline,
+                kind,
+                body,
+            } => encode_data(out, key, *deadline, *kind, |out| out.extend_from_slice(body)),
             Record::Del { key } => encode_del(out, key),
             Record::Flush => encode_bare(out, OP_FLUSH),
             Record::Ping => encode_bare(out, OP_PING),
@@ -394,7 +432,29 @@ impl Record<'_> {
                 deadline: deadline.shifted(by),
                 value,
             },
+            Record::Data {
+                key,
+                deadline,
+                kind,
+                body,
+            } => Record::Data {
+                key,
+                deadline: deadline.shifted(by),
+                kind,
+                body,
+            },
             other => other,
+        }
+    }
+
+    /// The key a record writes (LIMITER, COUNTER, DATA, DEL), if it writes one.
+    pub fn key(&self) -> Option<&[u8]> {
+        match self {
+            Record::Limiter { key, .. }
+            | Record::Counter { key, .. }
+            | Record::Data { key, .. }
+            | Record::Del { key } => Some(key),
+            _ => None,
         }
     }
 
@@ -454,6 +514,17 @@ fn decode_body(op: u8, body: &[u8]) -> Result<Record<'_>, DecodeError> {
                 key,
                 deadline,
                 value,
+            }
+        }
+        OP_DATA => {
+            let key = r.key()?;
+            let deadline = undelta(r.varint()?, Nanos(0));
+            let kind = r.u8()?;
+            Record::Data {
+                key,
+                deadline,
+                kind,
+                body: r.rest(),
             }
         }
         OP_DEL => Record::Del { key: r.rest() },

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! snapshot := "SLUICESNAP" version:u16 frame* trailer
-//! frame    := a LIMITER or COUNTER record (see `record`); since version 3 a TIME record first
+//! frame    := a LIMITER, COUNTER or (version 4) DATA record (see `record`); since version 3 a TIME record first
 //!             and, from a primary, an ORIGIN record last
 //! trailer  := len=13 op=0x7f count:u64 crc32:u32    count of frames; CRC-32 of every byte before the trailer
 //! ```
@@ -63,6 +63,18 @@ impl SnapshotWriter {
 
     pub fn counter(&mut self, key: &[u8], deadline: Nanos, value: &[u8]) {
         record::encode_counter(&mut self.out, key, deadline, value);
+        self.count += 1;
+    }
+
+    /// A collection of `kind` (see `record`'s DATA); `body` writes its entries.
+    pub fn data(
+        &mut self,
+        key: &[u8],
+        deadline: Nanos,
+        kind: u8,
+        body: impl FnOnce(&mut Vec<u8>),
+    ) {
+        record::encode_data(&mut self.out, key, deadline, kind, body);
         self.count += 1;
     }
 

@@ -8,13 +8,21 @@
 use bytes::Bytes;
 use sluice_core::State;
 
-/// What a key holds: a rate limiter's state or a plain-string counter. A key is one or the other;
-/// the other kind of command answers `WRONGTYPE`. 24 bytes: the discriminant lives in a spare
-/// value of `State`'s own tag, which is why `Counter` is kept to 16 bytes.
+use crate::Kind;
+use crate::types::{Hash, List, Set, ZSet};
+
+/// What a key holds: a rate limiter's state, a plain-string counter or a collection. A key is
+/// one of them; another kind of command answers `WRONGTYPE`. 24 bytes: the discriminant lives
+/// in a spare value of `State`'s own tag, which is why `Counter` and the collections are kept
+/// to 16 bytes.
 #[derive(Debug)]
 pub enum Value {
     Limiter(State),
     Counter(Counter),
+    List(List),
+    Hash(Hash),
+    Set(Set),
+    ZSet(ZSet),
 }
 
 impl Value {
@@ -22,7 +30,47 @@ impl Value {
         match self {
             Value::Limiter(s) => s.heap_bytes(),
             Value::Counter(c) => c.heap_bytes(),
+            Value::List(l) => l.heap_bytes(),
+            Value::Hash(h) => h.heap_bytes(),
+            Value::Set(s) => s.heap_bytes(),
+            Value::ZSet(z) => z.heap_bytes(),
         }
+    }
+
+    /// What the value is, as `TYPE` names it.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Value::Limiter(_) => Kind::Limiter,
+            Value::Counter(_) => Kind::String,
+            Value::List(_) => Kind::List,
+            Value::Hash(_) => Kind::Hash,
+            Value::Set(_) => Kind::Set,
+            Value::ZSet(_) => Kind::ZSet,
+        }
+    }
+
+    /// A collection's replication and snapshot form (see `types`), `None` for a limiter or a
+    /// string, which have records of their own.
+    pub fn encode_collection(&self, out: &mut Vec<u8>) -> Option<Kind> {
+        match self {
+            Value::Limiter(_) | Value::Counter(_) => return None,
+            Value::List(l) => l.encode(out),
+            Value::Hash(h) => h.encode(out),
+            Value::Set(s) => s.encode(out),
+            Value::ZSet(z) => z.encode(out),
+        }
+        Some(self.kind())
+    }
+
+    /// A collection from its replication form; `None` if the bytes are not one.
+    pub fn decode_collection(kind: Kind, body: &[u8]) -> Option<Value> {
+        Some(match kind {
+            Kind::List => Value::List(List::decode(body)?),
+            Kind::Hash => Value::Hash(Hash::decode(body)?),
+            Kind::Set => Value::Set(Set::decode(body)?),
+            Kind::ZSet => Value::ZSet(ZSet::decode(body)?),
+            Kind::String | Kind::Limiter => return None,
+        })
     }
 
     /// Moves a limiter's state out for the algorithms to work on as an `Option<State>`, leaving
@@ -119,7 +167,16 @@ mod tests {
     #[test]
     fn layout() {
         assert_eq!(size_of::<Counter>(), 16);
-        // The counter hides in `State`'s niche: a value is no bigger than a state.
+        // The counter and the collections hide in `State`'s niche: a value is no bigger than a
+        // state.
+        for size in [
+            size_of::<List>(),
+            size_of::<Hash>(),
+            size_of::<Set>(),
+            size_of::<ZSet>(),
+        ] {
+            assert_eq!(size, 16);
+        }
         assert_eq!(size_of::<Value>(), size_of::<State>().max(16));
         assert_eq!(size_of::<Value>(), 24);
     }

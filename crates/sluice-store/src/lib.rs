@@ -44,6 +44,7 @@ mod journal;
 mod key;
 mod shard;
 mod table;
+pub mod types;
 mod wheel;
 
 use std::fmt;
@@ -55,7 +56,8 @@ use parking_lot::{Mutex, MutexGuard};
 use sluice_core::{Algo, CheckError, Decision, Nanos, Params, State};
 use sluice_repl::{Record, SnapshotWriter};
 
-use crate::entry::{Counter, Value};
+pub use crate::entry::Value;
+use crate::entry::Counter;
 
 use crate::shard::{KeyHash, Limits, Shard};
 
@@ -194,6 +196,45 @@ pub enum StrWrite<'a> {
     Delete,
 }
 
+/// A collection type a key may hold, as [`Store::read`] and [`Store::edit`] take it.
+pub trait Collection: Default + Sized {
+    const KIND: Kind;
+    fn of(value: &Value) -> Option<&Self>;
+    fn of_mut(value: &mut Value) -> Option<&mut Self>;
+    fn into_value(self) -> Value;
+    fn is_empty(&self) -> bool;
+}
+
+macro_rules! collection {
+    ($t:ty, $variant:ident) => {
+        impl Collection for $t {
+            const KIND: Kind = Kind::$variant;
+            fn of(value: &Value) -> Option<&Self> {
+                match value {
+                    Value::$variant(t) => Some(t),
+                    _ => None,
+                }
+            }
+            fn of_mut(value: &mut Value) -> Option<&mut Self> {
+                match value {
+                    Value::$variant(t) => Some(t),
+                    _ => None,
+                }
+            }
+            fn into_value(self) -> Value {
+                Value::$variant(self)
+            }
+            fn is_empty(&self) -> bool {
+                <$t>::is_empty(self)
+            }
+        }
+    };
+}
+collection!(types::List, List);
+collection!(types::Hash, Hash);
+collection!(types::Set, Set);
+collection!(types::ZSet, ZSet);
+
 /// What a key holds, as `TYPE` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -201,6 +242,45 @@ pub enum Kind {
     String,
     /// A rate limiter's state (`RL.CHECK` and the other limiter commands).
     Limiter,
+    List,
+    Hash,
+    Set,
+    ZSet,
+}
+
+impl Kind {
+    /// The name `TYPE` answers (`ratelimit` for a limiter, which Redis has no name for).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::String => "string",
+            Kind::Limiter => "ratelimit",
+            Kind::List => "list",
+            Kind::Hash => "hash",
+            Kind::Set => "set",
+            Kind::ZSet => "zset",
+        }
+    }
+
+    /// The byte a DATA record carries for this kind (`None` for a limiter or a string).
+    pub fn code(self) -> Option<u8> {
+        match self {
+            Kind::List => Some(1),
+            Kind::Hash => Some(2),
+            Kind::Set => Some(3),
+            Kind::ZSet => Some(4),
+            Kind::String | Kind::Limiter => None,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<Kind> {
+        Some(match code {
+            1 => Kind::List,
+            2 => Kind::Hash,
+            3 => Kind::Set,
+            4 => Kind::ZSet,
+            _ => return None,
+        })
+    }
 }
 
 /// What `TTL`/`PTTL` reports (Redis: -2, -1, or the time left).
@@ -661,6 +741,36 @@ impl Store {
         shard.lock().string(h, key, now, limits, f)
     }
 
+    /// Reads a collection: `f` sees it, or `None` for a missing key; `WrongType` (before `f`
+    /// runs) if the key holds anything else.
+    pub fn read<T: Collection, R>(
+        &self,
+        key: &[u8],
+        now: Nanos,
+        f: impl FnOnce(Option<&T>) -> R,
+    ) -> Result<R, StoreError> {
+        let (h, shard) = self.route(key);
+        shard.lock().read(h, key, now, f)
+    }
+
+    /// Changes a collection under its shard's lock: `f` edits it and says whether it changed
+    /// (a change is journaled, so replicas follow). A missing key is `Ok(None)` without `f`
+    /// unless `create`, when `f` edits an empty one, stored if it is left non-empty (with no
+    /// TTL; it may be refused with `OutOfMemory`). A collection `f` leaves empty is deleted,
+    /// as Redis deletes it. `WrongType` (before `f` runs) if the key holds anything else. The
+    /// key keeps its TTL.
+    pub fn edit<T: Collection, R>(
+        &self,
+        key: &[u8],
+        now: Nanos,
+        create: bool,
+        f: impl FnOnce(&mut T) -> (R, bool),
+    ) -> Result<Option<R>, StoreError> {
+        let limits = self.limits();
+        let (h, shard) = self.route(key);
+        shard.lock().edit(h, key, now, limits, create, f)
+    }
+
     /// `TYPE`: what the key holds, `None` if missing.
     pub fn kind(&self, key: &[u8], now: Nanos) -> Option<Kind> {
         let (h, shard) = self.route(key);
@@ -793,6 +903,12 @@ impl Store {
                 Visit::Entry(key, deadline, Value::Counter(c)) => {
                     w.counter(key, deadline, c.as_bytes(&mut itoa::Buffer::new()))
                 }
+                Visit::Entry(key, deadline, collection) => {
+                    let kind = collection.kind().code().expect("a collection has a DATA code");
+                    w.data(key, deadline, kind, |out| {
+                        collection.encode_collection(out);
+                    })
+                }
             }
             true
         });
@@ -914,6 +1030,22 @@ impl Store {
                 let (h, shard) = self.route(key);
                 let value = Value::Counter(Counter::from_bytes(value));
                 shard.lock().put_value(h, key, value, deadline, now);
+            }
+            Record::Data {
+                key,
+                deadline,
+                kind,
+                body,
+            } => {
+                let (h, shard) = self.route(key);
+                match Kind::from_code(kind).and_then(|k| Value::decode_collection(k, body)) {
+                    Some(value) => shard.lock().put_value(h, key, value, deadline, now),
+                    // Bytes no collection is made of: the key goes rather than keep a state
+                    // the primary no longer has.
+                    None => {
+                        shard.lock().del(h, key, now);
+                    }
+                }
             }
             Record::Del { key } => {
                 self.del(key, now);

@@ -22,7 +22,7 @@ use crate::journal::Journal;
 use crate::key::Probe;
 use crate::table::{Growth, Table};
 use crate::wheel::{NOT_FILED, SlotId, Wheel, tick_floor};
-use crate::{EvictionPolicy, Kind, SetCond, SetTtl, StoreError, StrWrite, Ttl};
+use crate::{Collection, EvictionPolicy, Kind, SetCond, SetTtl, StoreError, StrWrite, Ttl};
 
 /// Hashes a key. The store uses one fixed-seed foldhash; tests inject colliding hashers.
 pub trait KeyHash {
@@ -419,10 +419,66 @@ impl<H: KeyHash> Shard<H> {
 
     pub fn kind(&mut self, h: u64, key: &[u8], now: Nanos) -> Option<Kind> {
         let i = self.find_live(h as u32, &Probe::new(key), now)?;
-        Some(match self.table.counter(i) {
-            Some(_) => Kind::String,
-            None => Kind::Limiter,
-        })
+        Some(self.table.with_value(i, Value::kind))
+    }
+
+    /// [`crate::Store::read`] under this shard's lock.
+    pub fn read<T: Collection, R>(
+        &mut self,
+        h: u64,
+        key: &[u8],
+        now: Nanos,
+        f: impl FnOnce(Option<&T>) -> R,
+    ) -> Result<R, StoreError> {
+        match self.find_live(h as u32, &Probe::new(key), now) {
+            None => Ok(f(None)),
+            Some(i) => self
+                .table
+                .with_value(i, |v| T::of(v).map(|t| f(Some(t))))
+                .ok_or(StoreError::WrongType),
+        }
+    }
+
+    /// [`crate::Store::edit`] under this shard's lock.
+    #[allow(clippy::too_many_arguments)] // The edit's own arguments, plus where and when.
+    pub fn edit<T: Collection, R>(
+        &mut self,
+        h: u64,
+        key: &[u8],
+        now: Nanos,
+        limits: Limits,
+        create: bool,
+        f: impl FnOnce(&mut T) -> (R, bool),
+    ) -> Result<Option<R>, StoreError> {
+        let h = h as u32;
+        let probe = Probe::new(key);
+        let Some(i) = self.find_live(h, &probe, now) else {
+            if !create {
+                return Ok(None);
+            }
+            let mut fresh = T::default();
+            let (result, _) = f(&mut fresh);
+            if !fresh.is_empty() {
+                self.insert(h, &probe, fresh.into_value(), Nanos::MAX, now, limits)?;
+            }
+            return Ok(Some(result));
+        };
+        if self.table.with_value(i, Value::kind) != T::KIND {
+            return Err(StoreError::WrongType);
+        }
+        let deadline = self.table.deadline(i);
+        let mut value = self.table.take_value(i);
+        let t = T::of_mut(&mut value).expect("the kind was checked");
+        let (result, changed) = f(t);
+        if t.is_empty() {
+            self.remove_noted(i);
+        } else if changed {
+            self.put(h, i, value, deadline);
+        } else {
+            let filed = self.table.filed(i);
+            self.table.put(i, value, deadline, filed);
+        }
+        Ok(Some(result))
     }
 
     pub fn persist(&mut self, h: u64, key: &[u8], now: Nanos) -> bool {

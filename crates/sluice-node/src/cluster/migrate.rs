@@ -195,7 +195,8 @@ async fn import(
     let mut entries = 0u64;
     for rec in reader.iter() {
         let rec = rec.map_err(|e| format!("snapshot refused: {e}"))?;
-        if let Record::Limiter { key, .. } | Record::Counter { key, .. } = &rec
+        if let Some(key) = rec.key()
+            && !matches!(rec, Record::Del { .. })
             && !in_ranges(key)
         {
             return Err("the source sent a key outside the requested slots".into());

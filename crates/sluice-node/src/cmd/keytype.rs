@@ -15,11 +15,7 @@ impl<'a> Command<'a> for Type<'a> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let name = match ctx.shared.store.kind(self.0, ctx.now) {
-            None => "none",
-            Some(Kind::String) => "string",
-            Some(Kind::Limiter) => "ratelimit",
-        };
+        let name = ctx.shared.store.kind(self.0, ctx.now).map_or("none", Kind::name);
         reply::simple(ctx.out, name);
         Ok(())
     }

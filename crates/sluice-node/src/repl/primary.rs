@@ -240,12 +240,10 @@ fn ack_offset(request: &Request) -> Option<u64> {
 fn filter_chunk(chunk: &[u8], filter: &super::SlotFilter, out: &mut Vec<u8>) {
     let mut rest = chunk;
     while let Ok(Some((rec, used))) = record::decode(rest) {
-        let keep = match &rec {
-            Record::Limiter { key, .. } | Record::Counter { key, .. } | Record::Del { key } => {
-                filter[usize::from(sluice_cluster::key_slot(key))]
-            }
-            Record::Ping | Record::GetAck => true,
-            Record::Flush | Record::Offset(_) | Record::Time(_) | Record::Origin { .. } => false,
+        let keep = match (&rec, rec.key()) {
+            (_, Some(key)) => filter[usize::from(sluice_cluster::key_slot(key))],
+            (Record::Ping | Record::GetAck, None) => true,
+            (_, None) => false,
         };
         if keep {
             out.extend_from_slice(&rest[..used]);
