@@ -19,6 +19,11 @@ pub mod category {
     pub const SLOW: Category = 1 << 6;
     pub const STRING: Category = 1 << 7;
     pub const KEYSPACE: Category = 1 << 8;
+    pub const LIST: Category = 1 << 9;
+    pub const HASH: Category = 1 << 10;
+    pub const SET: Category = 1 << 11;
+    pub const SORTEDSET: Category = 1 << 12;
+    pub const BLOCKING: Category = 1 << 13;
 }
 
 use category::*;
@@ -35,10 +40,15 @@ pub const CATEGORIES: &[(&str, Category)] = &[
     ("slow", SLOW),
     ("string", STRING),
     ("keyspace", KEYSPACE),
+    ("list", LIST),
+    ("hash", HASH),
+    ("set", SET),
+    ("sortedset", SORTEDSET),
+    ("blocking", BLOCKING),
 ];
 
 /// Most ids a catalog holds: the width of a user's bitset.
-pub const MAX_IDS: usize = 256;
+pub const MAX_IDS: usize = 512;
 
 /// Every command and permission-bearing subcommand: its id (the index), name and categories.
 #[derive(Debug, Default)]

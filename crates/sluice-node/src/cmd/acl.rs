@@ -39,10 +39,13 @@
 
 use sluice_resp::reply;
 
-use super::table::flag::{FAST, NOAUTH, READONLY};
+use super::table::flag::{self, FAST, NOAUTH, READONLY};
 use super::table::{COMMANDS, CommandSpec};
 use super::{Args, CmdError, Command, Ctx};
-use crate::acl::category::{ADMIN, CONNECTION, KEYSPACE, RATELIMIT, READ, SLOW, STRING, WRITE};
+use crate::acl::category::{
+    ADMIN, BLOCKING, CONNECTION, HASH, KEYSPACE, LIST, RATELIMIT, READ, SET, SLOW, SORTEDSET, STRING,
+    WRITE,
+};
 use crate::acl::{CATEGORIES, Catalog, Category, category};
 
 /// The commands of `@ratelimit`, by name (a name not in the table is skipped).
@@ -149,6 +152,10 @@ pub fn acl_catalog() -> Catalog {
             match spec.group {
                 "string" => STRING,
                 "keyspace" => KEYSPACE,
+                "list" => LIST,
+                "hash" => HASH,
+                "set" => SET,
+                "sorted-set" => SORTEDSET,
                 _ => ADMIN,
             }
         };
@@ -173,6 +180,9 @@ fn flag_categories(spec: &CommandSpec) -> Category {
     }
     if spec.has_flag(READONLY) {
         c |= READ;
+    }
+    if spec.has_flag(flag::BLOCKING) {
+        c |= BLOCKING;
     }
     if spec.has_flag(FAST) {
         c |= category::FAST;

@@ -19,6 +19,8 @@ pub mod flag {
     /// Refused inside MULTI at queue time (Redis's `no-multi`): EXEC then answers once per
     /// queued command, always.
     pub const NOMULTI: &str = "no_multi";
+    /// May block the client (Redis's BLPOP family): Sluice answers those with an error.
+    pub const BLOCKING: &str = "blocking";
 }
 
 /// One row of the command table.
