@@ -299,6 +299,19 @@ fn wrong_arity() -> impl Strategy<Value = Cmd> {
         ("PTTL", 2),
         ("MULTI", 1),
         ("EXEC", 1),
+        ("LPUSH", -3),
+        ("RPUSHX", -3),
+        ("LPOP", -2),
+        ("LLEN", 2),
+        ("LINDEX", 3),
+        ("LRANGE", 4),
+        ("LTRIM", 4),
+        ("LSET", 4),
+        ("LREM", 4),
+        ("LINSERT", 5),
+        ("LPOS", -3),
+        ("LMOVE", 5),
+        ("RPOPLPUSH", 3),
         ("DISCARD", 1),
     ];
     let wrong: Vec<(&str, usize)> = ARITY
@@ -327,7 +340,78 @@ fn wrong_arity() -> impl Strategy<Value = Cmd> {
     })
 }
 
+/// Entries lists, sets and hashes hold: a few that collide, numbers and the empty string.
+const ITEMS: &[&str] = &["a", "b", "c", "1", "-1", "2.5", ""];
+
+/// List indexes and counts: around a short list's ends, the i64 edges, not numbers.
+const INDEXES: &[&str] = &[
+    "0",
+    "1",
+    "2",
+    "-1",
+    "-2",
+    "-3",
+    "5",
+    "-100",
+    "100",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "abc",
+    "1.5",
+];
+
+/// Builds a command from its parts.
+fn cmd(parts: Vec<Vec<String>>) -> Cmd {
+    parts.into_iter().flatten().collect()
+}
+
+fn some(pool: &'static [&'static str], n: std::ops::Range<usize>) -> BoxedStrategy<Vec<String>> {
+    prop::collection::vec(pick(pool), n).boxed()
+}
+
+fn list_command() -> impl Strategy<Value = Cmd> {
+    let w = |name: &'static str| word(name).prop_map(|n| vec![n]).boxed();
+    let k = || key().prop_map(|k| vec![k]).boxed();
+    let side = || pick(&["LEFT", "RIGHT", "left", "UP"][..]).prop_map(|s| vec![s]).boxed();
+    let lpos_opt = prop_oneof![
+        (pick(&["RANK", "rank"][..]), pick(INDEXES)).prop_map(|(o, n)| vec![o, n]),
+        (pick(&["COUNT", "MAXLEN"][..]), pick(INDEXES)).prop_map(|(o, n)| vec![o, n]),
+        Just(vec!["RANK".to_owned()]),
+        Just(vec!["BOGUS".to_owned(), "1".to_owned()]),
+    ];
+    prop_oneof![
+        4 => (w("LPUSH"), k(), some(ITEMS, 1..4)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        4 => (w("RPUSH"), k(), some(ITEMS, 1..4)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("LPUSHX"), k(), some(ITEMS, 1..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("RPUSHX"), k(), some(ITEMS, 1..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (w("LPOP"), k(), some(INDEXES, 0..2)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (w("RPOP"), k(), some(INDEXES, 0..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (w("LLEN"), k()).prop_map(|(a, b)| cmd(vec![a, b])),
+        2 => (w("LINDEX"), k(), some(INDEXES, 1..2)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        3 => (w("LRANGE"), k(), some(INDEXES, 2..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (w("LTRIM"), k(), some(INDEXES, 2..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (w("LSET"), k(), some(INDEXES, 1..2), some(ITEMS, 1..2))
+            .prop_map(|(a, b, c, d)| cmd(vec![a, b, c, d])),
+        2 => (w("LREM"), k(), some(INDEXES, 1..2), some(ITEMS, 1..2))
+            .prop_map(|(a, b, c, d)| cmd(vec![a, b, c, d])),
+        2 => (w("LINSERT"), k(), pick(&["BEFORE", "after", "MIDDLE"][..]), some(ITEMS, 2..3))
+            .prop_map(|(a, b, c, d)| cmd(vec![a, b, vec![c], d])),
+        2 => (w("LPOS"), k(), some(ITEMS, 1..2), prop::collection::vec(lpos_opt, 0..3))
+            .prop_map(|(a, b, c, d)| cmd(vec![a, b, c, d.concat()])),
+        1 => (w("LMOVE"), k(), k(), side(), side())
+            .prop_map(|(a, b, c, d, e)| cmd(vec![a, b, c, d, e])),
+        1 => (w("RPOPLPUSH"), k(), k()).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+    ]
+}
+
 fn command() -> impl Strategy<Value = Cmd> {
+    prop_oneof![
+        3 => string_command(),
+        2 => list_command(),
+    ]
+}
+
+fn string_command() -> impl Strategy<Value = Cmd> {
     let one = |name: &'static str| (word(name), key()).prop_map(|(n, k)| vec![n, k]);
     let by =
         |name: &'static str| (word(name), key(), pick(VALUES)).prop_map(|(n, k, v)| vec![n, k, v]);

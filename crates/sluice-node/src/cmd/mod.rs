@@ -49,6 +49,7 @@ mod hello;
 mod incr;
 mod info;
 mod keytype;
+mod list;
 mod mget;
 mod multi;
 mod ping;

@@ -157,6 +157,72 @@ pub static COMMANDS: &[CommandSpec] = &[
         save::BgSave
     ),
     spec!(
+        "blmove",
+        6,
+        [WRITE, DENYOOM, NOSCRIPT, BLOCKING],
+        (1, 2, 1),
+        "list",
+        "6.2.0",
+        "Pop an element from a list, push it to another list and return it; or block until one is available.",
+        "source destination LEFT|RIGHT LEFT|RIGHT timeout",
+        list::Blocking
+    ),
+    spec!(
+        "blpop",
+        -3,
+        [WRITE, NOSCRIPT, BLOCKING],
+        (1, -2, 1),
+        "list",
+        "2.0.0",
+        "Remove and get the first element in a list, or block until one is available.",
+        "key [key ...] timeout",
+        list::Blocking
+    ),
+    spec!(
+        "brpop",
+        -3,
+        [WRITE, NOSCRIPT, BLOCKING],
+        (1, -2, 1),
+        "list",
+        "2.0.0",
+        "Remove and get the last element in a list, or block until one is available.",
+        "key [key ...] timeout",
+        list::Blocking
+    ),
+    spec!(
+        "brpoplpush",
+        4,
+        [WRITE, DENYOOM, NOSCRIPT, BLOCKING],
+        (1, 2, 1),
+        "list",
+        "2.2.0",
+        "Pop an element from a list, push it to another list and return it; or block until one is available.",
+        "source destination timeout",
+        list::Blocking
+    ),
+    spec!(
+        "bzpopmax",
+        -3,
+        [WRITE, NOSCRIPT, BLOCKING, FAST],
+        (1, -2, 1),
+        "sorted-set",
+        "5.0.0",
+        "Remove and return the member with the highest score from one or more sorted sets, or block until one is available.",
+        "key [key ...] timeout",
+        list::Blocking
+    ),
+    spec!(
+        "bzpopmin",
+        -3,
+        [WRITE, NOSCRIPT, BLOCKING, FAST],
+        (1, -2, 1),
+        "sorted-set",
+        "5.0.0",
+        "Remove and return the member with the lowest score from one or more sorted sets, or block until one is available.",
+        "key [key ...] timeout",
+        list::Blocking
+    ),
+    spec!(
         "cl.throttle",
         -5,
         [WRITE, DENYOOM, FAST],
@@ -474,6 +540,138 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Returns the Unix timestamp of the last successful save to disk.",
         "",
         save::LastSave
+    ),
+    spec!(
+        "lindex",
+        3,
+        [READONLY],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Get an element from a list by its index.",
+        "key index",
+        list::LIndex
+    ),
+    spec!(
+        "linsert",
+        5,
+        [WRITE, DENYOOM],
+        (1, 1, 1),
+        "list",
+        "2.2.0",
+        "Insert an element before or after another element in a list.",
+        "key BEFORE|AFTER pivot element",
+        list::LInsert
+    ),
+    spec!(
+        "llen",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Get the length of a list.",
+        "key",
+        list::LLen
+    ),
+    spec!(
+        "lmove",
+        5,
+        [WRITE, DENYOOM],
+        (1, 2, 1),
+        "list",
+        "6.2.0",
+        "Pop an element from a list, push it to another list and return it.",
+        "source destination LEFT|RIGHT LEFT|RIGHT",
+        list::LMove
+    ),
+    spec!(
+        "lpop",
+        -2,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Remove and get the first elements in a list.",
+        "key [count]",
+        list::LPop
+    ),
+    spec!(
+        "lpos",
+        -3,
+        [READONLY],
+        (1, 1, 1),
+        "list",
+        "6.0.6",
+        "Return the index of matching elements on a list.",
+        "key element [RANK rank] [COUNT num-matches] [MAXLEN len]",
+        list::LPos
+    ),
+    spec!(
+        "lpush",
+        -3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Prepend one or multiple elements to a list.",
+        "key element [element ...]",
+        list::LPush
+    ),
+    spec!(
+        "lpushx",
+        -3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "list",
+        "2.2.0",
+        "Prepend an element to a list, only if the list exists.",
+        "key element [element ...]",
+        list::LPushX
+    ),
+    spec!(
+        "lrange",
+        4,
+        [READONLY],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Get a range of elements from a list.",
+        "key start stop",
+        list::LRange
+    ),
+    spec!(
+        "lrem",
+        4,
+        [WRITE],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Remove elements from a list.",
+        "key count element",
+        list::LRem
+    ),
+    spec!(
+        "lset",
+        4,
+        [WRITE, DENYOOM],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Set the value of an element in a list by its index.",
+        "key index element",
+        list::LSet
+    ),
+    spec!(
+        "ltrim",
+        4,
+        [WRITE],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Trim a list to the specified range.",
+        "key start stop",
+        list::LTrim
     ),
     spec!(
         "mget",
@@ -804,6 +1002,50 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Returns the replication role.",
         "",
         role::Role
+    ),
+    spec!(
+        "rpop",
+        -2,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Remove and get the last elements in a list.",
+        "key [count]",
+        list::RPop
+    ),
+    spec!(
+        "rpoplpush",
+        3,
+        [WRITE, DENYOOM],
+        (1, 2, 1),
+        "list",
+        "1.2.0",
+        "Remove the last element in a list, prepend it to another list and return it.",
+        "source destination",
+        list::RPopLPush
+    ),
+    spec!(
+        "rpush",
+        -3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Append one or multiple elements to a list.",
+        "key element [element ...]",
+        list::RPush
+    ),
+    spec!(
+        "rpushx",
+        -3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "list",
+        "2.2.0",
+        "Append an element to a list, only if the list exists.",
+        "key element [element ...]",
+        list::RPushX
     ),
     spec!(
         "save",
