@@ -771,6 +771,21 @@ impl Store {
         shard.lock().edit(h, key, now, limits, create, f)
     }
 
+    /// Makes `key` hold `value` with no TTL, whatever it held (the STORE commands: ZRANGESTORE,
+    /// SINTERSTORE, ...); an empty collection deletes the key. A new key may be refused with
+    /// `OutOfMemory`.
+    pub fn overwrite<T: Collection>(
+        &self,
+        key: &[u8],
+        now: Nanos,
+        value: T,
+    ) -> Result<(), StoreError> {
+        let limits = self.limits();
+        let (h, shard) = self.route(key);
+        let value = (!value.is_empty()).then(|| value.into_value());
+        shard.lock().overwrite(h, key, value, now, limits)
+    }
+
     /// `TYPE`: what the key holds, `None` if missing.
     pub fn kind(&self, key: &[u8], now: Nanos) -> Option<Kind> {
         let (h, shard) = self.route(key);

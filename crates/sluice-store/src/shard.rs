@@ -439,6 +439,29 @@ impl<H: KeyHash> Shard<H> {
         }
     }
 
+    /// [`crate::Store::overwrite`] under this shard's lock.
+    pub fn overwrite(
+        &mut self,
+        h: u64,
+        key: &[u8],
+        value: Option<Value>,
+        now: Nanos,
+        limits: Limits,
+    ) -> Result<(), StoreError> {
+        let h = h as u32;
+        let probe = Probe::new(key);
+        match (self.find_live(h, &probe, now), value) {
+            (None, None) => {}
+            (Some(i), None) => self.remove_noted(i),
+            (Some(i), Some(value)) => {
+                let _ = self.table.take_value(i);
+                self.put(h, i, value, Nanos::MAX);
+            }
+            (None, Some(value)) => self.insert(h, &probe, value, Nanos::MAX, now, limits)?,
+        }
+        Ok(())
+    }
+
     /// [`crate::Store::edit`] under this shard's lock.
     #[allow(clippy::too_many_arguments)] // The edit's own arguments, plus where and when.
     pub fn edit<T: Collection, R>(

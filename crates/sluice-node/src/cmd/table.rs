@@ -487,6 +487,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         getset::GetSet
     ),
     spec!(
+        "hdel",
+        -3,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Delete one or more hash fields.",
+        "key field [field ...]",
+        hash::HDel
+    ),
+    spec!(
         "hello",
         -1,
         [NOSCRIPT, LOADING, STALE, FAST, NOAUTH],
@@ -496,6 +507,171 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Handshakes with the server.",
         "[protover [AUTH username password] [SETNAME clientname]]",
         hello::Hello
+    ),
+    spec!(
+        "hexists",
+        3,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Determine if a hash field exists.",
+        "key field",
+        hash::HExists
+    ),
+    spec!(
+        "hget",
+        3,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Get the value of a hash field.",
+        "key field",
+        hash::HGet
+    ),
+    spec!(
+        "hgetall",
+        2,
+        [READONLY],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Get all the fields and values in a hash.",
+        "key",
+        hash::HGetAll
+    ),
+    spec!(
+        "hincrby",
+        4,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Increment the integer value of a hash field by the given number.",
+        "key field increment",
+        hash::HIncrBy
+    ),
+    spec!(
+        "hincrbyfloat",
+        4,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "hash",
+        "2.6.0",
+        "Increment the float value of a hash field by the given amount.",
+        "key field increment",
+        hash::HIncrByFloat
+    ),
+    spec!(
+        "hkeys",
+        2,
+        [READONLY],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Get all the fields in a hash.",
+        "key",
+        hash::HKeys
+    ),
+    spec!(
+        "hlen",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Get the number of fields in a hash.",
+        "key",
+        hash::HLen
+    ),
+    spec!(
+        "hmget",
+        -3,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Get the values of all the given hash fields.",
+        "key field [field ...]",
+        hash::HMGet
+    ),
+    spec!(
+        "hmset",
+        -4,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Set multiple hash fields to multiple values.",
+        "key field value [field value ...]",
+        hash::HMSet
+    ),
+    spec!(
+        "hrandfield",
+        -2,
+        [READONLY],
+        (1, 1, 1),
+        "hash",
+        "6.2.0",
+        "Get one or multiple random fields from a hash.",
+        "key [count [WITHVALUES]]",
+        hash::HRandField
+    ),
+    spec!(
+        "hscan",
+        -3,
+        [READONLY],
+        (1, 1, 1),
+        "hash",
+        "2.8.0",
+        "Incrementally iterate hash fields and associated values.",
+        "key cursor [MATCH pattern] [COUNT count]",
+        hash::HScan
+    ),
+    spec!(
+        "hset",
+        -4,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Set the string value of a hash field.",
+        "key field value [field value ...]",
+        hash::HSetCmd
+    ),
+    spec!(
+        "hsetnx",
+        4,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Set the value of a hash field, only if the field does not exist.",
+        "key field value",
+        hash::HSetNx
+    ),
+    spec!(
+        "hstrlen",
+        3,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "hash",
+        "3.2.0",
+        "Get the length of the value of a hash field.",
+        "key field",
+        hash::HStrLen
+    ),
+    spec!(
+        "hvals",
+        2,
+        [READONLY],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Get all the values in a hash.",
+        "key",
+        hash::HVals
     ),
     spec!(
         "incr",

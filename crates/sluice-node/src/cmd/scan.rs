@@ -1,0 +1,94 @@
+//! What HSCAN, SSCAN and ZSCAN share: the cursor, the MATCH and COUNT options, and the reply.
+//! A collection answers all of its entries in one reply with the cursor 0, as Redis does for
+//! its compact encodings (COUNT is a hint; a reply past the output limit closes the client).
+
+use sluice_resp::ArgIter;
+use sluice_resp::reply;
+
+use super::{Args, CmdError, Ctx};
+use crate::glob::glob_match;
+
+/// `key cursor [MATCH pattern] [COUNT count]` after the command name.
+#[derive(Debug)]
+pub struct ScanArgs<'a> {
+    pub key: &'a [u8],
+    options: ArgIter<'a>,
+}
+
+/// The parsed options.
+#[derive(Debug, Default)]
+pub struct Options<'a> {
+    pattern: Option<&'a [u8]>,
+}
+
+impl<'a> Options<'a> {
+    pub fn keeps(&self, item: &[u8]) -> bool {
+        self.pattern.is_none_or(|p| glob_match(p, item))
+    }
+}
+
+/// Redis's `parseScanCursorOrReply`, which is `strtoul`: an optional sign (a negative cursor
+/// wraps), decimal digits, nothing else; the empty string is 0.
+fn cursor(b: &[u8]) -> Result<u64, CmdError> {
+    let (negative, digits) = match b {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, b),
+    };
+    let invalid = || CmdError::msg("ERR invalid cursor");
+    if digits.is_empty() {
+        return if b.is_empty() { Ok(0) } else { Err(invalid()) };
+    }
+    let n: u64 = std::str::from_utf8(digits)
+        .ok()
+        .filter(|s| s.bytes().all(|c| c.is_ascii_digit()))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(invalid)?;
+    Ok(if negative { n.wrapping_neg() } else { n })
+}
+
+impl<'a> ScanArgs<'a> {
+    pub fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
+        let key = args.key()?;
+        cursor(args.key()?)?;
+        Ok(ScanArgs {
+            key,
+            options: args.rest(),
+        })
+    }
+
+    /// The options, parsed once the key is known to hold the right type (Redis checks them
+    /// after the key).
+    pub fn options(&self) -> Result<Options<'a>, CmdError> {
+        let mut opts = Options::default();
+        let args: Vec<&[u8]> = self.options.clone().collect();
+        let mut i = 0;
+        while i < args.len() {
+            let more = i + 1 < args.len();
+            if args[i].eq_ignore_ascii_case(b"count") && more {
+                match super::args::parse_i64(args[i + 1]) {
+                    None => return Err(CmdError::NotInteger),
+                    Some(n) if n < 1 => return Err(CmdError::Syntax),
+                    Some(_) => {}
+                }
+            } else if args[i].eq_ignore_ascii_case(b"match") && more {
+                let p = args[i + 1];
+                opts.pattern = (p != b"*").then_some(p);
+            } else {
+                return Err(CmdError::Syntax);
+            }
+            i += 2;
+        }
+        Ok(opts)
+    }
+}
+
+/// The reply: cursor 0 and every string of `items`.
+pub fn reply_all<T: AsRef<[u8]>>(ctx: &mut Ctx<'_>, items: &[T]) {
+    reply::array(ctx.out, 2);
+    reply::bulk(ctx.out, b"0");
+    reply::array(ctx.out, items.len());
+    for item in items {
+        reply::bulk(ctx.out, item.as_ref());
+    }
+}
