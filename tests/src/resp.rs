@@ -24,6 +24,16 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// `*-1`
     NilArray,
+    /// RESP3 `,1.5`: the text as sent.
+    Double(String),
+    /// RESP3 `_`
+    Null,
+    /// RESP3 `#t`/`#f`
+    Bool(bool),
+    /// RESP3 `%2`: keys and values, in the order sent.
+    Map(Vec<(Reply, Reply)>),
+    /// RESP3 `~2`
+    Set(Vec<Reply>),
 }
 
 /// Printed as redis-cli prints it, so a failing sequence's replies read as a session.
@@ -37,11 +47,19 @@ impl fmt::Debug for Reply {
             Reply::Nil => write!(f, "(nil)"),
             Reply::Array(items) => f.debug_list().entries(items).finish(),
             Reply::NilArray => write!(f, "(nil array)"),
+            Reply::Double(d) => write!(f, "(double) {d}"),
+            Reply::Null => write!(f, "(null)"),
+            Reply::Bool(b) => write!(f, "({b})"),
+            Reply::Map(pairs) => f
+                .debug_map()
+                .entries(pairs.iter().map(|(k, v)| (k, v)))
+                .finish(),
+            Reply::Set(items) => write!(f, "(set) {items:?}"),
         }
     }
 }
 
-/// One connection speaking RESP2, one command at a time.
+/// One connection, one command at a time: RESP2, or RESP3 after a `HELLO 3`.
 #[derive(Debug)]
 pub struct RespConn {
     reader: BufReader<TcpStream>,
@@ -99,7 +117,12 @@ impl RespConn {
             }
             "*" if len() < 0 => Reply::NilArray,
             "*" => Reply::Array((0..len()).map(|_| self.read()).collect()),
-            _ => panic!("not a RESP2 reply: {line:?}"),
+            "," => Reply::Double(rest.to_owned()),
+            "_" => Reply::Null,
+            "#" => Reply::Bool(rest == "t"),
+            "%" => Reply::Map((0..len()).map(|_| (self.read(), self.read())).collect()),
+            "~" => Reply::Set((0..len()).map(|_| self.read()).collect()),
+            _ => panic!("not a RESP2 or RESP3 reply: {line:?}"),
         }
     }
 }

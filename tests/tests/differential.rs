@@ -90,12 +90,19 @@ type Cmd = Vec<String>;
 
 /// A command sequence, printed as redis-cli lines.
 #[derive(Clone)]
-struct Seq(Vec<Cmd>);
+struct Seq {
+    /// Whether the connections speak RESP3 (`HELLO 3` first), as redis-py 8 does by default.
+    resp3: bool,
+    cmds: Vec<Cmd>,
+}
 
 impl fmt::Debug for Seq {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f)?;
-        for cmd in &self.0 {
+        if self.resp3 {
+            writeln!(f, "HELLO 3")?;
+        }
+        for cmd in &self.cmds {
             writeln!(f, "{}", cli_line(cmd))?;
         }
         Ok(())
@@ -322,6 +329,20 @@ fn wrong_arity() -> impl Strategy<Value = Cmd> {
         ("HINCRBYFLOAT", 4),
         ("HRANDFIELD", -2),
         ("HSCAN", -3),
+        ("ZADD", -4),
+        ("ZINCRBY", 4),
+        ("ZREM", -3),
+        ("ZCARD", 2),
+        ("ZSCORE", 3),
+        ("ZMSCORE", -3),
+        ("ZCOUNT", 4),
+        ("ZRANGE", -4),
+        ("ZRANGESTORE", -5),
+        ("ZRANGEBYSCORE", -4),
+        ("ZREMRANGEBYSCORE", 4),
+        ("ZPOPMIN", -2),
+        ("ZRANDMEMBER", -2),
+        ("ZSCAN", -3),
         ("DISCARD", 1),
     ];
     let wrong: Vec<(&str, usize)> = ARITY
@@ -382,7 +403,11 @@ fn some(pool: &'static [&'static str], n: std::ops::Range<usize>) -> BoxedStrate
 fn list_command() -> impl Strategy<Value = Cmd> {
     let w = |name: &'static str| word(name).prop_map(|n| vec![n]).boxed();
     let k = || key().prop_map(|k| vec![k]).boxed();
-    let side = || pick(&["LEFT", "RIGHT", "left", "UP"][..]).prop_map(|s| vec![s]).boxed();
+    let side = || {
+        pick(&["LEFT", "RIGHT", "left", "UP"][..])
+            .prop_map(|s| vec![s])
+            .boxed()
+    };
     let lpos_opt = prop_oneof![
         (pick(&["RANK", "rank"][..]), pick(INDEXES)).prop_map(|(o, n)| vec![o, n]),
         (pick(&["COUNT", "MAXLEN"][..]), pick(INDEXES)).prop_map(|(o, n)| vec![o, n]),
@@ -432,9 +457,15 @@ const FLOAT_INCRS: &[&str] = &["1.5", "-0.25", "10", "1e3", "abc", "inf", "0.5",
 /// SCAN's cursor and options, after the key.
 fn scan_tail() -> BoxedStrategy<Vec<String>> {
     let opt = prop_oneof![
-        (pick(&["MATCH", "match"][..]), pick(&["f*", "*", "?1", "[ab]", "a"][..]))
+        (
+            pick(&["MATCH", "match"][..]),
+            pick(&["f*", "*", "?1", "[ab]", "a"][..])
+        )
             .prop_map(|(o, p)| vec![o, p]),
-        (pick(&["COUNT", "count"][..]), pick(&["1", "10", "0", "-1", "abc"][..]))
+        (
+            pick(&["COUNT", "count"][..]),
+            pick(&["1", "10", "0", "-1", "abc"][..])
+        )
             .prop_map(|(o, n)| vec![o, n]),
         Just(vec!["TYPE".to_owned(), "string".to_owned()]),
         Just(vec!["MATCH".to_owned()]),
@@ -462,7 +493,10 @@ fn hash_command() -> impl Strategy<Value = Cmd> {
     let rand_tail = prop_oneof![
         Just(vec![]),
         pick(&["1", "2", "5", "-3", "0", "abc"][..]).prop_map(|c| vec![c]),
-        (pick(&["1", "-2", "5", "0"][..]), pick(&["WITHVALUES", "withvalues", "BAD"][..]))
+        (
+            pick(&["1", "-2", "5", "0"][..]),
+            pick(&["WITHVALUES", "withvalues", "BAD"][..])
+        )
             .prop_map(|(c, w)| vec![c, w]),
     ];
     prop_oneof![
@@ -491,11 +525,111 @@ fn hash_command() -> impl Strategy<Value = Cmd> {
     ]
 }
 
+/// Sorted-set members, scores (ties, infinities, refusals) and range bounds.
+const MEMBERS: &[&str] = &["a", "b", "c", "d", "aa", ""];
+const SCORES: &[&str] = &[
+    "0", "1", "1", "2.5", "-3", "inf", "-inf", "1e3", "0.1", "abc", "nan",
+];
+const SCORE_BOUNDS: &[&str] = &[
+    "0", "1", "(1", "2.5", "(2.5", "-inf", "+inf", "inf", "(-inf", "-3", "abc", "(", "10",
+];
+const LEX_BOUNDS: &[&str] = &["-", "+", "[a", "(a", "[b", "(c", "[", "(", "a", "[aa", "+x"];
+
+fn zset_command() -> impl Strategy<Value = Cmd> {
+    let w = |name: &'static str| word(name).prop_map(|n| vec![n]).boxed();
+    let k = || key().prop_map(|k| vec![k]).boxed();
+    let flags = prop::collection::vec(
+        pick(&["NX", "XX", "GT", "LT", "CH", "INCR", "ch", "incr"][..]),
+        0..3,
+    );
+    let pairs = || {
+        prop::collection::vec((pick(SCORES), pick(MEMBERS)), 1..4)
+            .prop_map(|ps| ps.into_iter().flat_map(|(s, m)| [s, m]).collect::<Vec<_>>())
+            .boxed()
+    };
+    let bounds = |pool: &'static [&'static str]| some(pool, 2..3);
+    let range_opts = prop::collection::vec(
+        prop_oneof![
+            pick(&["BYSCORE", "BYLEX", "REV", "WITHSCORES", "byscore", "rev"][..])
+                .prop_map(|o| vec![o]),
+            (
+                pick(&["0", "1", "-1", "5"][..]),
+                pick(&["1", "2", "-1", "0"][..])
+            )
+                .prop_map(|(a, b)| vec!["LIMIT".to_owned(), a, b]),
+            Just(vec!["LIMIT".to_owned(), "1".to_owned()]),
+        ],
+        0..3,
+    )
+    .prop_map(|o| o.concat());
+    let any_bounds = prop_oneof![
+        some(INDEXES, 2..3),
+        some(SCORE_BOUNDS, 2..3),
+        some(LEX_BOUNDS, 2..3)
+    ];
+    let limit = prop_oneof![
+        Just(vec![]),
+        (
+            pick(&["0", "1", "-1", "9"][..]),
+            pick(&["1", "2", "-1", "0", "x"][..])
+        )
+            .prop_map(|(a, b)| vec!["LIMIT".to_owned(), a, b]),
+    ];
+    let withscores = prop_oneof![Just(vec![]), Just(vec!["WITHSCORES".to_owned()])];
+    let rand_tail = prop_oneof![
+        Just(vec![]),
+        pick(&["1", "2", "10", "-3", "0", "abc"][..]).prop_map(|c| vec![c]),
+        (
+            pick(&["1", "-2", "10", "0"][..]),
+            pick(&["WITHSCORES", "BAD"][..])
+        )
+            .prop_map(|(c, w)| vec![c, w]),
+    ];
+    prop_oneof![
+        5 => (w("ZADD"), k(), flags, pairs()).prop_map(|(a, b, c, d)| cmd(vec![a, b, c, d])),
+        2 => (w("ZINCRBY"), k(), some(SCORES, 1..2), some(MEMBERS, 1..2))
+            .prop_map(|(a, b, c, d)| cmd(vec![a, b, c, d])),
+        2 => (w("ZREM"), k(), some(MEMBERS, 1..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (w("ZCARD"), k()).prop_map(|(a, b)| cmd(vec![a, b])),
+        2 => (w("ZSCORE"), k(), some(MEMBERS, 1..2)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("ZMSCORE"), k(), some(MEMBERS, 1..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (w("ZRANK"), k(), some(MEMBERS, 1..2)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("ZREVRANK"), k(), some(MEMBERS, 1..2)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (w("ZCOUNT"), k(), bounds(SCORE_BOUNDS)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("ZLEXCOUNT"), k(), bounds(LEX_BOUNDS)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        5 => (w("ZRANGE"), k(), any_bounds.clone(), range_opts.clone())
+            .prop_map(|(a, b, c, d)| cmd(vec![a, b, c, d])),
+        2 => (w("ZRANGESTORE"), k(), k(), any_bounds, range_opts)
+            .prop_map(|(a, b, c, d, e)| cmd(vec![a, b, c, d, e])),
+        2 => (w("ZRANGEBYSCORE"), k(), bounds(SCORE_BOUNDS), withscores.clone(), limit.clone())
+            .prop_map(|(a, b, c, d, e)| cmd(vec![a, b, c, d, e])),
+        1 => (w("ZREVRANGEBYSCORE"), k(), bounds(SCORE_BOUNDS), limit.clone(), withscores.clone())
+            .prop_map(|(a, b, c, d, e)| cmd(vec![a, b, c, d, e])),
+        1 => (w("ZRANGEBYLEX"), k(), bounds(LEX_BOUNDS), limit.clone())
+            .prop_map(|(a, b, c, d)| cmd(vec![a, b, c, d])),
+        1 => (w("ZREVRANGEBYLEX"), k(), bounds(LEX_BOUNDS), limit.clone(), withscores.clone())
+            .prop_map(|(a, b, c, d, e)| cmd(vec![a, b, c, d, e])),
+        1 => (w("ZREVRANGE"), k(), some(INDEXES, 2..3), withscores, limit)
+            .prop_map(|(a, b, c, d, e)| cmd(vec![a, b, c, d, e])),
+        2 => (w("ZREMRANGEBYSCORE"), k(), bounds(SCORE_BOUNDS))
+            .prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("ZREMRANGEBYRANK"), k(), some(INDEXES, 2..3))
+            .prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("ZREMRANGEBYLEX"), k(), bounds(LEX_BOUNDS))
+            .prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("ZPOPMIN"), k(), some(INDEXES, 0..2)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("ZPOPMAX"), k(), some(INDEXES, 0..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("ZRANDMEMBER"), k(), rand_tail).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("ZSCAN"), k(), scan_tail()).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+    ]
+}
+
 fn command() -> impl Strategy<Value = Cmd> {
     prop_oneof![
         3 => string_command(),
         2 => list_command(),
         2 => hash_command(),
+        3 => zset_command(),
     ]
 }
 
@@ -566,7 +700,10 @@ fn sequence() -> impl Strategy<Value = Seq> {
             }
         ),
     ];
-    prop::collection::vec(step, 1..25).prop_map(|steps| Seq(steps.into_iter().flatten().collect()))
+    (any::<bool>(), prop::collection::vec(step, 1..25)).prop_map(|(resp3, steps)| Seq {
+        resp3,
+        cmds: steps.into_iter().flatten().collect(),
+    })
 }
 
 /// How two replies to one command are compared.
@@ -599,8 +736,11 @@ fn same(rule: &Rule, redis: &Reply, sluice: &Reply) -> bool {
             .iter()
             .zip(a.iter().zip(b))
             .all(|(r, (x, y))| same(r, x, y)),
-        (Rule::Shape, Reply::Array(a), Reply::Array(b)) => a.len() == b.len(),
+        (Rule::Shape, Reply::Array(a), Reply::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same(rule, x, y))
+        }
         (Rule::Shape, Reply::Bulk(_), Reply::Bulk(_)) => true,
+        (Rule::Shape, Reply::Double(_), Reply::Double(_)) => true,
         _ => redis == sluice,
     }
 }
@@ -611,9 +751,15 @@ fn run(seq: &Seq, redis: u16, sluice: u16) -> Result<(), String> {
     let mut s = RespConn::connect(sluice);
     assert_eq!(r.call(&["FLUSHALL"]), Reply::Status("OK".into()));
     assert_eq!(s.call(&["FLUSHALL"]), Reply::Status("OK".into()));
+    if seq.resp3 {
+        // The servers' HELLO replies name different servers; only the protocol matters.
+        for conn in [&mut r, &mut s] {
+            assert!(matches!(conn.call(&["HELLO", "3"]), Reply::Map(_)));
+        }
+    }
     // The rules of the commands queued since MULTI, as Redis's replies tell them.
     let mut queued: Option<Vec<Rule>> = None;
-    for (i, cmd) in seq.0.iter().enumerate() {
+    for (i, cmd) in seq.cmds.iter().enumerate() {
         let want = r.call(cmd);
         let got = s.call(cmd);
         let name = cmd[0].to_ascii_uppercase();
@@ -662,7 +808,7 @@ fn replies_match_redis_server() {
     });
     let outcome = runner.run(&sequence(), |seq| {
         sequences.fetch_add(1, Relaxed);
-        commands.fetch_add(seq.0.len(), Relaxed);
+        commands.fetch_add(seq.cmds.len(), Relaxed);
         run(&seq, redis.port, sluice.port).map_err(TestCaseError::fail)
     });
     eprintln!(

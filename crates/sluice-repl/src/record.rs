@@ -383,7 +383,9 @@ impl Record<'_> {
                 deadline,
                 kind,
                 body,
-            } => encode_data(out, key, *deadline, *kind, |out| out.extend_from_slice(body)),
+            } => encode_data(out, key, *deadline, *kind, |out| {
+                out.extend_from_slice(body)
+            }),
             Record::Del { key } => encode_del(out, key),
             Record::Flush => encode_bare(out, OP_FLUSH),
             Record::Ping => encode_bare(out, OP_PING),

@@ -67,13 +67,7 @@ impl SnapshotWriter {
     }
 
     /// A collection of `kind` (see `record`'s DATA); `body` writes its entries.
-    pub fn data(
-        &mut self,
-        key: &[u8],
-        deadline: Nanos,
-        kind: u8,
-        body: impl FnOnce(&mut Vec<u8>),
-    ) {
+    pub fn data(&mut self, key: &[u8], deadline: Nanos, kind: u8, body: impl FnOnce(&mut Vec<u8>)) {
         record::encode_data(&mut self.out, key, deadline, kind, body);
         self.count += 1;
     }

@@ -57,7 +57,10 @@ impl Journal {
                 self.last_limiter = None;
             }
             collection => {
-                let kind = collection.kind().code().expect("a collection has a DATA code");
+                let kind = collection
+                    .kind()
+                    .code()
+                    .expect("a collection has a DATA code");
                 record::encode_data(&mut self.buf, key, deadline, kind, |out| {
                     collection.encode_collection(out);
                 });

@@ -56,8 +56,8 @@ use parking_lot::{Mutex, MutexGuard};
 use sluice_core::{Algo, CheckError, Decision, Nanos, Params, State};
 use sluice_repl::{Record, SnapshotWriter};
 
-pub use crate::entry::Value;
 use crate::entry::Counter;
+pub use crate::entry::Value;
 
 use crate::shard::{KeyHash, Limits, Shard};
 
@@ -919,7 +919,10 @@ impl Store {
                     w.counter(key, deadline, c.as_bytes(&mut itoa::Buffer::new()))
                 }
                 Visit::Entry(key, deadline, collection) => {
-                    let kind = collection.kind().code().expect("a collection has a DATA code");
+                    let kind = collection
+                        .kind()
+                        .code()
+                        .expect("a collection has a DATA code");
                     w.data(key, deadline, kind, |out| {
                         collection.encode_collection(out);
                     })

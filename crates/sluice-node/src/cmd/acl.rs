@@ -43,8 +43,8 @@ use super::table::flag::{self, FAST, NOAUTH, READONLY};
 use super::table::{COMMANDS, CommandSpec};
 use super::{Args, CmdError, Command, Ctx};
 use crate::acl::category::{
-    ADMIN, BLOCKING, CONNECTION, HASH, KEYSPACE, LIST, RATELIMIT, READ, SET, SLOW, SORTEDSET, STRING,
-    WRITE,
+    ADMIN, BLOCKING, CONNECTION, HASH, KEYSPACE, LIST, RATELIMIT, READ, SET, SLOW, SORTEDSET,
+    STRING, WRITE,
 };
 use crate::acl::{CATEGORIES, Catalog, Category, category};
 

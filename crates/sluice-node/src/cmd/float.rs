@@ -16,6 +16,19 @@ pub fn parse(b: &[u8]) -> Option<f64> {
     (!v.is_nan()).then_some(v)
 }
 
+/// A range bound's number as `zslParseRange` reads it (`strtod`, no NaN): unlike a score
+/// argument it may start with spaces, and nothing at all is 0 (`(` alone is "above 0").
+pub fn parse_range(b: &[u8]) -> Option<f64> {
+    let start = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    if start == b.len() {
+        return (start == 0).then_some(0.0);
+    }
+    parse(&b[start..])
+}
+
 /// `%.17g`: 17 significant digits, trailing zeros cut, in exponent form below 1e-4 or from
 /// 1e17.
 pub fn text(v: f64) -> String {

@@ -31,13 +31,16 @@ impl<'a, const OK: bool> Command<'a> for HSet<'a, OK> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let mut pairs = self.pairs;
-        let added = ctx.shared.store.edit(self.key, ctx.now, true, |h: &mut Hash| {
-            let mut added = 0;
-            while let (Some(f), Some(v)) = (pairs.next(), pairs.next()) {
-                added += i64::from(h.set(f, v));
-            }
-            (added, true)
-        })?;
+        let added = ctx
+            .shared
+            .store
+            .edit(self.key, ctx.now, true, |h: &mut Hash| {
+                let mut added = 0;
+                while let (Some(f), Some(v)) = (pairs.next(), pairs.next()) {
+                    added += i64::from(h.set(f, v));
+                }
+                (added, true)
+            })?;
         if OK {
             reply::simple(ctx.out, "OK");
         } else {
@@ -65,13 +68,16 @@ impl<'a> Command<'a> for HSetNx<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (field, value) = (self.field, self.value);
-        let set = ctx.shared.store.edit(self.key, ctx.now, true, |h: &mut Hash| {
-            let new = h.get(field).is_none();
-            if new {
-                h.set(field, value);
-            }
-            (new, new)
-        })?;
+        let set = ctx
+            .shared
+            .store
+            .edit(self.key, ctx.now, true, |h: &mut Hash| {
+                let new = h.get(field).is_none();
+                if new {
+                    h.set(field, value);
+                }
+                (new, new)
+            })?;
         reply::integer(ctx.out, i64::from(set == Some(true)));
         Ok(())
     }
@@ -102,17 +108,19 @@ impl<'a, const ANSWER: u8> Command<'a> for HField<'a, ANSWER> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (field, proto, out) = (self.field, ctx.session.proto, &mut *ctx.out);
-        ctx.shared.store.read(self.key, ctx.now, |h: Option<&Hash>| {
-            let v = h.and_then(|h| h.get(field));
-            match ANSWER {
-                VALUE => match v {
-                    Some(v) => reply::bulk(out, v),
-                    None => reply::null(out, proto),
-                },
-                EXISTS => reply::integer(out, i64::from(v.is_some())),
-                _ => reply::integer(out, v.map_or(0, <[u8]>::len) as i64),
-            }
-        })?;
+        ctx.shared
+            .store
+            .read(self.key, ctx.now, |h: Option<&Hash>| {
+                let v = h.and_then(|h| h.get(field));
+                match ANSWER {
+                    VALUE => match v {
+                        Some(v) => reply::bulk(out, v),
+                        None => reply::null(out, proto),
+                    },
+                    EXISTS => reply::integer(out, i64::from(v.is_some())),
+                    _ => reply::integer(out, v.map_or(0, <[u8]>::len) as i64),
+                }
+            })?;
         Ok(())
     }
 }
@@ -133,15 +141,17 @@ impl<'a> Command<'a> for HMGet<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (fields, proto, out) = (self.fields, ctx.session.proto, &mut *ctx.out);
-        ctx.shared.store.read(self.key, ctx.now, |h: Option<&Hash>| {
-            reply::array(out, fields.len());
-            for f in fields {
-                match h.and_then(|h| h.get(f)) {
-                    Some(v) => reply::bulk(out, v),
-                    None => reply::null(out, proto),
+        ctx.shared
+            .store
+            .read(self.key, ctx.now, |h: Option<&Hash>| {
+                reply::array(out, fields.len());
+                for f in fields {
+                    match h.and_then(|h| h.get(f)) {
+                        Some(v) => reply::bulk(out, v),
+                        None => reply::null(out, proto),
+                    }
                 }
-            }
-        })?;
+            })?;
         Ok(())
     }
 }
@@ -215,10 +225,13 @@ impl<'a> Command<'a> for HDel<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let fields = self.fields;
-        let n = ctx.shared.store.edit(self.key, ctx.now, false, |h: &mut Hash| {
-            let n = fields.filter(|f| h.del(f)).count();
-            (n, n > 0)
-        })?;
+        let n = ctx
+            .shared
+            .store
+            .edit(self.key, ctx.now, false, |h: &mut Hash| {
+                let n = fields.filter(|f| h.del(f)).count();
+                (n, n > 0)
+            })?;
         reply::integer(ctx.out, n.unwrap_or(0) as i64);
         Ok(())
     }
@@ -242,22 +255,30 @@ impl<'a> Command<'a> for HIncrBy<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (field, by) = (self.field, self.by);
-        let n = ctx.shared.store.edit(self.key, ctx.now, true, |h: &mut Hash| {
-            let old = match h.get(field) {
-                None => 0,
-                Some(v) => match super::args::parse_i64(v) {
-                    Some(n) => n,
-                    None => return (Err(CmdError::msg("ERR hash value is not an integer")), false),
-                },
-            };
-            match old.checked_add(by) {
-                None => (Err(CmdError::Overflow), false),
-                Some(n) => {
-                    h.set(field, itoa::Buffer::new().format(n).as_bytes());
-                    (Ok(n), true)
+        let n = ctx
+            .shared
+            .store
+            .edit(self.key, ctx.now, true, |h: &mut Hash| {
+                let old = match h.get(field) {
+                    None => 0,
+                    Some(v) => match super::args::parse_i64(v) {
+                        Some(n) => n,
+                        None => {
+                            return (
+                                Err(CmdError::msg("ERR hash value is not an integer")),
+                                false,
+                            );
+                        }
+                    },
+                };
+                match old.checked_add(by) {
+                    None => (Err(CmdError::Overflow), false),
+                    Some(n) => {
+                        h.set(field, itoa::Buffer::new().format(n).as_bytes());
+                        (Ok(n), true)
+                    }
                 }
-            }
-        })?;
+            })?;
         reply::integer(ctx.out, n.expect("created")?);
         Ok(())
     }
@@ -284,25 +305,30 @@ impl<'a> Command<'a> for HIncrByFloat<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (field, by) = (self.field, self.by);
-        let text = ctx.shared.store.edit(self.key, ctx.now, true, |h: &mut Hash| {
-            let old = match h.get(field) {
-                None => 0.0,
-                Some(v) => match float::parse(v) {
-                    Some(n) => n,
-                    None => return (Err(CmdError::msg("ERR hash value is not a float")), false),
-                },
-            };
-            let sum = old + by;
-            if !sum.is_finite() {
-                return (
-                    Err(CmdError::msg("ERR increment would produce NaN or Infinity")),
-                    false,
-                );
-            }
-            let text = float::human(sum);
-            h.set(field, text.as_bytes());
-            (Ok(text), true)
-        })?;
+        let text = ctx
+            .shared
+            .store
+            .edit(self.key, ctx.now, true, |h: &mut Hash| {
+                let old = match h.get(field) {
+                    None => 0.0,
+                    Some(v) => match float::parse(v) {
+                        Some(n) => n,
+                        None => {
+                            return (Err(CmdError::msg("ERR hash value is not a float")), false);
+                        }
+                    },
+                };
+                let sum = old + by;
+                if !sum.is_finite() {
+                    return (
+                        Err(CmdError::msg("ERR increment would produce NaN or Infinity")),
+                        false,
+                    );
+                }
+                let text = float::human(sum);
+                h.set(field, text.as_bytes());
+                (Ok(text), true)
+            })?;
         reply::bulk(ctx.out, text.expect("created")?.as_bytes());
         Ok(())
     }
@@ -326,29 +352,31 @@ impl<'a> Command<'a> for HRandField<'a> {
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (count, values, proto) = (self.count, self.values, ctx.session.proto);
         let out = &mut *ctx.out;
-        ctx.shared.store.read(self.key, ctx.now, |h: Option<&Hash>| {
-            let pairs = h.map(Hash::pairs).unwrap_or_default();
-            let Some(count) = count else {
-                match pairs.get(sample::below(pairs.len().max(1))) {
-                    Some((f, _)) => reply::bulk(out, f),
-                    None => reply::null(out, proto),
+        ctx.shared
+            .store
+            .read(self.key, ctx.now, |h: Option<&Hash>| {
+                let pairs = h.map(Hash::pairs).unwrap_or_default();
+                let Some(count) = count else {
+                    match pairs.get(sample::below(pairs.len().max(1))) {
+                        Some((f, _)) => reply::bulk(out, f),
+                        None => reply::null(out, proto),
+                    }
+                    return;
+                };
+                let n = sample::count(pairs.len(), count) as usize;
+                let nested = values && proto == reply::Proto::Resp3;
+                reply::array(out, if values && !nested { n * 2 } else { n });
+                for i in sample::indexes(pairs.len(), count) {
+                    let (f, v) = pairs[i];
+                    if nested {
+                        reply::array(out, 2);
+                    }
+                    reply::bulk(out, f);
+                    if values {
+                        reply::bulk(out, v);
+                    }
                 }
-                return;
-            };
-            let n = sample::count(pairs.len(), count) as usize;
-            let nested = values && proto == reply::Proto::Resp3;
-            reply::array(out, if values && !nested { n * 2 } else { n });
-            for i in sample::indexes(pairs.len(), count) {
-                let (f, v) = pairs[i];
-                if nested {
-                    reply::array(out, 2);
-                }
-                reply::bulk(out, f);
-                if values {
-                    reply::bulk(out, v);
-                }
-            }
-        })?;
+            })?;
         Ok(())
     }
 }
@@ -386,20 +414,23 @@ impl<'a> Command<'a> for HScan<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let scan = self.0;
-        let items = ctx.shared.store.read(scan.key, ctx.now, |h: Option<&Hash>| {
-            let Some(h) = h else {
-                return Ok(Vec::new());
-            };
-            let opts = scan.options()?;
-            let mut items: Vec<Vec<u8>> = Vec::new();
-            for (f, v) in h.pairs() {
-                if opts.keeps(f) {
-                    items.push(f.to_vec());
-                    items.push(v.to_vec());
+        let items = ctx
+            .shared
+            .store
+            .read(scan.key, ctx.now, |h: Option<&Hash>| {
+                let Some(h) = h else {
+                    return Ok(Vec::new());
+                };
+                let opts = scan.options()?;
+                let mut items: Vec<Vec<u8>> = Vec::new();
+                for (f, v) in h.pairs() {
+                    if opts.keeps(f) {
+                        items.push(f.to_vec());
+                        items.push(v.to_vec());
+                    }
                 }
-            }
-            Ok::<_, CmdError>(items)
-        })??;
+                Ok::<_, CmdError>(items)
+            })??;
         super::scan::reply_all(ctx, &items);
         Ok(())
     }

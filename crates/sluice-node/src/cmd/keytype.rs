@@ -15,7 +15,11 @@ impl<'a> Command<'a> for Type<'a> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let name = ctx.shared.store.kind(self.0, ctx.now).map_or("none", Kind::name);
+        let name = ctx
+            .shared
+            .store
+            .kind(self.0, ctx.now)
+            .map_or("none", Kind::name);
         reply::simple(ctx.out, name);
         Ok(())
     }

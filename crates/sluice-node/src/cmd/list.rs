@@ -177,11 +177,16 @@ impl<'a> Command<'a> for LIndex<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let raw = self.index;
-        let item = ctx.shared.store.read(self.key, ctx.now, |l: Option<&List>| {
-            let Some(l) = l else { return Ok::<_, CmdError>(None) };
-            let i = super::args::parse_i64(raw).ok_or(CmdError::NotInteger)?;
-            Ok(index(i, l.len()).and_then(|i| l.get(i)).map(<[u8]>::to_vec))
-        })??;
+        let item = ctx
+            .shared
+            .store
+            .read(self.key, ctx.now, |l: Option<&List>| {
+                let Some(l) = l else {
+                    return Ok::<_, CmdError>(None);
+                };
+                let i = super::args::parse_i64(raw).ok_or(CmdError::NotInteger)?;
+                Ok(index(i, l.len()).and_then(|i| l.get(i)).map(<[u8]>::to_vec))
+            })??;
         match item {
             Some(v) => reply::bulk(ctx.out, &v),
             None => reply::null(ctx.out, ctx.session.proto),
@@ -208,18 +213,20 @@ impl<'a> Command<'a> for LRange<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (start, stop, out) = (self.start, self.stop, &mut *ctx.out);
-        ctx.shared.store.read(self.key, ctx.now, |l: Option<&List>| {
-            let items = l.map(List::items).unwrap_or_default();
-            match clamp(start, stop, items.len()) {
-                None => reply::array(out, 0),
-                Some((a, b)) => {
-                    reply::array(out, b - a + 1);
-                    for item in &items[a..=b] {
-                        reply::bulk(out, item);
+        ctx.shared
+            .store
+            .read(self.key, ctx.now, |l: Option<&List>| {
+                let items = l.map(List::items).unwrap_or_default();
+                match clamp(start, stop, items.len()) {
+                    None => reply::array(out, 0),
+                    Some((a, b)) => {
+                        reply::array(out, b - a + 1);
+                        for item in &items[a..=b] {
+                            reply::bulk(out, item);
+                        }
                     }
                 }
-            }
-        })?;
+            })?;
         Ok(())
     }
 }
@@ -425,42 +432,45 @@ impl<'a> Command<'a> for LPos<'a> {
             maxlen,
             ..
         } = self;
-        let found = ctx.shared.store.read(self.key, ctx.now, |l: Option<&List>| {
-            let items = l.map(List::items).unwrap_or_default();
-            let n = items.len();
-            let scan = if maxlen == 0 { n } else { maxlen.min(n) };
-            let order: Box<dyn Iterator<Item = usize>> = if rank > 0 {
-                Box::new(0..scan)
-            } else {
-                Box::new((n - scan..n).rev())
-            };
-            let want = match count {
-                None => 1,
-                Some(0) => usize::MAX,
-                Some(c) => c,
-            };
-            // Redis counts matches up to `rank`; its negation of i64::MIN stays negative, so
-            // that rank takes the first match from the tail.
-            let mut skip = if rank == i64::MIN {
-                0
-            } else {
-                rank.unsigned_abs() - 1
-            };
-            let mut found = Vec::new();
-            for i in order {
-                if items[i] == value {
-                    if skip > 0 {
-                        skip -= 1;
-                    } else {
-                        found.push(i as i64);
-                        if found.len() == want {
-                            break;
+        let found = ctx
+            .shared
+            .store
+            .read(self.key, ctx.now, |l: Option<&List>| {
+                let items = l.map(List::items).unwrap_or_default();
+                let n = items.len();
+                let scan = if maxlen == 0 { n } else { maxlen.min(n) };
+                let order: Box<dyn Iterator<Item = usize>> = if rank > 0 {
+                    Box::new(0..scan)
+                } else {
+                    Box::new((n - scan..n).rev())
+                };
+                let want = match count {
+                    None => 1,
+                    Some(0) => usize::MAX,
+                    Some(c) => c,
+                };
+                // Redis counts matches up to `rank`; its negation of i64::MIN stays negative, so
+                // that rank takes the first match from the tail.
+                let mut skip = if rank == i64::MIN {
+                    0
+                } else {
+                    rank.unsigned_abs() - 1
+                };
+                let mut found = Vec::new();
+                for i in order {
+                    if items[i] == value {
+                        if skip > 0 {
+                            skip -= 1;
+                        } else {
+                            found.push(i as i64);
+                            if found.len() == want {
+                                break;
+                            }
                         }
                     }
                 }
-            }
-            found
-        })?;
+                found
+            })?;
         match count {
             None => match found.first() {
                 Some(&i) => reply::integer(ctx.out, i),

@@ -150,7 +150,10 @@ impl List {
                     b.items.shrink_to_fit();
                     return;
                 }
-                self.items()[start..=stop].iter().map(|e| e.to_vec()).collect()
+                self.items()[start..=stop]
+                    .iter()
+                    .map(|e| e.to_vec())
+                    .collect()
             }
         };
         self.replace_all(items.iter().map(|e| &e[..]));

@@ -61,7 +61,10 @@ impl Pack {
     }
 
     pub fn iter(&self) -> Iter<'_> {
-        Iter { bytes: &self.0, at: 0 }
+        Iter {
+            bytes: &self.0,
+            at: 0,
+        }
     }
 
     /// How many entries.
@@ -131,7 +134,13 @@ impl<'a> Iterator for Iter<'a> {
         let start = self.at;
         let data = start + head;
         self.at = data + len;
-        Some((At { start, end: self.at }, &self.bytes[data..self.at]))
+        Some((
+            At {
+                start,
+                end: self.at,
+            },
+            &self.bytes[data..self.at],
+        ))
     }
 }
 

@@ -143,8 +143,7 @@ impl ZSet {
     pub fn insert(&mut self, m: &[u8], score: f64) -> Option<f64> {
         if matches!(self, ZSet::Pack(_)) {
             let old = self.score(m);
-            let fits = m.len() <= PACK_VALUE
-                && (old.is_some() || self.len() < PACK_ENTRIES);
+            let fits = m.len() <= PACK_VALUE && (old.is_some() || self.len() < PACK_ENTRIES);
             if fits {
                 let ZSet::Pack(p) = self else { unreachable!() };
                 if old.is_some() {
