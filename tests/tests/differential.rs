@@ -343,6 +343,15 @@ fn wrong_arity() -> impl Strategy<Value = Cmd> {
         ("ZPOPMIN", -2),
         ("ZRANDMEMBER", -2),
         ("ZSCAN", -3),
+        ("SADD", -3),
+        ("SISMEMBER", 3),
+        ("SMISMEMBER", -3),
+        ("SCARD", 2),
+        ("SPOP", -2),
+        ("SINTER", -2),
+        ("SUNIONSTORE", -3),
+        ("SMOVE", 4),
+        ("SSCAN", -3),
         ("DISCARD", 1),
     ];
     let wrong: Vec<(&str, usize)> = ARITY
@@ -453,6 +462,32 @@ const INCRS: &[&str] = &[
 /// HINCRBYFLOAT's increments: exact in binary (not 0.1: Sluice sums in f64 where Redis sums in
 /// x87 long double, and `1e3 + 0.1` prints `1000.09999999999999998` there).
 const FLOAT_INCRS: &[&str] = &["1.5", "-0.25", "10", "1e3", "abc", "inf", "0.5", ""];
+
+/// SSCAN's cursor and options: Redis 7.0 keeps a small set of strings in a hash table, which
+/// it scans a bucket at a time, so only a first call that covers the whole set (cursor 0, no
+/// COUNT below the set's size) has one right answer to compare.
+fn sscan_tail() -> BoxedStrategy<Vec<String>> {
+    let opt = prop_oneof![
+        (
+            pick(&["MATCH", "match"][..]),
+            pick(&["a*", "*", "?", "[ab]", "1"][..])
+        )
+            .prop_map(|(o, p)| vec![o, p]),
+        (
+            pick(&["COUNT", "count"][..]),
+            pick(&["10", "0", "-1", "abc"][..])
+        )
+            .prop_map(|(o, n)| vec![o, n]),
+        Just(vec!["TYPE".to_owned(), "string".to_owned()]),
+    ];
+    (pick(&["0", "abc"][..]), prop::collection::vec(opt, 0..3))
+        .prop_map(|(c, o)| {
+            let mut v = vec![c];
+            v.extend(o.concat());
+            v
+        })
+        .boxed()
+}
 
 /// SCAN's cursor and options, after the key.
 fn scan_tail() -> BoxedStrategy<Vec<String>> {
@@ -624,12 +659,36 @@ fn zset_command() -> impl Strategy<Value = Cmd> {
     ]
 }
 
+fn set_command() -> impl Strategy<Value = Cmd> {
+    let w = |name: &'static str| word(name).prop_map(|n| vec![n]).boxed();
+    let k = || key().prop_map(|k| vec![k]).boxed();
+    let keys = || prop::collection::vec(key(), 1..4).boxed();
+    let counts = &["1", "2", "10", "-3", "0", "abc", "-9223372036854775808"][..];
+    prop_oneof![
+        5 => (w("SADD"), k(), some(ITEMS, 1..4)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (w("SREM"), k(), some(ITEMS, 1..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (w("SISMEMBER"), k(), some(ITEMS, 1..2)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("SMISMEMBER"), k(), some(ITEMS, 1..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (w("SCARD"), k()).prop_map(|(a, b)| cmd(vec![a, b])),
+        2 => (w("SMEMBERS"), k()).prop_map(|(a, b)| cmd(vec![a, b])),
+        1 => (w("SPOP"), k(), some(counts, 0..2)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        1 => (w("SRANDMEMBER"), k(), some(counts, 0..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        2 => (pick(&["SINTER", "SUNION", "SDIFF", "sinter"][..]), keys())
+            .prop_map(|(a, b)| cmd(vec![vec![a], b])),
+        2 => (pick(&["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"][..]), k(), keys())
+            .prop_map(|(a, b, c)| cmd(vec![vec![a], b, c])),
+        1 => (w("SMOVE"), k(), k(), some(ITEMS, 1..2)).prop_map(|(a, b, c, d)| cmd(vec![a, b, c, d])),
+        1 => (w("SSCAN"), k(), sscan_tail()).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+    ]
+}
+
 fn command() -> impl Strategy<Value = Cmd> {
     prop_oneof![
         3 => string_command(),
         2 => list_command(),
         2 => hash_command(),
         3 => zset_command(),
+        2 => set_command(),
     ]
 }
 
@@ -716,6 +775,8 @@ enum Rule {
     Exec(Vec<Rule>),
     /// A random pick: the same kind of reply, of the same length (an error exactly).
     Shape,
+    /// A set's members, in no order: the same strings (SCAN's reply: its members).
+    Unordered,
 }
 
 fn rule(cmd: &[String]) -> Rule {
@@ -723,6 +784,7 @@ fn rule(cmd: &[String]) -> Rule {
         "TTL" | "EXPIRETIME" => Rule::Within(1),
         "PTTL" | "PEXPIRETIME" => Rule::Within(1000),
         "HRANDFIELD" | "SRANDMEMBER" | "SPOP" | "ZRANDMEMBER" => Rule::Shape,
+        "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "SSCAN" => Rule::Unordered,
         _ => Rule::Exact,
     }
 }
@@ -740,8 +802,24 @@ fn same(rule: &Rule, redis: &Reply, sluice: &Reply) -> bool {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same(rule, x, y))
         }
         (Rule::Shape, Reply::Bulk(_), Reply::Bulk(_)) => true,
+        (Rule::Shape, Reply::Set(a), Reply::Set(b)) => a.len() == b.len(),
+        (Rule::Unordered, a, b) => sorted(a) == sorted(b),
         (Rule::Shape, Reply::Double(_), Reply::Double(_)) => true,
         _ => redis == sluice,
+    }
+}
+
+/// A reply with the members of every array and set in it sorted.
+fn sorted(r: &Reply) -> Reply {
+    let sort = |items: &[Reply]| {
+        let mut items: Vec<Reply> = items.iter().map(sorted).collect();
+        items.sort_by_key(|i| format!("{i:?}"));
+        items
+    };
+    match r {
+        Reply::Array(items) => Reply::Array(sort(items)),
+        Reply::Set(items) => Reply::Set(sort(items)),
+        other => other.clone(),
     }
 }
 

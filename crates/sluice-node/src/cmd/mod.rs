@@ -75,6 +75,7 @@ mod scan;
 mod select;
 mod set;
 mod setex;
+mod sets;
 mod shutdown;
 mod slowlog;
 mod time;

@@ -1224,6 +1224,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         list::RPushX
     ),
     spec!(
+        "sadd",
+        -3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Add one or more members to a set.",
+        "key member [member ...]",
+        sets::SAdd
+    ),
+    spec!(
         "save",
         1,
         [ADMIN, NOSCRIPT, NOMULTI],
@@ -1233,6 +1244,39 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Synchronously saves the database(s) to disk.",
         "",
         save::Save
+    ),
+    spec!(
+        "scard",
+        2,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Get the number of members in a set.",
+        "key",
+        sets::SCard
+    ),
+    spec!(
+        "sdiff",
+        -2,
+        [READONLY],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Subtract multiple sets.",
+        "key [key ...]",
+        sets::SDiff
+    ),
+    spec!(
+        "sdiffstore",
+        -3,
+        [WRITE, DENYOOM],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Subtract multiple sets and store the resulting set in a key.",
+        "destination key [key ...]",
+        sets::SDiffStore
     ),
     spec!(
         "select",
@@ -1301,6 +1345,39 @@ pub static COMMANDS: &[CommandSpec] = &[
         shutdown::Shutdown
     ),
     spec!(
+        "sinter",
+        -2,
+        [READONLY],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Intersect multiple sets.",
+        "key [key ...]",
+        sets::SInter
+    ),
+    spec!(
+        "sinterstore",
+        -3,
+        [WRITE, DENYOOM],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Intersect multiple sets and store the resulting set in a key.",
+        "destination key [key ...]",
+        sets::SInterStore
+    ),
+    spec!(
+        "sismember",
+        3,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Determine if a given value is a member of a set.",
+        "key member",
+        sets::SIsMemberCmd
+    ),
+    spec!(
         "slaveof",
         3,
         [ADMIN, NOSCRIPT, STALE],
@@ -1323,6 +1400,83 @@ pub static COMMANDS: &[CommandSpec] = &[
         slowlog::SlowLog
     ),
     spec!(
+        "smembers",
+        2,
+        [READONLY],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Get all the members in a set.",
+        "key",
+        sets::SMembers
+    ),
+    spec!(
+        "smismember",
+        -3,
+        [READONLY, FAST],
+        (1, 1, 1),
+        "set",
+        "6.2.0",
+        "Returns the membership associated with the given elements for a set.",
+        "key member [member ...]",
+        sets::SMIsMember
+    ),
+    spec!(
+        "smove",
+        4,
+        [WRITE, FAST],
+        (1, 2, 1),
+        "set",
+        "1.0.0",
+        "Move a member from one set to another.",
+        "source destination member",
+        sets::SMove
+    ),
+    spec!(
+        "spop",
+        -2,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Remove and return one or multiple random members from a set.",
+        "key [count]",
+        sets::SPop
+    ),
+    spec!(
+        "srandmember",
+        -2,
+        [READONLY],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Get one or multiple random members from a set.",
+        "key [count]",
+        sets::SRandMember
+    ),
+    spec!(
+        "srem",
+        -3,
+        [WRITE, FAST],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Remove one or more members from a set.",
+        "key member [member ...]",
+        sets::SRem
+    ),
+    spec!(
+        "sscan",
+        -3,
+        [READONLY],
+        (1, 1, 1),
+        "set",
+        "2.8.0",
+        "Incrementally iterate Set elements.",
+        "key cursor [MATCH pattern] [COUNT count]",
+        sets::SScan
+    ),
+    spec!(
         "strlen",
         2,
         [READONLY, FAST],
@@ -1343,6 +1497,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Listens for messages published to channels.",
         "channel [channel ...]",
         pubsub::Subscribe
+    ),
+    spec!(
+        "sunion",
+        -2,
+        [READONLY],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Add multiple sets.",
+        "key [key ...]",
+        sets::SUnion
+    ),
+    spec!(
+        "sunionstore",
+        -3,
+        [WRITE, DENYOOM],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Add multiple sets and store the resulting set in a key.",
+        "destination key [key ...]",
+        sets::SUnionStore
     ),
     spec!(
         "sync",
