@@ -71,13 +71,13 @@ fn http_rules_and_checks_take_window_and_its_alias_period() {
         assert_eq!(r.status, 200, "{field}: {r:?}");
         assert_eq!(r.json()["remaining"], 1, "{field}: {r:?}");
     }
-    // The refusal is named after the documented field, whichever spelling was sent.
+    // A bad window is refused whichever spelling carried it (named by RL.CHECK's word).
     for field in ["window", "period"] {
         let body = format!(r#"{{"key":"k","limit":2,"{field}":"soon"}}"#);
         let r = http_json(port, "POST", "/v1/check", &body);
         assert_eq!(r.status, 400, "{r:?}");
         let e = r.json()["error"].as_str().unwrap().to_string();
-        assert!(e.starts_with("window: "), "{field}: {e}");
+        assert!(e.starts_with("period: "), "{field}: {e}");
     }
     let r = http_json(
         port,

@@ -58,23 +58,28 @@ pub fn error_status(text: &str) -> StatusCode {
 
 /// A RESP error reply to a check as a JSON error, without Redis's `ERR ` prefix, and named
 /// after the field of `POST /v1/check` (or query parameter of `GET /v1/auth`) it concerns when
-/// it is the caller's mistake: `window: PERIOD '1 m' must be ...` (the command's `PERIOD` is
-/// the JSON's `window`, whichever of `window` and its alias `period` the body used).
+/// it is the caller's mistake: `period: period must be ...` (a check's window is named by
+/// `RL.CHECK`'s word for it, whichever of `window` and its alias `period` the body used).
 pub fn resp_error(text: &str) -> Response {
+    named_error(text, "period")
+}
+
+/// [`resp_error`] for a rule write (`PUT /rules/{id}`, rollback), whose window is named
+/// `window`.
+pub fn rule_error(text: &str) -> Response {
+    named_error(text, "window")
+}
+
+fn named_error(text: &str, period: &str) -> Response {
     let status = error_status(text);
     let text = text.strip_prefix("ERR ").unwrap_or(text);
     match field_of(text) {
         Some(field) if status == StatusCode::BAD_REQUEST => {
-            let field = if field == "period" { "window" } else { field };
+            let field = if field == "period" { period } else { field };
             error(status, format!("{field}: {text}"))
         }
         _ => error(status, text),
     }
-}
-
-/// [`resp_error`] for a rule write (`PUT /rules/{id}`, rollback).
-pub fn rule_error(text: &str) -> Response {
-    resp_error(text)
 }
 
 /// The fields of the bodies and queries, each spelled as the command word that carries it.
