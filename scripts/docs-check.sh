@@ -16,6 +16,10 @@
 # dropped, the second of two equal headings gets -1, the third -2. http:, https:, mailto: and
 # other schemes are not fetched.
 #
+# History: outside code blocks and outside a section headed "Log", no words from the project's
+# own history (the seed's API, isRequestAllowed, issue numbers, "not merged", "before the fix",
+# "before, it was ..."): a user's page says what is true now.
+#
 # Examples: a fenced block whose info string is `console` is run when the line right before its
 # opening fence is `<!-- run -->` or `<!-- run: FLAGS -->` (FLAGS: extra node flags, split on
 # spaces). In it, a line starting with `$ ` is a shell command (a trailing \ continues it on the
@@ -144,6 +148,40 @@ def check_link(page, lineno, target, fail):
             fail(where, f"link to {target}: no heading of {rel(dest)} has the anchor #{anchor}")
     return True
 
+# Words from the project's own history, which a user's page has no use for: the starting brief
+# ("the seed's API", its `isRequestAllowed`), issue numbers and merges, and what a feature was
+# before a fix. A section headed "Log" (performance.md's dated log) is where history belongs.
+HISTORY = [
+    (re.compile(r"\bseed's\b|\bthe seed\b(?!s\b| nodes?\b| corpus\b)", re.I), "the seed"),
+    (re.compile(r"isRequestAllowed"), "isRequestAllowed"),
+    (re.compile(r"\bissues? #?\d+|\bissue's\b|\bthe [\w-]+ issue\b", re.I), "an issue"),
+    (re.compile(r"\bnot merged\b|\bbefore the fix\b|\bthe build before\b", re.I), "a merge or a fix"),
+    (re.compile(r"(?:^|[.;:(]\s*)before[,:]\s", re.I), "what it was before"),
+]
+LOG_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+Log\s*$")
+HEADING = re.compile(r"^ {0,3}(#{1,6})\s")
+
+def check_history(page, lines, code_lines, fail):
+    log_level = None
+    for i, line in enumerate(lines):
+        if i in code_lines:
+            continue
+        h = HEADING.match(line)
+        if h:
+            level = len(h.group(1))
+            if log_level is not None and level <= log_level:
+                log_level = None
+            if LOG_HEADING.match(line):
+                log_level = level
+        if log_level is not None:
+            continue
+        for pattern, what in HISTORY:
+            m = pattern.search(line)
+            if m:
+                fail(f"{rel(page)}:{i + 1}", f"history in a user's page ({what}: {m.group(0).strip()!r}); "
+                     "say what is true now, or move it to a section headed Log")
+                break
+
 def extract(work, files):
     failures = open(os.path.join(work, "failures"), "a")
     def fail(where, msg):
@@ -168,6 +206,7 @@ def extract(work, files):
             targets += HREF.findall(text)
             for t in targets:
                 links += check_link(page, i + 1, t, fail)
+        check_history(page, lines, code_lines, fail)
         # Runnable blocks.
         for i, line in enumerate(lines):
             m = RUN.match(line.strip())
