@@ -87,7 +87,7 @@ pub struct RuleSpec {
     /// `GLOBAL`: the limit is shared by every region; this region enforces its share of it
     /// (see [`Rules::set_region_shares`]).
     pub global: bool,
-    /// The seed's fields (`SCOPE`, `TIER`, `ROUTE`): which requests `RL.ALLOW` counts here.
+    /// `SCOPE`, `TIER`, `ROUTE`: which requests `RL.ALLOW` counts here, and by what.
     pub selector: Selector,
 }
 
