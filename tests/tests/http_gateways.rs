@@ -121,12 +121,14 @@ fn nginx_charges_get_slash_once() {
             "request {i}: {r:?}"
         );
     }
-    assert_eq!(
-        http(listen, "GET", "/", &[], None)
-            .unwrap()
-            .header("content-type"),
-        Some("text/html")
-    );
+    let r = http(listen, "GET", "/", &[], None).unwrap();
+    assert_eq!(r.header("content-type"), Some("text/html"));
+    assert_eq!(r.header("RateLimit-Remaining"), Some("0"));
+    // A directory without its slash is redirected to it, unchecked.
+    let r = http(listen, "GET", "/docs", &[], None).unwrap();
+    assert_eq!(r.status, 301, "{r:?}");
+    assert!(r.header("location").unwrap().ends_with("/docs/"), "{r:?}");
+    assert!(r.header("RateLimit-Remaining").is_none(), "{r:?}");
 }
 
 /// The nginx example runs as docs/gateways.md tells a user to run it
