@@ -96,7 +96,17 @@ Examples:
   sluice proxy --upstream 10.0.0.1:6379   the sidecar next to a gateway, on 127.0.0.1:6390";
 
 /// The node's flags `sluice -h` shows (with -h and -V); `--help` shows them all.
-const COMMON_FLAGS: [&str; 5] = ["port", "bind", "http-port", "rules", "requirepass"];
+const COMMON_FLAGS: &[&str] = &["port", "bind", "http-port", "rules", "requirepass"];
+
+/// The sidecar's flags `sluice proxy -h` shows; `sluice proxy --help` shows them all.
+const PROXY_COMMON_FLAGS: &[&str] = &[
+    "port",
+    "upstream",
+    "sentinel",
+    "master-name",
+    "fail-mode",
+    "timeout-ms",
+];
 
 #[derive(Debug, Subcommand)]
 enum Mode {
@@ -148,18 +158,26 @@ fn parse() -> (Cli, Option<PathBuf>) {
 
 /// The command as the binary parses it: flags from the environment too, a node flag given
 /// twice taking its last value (a config file's directives come before the command line's
-/// flags, which override them), and `-h` showing only [`COMMON_FLAGS`].
+/// flags, which override them), and `-h` showing only the common flags.
 fn command() -> Command {
     let command = sluice_node::config::with_env(Cli::command(), "SLUICE_")
         .args_override_self(true)
         .mut_subcommand("proxy", |p| {
-            sluice_node::config::with_env(p, "SLUICE_PROXY_")
+            short_help(
+                sluice_node::config::with_env(p, "SLUICE_PROXY_"),
+                PROXY_COMMON_FLAGS,
+            )
         });
+    short_help(command, COMMON_FLAGS)
+}
+
+/// `command` with every flag but `common` (and help and version) left out of `-h`.
+fn short_help(command: Command, common: &[&str]) -> Command {
     let uncommon: Vec<clap::Id> = command
         .get_arguments()
         .filter(|a| {
             a.get_long()
-                .is_some_and(|l| !COMMON_FLAGS.contains(&l) && l != "help" && l != "version")
+                .is_some_and(|l| !common.contains(&l) && l != "help" && l != "version")
         })
         .map(|a| a.get_id().clone())
         .collect();

@@ -74,6 +74,24 @@ fn short_help_is_short_and_long_help_has_every_flag() {
 }
 
 #[test]
+fn the_sidecars_short_help_is_short_too() {
+    let short = stdout(&sluice(&["proxy", "-h"]));
+    let long = stdout(&sluice(&["proxy", "--help"]));
+    for flag in ["--upstream", "--sentinel", "--fail-mode"] {
+        assert!(short.contains(flag), "{flag} not in proxy -h:\n{short}");
+    }
+    for flag in [
+        "--syslog-ident",
+        "--upstream-tls-key-file",
+        "--http-trusted-proxies",
+    ] {
+        assert!(!short.contains(flag), "{flag} in proxy -h");
+        assert!(long.contains(flag), "{flag} not in proxy --help");
+    }
+    assert!(short.lines().count() <= 30, "{short}");
+}
+
+#[test]
 fn a_mistyped_subcommand_is_named_with_a_suggestion() {
     let out = sluice(&["proxi", "--upstream", "x"]);
     assert_eq!(out.status.code(), Some(2));
