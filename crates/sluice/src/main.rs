@@ -139,8 +139,9 @@ fn main() {
 fn parse() -> (Cli, Option<PathBuf>) {
     let mut command = command();
     let argv: Vec<OsString> = std::env::args_os().collect();
-    // A first word that names no file and no mode is a mistyped mode (`sluice proxi`), not a
-    // config file: clap says so, with its suggestion.
+    // A first word that names no file, is not shaped like a path and is no subcommand is a
+    // mistyped subcommand (`sluice proxi`), not a config file: clap says so, with its
+    // suggestion.
     let (argv, file) = if names_nothing(&command, &argv) {
         (argv, None)
     } else {
@@ -186,7 +187,9 @@ fn short_help(command: Command, common: &[&str]) -> Command {
         .fold(command, |c, id| c.mut_arg(id, |a| a.hide_short_help(true)))
 }
 
-/// Whether the first word is neither a flag, nor a subcommand, nor an existing file.
+/// Whether the first word is a mistyped subcommand: neither a flag, nor a subcommand, nor an
+/// existing file, nor shaped like a path (`sluice.conf`, `conf/node`: a file that is missing
+/// is said to be one, "cannot read config file").
 fn names_nothing(command: &Command, argv: &[OsString]) -> bool {
     let Some(word) = argv.get(1).and_then(|a| a.to_str()) else {
         return false;
@@ -195,7 +198,8 @@ fn names_nothing(command: &Command, argv: &[OsString]) -> bool {
         .get_subcommands()
         .any(|m| m.get_name().eq_ignore_ascii_case(word))
         || word.eq_ignore_ascii_case("help");
-    !word.starts_with('-') && !mode && !std::path::Path::new(word).exists()
+    let path_like = word.contains(['/', '.']);
+    !word.starts_with('-') && !mode && !path_like && !std::path::Path::new(word).exists()
 }
 
 /// clap's error, said in the node's terms where clap's would mislead: a word after the

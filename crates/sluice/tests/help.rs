@@ -102,6 +102,16 @@ fn a_mistyped_subcommand_is_named_with_a_suggestion() {
 }
 
 #[test]
+fn a_missing_file_named_as_a_path_is_still_a_config_file() {
+    for path in ["missing.conf", "/nonexistent/sluice"] {
+        let out = sluice(&[path]);
+        assert_eq!(out.status.code(), Some(1), "{path}");
+        let err = stderr(&out);
+        assert!(err.contains("cannot read config file"), "{path}: {err}");
+    }
+}
+
+#[test]
 fn an_existing_file_first_is_still_a_config_file() {
     let dir = std::env::temp_dir().join(format!("sluice-help-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
