@@ -16,6 +16,10 @@
 # dropped, the second of two equal headings gets -1, the third -2. http:, https:, mailto: and
 # other schemes are not fetched.
 #
+# History: outside code blocks and outside a section headed "Log", no words from the project's
+# own history (the seed's API, isRequestAllowed, issue numbers, "not merged", "before the fix",
+# "before, it was ..."): a user's page says what is true now.
+#
 # Examples: a fenced block whose info string is `console` is run when the line right before its
 # opening fence is `<!-- run -->` or `<!-- run: FLAGS -->` (FLAGS: extra node flags, split on
 # spaces). In it, a line starting with `$ ` is a shell command (a trailing \ continues it on the
@@ -28,7 +32,8 @@
 # The commands run in order in one bash in the repository root, with a 60 s deadline for the
 # block (DOCS_CHECK_TIMEOUT). Before they run, 6379 in a command becomes the node's RESP port
 # and 8080 (the HTTP port the docs show; --http-port has no default) its HTTP port, in FLAGS
-# too; in what a command prints, those ports become 6379 and 8080 again. On PATH, `sluice` is
+# too, and 8081 a third free port, for what a block starts besides the node (the nginx
+# example); in what a command prints, those ports become 6379, 8080 and 8081 again. On PATH, `sluice` is
 # the binary under test and `redis-cli` is given `-p PORT` of the node unless the command names
 # -p, -u or -s.
 #
@@ -49,10 +54,10 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-docs-check.XXXXXX")
 #   extract WORK FILE...  checks the links; writes WORK/blocks/NNNN/ (where, flags, cmd.K,
 #                         line.K, expect.K), WORK/links (count) and WORK/failures (file:line
 #                         per failure); prints the link failures.
-#   ports TEXT RESP HTTP  prints TEXT with 6379 and 8080 rewritten to the ports.
-#   script DIR RESP HTTP  prints the block's bash script (ports rewritten) on stdout.
-#   compare DIR RESP HTTP compares got.K with expect.K; prints the failures, appends them to
-#                         WORK/failures; exits 1 on a difference.
+#   ports TEXT RESP HTTP SIDE   prints TEXT with 6379, 8080 and 8081 rewritten to the ports.
+#   script DIR RESP HTTP SIDE   prints the block's bash script (ports rewritten) on stdout.
+#   compare DIR RESP HTTP SIDE  compares got.K with expect.K; prints the failures, appends them
+#                               to WORK/failures; exits 1 on a difference.
 read -r -d '' PY <<'EOF' || true
 import os, re, sys, urllib.parse
 
@@ -143,6 +148,40 @@ def check_link(page, lineno, target, fail):
             fail(where, f"link to {target}: no heading of {rel(dest)} has the anchor #{anchor}")
     return True
 
+# Words from the project's own history, which a user's page has no use for: the starting brief
+# ("the seed's API", its `isRequestAllowed`), issue numbers and merges, and what a feature was
+# before a fix. A section headed "Log" (performance.md's dated log) is where history belongs.
+HISTORY = [
+    (re.compile(r"\bseed's\b|\bthe seed\b(?!s\b| nodes?\b| corpus\b)", re.I), "the seed"),
+    (re.compile(r"isRequestAllowed"), "isRequestAllowed"),
+    (re.compile(r"\bissues? #?\d+|\bissue's\b|\bthe [\w-]+ issue\b", re.I), "an issue"),
+    (re.compile(r"\bnot merged\b|\bbefore the fix\b|\bthe build before\b", re.I), "a merge or a fix"),
+    (re.compile(r"(?:^|[.;:(]\s*)before[,:]\s", re.I), "what it was before"),
+]
+LOG_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+Log\s*$")
+HEADING = re.compile(r"^ {0,3}(#{1,6})\s")
+
+def check_history(page, lines, code_lines, fail):
+    log_level = None
+    for i, line in enumerate(lines):
+        if i in code_lines:
+            continue
+        h = HEADING.match(line)
+        if h:
+            level = len(h.group(1))
+            if log_level is not None and level <= log_level:
+                log_level = None
+            if LOG_HEADING.match(line):
+                log_level = level
+        if log_level is not None:
+            continue
+        for pattern, what in HISTORY:
+            m = pattern.search(line)
+            if m:
+                fail(f"{rel(page)}:{i + 1}", f"history in a user's page ({what}: {m.group(0).strip()!r}); "
+                     "say what is true now, or move it to a section headed Log")
+                break
+
 def extract(work, files):
     failures = open(os.path.join(work, "failures"), "a")
     def fail(where, msg):
@@ -167,6 +206,7 @@ def extract(work, files):
             targets += HREF.findall(text)
             for t in targets:
                 links += check_link(page, i + 1, t, fail)
+        check_history(page, lines, code_lines, fail)
         # Runnable blocks.
         for i, line in enumerate(lines):
             m = RUN.match(line.strip())
@@ -234,10 +274,11 @@ def commands(d):
         yield c
         c += 1
 
-def script(d, resp, http):
+def script(d, resp, http, side):
     out = ["set +e"]
     for c in commands(d):
-        cmd = ports(open(os.path.join(d, f"cmd.{c}")).read(), [("6379", resp), ("8080", http)])
+        cmd = ports(open(os.path.join(d, f"cmd.{c}")).read(),
+                    [("6379", resp), ("8080", http), ("8081", side)])
         got = os.path.join(d, f"got.{c}")
         out.append(f"{{\n{cmd}\n}} >'{got}' 2>&1")
     print("\n".join(out))
@@ -260,7 +301,7 @@ def matches(exp, got):
                 ok[i][j] = j < len(got) and exp[i] == got[j] and ok[i + 1][j + 1]
     return ok[0][0]
 
-def compare(work, d, resp, http):
+def compare(work, d, resp, http, side):
     bad = False
     with open(os.path.join(work, "failures"), "a") as failures:
         for c in commands(d):
@@ -270,7 +311,7 @@ def compare(work, d, resp, http):
             path = os.path.join(d, f"got.{c}")
             if os.path.exists(path):
                 raw = open(path, encoding="utf-8", errors="replace").read()
-                got = tidy(ports(raw, [(resp, 6379), (http, 8080)]).split("\n"))
+                got = tidy(ports(raw, [(resp, 6379), (http, 8080), (side, 8081)]).split("\n"))
             elif os.path.exists(os.path.join(d, "timedout")):
                 got = ["<not run: the block's deadline passed first>"]
             else:
@@ -294,11 +335,11 @@ cmd = sys.argv[1]
 if cmd == "extract":
     extract(sys.argv[2], sys.argv[3:])
 elif cmd == "script":
-    script(sys.argv[2], sys.argv[3], sys.argv[4])
+    script(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
 elif cmd == "ports":
-    print(ports(sys.argv[2], [("6379", sys.argv[3]), ("8080", sys.argv[4])]))
+    print(ports(sys.argv[2], [("6379", sys.argv[3]), ("8080", sys.argv[4]), ("8081", sys.argv[5])]))
 elif cmd == "compare":
-    compare(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+    compare(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6])
 EOF
 py() { ROOT=$ROOT python3 -c "$PY" "$@"; }
 
@@ -342,12 +383,13 @@ node_answers() {
 # compares. Appends to WORK/failures on a failure.
 ran=0
 run_block() {
-    local d=$1 where flags resp http pid nodelog script deadline tpid
+    local d=$1 where flags resp http side pid nodelog script deadline tpid
     where=$(cat "$d/where")
     free_port; resp=$PORT
     free_port; http=$PORT
+    free_port; side=$PORT
     # The ports are rewritten in the flags too: `<!-- run: --http-port 8080 -->` binds no fixed port.
-    read -r -a flags <<<"$(py ports "$(cat "$d/flags")" "$resp" "$http")" || true
+    read -r -a flags <<<"$(py ports "$(cat "$d/flags")" "$resp" "$http" "$side")" || true
     nodelog="$d/node.log"
     mkdir -p "$d/cwd"
     # The node runs in a scratch directory: a cluster node writes nodes-PORT.conf there.
@@ -367,7 +409,7 @@ run_block() {
     done
     ran=$((ran + 1))
     script="$d/script.sh"
-    py script "$d" "$resp" "$http" >"$script"
+    py script "$d" "$resp" "$http" "$side" >"$script"
     # timeout leads a process group of its own: whatever the commands leave running in the
     # background is in it, and is stopped with it.
     (cd "$ROOT" && PATH="$WORK/bin:$PATH" DOCS_CHECK_RESP_PORT=$resp DOCS_CHECK_HTTP_PORT=$http \
@@ -380,7 +422,7 @@ run_block() {
     kill -- "-$tpid" 2>/dev/null || true
     BLOCK_GROUP=
     stop "$pid"
-    if ! py compare "$WORK" "$d" "$resp" "$http"; then
+    if ! py compare "$WORK" "$d" "$resp" "$http" "$side"; then
         echo "  the node's log (flags: ${flags[*]:-none}; RESP port $resp, HTTP port $http), its end:"
         tail -n 10 "$nodelog" | sed 's/^/    | /'
     fi

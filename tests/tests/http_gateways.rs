@@ -1,6 +1,7 @@
 //! Real gateways in front of the HTTP API: nginx (`auth_request` to `GET /v1/auth`, the
 //! shipped examples/nginx/nginx.conf) serving a static site, 200 until the limit, then 429 with
-//! the rate limit headers, and the same bucket seen through `redis-cli`. Traefik and Envoy are
+//! the rate limit headers, and the same bucket seen through `redis-cli`; `GET /` charged once;
+//! and the example run as docs/gateways.md tells a user to run it (examples/nginx/run.sh). Traefik and Envoy are
 //! not packaged here: their shipped configs are parsed and their key fields checked, and the
 //! request Envoy's ext_authz makes (`path_prefix`) is made by hand.
 
@@ -72,6 +73,86 @@ fn nginx_auth_request_forwards_until_the_limit_then_answers_429_with_headers() {
     let out = redis_cli(server.port, &["PTTL", "per-ip:127.0.0.1"]);
     let pttl: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert!((50_000..=60_000).contains(&pttl), "{pttl}");
+}
+
+/// `GET /` is one client request, charged once: nginx's `index` would redirect it internally
+/// to /index.html and run auth_request a second time; the example serves the index file from
+/// the same location instead. Directories below the root too.
+#[test]
+fn nginx_charges_get_slash_once() {
+    if !have_tool("nginx") {
+        return;
+    }
+    let (_server, http_port) = sluice_with_http(&[]);
+    let r = http_json(
+        http_port,
+        "PUT",
+        "/rules/per-ip",
+        r#"{"scope":"ip","limit":5,"window":"1m"}"#,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let dir = TempDir::new("nginx-index");
+    let root = dir.path().join("site");
+    std::fs::create_dir_all(root.join("docs")).unwrap();
+    std::fs::write(root.join("index.html"), "hello from the backend\n").unwrap();
+    std::fs::write(root.join("docs/index.html"), "the docs\n").unwrap();
+    let listen = free_port();
+    let _nginx = Nginx::example(listen, http_port, &root, &dir);
+    let first = wait_until(Duration::from_secs(10), || {
+        http(listen, "GET", "/", &[], None)
+    })
+    .expect("nginx answers");
+    let mut replies = vec![first];
+    for path in ["/index.html", "/docs/", "/docs/index.html"] {
+        replies.push(http(listen, "GET", path, &[], None).unwrap());
+    }
+    let bodies = [
+        "hello from the backend\n",
+        "hello from the backend\n",
+        "the docs\n",
+        "the docs\n",
+    ];
+    for (i, (r, body)) in replies.iter().zip(bodies).enumerate() {
+        assert_eq!(r.status, 200, "request {i}: {r:?}");
+        assert_eq!(r.body, body, "request {i}");
+        assert_eq!(
+            r.header("RateLimit-Remaining"),
+            Some((4 - i).to_string().as_str()),
+            "request {i}: {r:?}"
+        );
+    }
+    let r = http(listen, "GET", "/", &[], None).unwrap();
+    assert_eq!(r.header("content-type"), Some("text/html"));
+    assert_eq!(r.header("RateLimit-Remaining"), Some("0"));
+    // A directory without its slash is redirected to it, unchecked.
+    let r = http(listen, "GET", "/docs", &[], None).unwrap();
+    assert_eq!(r.status, 301, "{r:?}");
+    assert!(r.header("location").unwrap().ends_with("/docs/"), "{r:?}");
+    assert!(r.header("RateLimit-Remaining").is_none(), "{r:?}");
+}
+
+/// The nginx example runs as docs/gateways.md tells a user to run it
+/// (`examples/nginx/run.sh`, which creates the rule, then `GET /` until a 429): that page's
+/// runnable blocks, run by the docs check as CI runs it.
+#[test]
+fn the_nginx_example_runs_as_the_docs_say() {
+    if !have_tool("nginx") || !have_tool("curl") || !have_tool("redis-cli") {
+        return;
+    }
+    let root = format!("{}/..", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("scripts/docs-check.sh")
+        .arg("docs/gateways.md")
+        .current_dir(&root)
+        .env("SLUICE_BIN", sluice_tests::binary())
+        .output()
+        .expect("scripts/docs-check.sh");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(" 0 failed"), "{text}");
 }
 
 #[test]

@@ -58,6 +58,8 @@ enum AdminCommand {
     /// Computes a table for these nodes (consistent hashing), makes replicas follow their
     /// primaries, pushes the table to every node, and waits until every node is ok.
     Create {
+        /// The nodes, each started with `--cluster yes`: primaries first, then (with
+        /// `--replicas`) their replicas.
         #[arg(required = true, value_name = "HOST:PORT")]
         nodes: Vec<String>,
         /// Replicas per primary: the first nodes become primaries, the rest their replicas.
@@ -67,20 +69,25 @@ enum AdminCommand {
     /// Adds an empty cluster node as a new primary: it takes about 1/N of the slots, with
     /// their buckets.
     AddNode {
+        /// HOST:PORT of the node to add, started with `--cluster yes` and empty.
         #[arg(value_name = "NEW")]
         new: String,
+        /// HOST:PORT of any node already in the cluster, to read the table from.
         #[arg(value_name = "EXISTING")]
         existing: String,
     },
     /// Removes a primary: its slots and their buckets move to the others.
     RemoveNode {
+        /// HOST:PORT of the primary to remove; it can be stopped once this returns.
         #[arg(value_name = "NODE")]
         node: String,
+        /// HOST:PORT of a node that stays in the cluster, to read the table from.
         #[arg(value_name = "EXISTING")]
         existing: String,
     },
     /// Prints the table, and keys and memory per node.
     Show {
+        /// Any node of the cluster, to read the table from.
         #[arg(value_name = "HOST:PORT")]
         node: String,
     },

@@ -16,13 +16,15 @@ use crate::reply::{Refusal, refuse};
 use crate::trust::{Cidr, client_ip, normalize_path};
 use crate::{BODY_DEADLINE, MAX_BODY};
 
-/// A body of one `RL.CHECK`.
+/// A body of one `RL.CHECK`. The window is `window`, as in a rule's body; `period` (the word
+/// of `RL.CHECK`) is its alias, and giving both is a duplicate field.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyCheck {
     pub key: String,
     pub limit: u64,
-    pub period: Json,
+    #[serde(alias = "period")]
+    pub window: Json,
     pub burst: Option<u64>,
     pub cost: Option<u64>,
     pub algo: Option<String>,
@@ -69,22 +71,13 @@ impl Allow {
 }
 
 impl KeyCheck {
-    /// `RL.CHECK key limit period ...`, or why `period` is not one.
+    /// `RL.CHECK key limit window ...`, or why `window` is not one.
     pub fn args(&self) -> Result<Vec<String>, String> {
-        let period = match &self.period {
-            Json::String(s) => s.clone(),
-            Json::Number(n) if n.is_u64() => n.to_string(),
-            _ => {
-                return Err(
-                    "period: must be a number of seconds or a duration such as \"1m\"".into(),
-                );
-            }
-        };
         let mut args = vec![
             "RL.CHECK".to_string(),
             self.key.clone(),
             self.limit.to_string(),
-            period,
+            window_text(&self.window)?,
         ];
         if let Some(b) = self.burst {
             args.extend(["BURST".into(), b.to_string()]);
@@ -102,9 +95,22 @@ impl KeyCheck {
     }
 }
 
-/// Which form a `POST /v1/check` body is: a key check when it has `limit` or `period`.
+/// A window as the command's word: a duration text (`"1m"`) or integer seconds.
+fn window_text(window: &Json) -> Result<String, String> {
+    match window {
+        Json::String(s) => Ok(s.clone()),
+        Json::Number(n) if n.is_u64() => Ok(n.to_string()),
+        _ => Err("window: must be a number of seconds or a duration such as \"1m\"".into()),
+    }
+}
+
+/// Which form a `POST /v1/check` body is: a key check when it has `limit` or a window
+/// (`window`, or its alias `period`).
 pub fn check_args(map: serde_json::Map<String, Json>) -> Result<Vec<String>, Refusal> {
-    if map.contains_key("limit") || map.contains_key("period") {
+    if ["limit", "window", "period"]
+        .iter()
+        .any(|f| map.contains_key(*f))
+    {
         fields::<KeyCheck>(map)?
             .args()
             .map_err(|why| refuse(StatusCode::BAD_REQUEST, why))
@@ -192,7 +198,7 @@ fn field_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
     if path != "." {
         return format!("{path}: {why}");
     }
-    let named = ["missing field `", "unknown field `"]
+    let named = ["missing field `", "unknown field `", "duplicate field `"]
         .iter()
         .find_map(|p| why.strip_prefix(p))
         .and_then(|rest| rest.split('`').next());
@@ -438,6 +444,8 @@ pub fn prefixed_endpoint(uri: &axum::http::Uri) -> String {
 pub struct RuleBody {
     scope: String,
     limit: u64,
+    /// `period` is its alias (the word of `RL.CHECK` and `RL.RULE SET`).
+    #[serde(alias = "period")]
     window: Json,
     tier: Option<String>,
     route: Option<String>,
@@ -452,15 +460,7 @@ pub struct RuleBody {
 impl RuleBody {
     /// `SCOPE s LIMIT n PERIOD w ...`: the words of `RL.RULE SET id`.
     pub fn words(&self) -> Result<Vec<String>, String> {
-        let window = match &self.window {
-            Json::String(s) => s.clone(),
-            Json::Number(n) if n.is_u64() => n.to_string(),
-            _ => {
-                return Err(
-                    "window: must be a number of seconds or a duration such as \"1m\"".into(),
-                );
-            }
-        };
+        let window = window_text(&self.window)?;
         let mut w = vec![
             "SCOPE".to_string(),
             self.scope.clone(),

@@ -58,12 +58,14 @@ pub fn error_status(text: &str) -> StatusCode {
 
 /// A RESP error reply to a check as a JSON error, without Redis's `ERR ` prefix, and named
 /// after the field of `POST /v1/check` (or query parameter of `GET /v1/auth`) it concerns when
-/// it is the caller's mistake: `period: PERIOD '1 m' must be ...`.
+/// it is the caller's mistake: `period: period must be ...` (a check's window is named by
+/// `RL.CHECK`'s word for it, whichever of `window` and its alias `period` the body used).
 pub fn resp_error(text: &str) -> Response {
     named_error(text, "period")
 }
 
-/// [`resp_error`] for a rule write (`PUT /rules/{id}`, rollback), whose period is `window`.
+/// [`resp_error`] for a rule write (`PUT /rules/{id}`, rollback), whose window is named
+/// `window`.
 pub fn rule_error(text: &str) -> Response {
     named_error(text, "window")
 }

@@ -9,7 +9,11 @@
 //! It parses flags and hands them to the crate that runs the mode; nothing else lives here but
 //! the allocator.
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Command, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::signal::unix::{SignalKind, signal};
 
 #[global_allocator]
@@ -31,12 +35,18 @@ pub static malloc_conf: Option<&'static std::ffi::c_char> = Some(
     unsafe { &*c"background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0".as_ptr() },
 );
 
-/// `sluice [flags]` runs a node; `sluice proxy` and `sluice cluster` run the other two modes.
+/// `sluice [CONFIG-FILE] [flags]` runs a node; `sluice proxy` and `sluice cluster` run the
+/// other two modes.
 #[derive(Debug, Parser)]
 #[command(
     name = "sluice",
     version,
     about = "A rate-limiter server that speaks the Redis protocol",
+    long_about = LONG_ABOUT,
+    override_usage = USAGE,
+    help_template = HELP_TEMPLATE,
+    after_help = EXAMPLES_SHORT,
+    after_long_help = EXAMPLES,
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
@@ -45,6 +55,58 @@ struct Cli {
     #[command(flatten)]
     node: sluice_node::Config,
 }
+
+const USAGE: &str = "sluice [CONFIG-FILE] [OPTIONS]
+       sluice proxy [OPTIONS]
+       sluice cluster <COMMAND>";
+
+const LONG_ABOUT: &str = "A rate-limiter server that speaks the Redis protocol: any Redis client \
+    sends it RL.CHECK (and the Redis commands clients send), and it answers from buckets kept in \
+    sharded memory. With no subcommand it runs a node; `proxy` runs the sidecar a gateway talks \
+    to on localhost, `cluster` the tool that creates and changes a cluster. Every flag is also \
+    read from the environment variable SLUICE_<FLAG> (the sidecar's from SLUICE_PROXY_<FLAG>); \
+    a flag on the command line wins.";
+
+/// clap's default template with the one positional argument clap does not parse (the config
+/// file is read before clap sees the command line, see [`parse`]). The heading is styled as
+/// clap styles its own (bold, underlined); clap's output stream drops the styling when it is
+/// not a terminal or `NO_COLOR` is set.
+const HELP_TEMPLATE: &str = "\
+{before-help}{about-with-newline}
+{usage-heading} {usage}
+
+\x1b[1m\x1b[4mArguments:\x1b[0m
+  [CONFIG-FILE]  A Redis-style config file, first if at all: one directive a line, a flag's name
+                 without the dashes and its value (`port 7000`); flags after it override it
+
+{all-args}{after-help}";
+
+const EXAMPLES_SHORT: &str = "\
+Examples:
+  sluice                                  a node on 127.0.0.1:6379 (try: redis-cli RL.CHECK user:42 5 10)
+  sluice sluice.conf --port 7000          a node from a config file, its port overridden
+  sluice proxy --upstream 10.0.0.1:6379   the sidecar next to a gateway, on 127.0.0.1:6390
+
+The common flags only; every flag: sluice --help (or docs/flags.md).";
+
+const EXAMPLES: &str = "\
+Examples:
+  sluice                                  a node on 127.0.0.1:6379 (try: redis-cli RL.CHECK user:42 5 10)
+  sluice sluice.conf --port 7000          a node from a config file, its port overridden
+  sluice proxy --upstream 10.0.0.1:6379   the sidecar next to a gateway, on 127.0.0.1:6390";
+
+/// The node's flags `sluice -h` shows (with -h and -V); `--help` shows them all.
+const COMMON_FLAGS: &[&str] = &["port", "bind", "http-port", "rules", "requirepass"];
+
+/// The sidecar's flags `sluice proxy -h` shows; `sluice proxy --help` shows them all.
+const PROXY_COMMON_FLAGS: &[&str] = &[
+    "port",
+    "upstream",
+    "sentinel",
+    "master-name",
+    "fail-mode",
+    "timeout-ms",
+];
 
 #[derive(Debug, Subcommand)]
 enum Mode {
@@ -74,22 +136,113 @@ fn main() {
 /// The command line, with a config file's directives in place of its path (see
 /// [`sluice_node::conffile`]) and every flag also read from `SLUICE_<FLAG>` (the sidecar's from
 /// `SLUICE_PROXY_<FLAG>`). Exits with clap's message on bad flags, 1 on a bad config file.
-fn parse() -> (Cli, Option<std::path::PathBuf>) {
-    let (argv, file) =
-        sluice_node::conffile::expand(std::env::args_os().collect()).unwrap_or_else(|e| {
+fn parse() -> (Cli, Option<PathBuf>) {
+    let mut command = command();
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    // A first word that names no file, is not shaped like a path and is no subcommand is a
+    // mistyped subcommand (`sluice proxi`), not a config file: clap says so, with its
+    // suggestion.
+    let (argv, file) = if names_nothing(&command, &argv) {
+        (argv, None)
+    } else {
+        sluice_node::conffile::expand(argv).unwrap_or_else(|e| {
             eprintln!("sluice: {e}");
             std::process::exit(1);
-        });
-    // A node flag given twice takes its last value: a config file's directives come before
-    // the command line's flags, which override them.
+        })
+    };
+    let matches = command
+        .try_get_matches_from_mut(argv)
+        .unwrap_or_else(|e| explain(&mut command, e).exit());
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    (cli, file)
+}
+
+/// The command as the binary parses it: flags from the environment too, a node flag given
+/// twice taking its last value (a config file's directives come before the command line's
+/// flags, which override them), and `-h` showing only the common flags.
+fn command() -> Command {
     let command = sluice_node::config::with_env(Cli::command(), "SLUICE_")
         .args_override_self(true)
         .mut_subcommand("proxy", |p| {
-            sluice_node::config::with_env(p, "SLUICE_PROXY_")
+            short_help(
+                sluice_node::config::with_env(p, "SLUICE_PROXY_"),
+                PROXY_COMMON_FLAGS,
+            )
         });
-    let matches = command.get_matches_from(argv);
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    (cli, file)
+    short_help(command, COMMON_FLAGS)
+}
+
+/// `command` with every flag but `common` (and help and version) left out of `-h`.
+fn short_help(command: Command, common: &[&str]) -> Command {
+    let uncommon: Vec<clap::Id> = command
+        .get_arguments()
+        .filter(|a| {
+            a.get_long()
+                .is_some_and(|l| !common.contains(&l) && l != "help" && l != "version")
+        })
+        .map(|a| a.get_id().clone())
+        .collect();
+    uncommon
+        .into_iter()
+        .fold(command, |c, id| c.mut_arg(id, |a| a.hide_short_help(true)))
+}
+
+/// Whether the first word is a mistyped subcommand: neither a flag, nor a subcommand, nor an
+/// existing file, nor shaped like a path (`sluice.conf`, `conf/node`: a file that is missing
+/// is said to be one, "cannot read config file").
+fn names_nothing(command: &Command, argv: &[OsString]) -> bool {
+    let Some(word) = argv.get(1).and_then(|a| a.to_str()) else {
+        return false;
+    };
+    let mode = command
+        .get_subcommands()
+        .any(|m| m.get_name().eq_ignore_ascii_case(word))
+        || word.eq_ignore_ascii_case("help");
+    let path_like = word.contains(['/', '.']);
+    !word.starts_with('-') && !mode && !path_like && !std::path::Path::new(word).exists()
+}
+
+/// clap's error, said in the node's terms where clap's would mislead: a word after the
+/// flags is not "a subcommand that cannot be used with --port" but a word too many (or a
+/// subcommand in the wrong place), and a mistyped subcommand is named as one, not as a config
+/// file that cannot be read.
+fn explain(command: &mut Command, e: clap::Error) -> clap::Error {
+    let text = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => v.first().cloned(),
+        _ => None,
+    };
+    match e.kind() {
+        ErrorKind::ArgumentConflict => match text(ContextKind::InvalidSubcommand) {
+            Some(mode) if command.find_subcommand(&mode).is_some() => command.error(
+                ErrorKind::UnknownArgument,
+                format!(
+                    "'{mode}' is a subcommand, and a subcommand is the first word: sluice {mode} [OPTIONS]"
+                ),
+            ),
+            Some(word) => command.error(
+                ErrorKind::UnknownArgument,
+                format!(
+                    "unexpected argument '{word}': a node takes one CONFIG-FILE, as its first \
+                     word, then flags (a flag's value with spaces needs quotes)"
+                ),
+            ),
+            None => e,
+        },
+        ErrorKind::InvalidSubcommand => match text(ContextKind::InvalidSubcommand) {
+            Some(word) => {
+                let mut why = format!(
+                    "unrecognized subcommand '{word}' (nor is it a config file: no such file)"
+                );
+                if let Some(like) = text(ContextKind::SuggestedSubcommand) {
+                    why.push_str(&format!("\n\n  tip: a similar subcommand exists: '{like}'"));
+                }
+                command.error(ErrorKind::InvalidSubcommand, why)
+            }
+            None => e,
+        },
+        _ => e,
+    }
 }
 
 /// Sets up the log as the flags say; the error as a line for the operator.

@@ -2,9 +2,9 @@
 //! deny status a gateway asks for) with [`Verdict`]'s body and headers.
 //!
 //! # Bodies of `POST /v1/check`
-//! - A key check (the body has `limit` or `period`): `{"key", "limit", "period", "burst"?,
-//!   "cost"?, "algo"?, "dry"?}` → `RL.CHECK key limit period ...`; `period` is a number of
-//!   seconds or a duration text (`"1m"`).
+//! - A key check (the body has `limit` or a window): `{"key", "limit", "window", "burst"?,
+//!   "cost"?, "algo"?, "dry"?}` → `RL.CHECK key limit window ...`; `window` (or its alias
+//!   `period`) is a number of seconds or a duration text (`"1m"`).
 //! - A request check (otherwise): `{"user"?, "ip"?, "key"?, "tier"?, "endpoint"?, "cost"?}` →
 //!   `RL.ALLOW`.
 //!

@@ -1,8 +1,8 @@
-//! `--http-port P`: the seed's API over HTTP, on the `--bind` address, served by axum on its
-//! own thread (one current-thread runtime, as `/metrics`).
+//! `--http-port P`: the checks and the rules over HTTP, on the `--bind` address, served by
+//! axum on its own thread (one current-thread runtime, as `/metrics`).
 //!
 //! # Routes
-//! - `POST /v1/check`: one `RL.CHECK` (`{"key","limit","period",...}`) or one `RL.ALLOW`
+//! - `POST /v1/check`: one `RL.CHECK` (`{"key","limit","window",...}`) or one `RL.ALLOW`
 //!   (`{"user","ip","key","tier","endpoint","cost"}`); `200` allowed, `429` denied, with the
 //!   JSON body and the headers of [`sluice_http::verdict`].
 //! - `GET /v1/auth`: `RL.ALLOW` for gateway subrequests (nginx `auth_request`, Traefik

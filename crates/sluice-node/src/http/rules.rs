@@ -1,9 +1,9 @@
-//! `/rules`: the seed's `PUT /rules/{id}` and the rest of `RL.RULE` over HTTP.
+//! `/rules`: `PUT /rules/{id}` and the rest of `RL.RULE` over HTTP.
 //!
 //! # Routes
 //! - `PUT /rules/{id}` with `{"scope", "limit", "window", "tier"?, "route"?, "burst"?,
-//!   "algo"?, "failmode"?, "shadow"?, "floor"?, "rollout"?}` → `RL.RULE SET id SCOPE ..
-//!   LIMIT .. PERIOD window ...`; `200 {"id", "version"}`.
+//!   "algo"?, "failmode"?, "shadow"?, "floor"?, "rollout"?}` (`period` is an alias of
+//!   `window`) → `RL.RULE SET id SCOPE .. LIMIT .. PERIOD window ...`; `200 {"id", "version"}`.
 //! - `GET /rules` → `{"rules": [rule, ...]}`; `GET /rules/{id}` → the rule, or `404`.
 //! - `DELETE /rules/{id}` → `200 {"id", "deleted": true}`, or `404`.
 //! - `GET /rules/{id}/history` → `{"id", "versions": [{"version", "spec"}, ...]}`.

@@ -2,18 +2,18 @@
 //!
 //! # Format
 //! One table (TOML) or mapping (YAML) per rule, named by the rule; its fields are the words
-//! of `RL.RULE SET`, lower-case: `limit`, `period` (`"1m"`, or integer seconds), and
-//! optionally `burst`, `algo`, `failmode`, `shadow` (boolean), `floor`, `rollout`, `global`
-//! (boolean: the limit is shared by every region).
+//! of `RL.RULE SET`, lower-case: `limit`, `window` (`"1m"`, or integer seconds; `period` is its
+//! alias), and optionally `burst`, `algo`, `failmode`, `shadow` (boolean), `floor`, `rollout`,
+//! `global` (boolean: the limit is shared by every region).
 //!
 //! ```toml
 //! [user]
 //! limit = 100
-//! period = "1m"
+//! window = "1m"
 //!
 //! [route-search]
 //! limit = 5000
-//! period = "1s"
+//! window = "1s"
 //! shadow = true
 //! floor = 1000
 //! ```

@@ -87,7 +87,7 @@ pub struct RuleSpec {
     /// `GLOBAL`: the limit is shared by every region; this region enforces its share of it
     /// (see [`Rules::set_region_shares`]).
     pub global: bool,
-    /// The seed's fields (`SCOPE`, `TIER`, `ROUTE`): which requests `RL.ALLOW` counts here.
+    /// `SCOPE`, `TIER`, `ROUTE`: which requests `RL.ALLOW` counts here, and by what.
     pub selector: Selector,
 }
 
@@ -207,12 +207,13 @@ pub fn check_name(name: &[u8]) -> Result<&str, RuleError> {
     }
 }
 
-/// Parses and validates a spec from its words (`LIMIT n PERIOD p [BURST b] [ALGO a]
+/// Parses and validates a spec from its words (`LIMIT n WINDOW w|PERIOD w [BURST b] [ALGO a]
 /// [FAILMODE open|closed|local] [SHADOW] [FLOOR n] [ROLLOUT pct] [GLOBAL] [SCOPE user|ip|key]
 /// [TIER name] [ROUTE prefix]`).
 pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleSpec, RuleError> {
     let mut limit = None;
     let mut period = None;
+    let mut period_word: Option<&str> = None;
     let mut burst = None;
     let mut algo = Algo::Token;
     let mut failmode = FailMode::Open;
@@ -230,18 +231,27 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
         };
         match () {
             _ if is("LIMIT") => limit = Some(count(value("LIMIT")?, "LIMIT")?),
-            _ if is("PERIOD") => {
-                let p = value("PERIOD")?;
+            // One setting, two names: `WINDOW` as the JSON bodies and the docs call it, and
+            // `PERIOD`, the word of `RL.CHECK`, of the spec text, and of older rules.
+            _ if is("PERIOD") || is("WINDOW") => {
+                let name = if is("WINDOW") { "WINDOW" } else { "PERIOD" };
+                if let Some(first) = period_word.filter(|w| *w != name) {
+                    return Err(RuleError::msg(format!(
+                        "ERR {first} and {name} are the same setting (PERIOD is an alias of WINDOW): give one"
+                    )));
+                }
+                period_word = Some(name);
+                let p = value(name)?;
                 let parsed = parse_period(p).map_err(|e| match e {
                     PeriodError::Format => RuleError::msg(format!(
-                        "ERR PERIOD '{}' must be a positive duration such as 500ms, 10s, 1m, 1h or 1d",
+                        "ERR {name} '{}' must be a positive duration such as 500ms, 10s, 1m, 1h or 1d",
                         String::from_utf8_lossy(p)
                     )),
                     overflow => SpecError::from(overflow).into(),
                 })?;
                 if parsed > MAX_RULE_PERIOD {
                     return Err(RuleError::msg(format!(
-                        "ERR PERIOD '{}' is absurd for a rule: at most 365d",
+                        "ERR {name} '{}' is absurd for a rule: at most 365d",
                         String::from_utf8_lossy(p)
                     )));
                 }
@@ -299,7 +309,7 @@ pub fn parse_spec<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Result<RuleS
         }
     }
     let limit = limit.ok_or_else(|| RuleError::msg("ERR a rule needs LIMIT n"))?;
-    let period = period.ok_or_else(|| RuleError::msg("ERR a rule needs PERIOD p"))?;
+    let period = period.ok_or_else(|| RuleError::msg("ERR a rule needs WINDOW w (or PERIOD w)"))?;
     validate(algo, limit, period, burst, 1)?;
     Ok(RuleSpec {
         limit,
@@ -693,7 +703,16 @@ mod tests {
         assert!(err("LIMIT 5 PERIOD 1m ALGO fancy").contains("unknown ALGO 'fancy'"));
         assert!(err("LIMIT 0 PERIOD 1m").contains("LIMIT must be a positive integer"));
         assert!(err("PERIOD 1m").contains("needs LIMIT"));
-        assert!(err("LIMIT 5").contains("needs PERIOD"));
+        assert!(err("LIMIT 5").contains("needs WINDOW"));
+        assert!(err("LIMIT 5 WINDOW 1m PERIOD 1m").contains("same setting"));
+        assert_eq!(
+            spec("LIMIT 5 WINDOW 90s").unwrap(),
+            spec("LIMIT 5 PERIOD 90s").unwrap()
+        );
+        assert_eq!(
+            spec("LIMIT 5 window 1m").unwrap().period,
+            Nanos::from_secs(60)
+        );
         assert!(err("LIMIT 5 PERIOD 1m ROLLOUT 0").contains("ROLLOUT must be a percentage"));
         assert!(err("LIMIT 5 PERIOD 1m ROLLOUT 101").contains("ROLLOUT must be a percentage"));
         assert!(err("LIMIT 5 PERIOD 1m BURST 9 ALGO FIXED").contains("BURST applies to"));
