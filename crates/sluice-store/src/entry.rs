@@ -15,7 +15,7 @@ use crate::types::{Hash, List, Set, ZSet};
 /// one of them; another kind of command answers `WRONGTYPE`. 24 bytes: the discriminant lives
 /// in a spare value of `State`'s own tag, which is why `Counter` and the collections are kept
 /// to 16 bytes.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Value {
     Limiter(State),
     Counter(Counter),

@@ -56,8 +56,7 @@ use parking_lot::{Mutex, MutexGuard};
 use sluice_core::{Algo, CheckError, Decision, Nanos, Params, State};
 use sluice_repl::{Record, SnapshotWriter};
 
-use crate::entry::Counter;
-pub use crate::entry::Value;
+pub use crate::entry::{Counter, Value};
 
 use crate::shard::{KeyHash, Limits, Shard};
 
@@ -786,6 +785,50 @@ impl Store {
         shard.lock().overwrite(h, key, value, now, limits)
     }
 
+    /// Makes `key` hold `value` until `deadline` (RENAME, COPY, MSET): unless `replace`, only if
+    /// the key is missing (false if it was not). A deadline already past deletes the key. A
+    /// new key may be refused with `OutOfMemory`.
+    pub fn place(
+        &self,
+        key: &[u8],
+        value: Value,
+        deadline: Nanos,
+        now: Nanos,
+        replace: bool,
+    ) -> Result<bool, StoreError> {
+        let limits = self.limits();
+        let (h, shard) = self.route(key);
+        shard
+            .lock()
+            .place(h, key, value, deadline, now, limits, replace)
+    }
+
+    /// Removes `key` and hands back what it held and its deadline (RENAME's first half).
+    pub fn take(&self, key: &[u8], now: Nanos) -> Option<(Value, Nanos)> {
+        let (h, shard) = self.route(key);
+        shard.lock().take(h, key, now)
+    }
+
+    /// A copy of what `key` holds and its deadline (COPY).
+    pub fn value(&self, key: &[u8], now: Nanos) -> Option<(Value, Nanos)> {
+        let (h, shard) = self.route(key);
+        shard.lock().value(h, key, now)
+    }
+
+    /// Calls `f` with each live key of shard `shard` and what it holds, in bounded steps under
+    /// its lock (SCAN walks one shard a call, RANDOMKEY one shard).
+    pub fn shard_keys(&self, shard: usize, now: Nanos, mut f: impl FnMut(&[u8], Kind)) {
+        let Some(cell) = self.shards.get(shard) else {
+            return;
+        };
+        self.scan_shard(cell, now, &mut |visit| {
+            if let Visit::Entry(key, _, value) = visit {
+                f(key, value.kind());
+            }
+            true
+        });
+    }
+
     /// `TYPE`: what the key holds, `None` if missing.
     pub fn kind(&self, key: &[u8], now: Nanos) -> Option<Kind> {
         let (h, shard) = self.route(key);
@@ -952,26 +995,34 @@ impl Store {
     /// that should not be done under one); stops when `f` returns false.
     fn scan_steps(&self, now: Nanos, mut f: impl FnMut(Visit<'_>) -> bool) {
         for cell in self.shards.iter() {
-            if !f(Visit::Unlocked) {
+            if !f(Visit::Unlocked) || !self.scan_shard(cell, now, &mut f) {
                 return;
             }
-            let mut shard = cell.lock();
-            let id = shard.scan_begin();
-            let mut going = true;
-            loop {
-                let done = shard.scan_step(id, SCAN_BUDGET, now, |key, deadline, value| {
-                    going = going && f(Visit::Entry(key, deadline, value));
-                });
-                if !going {
-                    shard.scan_end(id);
-                    return;
-                }
-                if done {
-                    break;
-                }
-                MutexGuard::unlock_fair(shard);
-                going = f(Visit::Unlocked);
-                shard = cell.lock();
+        }
+    }
+
+    /// One shard of [`Store::scan_steps`]; false if `f` stopped it.
+    fn scan_shard(&self, cell: &Cell, now: Nanos, f: &mut impl FnMut(Visit<'_>) -> bool) -> bool {
+        let mut shard = cell.lock();
+        let id = shard.scan_begin();
+        let mut going = true;
+        loop {
+            let done = shard.scan_step(id, SCAN_BUDGET, now, |key, deadline, value| {
+                going = going && f(Visit::Entry(key, deadline, value));
+            });
+            if !going {
+                shard.scan_end(id);
+                return false;
+            }
+            if done {
+                return true;
+            }
+            MutexGuard::unlock_fair(shard);
+            going = f(Visit::Unlocked);
+            shard = cell.lock();
+            if !going {
+                shard.scan_end(id);
+                return false;
             }
         }
     }

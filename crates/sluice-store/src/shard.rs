@@ -473,6 +473,16 @@ impl<H: KeyHash> Shard<H> {
         create: bool,
         f: impl FnOnce(&mut T) -> (R, bool),
     ) -> Result<Option<R>, StoreError> {
+        if create && limits.budget != usize::MAX {
+            // A command that may grow a collection is refused, as Redis refuses a `denyoom`
+            // command, while the shard is past its budget and nothing can be evicted.
+            while self.bytes() > limits.budget {
+                if limits.policy == EvictionPolicy::Reject || !self.evict_one() {
+                    self.stats.rejected += 1;
+                    return Err(StoreError::OutOfMemory);
+                }
+            }
+        }
         let h = h as u32;
         let probe = Probe::new(key);
         let Some(i) = self.find_live(h, &probe, now) else {
@@ -629,19 +639,55 @@ impl<H: KeyHash> Shard<H> {
     /// deadline already past removes the key. Ignores the memory limit, as a Redis replica
     /// ignores maxmemory: what the primary kept, the replica keeps.
     pub fn put_value(&mut self, h: u64, key: &[u8], value: Value, deadline: Nanos, now: Nanos) {
+        let _ = self.place(h, key, value, deadline, now, Limits::NONE, true);
+    }
+
+    /// [`crate::Store::place`] under this shard's lock.
+    #[allow(clippy::too_many_arguments)] // The write's own arguments, plus where and when.
+    pub fn place(
+        &mut self,
+        h: u64,
+        key: &[u8],
+        value: Value,
+        deadline: Nanos,
+        now: Nanos,
+        limits: Limits,
+        replace: bool,
+    ) -> Result<bool, StoreError> {
         let h = h as u32;
         let probe = Probe::new(key);
-        match self.find_live(h, &probe, now) {
+        let found = self.find_live(h, &probe, now);
+        if found.is_some() && !replace {
+            return Ok(false);
+        }
+        match found {
             Some(i) if deadline <= now => self.remove_noted(i),
             None if deadline <= now => {}
             Some(i) => {
                 let _ = self.table.take_value(i);
                 self.put(h, i, value, deadline);
             }
-            None => {
-                let _ = self.insert(h, &probe, value, deadline, now, Limits::NONE);
-            }
+            None => self.insert(h, &probe, value, deadline, now, limits)?,
         }
+        Ok(true)
+    }
+
+    /// [`crate::Store::take`] under this shard's lock.
+    pub fn take(&mut self, h: u64, key: &[u8], now: Nanos) -> Option<(Value, Nanos)> {
+        let i = self.find_live(h as u32, &Probe::new(key), now)?;
+        let deadline = self.table.deadline(i);
+        let value = self.table.take_value(i);
+        self.remove_noted(i);
+        Some((value, deadline))
+    }
+
+    /// [`crate::Store::value`] under this shard's lock.
+    pub fn value(&mut self, h: u64, key: &[u8], now: Nanos) -> Option<(Value, Nanos)> {
+        let i = self.find_live(h as u32, &Probe::new(key), now)?;
+        Some((
+            self.table.with_value(i, Value::clone),
+            self.table.deadline(i),
+        ))
     }
 
     /// Starts a scan of every live entry in bounded steps ([`Shard::scan_step`]); returns its

@@ -29,7 +29,7 @@ impl<'a> Options<'a> {
 
 /// Redis's `parseScanCursorOrReply`, which is `strtoul`: an optional sign (a negative cursor
 /// wraps), decimal digits, nothing else; the empty string is 0.
-fn cursor(b: &[u8]) -> Result<u64, CmdError> {
+pub(super) fn cursor(b: &[u8]) -> Result<u64, CmdError> {
     let (negative, digits) = match b {
         [b'-', rest @ ..] => (true, rest),
         [b'+', rest @ ..] => (false, rest),

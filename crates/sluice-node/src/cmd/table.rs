@@ -278,6 +278,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         config::ConfigCmd
     ),
     spec!(
+        "copy",
+        -3,
+        [WRITE, DENYOOM],
+        (1, 2, 1),
+        "keyspace",
+        "6.2.0",
+        "Copy a key.",
+        "source destination [DB destination-db] [REPLACE]",
+        keys::Copy
+    ),
+    spec!(
         "dbsize",
         1,
         [READONLY, FAST],
@@ -707,6 +718,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         info::Info
     ),
     spec!(
+        "keys",
+        2,
+        [READONLY],
+        (0, 0, 0),
+        "keyspace",
+        "1.0.0",
+        "Find all keys matching the given pattern.",
+        "pattern",
+        keys::Keys
+    ),
+    spec!(
         "lastsave",
         1,
         [LOADING, STALE, FAST],
@@ -861,6 +883,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         mget::MGet
     ),
     spec!(
+        "mset",
+        -3,
+        [WRITE, DENYOOM],
+        (1, -1, 2),
+        "string",
+        "1.0.1",
+        "Set multiple keys to multiple values.",
+        "key value [key value ...]",
+        mset::MSetCmd
+    ),
+    spec!(
+        "msetnx",
+        -3,
+        [WRITE, DENYOOM],
+        (1, -1, 2),
+        "string",
+        "1.0.1",
+        "Set multiple keys to multiple values, only if none of the keys exist.",
+        "key value [key value ...]",
+        mset::MSetNx
+    ),
+    spec!(
         "multi",
         1,
         [NOSCRIPT, LOADING, STALE, FAST],
@@ -870,6 +914,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Starts a transaction.",
         "",
         multi::Multi
+    ),
+    spec!(
+        "object",
+        -2,
+        [],
+        (0, 0, 0),
+        "keyspace",
+        "2.2.3",
+        "A container for object introspection commands.",
+        "",
+        keys::Object
     ),
     spec!(
         "persist",
@@ -1004,6 +1059,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         quit::Quit
     ),
     spec!(
+        "randomkey",
+        1,
+        [READONLY],
+        (0, 0, 0),
+        "keyspace",
+        "1.0.0",
+        "Return a random key from the keyspace.",
+        "",
+        keys::RandomKey
+    ),
+    spec!(
         "readonly",
         1,
         [LOADING, STALE, FAST],
@@ -1024,6 +1090,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Enables read-write queries for a connection to a Redis Cluster replica node.",
         "",
         cluster::ReadWrite
+    ),
+    spec!(
+        "rename",
+        3,
+        [WRITE],
+        (1, 2, 1),
+        "keyspace",
+        "1.0.0",
+        "Rename a key.",
+        "key newkey",
+        keys::RenameCmd
+    ),
+    spec!(
+        "renamenx",
+        3,
+        [WRITE, FAST],
+        (1, 2, 1),
+        "keyspace",
+        "1.0.0",
+        "Rename a key, only if the new key does not exist.",
+        "key newkey",
+        keys::RenameNx
     ),
     spec!(
         "replconf",
@@ -1244,6 +1332,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Synchronously saves the database(s) to disk.",
         "",
         save::Save
+    ),
+    spec!(
+        "scan",
+        -2,
+        [READONLY],
+        (0, 0, 0),
+        "keyspace",
+        "2.8.0",
+        "Incrementally iterate the keys space.",
+        "cursor [MATCH pattern] [COUNT count] [TYPE type]",
+        keys::Scan
     ),
     spec!(
         "scard",

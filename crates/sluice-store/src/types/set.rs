@@ -135,10 +135,18 @@ impl Set {
         }
     }
 
+    /// OBJECT ENCODING's answer, as Redis 7.0 names a set like this one: `intset` while every
+    /// member is an integer (and there are at most 512), else `hashtable`.
     pub fn encoding(&self) -> &'static str {
+        let integer = |m: &[u8]| {
+            std::str::from_utf8(m)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+                .is_some_and(|n| n.to_string().as_bytes() == m)
+        };
         match self {
-            Set::Pack(_) => "listpack",
-            Set::Big(_) => "hashtable",
+            Set::Pack(p) if p.iter().all(|(_, m)| integer(m)) => "intset",
+            _ => "hashtable",
         }
     }
 }

@@ -1,0 +1,45 @@
+//! `MSET key value [key value ...]` (every key set, TTLs cleared) and `MSETNX` (all or none: 1
+//! if no key existed and all were set, else 0). Each key's write is atomic; the keys of one
+//! call are written one after another.
+
+use sluice_resp::reply;
+use sluice_store::{Counter, Value};
+
+use super::{Args, CmdError, Command, Ctx};
+
+#[derive(Debug)]
+pub struct MSet<'a, const NX: bool>(Vec<(&'a [u8], &'a [u8])>);
+
+pub type MSetCmd<'a> = MSet<'a, false>;
+pub type MSetNx<'a> = MSet<'a, true>;
+
+impl<'a, const NX: bool> Command<'a> for MSet<'a, NX> {
+    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
+        if !args.remaining().is_multiple_of(2) {
+            return Err(CmdError::Arity);
+        }
+        let mut pairs = Vec::with_capacity(args.remaining() / 2);
+        while let (Some(k), Some(v)) = (args.next(), args.next()) {
+            pairs.push((k, v));
+        }
+        Ok(MSet(pairs))
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        let (store, now) = (&ctx.shared.store, ctx.now);
+        if NX && self.0.iter().any(|(k, _)| store.exists(k, now)) {
+            reply::integer(ctx.out, 0);
+            return Ok(());
+        }
+        for (k, v) in &self.0 {
+            let value = Value::Counter(Counter::from_bytes(v));
+            store.place(k, value, sluice_core::Nanos::MAX, now, true)?;
+        }
+        if NX {
+            reply::integer(ctx.out, 1);
+        } else {
+            reply::simple(ctx.out, "OK");
+        }
+        Ok(())
+    }
+}
