@@ -361,6 +361,8 @@ fn wrong_arity() -> impl Strategy<Value = Cmd> {
         ("OBJECT", -2),
         ("MSET", -3),
         ("MSETNX", -3),
+        ("WATCH", -2),
+        ("UNWATCH", 1),
         ("DISCARD", 1),
     ];
     let wrong: Vec<(&str, usize)> = ARITY
@@ -680,7 +682,10 @@ fn set_command() -> impl Strategy<Value = Cmd> {
         1 => (w("SMISMEMBER"), k(), some(ITEMS, 1..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
         2 => (w("SCARD"), k()).prop_map(|(a, b)| cmd(vec![a, b])),
         2 => (w("SMEMBERS"), k()).prop_map(|(a, b)| cmd(vec![a, b])),
-        1 => (w("SPOP"), k(), some(counts, 0..2)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
+        // Only counts that pop every member (or none, or refuse): a random pop would leave
+        // the two servers holding different sets.
+        1 => (w("SPOP"), k(), pick(&["10", "0", "-1", "abc"][..]))
+            .prop_map(|(a, b, c)| cmd(vec![a, b, vec![c]])),
         1 => (w("SRANDMEMBER"), k(), some(counts, 0..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
         2 => (pick(&["SINTER", "SUNION", "SDIFF", "sinter"][..]), keys())
             .prop_map(|(a, b)| cmd(vec![vec![a], b])),
@@ -737,6 +742,8 @@ fn key_command() -> impl Strategy<Value = Cmd> {
         1 => (w("SCAN"), pick(&["0", "abc"][..]), prop::collection::vec(scan_opt, 0..3))
             .prop_map(|(a, c, o)| cmd(vec![a, vec![c], o.concat()])),
         1 => w("RANDOMKEY"),
+        2 => (w("WATCH"), prop::collection::vec(key(), 1..3)).prop_map(|(a, b)| cmd(vec![a, b])),
+        1 => w("UNWATCH"),
         2 => (
             w("OBJECT"),
             pick(&["ENCODING", "encoding", "FREQ"][..]),
@@ -853,8 +860,10 @@ fn rule(cmd: &[String]) -> Rule {
     match cmd[0].to_ascii_uppercase().as_str() {
         "TTL" | "EXPIRETIME" => Rule::Within(1),
         "PTTL" | "PEXPIRETIME" => Rule::Within(1000),
-        "HRANDFIELD" | "SRANDMEMBER" | "SPOP" | "ZRANDMEMBER" => Rule::Shape,
-        "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "SSCAN" | "KEYS" | "SCAN" => Rule::Unordered,
+        "HRANDFIELD" | "SRANDMEMBER" | "ZRANDMEMBER" => Rule::Shape,
+        "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "SSCAN" | "KEYS" | "SCAN" | "SPOP" => {
+            Rule::Unordered
+        }
         "RANDOMKEY" => Rule::Shape,
         "OBJECT" => Rule::Encoding,
         _ => Rule::Exact,

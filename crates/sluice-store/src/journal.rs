@@ -16,6 +16,7 @@ use sluice_core::Nanos;
 use sluice_repl::record;
 
 use crate::entry::Value;
+use crate::watch::Watchers;
 
 #[derive(Debug, Default)]
 pub struct Journal {
@@ -24,12 +25,16 @@ pub struct Journal {
     /// Where the last record in `buf` starts, if it is a LIMITER (a newer state of its key may
     /// replace it), and its key's hash: keys that differ are told apart by one compare.
     last_limiter: Option<(usize, u32)>,
+    /// The shard's watched keys (WATCH), if any: every change the journal hears of touches
+    /// them, whether or not it is on.
+    pub watchers: Option<Box<Watchers>>,
 }
 
 impl Journal {
     /// `key` (whose hash is `h`) now holds `value` until `deadline`.
     #[inline]
     pub fn value(&mut self, h: u32, key: &[u8], deadline: Nanos, value: &Value) {
+        self.touched(key);
         if !self.on {
             return;
         }
@@ -72,10 +77,28 @@ impl Journal {
     /// `key` is gone.
     #[inline]
     pub fn del(&mut self, key: &[u8]) {
+        self.touched(key);
         if self.on {
             record::encode_del(&mut self.buf, key);
             self.last_limiter = None;
         }
+    }
+
+    /// `key` changed or went (an expiry too, which writes no record): its watchers are dirty.
+    #[inline]
+    pub fn touched(&mut self, key: &[u8]) {
+        if let Some(w) = &mut self.watchers {
+            w.touch(key);
+            if w.is_empty() {
+                self.watchers = None;
+            }
+        }
+    }
+
+    /// Whether a change must be told to this journal even while it is off.
+    #[inline]
+    pub fn listening(&self) -> bool {
+        self.on || self.watchers.is_some()
     }
 
     /// Moves every pending record to the end of `out`.
@@ -89,7 +112,8 @@ impl Journal {
     pub fn set_on(&mut self, on: bool) {
         self.on = on;
         if !on {
-            *self = Journal::default();
+            self.buf = Vec::new();
+            self.last_limiter = None;
         }
     }
 }

@@ -45,6 +45,7 @@ mod key;
 mod shard;
 mod table;
 pub mod types;
+mod watch;
 mod wheel;
 
 use std::fmt;
@@ -829,6 +830,19 @@ impl Store {
         });
     }
 
+    /// WATCH: `dirty` is set when `key` next changes (a write, a delete, an expiry, an
+    /// eviction, FLUSHALL), whoever changes it. A connection gives one flag for all its keys
+    /// and drops it to stop watching (see `watch`).
+    pub fn watch(
+        &self,
+        key: &[u8],
+        now: Nanos,
+        dirty: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let (h, shard) = self.route(key);
+        shard.lock().watch(h, key, now, dirty);
+    }
+
     /// `TYPE`: what the key holds, `None` if missing.
     pub fn kind(&self, key: &[u8], now: Nanos) -> Option<Kind> {
         let (h, shard) = self.route(key);
@@ -903,6 +917,10 @@ impl Store {
         let journaling = locked.first().is_some_and(|s| s.journal.on);
         let mut dropped = Vec::with_capacity(locked.len());
         for s in locked.iter_mut() {
+            if let Some(w) = &mut s.journal.watchers {
+                w.touch_all();
+            }
+            s.journal.watchers = None;
             s.journal.drain_into(&mut spill);
             dropped.push(s.flush());
         }

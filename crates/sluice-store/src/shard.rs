@@ -102,6 +102,7 @@ impl<H: KeyHash> Shard<H> {
             }
         };
         if self.table.deadline(i) <= now {
+            self.journal.touched(self.table.key(i));
             self.table.remove(i);
             self.stats.expired += 1;
             return None;
@@ -141,7 +142,7 @@ impl<H: KeyHash> Shard<H> {
     /// Journals entry `i`, whose key hashes to `h`, as it now is.
     #[inline]
     fn note_value(&mut self, h: u32, i: usize) {
-        if self.journal.on {
+        if self.journal.listening() {
             let Shard { table, journal, .. } = self;
             table.with_value(i, |v| journal.value(h, table.key(i), table.deadline(i), v));
         }
@@ -439,6 +440,22 @@ impl<H: KeyHash> Shard<H> {
         }
     }
 
+    /// [`crate::Store::watch`] under this shard's lock.
+    pub fn watch(
+        &mut self,
+        h: u64,
+        key: &[u8],
+        now: Nanos,
+        dirty: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        // A key past its deadline goes first: its expiry must not touch the new watcher.
+        self.find_live(h as u32, &Probe::new(key), now);
+        self.journal
+            .watchers
+            .get_or_insert_default()
+            .add(key, dirty);
+    }
+
     /// [`crate::Store::overwrite`] under this shard's lock.
     pub fn overwrite(
         &mut self,
@@ -593,11 +610,12 @@ impl<H: KeyHash> Shard<H> {
             wheel,
             stats,
             hasher,
+            journal,
             ..
         } = self;
         let mut dropped = 0;
         let done = wheel.advance_some(now, budget, |wheel, h, id| {
-            dropped += visit(table, hasher, wheel, h, id, now);
+            dropped += visit(table, journal, hasher, wheel, h, id, now);
         });
         stats.expired += dropped as u64;
         let hasher = &self.hasher;
@@ -617,13 +635,14 @@ impl<H: KeyHash> Shard<H> {
             stats,
             hasher,
             wheel,
+            journal,
             ..
         } = self;
         // Everything due by `now` is filed at or before `tick_floor(now) + 1`, and after the
         // wheel ran only that tick's level-0 slot can still hold such entries.
         let mut late = 0;
         for &h in wheel.pending_at(tick_floor(now) + 1) {
-            late += drop_due(table, hasher, h, now);
+            late += drop_due(table, journal, hasher, h, now);
         }
         stats.expired += late as u64;
         dropped += late;
@@ -754,7 +773,9 @@ impl<H: KeyHash> Shard<H> {
     /// Structural bytes owned outside the shard struct: the table's arrays, boxed values and
     /// heap keys, and the wheel's buffers.
     pub fn heap_bytes(&self) -> usize {
-        self.table.bytes() + self.wheel.heap_bytes()
+        self.table.bytes()
+            + self.wheel.heap_bytes()
+            + self.journal.watchers.as_ref().map_or(0, |w| w.heap_bytes())
     }
 
     /// Everything this shard accounts for, its own struct included (what its budget limits).
@@ -769,11 +790,18 @@ impl<H: KeyHash> Shard<H> {
 }
 
 /// Drops every entry with hash `h` whose deadline is `<= now`; returns how many.
-fn drop_due(table: &mut Table, hasher: &impl KeyHash, h: u32, now: Nanos) -> usize {
+fn drop_due(
+    table: &mut Table,
+    journal: &mut Journal,
+    hasher: &impl KeyHash,
+    h: u32,
+    now: Nanos,
+) -> usize {
     table.pull_hash(h, &|k| hasher.hash32(k));
     let mut dropped = 0;
     for i in table.candidates(h) {
         if table.is_occupied(i) && table.deadline(i) <= now && hasher.hash32(table.key(i)) == h {
+            journal.touched(table.key(i));
             table.remove(i);
             dropped += 1;
         }
@@ -786,6 +814,7 @@ fn drop_due(table: &mut Table, hasher: &impl KeyHash, h: u32, now: Nanos) -> usi
 /// alone: this item is stale for them.
 fn visit(
     table: &mut Table,
+    journal: &mut Journal,
     hasher: &impl KeyHash,
     wheel: &mut Wheel,
     h: u32,
@@ -800,6 +829,7 @@ fn visit(
         }
         let deadline = table.deadline(i);
         if deadline <= now {
+            journal.touched(table.key(i));
             table.remove(i);
             dropped += 1;
         } else {

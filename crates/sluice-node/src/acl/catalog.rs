@@ -24,6 +24,7 @@ pub mod category {
     pub const SET: Category = 1 << 11;
     pub const SORTEDSET: Category = 1 << 12;
     pub const BLOCKING: Category = 1 << 13;
+    pub const TRANSACTION: Category = 1 << 14;
 }
 
 use category::*;
@@ -45,6 +46,7 @@ pub const CATEGORIES: &[(&str, Category)] = &[
     ("set", SET),
     ("sortedset", SORTEDSET),
     ("blocking", BLOCKING),
+    ("transaction", TRANSACTION),
 ];
 
 /// Most ids a catalog holds: the width of a user's bitset.

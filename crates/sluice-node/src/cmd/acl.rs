@@ -44,7 +44,7 @@ use super::table::{COMMANDS, CommandSpec};
 use super::{Args, CmdError, Command, Ctx};
 use crate::acl::category::{
     ADMIN, BLOCKING, CONNECTION, HASH, KEYSPACE, LIST, RATELIMIT, READ, SET, SLOW, SORTEDSET,
-    STRING, WRITE,
+    STRING, TRANSACTION, WRITE,
 };
 use crate::acl::{CATEGORIES, Catalog, Category, category};
 
@@ -161,6 +161,7 @@ pub fn acl_catalog() -> Catalog {
                 "hash" => HASH,
                 "set" => SET,
                 "sorted-set" => SORTEDSET,
+                "transactions" => TRANSACTION,
                 _ => ADMIN,
             }
         };

@@ -140,6 +140,7 @@ fn refuse(ctx: &mut Ctx<'_>, spec: &'static CommandSpec, error: &str) {
     ctx.shared.errors.note(error.as_bytes());
     if spec.name == "exec" {
         ctx.session.transaction = None;
+        ctx.session.watching = None;
         (ctx.session.client.multi).store(-1, std::sync::atomic::Ordering::Relaxed);
         let cause = error.strip_prefix("ERR ").unwrap_or(error);
         return reply::error(

@@ -83,6 +83,7 @@ mod slowlog;
 mod time;
 mod ttl;
 pub mod wait;
+mod watch;
 mod zrange;
 mod zset;
 

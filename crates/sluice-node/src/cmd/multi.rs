@@ -5,8 +5,8 @@
 //! refused while queueing (unknown, wrong arity) aborts the block with `EXECABORT`. EXEC runs the
 //! queued commands one after another on this connection with nothing of its own in between;
 //! each command is atomic, but the block is not isolated from other clients' commands (that
-//! would need a lock across every shard). `WATCH` is not offered, so no client can rely on
-//! optimistic locking that would not hold.
+//! would need a lock across every shard). `WATCH` (see `watch`) makes EXEC refuse when a
+//! watched key changed since.
 //!
 //! Invariant: EXEC answers with exactly one reply per queued command. Commands that would
 //! break that (SHUTDOWN, PSYNC, SYNC, REPLCONF, whose ACK answers nothing, and the
@@ -51,7 +51,10 @@ impl Transaction {
 
 /// Commands that act on the transaction itself rather than being queued.
 pub fn controls_transaction(name: &str) -> bool {
-    matches!(name, "multi" | "exec" | "discard" | "quit" | "reset")
+    matches!(
+        name,
+        "multi" | "exec" | "discard" | "quit" | "reset" | "watch"
+    )
 }
 
 #[derive(Debug)]
@@ -86,10 +89,15 @@ impl Command<'_> for Exec {
             return Err(CmdError::msg("ERR EXEC without MULTI"));
         };
         ctx.session.client.multi.store(-1, Relaxed);
+        let watching = ctx.session.watching.take();
         if tx.failed {
             return Err(CmdError::msg(
                 "EXECABORT Transaction discarded because of previous errors.",
             ));
+        }
+        if watching.is_some_and(|w| w.dirty(ctx)) {
+            reply::null_array(ctx.out, ctx.session.proto);
+            return Ok(());
         }
         reply::array(ctx.out, tx.queued.len());
         ctx.session.in_exec = true;
@@ -117,6 +125,7 @@ impl Command<'_> for Discard {
         if ctx.session.transaction.take().is_none() {
             return Err(CmdError::msg("ERR DISCARD without MULTI"));
         }
+        ctx.session.watching = None;
         ctx.session.client.multi.store(-1, Relaxed);
         reply::simple(ctx.out, "OK");
         Ok(())

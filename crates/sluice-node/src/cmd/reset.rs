@@ -18,6 +18,7 @@ impl Command<'_> for Reset {
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         ctx.session.proto = Proto::Resp2;
         ctx.session.transaction = None;
+        ctx.session.watching = None;
         ctx.session.client.multi.store(-1, Relaxed);
         // Redis's RESET also leaves READONLY mode.
         ctx.session.readonly = false;

@@ -23,6 +23,8 @@ pub struct Session {
     pub close: bool,
     /// Commands queued since MULTI.
     pub transaction: Option<multi::Transaction>,
+    /// The keys WATCH named, until EXEC, DISCARD, UNWATCH or RESET.
+    pub watching: Option<super::watch::Watching>,
     /// The last command name this connection sent, as sent, and its table row: clients repeat
     /// one command, so most lookups are one short compare.
     pub last_command: Option<LastCommand>,
@@ -64,6 +66,7 @@ impl Session {
             user,
             close: false,
             transaction: None,
+            watching: None,
             last_command: None,
             in_exec: false,
             subs: None,

@@ -1697,6 +1697,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         pubsub::Unsubscribe
     ),
     spec!(
+        "unwatch",
+        1,
+        [NOSCRIPT, LOADING, STALE, FAST],
+        (0, 0, 0),
+        "transactions",
+        "2.2.0",
+        "Forget about all watched keys.",
+        "",
+        watch::Unwatch
+    ),
+    spec!(
         "wait",
         3,
         [NOSCRIPT],
@@ -1706,6 +1717,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.",
         "numreplicas timeout",
         wait::Wait
+    ),
+    spec!(
+        "watch",
+        -2,
+        [NOSCRIPT, LOADING, STALE, FAST],
+        (1, -1, 1),
+        "transactions",
+        "2.2.0",
+        "Watch the given keys to determine execution of the MULTI/EXEC block.",
+        "key [key ...]",
+        watch::Watch
     ),
     spec!(
         "zadd",
