@@ -74,12 +74,13 @@ pub struct LongDouble(X87DoubleExtended);
 impl LongDouble {
     pub const ZERO: LongDouble = LongDouble(X87DoubleExtended::ZERO);
 
-    /// A number as `string2ld` reads one (`strtold`, the whole string, in the C locale):
-    /// an optional sign, then decimal digits with at most one point and an optional `e`
-    /// exponent, or `0x` hexadecimal digits with an optional `p` exponent, or `inf` /
-    /// `infinity` in any case. Refused, as Redis refuses them: nothing, a leading or trailing
-    /// space, a NaN, text of 5 KiB or more, and a number too large for a `long double` or
-    /// so small it rounds to zero (`strtold`'s `ERANGE`); a denormal is kept.
+    /// A number as `string2ld` reads one (`strtold` over the whole string, in the C locale:
+    /// Redis sets only `LC_COLLATE`): an optional sign, then decimal digits with at most one
+    /// point and an optional `e` exponent, or `0x` hexadecimal digits with an optional `p`
+    /// exponent, or `inf` / `infinity` in any case. Refused, as Redis refuses them: nothing,
+    /// a leading or trailing space, a NUL, a NaN, text of 5 KiB or more, and a number too
+    /// large for a `long double` or so small it rounds to zero (`strtold`'s `ERANGE`); a
+    /// denormal is kept.
     pub fn parse(b: &[u8]) -> Option<LongDouble> {
         if b.is_empty() || b.len() >= MAX_LONG_DOUBLE_CHARS {
             return None;
