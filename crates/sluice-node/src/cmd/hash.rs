@@ -288,16 +288,16 @@ impl<'a> Command<'a> for HIncrBy<'a> {
 pub struct HIncrByFloat<'a> {
     key: &'a [u8],
     field: &'a [u8],
-    by: f64,
+    by: float::LongDouble,
 }
 
 impl<'a> Command<'a> for HIncrByFloat<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let key = args.key()?;
         let field = args.key()?;
-        let by = float::parse(args.key()?)
+        let by = float::LongDouble::parse(args.key()?)
             .ok_or_else(|| CmdError::msg("ERR value is not a valid float"))?;
-        if by.is_infinite() {
+        if !by.is_finite() {
             return Err(CmdError::msg("ERR value is NaN or Infinity"));
         }
         Ok(HIncrByFloat { key, field, by })
@@ -310,22 +310,21 @@ impl<'a> Command<'a> for HIncrByFloat<'a> {
             .store
             .edit(self.key, ctx.now, true, |h: &mut Hash| {
                 let old = match h.get(field) {
-                    None => 0.0,
-                    Some(v) => match float::parse(v) {
+                    None => float::LongDouble::ZERO,
+                    Some(v) => match float::LongDouble::parse(v) {
                         Some(n) => n,
                         None => {
                             return (Err(CmdError::msg("ERR hash value is not a float")), false);
                         }
                     },
                 };
-                let sum = old + by;
-                if !sum.is_finite() {
+                let Some(sum) = old.add(by) else {
                     return (
                         Err(CmdError::msg("ERR increment would produce NaN or Infinity")),
                         false,
                     );
-                }
-                let text = float::human(sum);
+                };
+                let text = sum.human();
                 h.set(field, text.as_bytes());
                 (Ok(text), true)
             })?;

@@ -49,6 +49,7 @@ mod getset;
 mod hash;
 mod hello;
 mod incr;
+mod incrbyfloat;
 mod info;
 mod keys;
 mod keytype;

@@ -707,6 +707,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         incr::IncrBy
     ),
     spec!(
+        "incrbyfloat",
+        3,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "string",
+        "2.6.0",
+        "Increment the float value of a key by the given amount",
+        "key increment",
+        incrbyfloat::IncrByFloat
+    ),
+    spec!(
         "info",
         -1,
         [LOADING, STALE],
