@@ -298,6 +298,7 @@ fn wrong_arity() -> impl Strategy<Value = Cmd> {
         ("DECR", 2),
         ("INCRBY", 3),
         ("DECRBY", 3),
+        ("INCRBYFLOAT", 3),
         ("DEL", -2),
         ("EXISTS", -2),
         ("EXPIRE", -3),
@@ -470,9 +471,10 @@ const INCRS: &[&str] = &[
     "abc",
     "1.5",
 ];
-/// HINCRBYFLOAT's increments: exact in binary (not 0.1: Sluice sums in f64 where Redis sums in
-/// x87 long double, and `1e3 + 0.1` prints `1000.09999999999999998` there).
-const FLOAT_INCRS: &[&str] = &["1.5", "-0.25", "10", "1e3", "abc", "inf", "0.5", ""];
+/// INCRBYFLOAT's and HINCRBYFLOAT's increments (summed in x87 long double, as Redis does).
+const FLOAT_INCRS: &[&str] = &[
+    "1.5", "-0.25", "10", "1e3", "abc", "inf", "0.5", "", "0.1", "-0.3", "1e-20", "0x10",
+];
 
 /// SSCAN's cursor and options: Redis 7.0 keeps a small set of strings in a hash table, which
 /// it scans a bucket at a time, so only a first call that covers the whole set (cursor 0, no
@@ -562,10 +564,8 @@ fn hash_command() -> impl Strategy<Value = Cmd> {
         2 => (w("HDEL"), k(), some(FIELDS, 1..3)).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
         3 => (w("HINCRBY"), k(), some(FIELDS, 1..2), some(INCRS, 1..2))
             .prop_map(|(a, b, c, d)| cmd(vec![a, b, c, d])),
-        // A field of its own: sums of these increments are exact in a double, so Sluice's f64
-        // and Redis's long double agree on them (see `float::human` for where they part).
-        2 => (w("HINCRBYFLOAT"), k(), pick(&["x"][..]), some(FLOAT_INCRS, 1..2))
-            .prop_map(|(a, b, c, d)| cmd(vec![a, b, vec![c], d])),
+        2 => (w("HINCRBYFLOAT"), k(), some(FIELDS, 1..2), some(FLOAT_INCRS, 1..2))
+            .prop_map(|(a, b, c, d)| cmd(vec![a, b, c, d])),
         1 => (w("HRANDFIELD"), k(), rand_tail).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
         1 => (w("HSCAN"), k(), scan_tail()).prop_map(|(a, b, c)| cmd(vec![a, b, c])),
     ]
@@ -784,6 +784,7 @@ fn string_command() -> impl Strategy<Value = Cmd> {
         2 => one("DECR"),
         3 => by("INCRBY"),
         2 => by("DECRBY"),
+        2 => (word("INCRBYFLOAT"), key(), pick(FLOAT_INCRS)).prop_map(|(n, k, v)| vec![n, k, v]),
         2 => many("DEL"),
         2 => many("EXISTS"),
         3 => expire("EXPIRE", SECONDS, TOO_BIG_SECONDS),
