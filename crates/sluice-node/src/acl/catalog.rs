@@ -19,6 +19,7 @@ pub mod category {
     pub const SLOW: Category = 1 << 6;
     pub const STRING: Category = 1 << 7;
     pub const KEYSPACE: Category = 1 << 8;
+    pub const SCRIPTING: Category = 1 << 9;
 }
 
 use category::*;
@@ -35,6 +36,7 @@ pub const CATEGORIES: &[(&str, Category)] = &[
     ("slow", SLOW),
     ("string", STRING),
     ("keyspace", KEYSPACE),
+    ("scripting", SCRIPTING),
 ];
 
 /// Most ids a catalog holds: the width of a user's bitset.

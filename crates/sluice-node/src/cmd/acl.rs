@@ -42,7 +42,9 @@ use sluice_resp::reply;
 use super::table::flag::{FAST, NOAUTH, READONLY};
 use super::table::{COMMANDS, CommandSpec};
 use super::{Args, CmdError, Command, Ctx};
-use crate::acl::category::{ADMIN, CONNECTION, KEYSPACE, RATELIMIT, READ, SLOW, STRING, WRITE};
+use crate::acl::category::{
+    ADMIN, CONNECTION, KEYSPACE, RATELIMIT, READ, SCRIPTING, SLOW, STRING, WRITE,
+};
 use crate::acl::{CATEGORIES, Catalog, Category, category};
 
 /// The commands of `@ratelimit`, by name (a name not in the table is skipped).
@@ -125,6 +127,11 @@ const SUBCOMMANDS: &[(&str, &str, Category)] = &[
     ("rl.rule", "list", RATELIMIT | READ),
     ("rl.rule", "rollback", ADMIN | WRITE),
     ("rl.rule", "set", ADMIN | WRITE),
+    ("script", "exists", SCRIPTING),
+    ("script", "flush", SCRIPTING),
+    ("script", "help", SCRIPTING),
+    ("script", "kill", SCRIPTING),
+    ("script", "load", SCRIPTING),
     ("slowlog", "get", ADMIN),
     ("slowlog", "help", 0),
     ("slowlog", "len", ADMIN),
@@ -149,6 +156,7 @@ pub fn acl_catalog() -> Catalog {
             match spec.group {
                 "string" => STRING,
                 "keyspace" => KEYSPACE,
+                "scripting" => SCRIPTING,
                 _ => ADMIN,
             }
         };
@@ -171,7 +179,8 @@ fn flag_categories(spec: &CommandSpec) -> Category {
     if spec.write {
         c |= WRITE;
     }
-    if spec.has_flag(READONLY) {
+    // As Redis: a read-only script command (EVAL_RO) is not in `@read`.
+    if spec.has_flag(READONLY) && spec.group != "scripting" {
         c |= READ;
     }
     if spec.has_flag(FAST) {

@@ -19,6 +19,9 @@ pub mod flag {
     /// Refused inside MULTI at queue time (Redis's `no-multi`): EXEC then answers once per
     /// queued command, always.
     pub const NOMULTI: &str = "no_multi";
+    pub const SKIP_MONITOR: &str = "skip_monitor";
+    pub const NO_MANDATORY_KEYS: &str = "no_mandatory_keys";
+    pub const MOVABLEKEYS: &str = "movablekeys";
 }
 
 /// One row of the command table.
@@ -276,6 +279,76 @@ pub static COMMANDS: &[CommandSpec] = &[
         echo::Echo
     ),
     spec!(
+        "eval",
+        -3,
+        [
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "2.6.0",
+        "Executes a server-side Lua script.",
+        "script numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Eval<'_, false, false>
+    ),
+    spec!(
+        "eval_ro",
+        -3,
+        [
+            READONLY,
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "7.0.0",
+        "Executes a read-only server-side Lua script.",
+        "script numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Eval<'_, false, true>
+    ),
+    spec!(
+        "evalsha",
+        -3,
+        [
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "2.6.0",
+        "Executes a server-side Lua script by SHA1 digest.",
+        "sha1 numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Eval<'_, true, false>
+    ),
+    spec!(
+        "evalsha_ro",
+        -3,
+        [
+            READONLY,
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "7.0.0",
+        "Executes a read-only server-side Lua script by SHA1 digest.",
+        "sha1 numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Eval<'_, true, true>
+    ),
+    spec!(
         "exec",
         1,
         [NOSCRIPT, LOADING, STALE],
@@ -331,6 +404,41 @@ pub static COMMANDS: &[CommandSpec] = &[
         ttl::ExpireTime
     ),
     spec!(
+        "fcall",
+        -3,
+        [
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "7.0.0",
+        "Invokes a function.",
+        "function numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Functions
+    ),
+    spec!(
+        "fcall_ro",
+        -3,
+        [
+            READONLY,
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "7.0.0",
+        "Invokes a read-only function.",
+        "function numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Functions
+    ),
+    spec!(
         "flushall",
         -1,
         [WRITE],
@@ -351,6 +459,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Removes all keys.",
         "[ASYNC|SYNC]",
         flushall::FlushAll
+    ),
+    spec!(
+        "function",
+        -2,
+        [NOSCRIPT],
+        (0, 0, 0),
+        "scripting",
+        "7.0.0",
+        "A container for function commands.",
+        "subcommand [argument ...]",
+        eval::Functions
     ),
     spec!(
         "gcra",
@@ -813,6 +932,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Synchronously saves the database(s) to disk.",
         "",
         save::Save
+    ),
+    spec!(
+        "script",
+        -2,
+        [NOSCRIPT],
+        (0, 0, 0),
+        "scripting",
+        "2.6.0",
+        "A container for Lua scripts management commands.",
+        "subcommand [argument ...]",
+        script::ScriptCmd
     ),
     spec!(
         "select",

@@ -1,0 +1,484 @@
+//! One Lua state per worker thread, and the run of one script in it.
+//!
+//! The state is made on the thread's first script (`Engine::new`): the libraries Redis opens
+//! (base, table, string, math, debug, `bit`, `cjson`) without `loadfile`, `dofile`, `require`,
+//! `os` or `io`; the `redis` table; and the prelude (Lua, below) that wraps `redis.call` and
+//! `redis.pcall` around the host's one Rust callback and runs a script under Redis's error
+//! handler. A body is compiled once per thread, by SHA1, and dropped when the cache is flushed.
+//!
+//! # Error forms (as redis-server 7.0.15 gives them)
+//! - A runtime error `e`: `ERR user_script:1: e script: <sha>, on @user_script:1.`
+//! - An error table `{err=e}` raised (`redis.call` raises the command's error this way):
+//!   `e script: <sha>, on @user_script:<line>.`
+//! - A compile error: `ERR Error compiling script (new function): user_script:1: ...`
+//!
+//! # Bounds (our own words: Redis has neither)
+//! - Memory: each state holds at most [`MEMORY_LIMIT`] bytes; an allocation past it fails the
+//!   script with `ERR Lua memory limit reached ...` and the state is collected.
+//! - Time: a script that runs past [`TIME_LIMIT`] is stopped with `ERR Script ran past ...`
+//!   (an instruction-count hook looks at the clock every [`HOOK_EVERY`] instructions). Redis
+//!   instead keeps it running and answers others `-BUSY`: stopping it keeps the node serving.
+//!   What it wrote before stays written, as with any script error.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Table, Value as Lua_, VmState};
+use sluice_resp::reply::{self, Proto};
+
+use super::cache::{self, Sha};
+use super::convert::{self, Out};
+use super::{Host, Source};
+
+/// Bytes a thread's Lua state may hold.
+pub const MEMORY_LIMIT: usize = 256 << 20;
+
+/// How long one script may run (Redis's `busy-reply-threshold` default).
+pub const TIME_LIMIT: Duration = Duration::from_secs(5);
+
+/// Instructions between two looks at the clock.
+const HOOK_EVERY: u32 = 10_000;
+
+/// Compiled bodies a thread keeps; past it they are dropped and compiled again as needed.
+const MAX_COMPILED: usize = 10_000;
+
+const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+
+thread_local! {
+    static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
+    /// When the running script must stop.
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// The running script went past its deadline.
+    static TIMED_OUT: Cell<bool> = const { Cell::new(false) };
+    /// The running script said `redis.setresp(3)`.
+    static RESP3: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Sets up `redis.call`/`redis.pcall`/`redis.setresp` over the Rust callbacks, the read-only
+/// globals and Redis's error handler; returns `run(f, keys, argv, raw)`, which runs `f` with
+/// `raw` as the command callback and returns `ok, value`.
+const PRELUDE: &str = r#"
+local raw_setresp = ...
+local G = _G
+local getinfo = debug.getinfo
+local error, type, tostring, select, xpcall, setfenv, getfenv, setmetatable, rawset, loadstring =
+      error, type, tostring, select, xpcall, setfenv, getfenv, setmetatable, rawset, loadstring
+-- `debug` reaches the registry and could break the host's invariants: only the error
+-- handler keeps `getinfo`. `load` takes readers that may hand in bytecode; `loadstring`
+-- refuses it, and what it compiles runs in its caller's read-only environment.
+G.debug = nil
+G.load = nil
+G.loadstring = function(s, name)
+  if type(s) == 'string' and s:byte(1) == 27 then return nil, 'binary chunks are not allowed' end
+  local f, e = loadstring(s, name)
+  if f then setfenv(f, getfenv(2)) end
+  return f, e
+end
+local current = {}
+redis.call = function(...)
+  local ok, r = current.raw(...)
+  if not ok then error(r) end
+  return r
+end
+redis.pcall = function(...)
+  local _, r = current.raw(...)
+  return r
+end
+redis.setresp = function(...)
+  if select('#', ...) ~= 1 then error({err='ERR redis.setresp() requires one argument.'}) end
+  local v = ...
+  if v ~= 2 and v ~= 3 then error({err='ERR RESP version must be 2 or 3.'}) end
+  raw_setresp(v == 3)
+end
+local function handler(err)
+  local level = 2
+  local i = getinfo(level, 'nSl')
+  while i and i.source ~= '@user_script' do
+    level = level + 1
+    i = getinfo(level, 'nSl')
+  end
+  if type(err) ~= 'table' then err = {err = 'ERR ' .. tostring(err)} end
+  if i then
+    err['source'] = i.source
+    err['line'] = i.currentline
+  end
+  return err
+end
+local readonly = {
+  __index = function(_, name)
+    local v = G[name]
+    if v == nil then
+      error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+    end
+    return v
+  end,
+  __newindex = function() error('Attempt to modify a readonly table', 2) end,
+}
+setmetatable(G, {__newindex = readonly.__newindex})
+return function(f, keys, argv, raw)
+  current.raw = raw
+  local env = setmetatable({KEYS = keys, ARGV = argv}, readonly)
+  rawset(env, '_G', env)
+  setfenv(f, env)
+  local ok, r = xpcall(f, handler)
+  current.raw = nil
+  return ok, r
+end
+"#;
+
+struct Engine {
+    lua: Lua,
+    run: Function,
+    compiled: HashMap<Sha, Function>,
+    generation: u64,
+}
+
+impl Engine {
+    fn new() -> mlua::Result<Engine> {
+        // SAFETY: `debug` is opened only for the prelude, which keeps `debug.getinfo` for the
+        // error handler and removes the library from the scripts' globals before any runs.
+        let lua = unsafe {
+            Lua::unsafe_new_with(
+                StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::DEBUG,
+                LuaOptions::default(),
+            )
+        };
+        lua.set_memory_limit(MEMORY_LIMIT)?;
+        let g = lua.globals();
+        for name in [
+            "loadfile", "dofile", "require", "module", "package", "os", "io",
+        ] {
+            g.raw_set(name, Lua_::Nil)?;
+        }
+        g.raw_set("bit", super::bit::library(&lua)?)?;
+        g.raw_set("cjson", super::cjson::library(&lua)?)?;
+        g.raw_set("redis", redis_library(&lua)?)?;
+        let setresp = lua.create_function(|_, on: bool| {
+            RESP3.set(on);
+            Ok(())
+        })?;
+        let run: Function = lua.load(PRELUDE).set_name("=sluice").call(setresp)?;
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+            |_, _| {
+                let late = TIMED_OUT.get() || DEADLINE.get().is_some_and(|d| Instant::now() >= d);
+                if late {
+                    TIMED_OUT.set(true);
+                    return Err(mlua::Error::runtime("script time limit"));
+                }
+                Ok(VmState::Continue)
+            },
+        )?;
+        Ok(Engine {
+            lua,
+            run,
+            compiled: HashMap::new(),
+            generation: cache::generation(),
+        })
+    }
+
+    /// The compiled function of `body` (whose SHA1 is `sha`), compiling it on first use.
+    fn function(&mut self, sha: &Sha, body: &[u8]) -> Result<Function, String> {
+        if let Some(f) = self.compiled.get(sha) {
+            return Ok(f.clone());
+        }
+        let f = self
+            .lua
+            .load(body)
+            .set_name("@user_script")
+            .into_function()
+            .map_err(|e| {
+                let text = match &e {
+                    mlua::Error::SyntaxError { message, .. } => message.clone(),
+                    mlua::Error::MemoryError(_) => "not enough memory".into(),
+                    other => other.to_string(),
+                };
+                format!("ERR Error compiling script (new function): {text}")
+            })?;
+        if self.compiled.len() >= MAX_COMPILED {
+            self.compiled.clear();
+        }
+        self.compiled.insert(*sha, f.clone());
+        Ok(f)
+    }
+}
+
+/// The `redis` table's functions that need no host: logging, replies, SHA1, replication
+/// switches (accepted; effects are always what replicates) and the constants.
+fn redis_library(lua: &Lua) -> mlua::Result<Table> {
+    let redis = lua.create_table()?;
+    redis.raw_set(
+        "sha1hex",
+        lua.create_function(|lua, s: mlua::LuaString| {
+            lua.create_string(cache::sha1hex(&s.as_bytes()))
+        })?,
+    )?;
+    redis.raw_set(
+        "error_reply",
+        lua.create_function(|lua, e: mlua::LuaString| {
+            convert::error_table(lua, &convert::error_text(&e.to_string_lossy()))
+        })?,
+    )?;
+    redis.raw_set(
+        "status_reply",
+        lua.create_function(|lua, s: mlua::LuaString| {
+            let t = lua.create_table_with_capacity(0, 1)?;
+            t.raw_set("ok", s)?;
+            Ok(t)
+        })?,
+    )?;
+    redis.raw_set("log", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
+    redis.raw_set(
+        "set_repl",
+        lua.create_function(|_, _: mlua::MultiValue| Ok(()))?,
+    )?;
+    redis.raw_set(
+        "replicate_commands",
+        lua.create_function(|_, _: mlua::MultiValue| Ok(true))?,
+    )?;
+    redis.raw_set(
+        "breakpoint",
+        lua.create_function(|_, _: mlua::MultiValue| Ok(false))?,
+    )?;
+    redis.raw_set(
+        "debug",
+        lua.create_function(|_, _: mlua::MultiValue| Ok(()))?,
+    )?;
+    for (name, v) in [
+        ("LOG_DEBUG", 0),
+        ("LOG_VERBOSE", 1),
+        ("LOG_NOTICE", 2),
+        ("LOG_WARNING", 3),
+        ("REPL_NONE", 0),
+        ("REPL_AOF", 1),
+        ("REPL_SLAVE", 2),
+        ("REPL_REPLICA", 2),
+        ("REPL_ALL", 3),
+    ] {
+        redis.raw_set(name, v)?;
+    }
+    redis.raw_set("REDIS_VERSION", crate::cmd::REDIS_COMPAT_VERSION)?;
+    redis.raw_set("REDIS_VERSION_NUM", 0x07_00_0f)?;
+    Ok(redis)
+}
+
+/// `SCRIPT LOAD`: caches `body` and answers its SHA1, after compiling it here (a body that
+/// does not compile is refused, as Redis refuses it).
+pub fn load(body: &[u8], out: &mut BytesMut) {
+    let sha = cache::sha1hex(body);
+    let compiled = with_engine(|e| e.function(&sha, body).map(drop));
+    match compiled {
+        Err(text) => reply::error(out, &text),
+        Ok(()) => match cache::insert(sha, body, true) {
+            Ok(()) => reply::bulk(out, &sha),
+            Err(cache::CacheFull) => reply::error(
+                out,
+                "ERR script cache is full (the scripts loaded with SCRIPT LOAD fill it)",
+            ),
+        },
+    }
+}
+
+fn with_engine<R>(f: impl FnOnce(&mut Engine) -> Result<R, String>) -> Result<R, String> {
+    ENGINE.with(|cell| {
+        let Ok(mut slot) = cell.try_borrow_mut() else {
+            return Err("ERR a script cannot run another script".into());
+        };
+        if slot
+            .as_ref()
+            .is_some_and(|e| e.generation != cache::generation())
+        {
+            *slot = None;
+        }
+        if slot.is_none() {
+            *slot = Some(Engine::new().map_err(|e| format!("ERR Lua state: {e}"))?);
+        }
+        match slot.as_mut() {
+            Some(engine) => f(engine),
+            None => Err("ERR Lua state".into()),
+        }
+    })
+}
+
+/// `EVAL`/`EVALSHA`: runs the script with `keys` and `argv`, its commands through `host`,
+/// and appends its reply (in `proto`, the caller's protocol) to `out`.
+pub fn run(
+    host: &mut dyn Host,
+    source: Source<'_>,
+    keys: &[&[u8]],
+    argv: &[&[u8]],
+    proto: Proto,
+    out: &mut BytesMut,
+) {
+    let (sha, body) = match source {
+        Source::Body(body) => {
+            let sha = cache::sha1hex(body);
+            // An EVAL'd body that does not fit the cache runs all the same.
+            let _ = cache::insert(sha, body, false);
+            (sha, bytes::Bytes::copy_from_slice(body))
+        }
+        Source::Sha(text) => {
+            match cache::parse_sha(text).and_then(|sha| Some((sha, cache::get(&sha)?))) {
+                Some(found) => found,
+                None => return reply::error(out, NOSCRIPT),
+            }
+        }
+    };
+    let result = with_engine(|engine| {
+        let f = engine.function(&sha, &body)?;
+        run_function(engine, host, &sha, f, keys, argv, proto, out);
+        Ok(())
+    });
+    if let Err(text) = result {
+        reply::error(out, &text);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_function(
+    engine: &mut Engine,
+    host: &mut dyn Host,
+    sha: &Sha,
+    f: Function,
+    keys: &[&[u8]],
+    argv: &[&[u8]],
+    proto: Proto,
+    out: &mut BytesMut,
+) {
+    let sha_text = String::from_utf8_lossy(sha);
+    RESP3.set(false);
+    TIMED_OUT.set(false);
+    DEADLINE.set(Some(Instant::now() + TIME_LIMIT));
+    let lua = &engine.lua;
+    let mut scratch = BytesMut::new();
+    let result = lua.scope(|scope| {
+        let keys = strings(lua, keys)?;
+        let argv = strings(lua, argv)?;
+        let raw = scope.create_function_mut(|lua, args: mlua::MultiValue| {
+            call(lua, &mut *host, &mut scratch, args)
+        })?;
+        let (ok, value): (bool, Lua_) = engine.run.call((f, keys, argv, raw))?;
+        let o = Out {
+            proto,
+            resp3: RESP3.get(),
+        };
+        if ok {
+            convert::lua_to_resp(&value, o, out, 0);
+        } else {
+            script_error(&value, &sha_text, out);
+        }
+        Ok(())
+    });
+    DEADLINE.set(None);
+    if let Err(e) = result {
+        let text = match e {
+            mlua::Error::MemoryError(_) => memory_error(),
+            other => format!("ERR Error running script {sha_text}: {other}"),
+        };
+        reply::error(out, &text);
+    }
+    if lua.used_memory() > MEMORY_LIMIT / 2 {
+        let _ = lua.gc_collect();
+    }
+}
+
+fn memory_error() -> String {
+    format!(
+        "ERR Lua memory limit reached ({MEMORY_LIMIT} bytes per thread): the script was stopped"
+    )
+}
+
+/// The reply to a script that raised `err` (the handler's table, or a string for errors the
+/// handler does not see: out of memory).
+fn script_error(err: &Lua_, sha: &str, out: &mut BytesMut) {
+    if TIMED_OUT.get() {
+        let ms = TIME_LIMIT.as_millis();
+        return reply::error(
+            out,
+            &format!("ERR Script ran past the time limit ({ms} ms) and was stopped script: {sha}"),
+        );
+    }
+    match err {
+        Lua_::Table(t) => {
+            let msg = t
+                .raw_get::<Lua_>("err")
+                .ok()
+                .and_then(|v| match v {
+                    Lua_::String(s) => Some(s.to_string_lossy()),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "ERR unknown error".into());
+            let source = t
+                .raw_get::<Option<mlua::LuaString>>("source")
+                .ok()
+                .flatten();
+            let line = t.raw_get::<Option<i64>>("line").ok().flatten();
+            let msg = msg.trim_matches(['\r', '\n']);
+            let text = match (source, line) {
+                (Some(source), Some(line)) => format!(
+                    "{msg} script: {sha}, on {}:{line}.",
+                    source.to_string_lossy()
+                ),
+                _ => msg.to_string(),
+            };
+            reply::error(out, &text);
+        }
+        Lua_::String(s) if s.as_bytes().as_ref() == b"not enough memory" => {
+            reply::error(out, &memory_error())
+        }
+        other => {
+            let msg = match other {
+                Lua_::String(s) => s.to_string_lossy(),
+                _ => "execution failure".into(),
+            };
+            let msg: String = msg.chars().take(100).collect();
+            reply::error(out, &format!("ERR Error running script {sha}, {msg}"));
+        }
+    }
+}
+
+/// A table of `items` as Lua strings (KEYS, ARGV).
+fn strings(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
+    let t = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.iter().enumerate() {
+        t.raw_set(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(t)
+}
+
+/// The Rust side of `redis.call` and `redis.pcall`: `true, reply` or `false, {err=...}`.
+fn call(
+    lua: &Lua,
+    host: &mut dyn Host,
+    scratch: &mut BytesMut,
+    args: mlua::MultiValue,
+) -> mlua::Result<(bool, Lua_)> {
+    let refuse = |text: &str| Ok((false, Lua_::Table(convert::error_table(lua, text)?)));
+    if TIMED_OUT.get() {
+        return Err(mlua::Error::runtime("script time limit"));
+    }
+    if args.is_empty() {
+        return refuse("ERR Please specify at least one argument for this redis lib call");
+    }
+    let mut owned: Vec<Vec<u8>> = Vec::with_capacity(args.len());
+    for a in &args {
+        match a {
+            Lua_::String(s) => owned.push(s.as_bytes().to_vec()),
+            Lua_::Integer(n) => owned.push(n.to_string().into_bytes()),
+            Lua_::Number(f) => owned.push(convert::g17(*f).into_bytes()),
+            _ => return refuse("ERR Lua redis lib command arguments must be strings or integers"),
+        }
+    }
+    let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    let resp3 = RESP3.get();
+    scratch.clear();
+    host.call(&argv, resp3, scratch);
+    let value = match sluice_resp::value::decode(scratch) {
+        Ok(Some(v)) => v,
+        _ => return refuse("ERR the command's reply could not be read"),
+    };
+    let is_error = matches!(value, sluice_resp::Value::Error(_));
+    Ok((!is_error, convert::resp_to_lua(lua, &value, resp3)?))
+}
