@@ -33,7 +33,7 @@ use super::convert::{self, Out};
 use super::{Host, Source};
 
 /// Bytes a thread's Lua state may hold.
-pub const MEMORY_LIMIT: usize = 256 << 20;
+pub const MEMORY_LIMIT: usize = 128 << 20;
 
 /// How long one script may run (Redis's `busy-reply-threshold` default).
 pub const TIME_LIMIT: Duration = Duration::from_secs(5);
@@ -54,17 +54,24 @@ thread_local! {
     static TIMED_OUT: Cell<bool> = const { Cell::new(false) };
     /// The running script said `redis.setresp(3)`.
     static RESP3: Cell<bool> = const { Cell::new(false) };
+    /// The text of the error a Rust function of the `redis` table just raised.
+    static STASH: RefCell<Option<String>> = const { RefCell::new(None) };
 }
 
-/// Sets up `redis.call`/`redis.pcall`/`redis.setresp` over the Rust callbacks, the read-only
-/// globals and Redis's error handler; returns `run(f, keys, argv, raw)`, which runs `f` with
-/// `raw` as the command callback and returns `ok, value`.
+/// Sets up the read-only globals, Redis 7.0's `pcall` and its error handler; returns
+/// `run(f, keys, argv, call, pcall)`, which runs `f` with this run's `redis.call` and
+/// `redis.pcall` and returns `ok, value`.
+///
+/// `redis.call` and `redis.setresp` are Rust functions, as they are C functions in Redis: a
+/// `return redis.call(...)` is then no Lua tail call, and the error handler still finds the
+/// script's line. A Rust function cannot raise a table, so it leaves the error's text in
+/// [`STASH`] and raises; the prelude takes it back (`take_stash`) as Redis's `{err=...}`.
 const PRELUDE: &str = r#"
-local raw_setresp = ...
+local take_stash = ...
 local G = _G
 local getinfo = debug.getinfo
-local error, type, tostring, select, xpcall, setfenv, getfenv, setmetatable, rawset, loadstring =
-      error, type, tostring, select, xpcall, setfenv, getfenv, setmetatable, rawset, loadstring
+local error, type, tostring, select, xpcall, pcall, setfenv, getfenv, setmetatable, rawset, loadstring =
+      error, type, tostring, select, xpcall, pcall, setfenv, getfenv, setmetatable, rawset, loadstring
 -- `debug` reaches the registry and could break the host's invariants: only the error
 -- handler keeps `getinfo`. `load` takes readers that may hand in bytecode; `loadstring`
 -- refuses it, and what it compiles runs in its caller's read-only environment.
@@ -76,23 +83,23 @@ G.loadstring = function(s, name)
   if f then setfenv(f, getfenv(2)) end
   return f, e
 end
-local current = {}
-redis.call = function(...)
-  local ok, r = current.raw(...)
-  if not ok then error(r) end
-  return r
+-- An error the host raised (redis.call, redis.setresp) as its `{err=...}` text.
+-- (mlua raises it as a string with a traceback: the stash is what counts.)
+local function host_error(err)
+  local text = take_stash()
+  if text then return {err = text} end
+  return err
 end
-redis.pcall = function(...)
-  local _, r = current.raw(...)
-  return r
+-- Redis 7.0's pcall: an error table comes back as its `err` text.
+local function caught(ok, ...)
+  if ok then return ok, ... end
+  local err = host_error((...))
+  if type(err) == 'table' and type(err.err) == 'string' then return false, err.err end
+  return false, err
 end
-redis.setresp = function(...)
-  if select('#', ...) ~= 1 then error({err='ERR redis.setresp() requires one argument.'}) end
-  local v = ...
-  if v ~= 2 and v ~= 3 then error({err='ERR RESP version must be 2 or 3.'}) end
-  raw_setresp(v == 3)
-end
+G.pcall = function(...) return caught(pcall(...)) end
 local function handler(err)
+  err = host_error(err)
   local level = 2
   local i = getinfo(level, 'nSl')
   while i and i.source ~= '@user_script' do
@@ -117,13 +124,16 @@ local readonly = {
   __newindex = function() error('Attempt to modify a readonly table', 2) end,
 }
 setmetatable(G, {__newindex = readonly.__newindex})
-return function(f, keys, argv, raw)
-  current.raw = raw
+local redis = redis
+return function(f, keys, argv, call, pcall)
+  rawset(redis, 'call', call)
+  rawset(redis, 'pcall', pcall)
   local env = setmetatable({KEYS = keys, ARGV = argv}, readonly)
   rawset(env, '_G', env)
   setfenv(f, env)
   local ok, r = xpcall(f, handler)
-  current.raw = nil
+  rawset(redis, 'call', nil)
+  rawset(redis, 'pcall', nil)
   return ok, r
 end
 "#;
@@ -155,11 +165,8 @@ impl Engine {
         g.raw_set("bit", super::bit::library(&lua)?)?;
         g.raw_set("cjson", super::cjson::library(&lua)?)?;
         g.raw_set("redis", redis_library(&lua)?)?;
-        let setresp = lua.create_function(|_, on: bool| {
-            RESP3.set(on);
-            Ok(())
-        })?;
-        let run: Function = lua.load(PRELUDE).set_name("=sluice").call(setresp)?;
+        let take_stash = lua.create_function(|_, ()| Ok(STASH.take()))?;
+        let run: Function = lua.load(PRELUDE).set_name("=sluice").call(take_stash)?;
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
             |_, _| {
@@ -218,7 +225,10 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
     redis.raw_set(
         "error_reply",
         lua.create_function(|lua, e: mlua::LuaString| {
-            convert::error_table(lua, &convert::error_text(&e.to_string_lossy()))
+            // Redis prepends the `-` a reply line has, then reads the code after it.
+            let e = e.to_string_lossy();
+            let line = e.strip_prefix('-').unwrap_or(&e);
+            convert::error_table(lua, &convert::error_text(line))
         })?,
     )?;
     redis.raw_set(
@@ -227,6 +237,22 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
             let t = lua.create_table_with_capacity(0, 1)?;
             t.raw_set("ok", s)?;
             Ok(t)
+        })?,
+    )?;
+    redis.raw_set(
+        "setresp",
+        lua.create_function(|_, args: mlua::MultiValue| {
+            if args.len() != 1 {
+                return raise("ERR redis.setresp() requires one argument.");
+            }
+            match args.front() {
+                Some(Lua_::Integer(2)) => RESP3.set(false),
+                Some(Lua_::Integer(3)) => RESP3.set(true),
+                Some(Lua_::Number(n)) if *n == 2.0 => RESP3.set(false),
+                Some(Lua_::Number(n)) if *n == 3.0 => RESP3.set(true),
+                _ => return raise("ERR RESP version must be 2 or 3."),
+            }
+            Ok(())
         })?,
     )?;
     redis.raw_set("log", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
@@ -349,17 +375,27 @@ fn run_function(
 ) {
     let sha_text = String::from_utf8_lossy(sha);
     RESP3.set(false);
+    STASH.take();
     TIMED_OUT.set(false);
     DEADLINE.set(Some(Instant::now() + TIME_LIMIT));
     let lua = &engine.lua;
     let mut scratch = BytesMut::new();
+    // One host, reached by both functions in turn (a script is one thread of calls).
+    let host = RefCell::new((host, &mut scratch));
     let result = lua.scope(|scope| {
         let keys = strings(lua, keys)?;
         let argv = strings(lua, argv)?;
-        let raw = scope.create_function_mut(|lua, args: mlua::MultiValue| {
-            call(lua, &mut *host, &mut scratch, args)
+        let call_fn = scope.create_function(|lua, args: mlua::MultiValue| {
+            let mut h = host.borrow_mut();
+            let (host, scratch) = &mut *h;
+            call(lua, &mut **host, scratch, args, true)
         })?;
-        let (ok, value): (bool, Lua_) = engine.run.call((f, keys, argv, raw))?;
+        let pcall_fn = scope.create_function(|lua, args: mlua::MultiValue| {
+            let mut h = host.borrow_mut();
+            let (host, scratch) = &mut *h;
+            call(lua, &mut **host, scratch, args, false)
+        })?;
+        let (ok, value): (bool, Lua_) = engine.run.call((f, keys, argv, call_fn, pcall_fn))?;
         let o = Out {
             proto,
             resp3: RESP3.get(),
@@ -448,14 +484,29 @@ fn strings(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
     Ok(t)
 }
 
-/// The Rust side of `redis.call` and `redis.pcall`: `true, reply` or `false, {err=...}`.
+/// Raises `text` from a Rust function of the `redis` table, as Redis raises `{err=text}`.
+fn raise<T>(text: &str) -> mlua::Result<T> {
+    STASH.set(Some(text.to_string()));
+    Err(mlua::Error::runtime(text))
+}
+
+/// `redis.call` (`raise`: an error reply raises) and `redis.pcall` (it is returned as
+/// `{err=...}`).
 fn call(
     lua: &Lua,
     host: &mut dyn Host,
     scratch: &mut BytesMut,
     args: mlua::MultiValue,
-) -> mlua::Result<(bool, Lua_)> {
-    let refuse = |text: &str| Ok((false, Lua_::Table(convert::error_table(lua, text)?)));
+    raise_errors: bool,
+) -> mlua::Result<Lua_> {
+    let refuse = |text: &str| {
+        if raise_errors {
+            raise(text)
+        } else {
+            Ok(Lua_::Table(convert::error_table(lua, text)?))
+        }
+    };
+    STASH.take();
     if TIMED_OUT.get() {
         return Err(mlua::Error::runtime("script time limit"));
     }
@@ -475,10 +526,9 @@ fn call(
     let resp3 = RESP3.get();
     scratch.clear();
     host.call(&argv, resp3, scratch);
-    let value = match sluice_resp::value::decode(scratch) {
-        Ok(Some(v)) => v,
-        _ => return refuse("ERR the command's reply could not be read"),
-    };
-    let is_error = matches!(value, sluice_resp::Value::Error(_));
-    Ok((!is_error, convert::resp_to_lua(lua, &value, resp3)?))
+    match sluice_resp::value::decode(scratch) {
+        Ok(Some(sluice_resp::Value::Error(e))) => refuse(&convert::error_text(&e)),
+        Ok(Some(v)) => convert::resp_to_lua(lua, &v, resp3),
+        _ => refuse("ERR the command's reply could not be read"),
+    }
 }
