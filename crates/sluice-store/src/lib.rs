@@ -1160,6 +1160,43 @@ mod tests {
         assert!(store.hold([&b"a"[..]]).is_ok(), "outside a hold: nothing");
     }
 
+    /// Two holds that want each other's shards: the one that must go back in shard order waits
+    /// a bounded time and fails with `ShardBusy`, and the other goes on once it lets go.
+    #[test]
+    fn crossed_holds_never_deadlock() {
+        use std::sync::{Arc, Barrier};
+        let store = Arc::new(Store::new(StoreConfig::default()));
+        // Two keys on different shards, `lo` on the lower one.
+        let mut keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
+        keys.sort_by_key(|k| store.shard_of(k.as_bytes()));
+        let (lo, hi) = (keys[0].clone(), keys[99].clone());
+        assert!(store.shard_of(lo.as_bytes()) < store.shard_of(hi.as_bytes()));
+        let both = Arc::new(Barrier::new(2));
+        let (s, b, lo2, hi2) = (
+            Arc::clone(&store),
+            Arc::clone(&both),
+            lo.clone(),
+            hi.clone(),
+        );
+        // This thread holds `lo`, then asks for `hi`: after every shard it holds, so it waits.
+        let other = std::thread::spawn(move || {
+            let _hold = s.holding().unwrap();
+            s.hold([lo2.as_bytes()]).unwrap();
+            b.wait();
+            s.hold([hi2.as_bytes()])
+        });
+        let hold = store.holding().unwrap();
+        store.hold([hi.as_bytes()]).unwrap();
+        both.wait();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // Asking for `lo` goes back in shard order: a bounded wait, then ShardBusy.
+        let started = std::time::Instant::now();
+        assert_eq!(store.hold([lo.as_bytes()]), Err(ShardBusy));
+        assert!(started.elapsed() >= HOLD_WAIT);
+        drop(hold);
+        assert_eq!(other.join().unwrap(), Ok(()));
+    }
+
     #[test]
     fn store_is_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
