@@ -145,6 +145,23 @@ const CORPUS: &[Case] = &[
     case("return (", &[], &[]),
     case("return redis.setresp(4)", &[], &[]),
     case("return redis.setresp()", &[], &[]),
+    // Redis 7's shebang.
+    case("#!lua\nreturn 1", &[], &[]),
+    case("#!lua\nerror('x')", &[], &[]),
+    case(
+        "#!lua flags=no-writes\nreturn redis.call('get', 'a')",
+        &[],
+        &[],
+    ),
+    case(
+        "#!lua flags=no-writes\nreturn redis.call('set', 'a', 'b')",
+        &[],
+        &[],
+    ),
+    case("#!lua flags=no-writes,allow-stale\nreturn 2", &[], &[]),
+    case("#!python\nreturn 1", &[], &[]),
+    case("#!lua flags=bogus\nreturn 1", &[], &[]),
+    case("#!lua other=1\nreturn 1", &[], &[]),
     // The sandbox.
     case("x = 1", &[], &[]),
     case("function f() end", &[], &[]),
@@ -384,6 +401,14 @@ fn the_script_cache_answers_as_redis_does() {
         &["EVALSHA_RO", sha, "0"],
         &["EVALSHA", "abc", "0"],
         &["SCRIPT", "LOAD", "return ("],
+        // A body that does not compile is not cached.
+        &["EVAL", "return (", "0"],
+        &["EVALSHA", "728acb63e2aaef0ee859ece5db586bff5d800d1e", "0"],
+        &[
+            "SCRIPT",
+            "EXISTS",
+            "728acb63e2aaef0ee859ece5db586bff5d800d1e",
+        ],
         &["SCRIPT", "LOAD"],
         &["SCRIPT", "EXISTS"],
         &["SCRIPT", "FLUSH", "ASYNC"],

@@ -123,6 +123,10 @@ struct ScriptHost<'s> {
 }
 
 impl Host for ScriptHost<'_> {
+    fn forbid_writes(&mut self) {
+        self.read_only = true;
+    }
+
     fn call(&mut self, args: &[&[u8]], resp3: bool, out: &mut BytesMut) {
         let request = Request::from_args(args);
         let Some(spec) = args.first().and_then(|name| lookup(name)) else {

@@ -186,14 +186,16 @@ impl Engine {
         })
     }
 
-    /// The compiled function of `body` (whose SHA1 is `sha`), compiling it on first use.
-    fn function(&mut self, sha: &Sha, body: &[u8]) -> Result<Function, String> {
+    /// The compiled function of `body` (whose SHA1 is `sha`), compiling it on first use, and
+    /// whether its shebang says `no-writes`.
+    fn function(&mut self, sha: &Sha, body: &[u8]) -> Result<(Function, bool), String> {
+        let (code, no_writes) = shebang(body)?;
         if let Some(f) = self.compiled.get(sha) {
-            return Ok(f.clone());
+            return Ok((f.clone(), no_writes));
         }
         let f = self
             .lua
-            .load(body)
+            .load(code)
             .set_name("@user_script")
             .into_function()
             .map_err(|e| {
@@ -208,8 +210,37 @@ impl Engine {
             self.compiled.clear();
         }
         self.compiled.insert(*sha, f.clone());
-        Ok(f)
+        Ok((f, no_writes))
     }
+}
+
+/// Redis 7's shebang: a first line `#!lua [flags=f1,f2]`. Returns the code to compile (the
+/// shebang line left out, its newline kept so line numbers stay) and whether the flags say
+/// `no-writes`; the other flags Redis knows are accepted and change nothing here.
+fn shebang(body: &[u8]) -> Result<(&[u8], bool), String> {
+    if !body.starts_with(b"#!") {
+        return Ok((body, false));
+    }
+    let end = body.iter().position(|&b| b == b'\n').unwrap_or(body.len());
+    let line = String::from_utf8_lossy(&body[..end]);
+    let mut words = line.split(' ').filter(|w| !w.is_empty());
+    if words.next() != Some("#!lua") {
+        return Err(format!("ERR Unexpected engine in script shebang: {line}"));
+    }
+    let mut no_writes = false;
+    for word in words {
+        let Some(flags) = word.strip_prefix("flags=") else {
+            return Err(format!("ERR Unknown lua shebang option: {word}"));
+        };
+        for flag in flags.split(',').filter(|f| !f.is_empty()) {
+            match flag {
+                "no-writes" => no_writes = true,
+                "allow-oom" | "allow-stale" | "no-cluster" | "allow-cross-slot-keys" => {}
+                other => return Err(format!("ERR Unexpected flag in script shebang: {other}")),
+            }
+        }
+    }
+    Ok((&body[end..], no_writes))
 }
 
 /// The `redis` table's functions that need no host: logging, replies, SHA1, replication
@@ -338,22 +369,29 @@ pub fn run(
     proto: Proto,
     out: &mut BytesMut,
 ) {
-    let (sha, body) = match source {
-        Source::Body(body) => {
-            let sha = cache::sha1hex(body);
-            // An EVAL'd body that does not fit the cache runs all the same.
-            let _ = cache::insert(sha, body, false);
-            (sha, bytes::Bytes::copy_from_slice(body))
-        }
+    let (sha, body, evaled) = match source {
+        Source::Body(body) => (
+            cache::sha1hex(body),
+            bytes::Bytes::copy_from_slice(body),
+            true,
+        ),
         Source::Sha(text) => {
             match cache::parse_sha(text).and_then(|sha| Some((sha, cache::get(&sha)?))) {
-                Some(found) => found,
+                Some((sha, body)) => (sha, body, false),
                 None => return reply::error(out, NOSCRIPT),
             }
         }
     };
     let result = with_engine(|engine| {
-        let f = engine.function(&sha, &body)?;
+        let (f, no_writes) = engine.function(&sha, &body)?;
+        // Cached once it compiled, as Redis caches it. An EVAL'd body that does not fit the
+        // cache runs all the same.
+        if evaled {
+            let _ = cache::insert(sha, &body, false);
+        }
+        if no_writes {
+            host.forbid_writes();
+        }
         run_function(engine, host, &sha, f, keys, argv, proto, out);
         Ok(())
     });

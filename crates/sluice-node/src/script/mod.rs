@@ -39,6 +39,9 @@ pub trait Host {
     /// its reply to `out`, in RESP3 if `resp3`. A command refused before it runs (unknown, wrong
     /// arity, not allowed from scripts) is an error reply like any other.
     fn call(&mut self, args: &[&[u8]], resp3: bool, out: &mut BytesMut);
+
+    /// The script's shebang says `no-writes`: refuse write commands from now on, as `EVAL_RO`.
+    fn forbid_writes(&mut self);
 }
 
 /// How a script was named.
