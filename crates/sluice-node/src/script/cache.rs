@@ -18,6 +18,15 @@ use parking_lot::RwLock;
 /// would otherwise grow it without end).
 pub const MAX_BYTES: usize = 64 << 20;
 
+/// Bytes an entry costs beside its body (the map's slot, the SHA1 twice, the body's header):
+/// counted with the body, so a million one-line scripts are bounded as well as one big one.
+const ENTRY_BYTES: usize = 128;
+
+/// What `body` costs the cache.
+fn cost(body: &[u8]) -> usize {
+    body.len() + ENTRY_BYTES
+}
+
 /// A script's SHA1, as 40 lower-case hex digits.
 pub type Sha = [u8; 40];
 
@@ -79,36 +88,41 @@ pub fn contains(sha: &Sha) -> bool {
 /// to stay under [`MAX_BYTES`]; an `EVAL`'d body that still does not fit is simply not kept
 /// (it runs all the same), a loaded one is refused.
 pub fn insert(sha: Sha, body: &[u8], loaded: bool) -> Result<(), CacheFull> {
-    let mut s = SCRIPTS.write();
-    if let Some(e) = s.bodies.get_mut(&sha) {
-        e.loaded |= loaded;
-        return Ok(());
-    }
-    while s.bytes + body.len() > MAX_BYTES {
-        let Some(old) = s.evaled.pop_front() else {
-            break;
-        };
-        if s.bodies.get(&old).is_some_and(|e| !e.loaded)
-            && let Some(e) = s.bodies.remove(&old)
-        {
-            s.bytes -= e.body.len();
+    SCRIPTS.write().insert(sha, body, loaded, MAX_BYTES)
+}
+
+impl Scripts {
+    fn insert(&mut self, sha: Sha, body: &[u8], loaded: bool, max: usize) -> Result<(), CacheFull> {
+        if let Some(e) = self.bodies.get_mut(&sha) {
+            e.loaded |= loaded;
+            return Ok(());
         }
+        while self.bytes + cost(body) > max {
+            let Some(old) = self.evaled.pop_front() else {
+                break;
+            };
+            if self.bodies.get(&old).is_some_and(|e| !e.loaded)
+                && let Some(e) = self.bodies.remove(&old)
+            {
+                self.bytes -= cost(&e.body);
+            }
+        }
+        if self.bytes + cost(body) > max {
+            return if loaded { Err(CacheFull) } else { Ok(()) };
+        }
+        self.bytes += cost(body);
+        if !loaded {
+            self.evaled.push_back(sha);
+        }
+        self.bodies.insert(
+            sha,
+            Entry {
+                body: Bytes::copy_from_slice(body),
+                loaded,
+            },
+        );
+        Ok(())
     }
-    if s.bytes + body.len() > MAX_BYTES {
-        return if loaded { Err(CacheFull) } else { Ok(()) };
-    }
-    s.bytes += body.len();
-    if !loaded {
-        s.evaled.push_back(sha);
-    }
-    s.bodies.insert(
-        sha,
-        Entry {
-            body: Bytes::copy_from_slice(body),
-            loaded,
-        },
-    );
-    Ok(())
 }
 
 /// `SCRIPT FLUSH`: forgets every body; workers drop their compiled functions on their next
@@ -122,12 +136,6 @@ pub fn flush() {
 /// The flush generation (see [`flush`]).
 pub fn generation() -> u64 {
     GENERATION.load(Ordering::Relaxed)
-}
-
-/// Bodies and their bytes (`INFO memory`'s `number_of_cached_scripts`).
-pub fn stats() -> (usize, usize) {
-    let s = SCRIPTS.read();
-    (s.bodies.len(), s.bytes)
 }
 
 #[cfg(test)]
@@ -146,5 +154,31 @@ mod tests {
             Some(sha1hex(b"return 1"))
         );
         assert_eq!(parse_sha(b"abc"), None);
+    }
+
+    /// Under pressure the EVAL'd bodies go first, oldest first; loaded ones stay, and a load
+    /// that only loaded ones are in the way of is refused.
+    #[test]
+    fn eval_bodies_are_evicted_before_loaded_ones() {
+        let mut s = Scripts::default();
+        let max = 4 * cost(b"return 1");
+        let body = |i: u8| format!("return {i}").into_bytes();
+        let sha = |i: u8| sha1hex(&body(i));
+        s.insert(sha(1), &body(1), true, max).unwrap();
+        s.insert(sha(2), &body(2), false, max).unwrap();
+        s.insert(sha(3), &body(3), false, max).unwrap();
+        s.insert(sha(4), &body(4), true, max).unwrap();
+        // Full: an EVAL'd body evicts the oldest EVAL'd one.
+        s.insert(sha(5), &body(5), false, max).unwrap();
+        assert!(!s.bodies.contains_key(&sha(2)));
+        assert!(s.bodies.contains_key(&sha(1)) && s.bodies.contains_key(&sha(3)));
+        // Loads evict the remaining EVAL'd bodies, then are refused.
+        s.insert(sha(6), &body(6), true, max).unwrap();
+        s.insert(sha(7), &body(7), true, max).unwrap();
+        assert_eq!(s.insert(sha(8), &body(8), true, max), Err(CacheFull));
+        // An EVAL'd body that cannot fit is not kept, and is no error.
+        assert_eq!(s.insert(sha(9), &body(9), false, max), Ok(()));
+        assert!(!s.bodies.contains_key(&sha(9)));
+        assert_eq!(s.bytes, 4 * cost(b"return 1"));
     }
 }
