@@ -1,10 +1,16 @@
 //! One Lua state per worker thread, and the run of one script in it.
 //!
 //! The state is made on the thread's first script (`Engine::new`): the libraries Redis opens
-//! (base, table, string, math, debug, `bit`, `cjson`) without `loadfile`, `dofile`, `require`,
-//! `os` or `io`; the `redis` table; and the prelude (Lua, below) that wraps `redis.call` and
-//! `redis.pcall` around the host's one Rust callback and runs a script under Redis's error
-//! handler. A body is compiled once per thread, by SHA1, and dropped when the cache is flushed.
+//! (base, table, string, math, `bit`, `cjson`) without `loadfile`, `dofile`, `require`, `os`,
+//! `io`, `getfenv`, `setfenv` or `print`; the `redis` table; and the prelude (Lua, below): the
+//! read-only globals and library tables, Redis 7.0's `pcall`, and the run of a script under
+//! Redis's error handler, with this run's `redis.call` and `redis.pcall` (Rust functions over
+//! the host). A body is compiled once per thread, by SHA1, and dropped when the cache is
+//! flushed.
+//!
+//! Our differences from Redis's sandbox: no `debug` library (it reaches the registry, and with
+//! it the host's own values), no `load` (`loadstring` stays, refusing bytecode), no `struct` or
+//! `cmsgpack`; `pairs` over a library table sees nothing (each is a read-only proxy).
 //!
 //! # Error forms (as redis-server 7.0.15 gives them)
 //! - A runtime error `e`: `ERR user_script:1: e script: <sha>, on @user_script:1.`
@@ -70,13 +76,15 @@ const PRELUDE: &str = r#"
 local take_stash = ...
 local G = _G
 local getinfo = debug.getinfo
-local error, type, tostring, select, xpcall, pcall, setfenv, getfenv, setmetatable, rawset, loadstring =
-      error, type, tostring, select, xpcall, pcall, setfenv, getfenv, setmetatable, rawset, loadstring
+local error, type, tostring, select, xpcall, pcall, setfenv, getfenv, setmetatable, rawset, loadstring, ipairs =
+      error, type, tostring, select, xpcall, pcall, setfenv, getfenv, setmetatable, rawset, loadstring, ipairs
 -- `debug` reaches the registry and could break the host's invariants: only the error
 -- handler keeps `getinfo`. `load` takes readers that may hand in bytecode; `loadstring`
--- refuses it, and what it compiles runs in its caller's read-only environment.
-G.debug = nil
-G.load = nil
+-- refuses it, and what it compiles runs in its caller's read-only environment. As in Redis
+-- 7.0, no `getfenv`, `setfenv`, `newproxy` nor `print`.
+for _, name in ipairs({'debug', 'load', 'getfenv', 'setfenv', 'newproxy', 'print'}) do
+  G[name] = nil
+end
 G.loadstring = function(s, name)
   if type(s) == 'string' and s:byte(1) == 27 then return nil, 'binary chunks are not allowed' end
   local f, e = loadstring(s, name)
@@ -113,6 +121,7 @@ local function handler(err)
   end
   return err
 end
+local function refuse_write() error('Attempt to modify a readonly table', 2) end
 local readonly = {
   __index = function(_, name)
     local v = G[name]
@@ -121,15 +130,34 @@ local readonly = {
     end
     return v
   end,
-  __newindex = function() error('Attempt to modify a readonly table', 2) end,
+  __newindex = refuse_write,
 }
-setmetatable(G, {__newindex = readonly.__newindex})
+-- The library tables are read-only as in Redis: each global names a proxy that reads through
+-- to the table (our difference: `pairs` over one sees nothing). rawset and setmetatable refuse
+-- them, and the globals, as Redis refuses a read-only table.
 local redis = redis
+local protected = setmetatable({[G] = true}, {__mode = 'k'})
+for _, name in ipairs({'string', 'math', 'table', 'coroutine', 'redis', 'bit', 'cjson'}) do
+  local proxy = setmetatable({}, {__index = G[name], __newindex = refuse_write, __metatable = false})
+  protected[proxy] = true
+  G[name] = proxy
+end
+local rawset_, setmetatable_ = rawset, setmetatable
+G.rawset = function(t, ...)
+  if protected[t] then error('Attempt to modify a readonly table', 0) end
+  return rawset_(t, ...)
+end
+G.setmetatable = function(t, ...)
+  if protected[t] then error('Attempt to modify a readonly table', 0) end
+  return setmetatable_(t, ...)
+end
+setmetatable(G, {__newindex = refuse_write})
 return function(f, keys, argv, call, pcall)
   rawset(redis, 'call', call)
   rawset(redis, 'pcall', pcall)
   local env = setmetatable({KEYS = keys, ARGV = argv}, readonly)
   rawset(env, '_G', env)
+  protected[env] = true
   setfenv(f, env)
   local ok, r = xpcall(f, handler)
   rawset(redis, 'call', nil)
