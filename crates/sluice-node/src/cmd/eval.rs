@@ -17,9 +17,11 @@
 //! finds its keys by itself (DBSIZE, INFO, RL.HIT) takes every shard the same way.
 //!
 //! # Commands refused inside a script
-//! The `noscript` ones, with Redis's error; and FLUSHALL/FLUSHDB (our difference: a flush
-//! takes the journal's lock, which the replication drain holds while it waits on shards a
-//! script may hold).
+//! The `noscript` ones, with Redis's error; and, with the same error (our difference), the
+//! commands that take a lock some other thread holds while it waits on shards, which a
+//! script may hold: FLUSHALL/FLUSHDB (the journal's spill lock, held by the replication
+//! drain), INFO and CLUSTER (the replication state's lock, held by the replication thread
+//! while it drains the shards' journals).
 
 use bytes::BytesMut;
 use sluice_resp::Request;
@@ -99,6 +101,9 @@ impl<'a, const SHA: bool, const RO: bool> Command<'a> for Eval<'a, SHA, RO> {
 
 const BUSY_SHARD: &str = "ERR Script touched a key it did not declare, on a shard another client holds; declare every key the script uses in KEYS";
 
+/// Commands refused inside a script though Redis allows them (see the module docs).
+const SCRIPT_REFUSED: &[&str] = &["flushall", "flushdb", "info", "cluster"];
+
 /// Keyless commands that touch no key: a script calling them holds nothing more. Every other
 /// keyless command (DBSIZE, INFO, CLUSTER COUNTKEYSINSLOT, RL.ALLOW) may read every shard.
 const TOUCH_NO_KEY: &[&str] = &[
@@ -138,7 +143,7 @@ impl Host for ScriptHost<'_> {
                 "ERR Wrong number of args calling Redis command from script",
             );
         }
-        if spec.has_flag(NOSCRIPT) || matches!(spec.name, "flushall" | "flushdb") {
+        if spec.has_flag(NOSCRIPT) || SCRIPT_REFUSED.contains(&spec.name) {
             return reply::error(out, "ERR This Redis command is not allowed from script");
         }
         if self.read_only && spec.write {
@@ -245,5 +250,15 @@ mod tests {
             r(&mut e, "return redis.pcall('multi')"),
             "-ERR This Redis command is not allowed from script\r\n"
         );
+        // Ours to refuse: they take locks that threads waiting on shards hold.
+        for cmd in ["flushall", "info", "cluster', 'info"] {
+            assert_eq!(
+                r(&mut e, &format!("return redis.pcall('{cmd}')")),
+                "-ERR This Redis command is not allowed from script\r\n",
+                "{cmd}"
+            );
+        }
+        // DBSIZE holds every shard for the rest of the script, and counts them.
+        assert_eq!(r(&mut e, "return redis.call('dbsize')"), ":1\r\n");
     }
 }
