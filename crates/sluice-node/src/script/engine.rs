@@ -28,6 +28,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -62,11 +63,50 @@ thread_local! {
     static RESP3: Cell<bool> = const { Cell::new(false) };
     /// The text of the error a Rust function of the `redis` table just raised.
     static STASH: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// The running script's host, for `redis.call` and `redis.pcall` (see [`Running`]).
+    static HOST: Cell<Option<NonNull<dyn Host>>> = const { Cell::new(None) };
+    /// Where a command called from a script writes its reply, kept between calls.
+    static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
+
+/// The host of the script running on this thread, from [`Running::start`] until it drops.
+///
+/// `redis.call` and `redis.pcall` are made once per state (a function made per run costs more
+/// than the commands a limiter script calls); they reach the run's host through [`HOST`].
+struct Running;
+
+impl Running {
+    fn start(host: &mut dyn Host) -> Running {
+        let ptr = NonNull::from(host);
+        // SAFETY: only the lifetime is erased. The pointer is cleared when `Running` drops, at
+        // the end of the run that borrows `host` mutably for its whole length, and is used
+        // only by `with_host`, during that run.
+        let ptr: NonNull<dyn Host> = unsafe { std::mem::transmute(ptr) };
+        HOST.set(Some(ptr));
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        HOST.set(None);
+    }
+}
+
+/// Runs `f` with the running script's host, or `None` outside a run.
+fn with_host<R>(f: impl FnOnce(Option<&mut dyn Host>) -> R) -> R {
+    match HOST.get() {
+        // SAFETY: set by `Running` for the length of a run, which holds the only other
+        // reference (`&mut dyn Host`) and does not use it while Lua runs; a command called
+        // from a script cannot start another (EVAL is `noscript`), so this is the one live
+        // reference.
+        Some(mut ptr) => f(Some(unsafe { ptr.as_mut() })),
+        None => f(None),
+    }
 }
 
 /// Sets up the read-only globals, Redis 7.0's `pcall` and its error handler; returns
-/// `run(f, keys, argv, call, pcall)`, which runs `f` with this run's `redis.call` and
-/// `redis.pcall` and returns `ok, value`.
+/// `run(f, keys, argv)`, which runs `f` and returns `ok, value`.
 ///
 /// `redis.call` and `redis.setresp` are Rust functions, as they are C functions in Redis: a
 /// `return redis.call(...)` is then no Lua tail call, and the error handler still finds the
@@ -135,7 +175,6 @@ local readonly = {
 -- The library tables are read-only as in Redis: each global names a proxy that reads through
 -- to the table (our difference: `pairs` over one sees nothing). rawset and setmetatable refuse
 -- them, and the globals, as Redis refuses a read-only table.
-local redis = redis
 local protected = setmetatable({[G] = true}, {__mode = 'k'})
 for _, name in ipairs({'string', 'math', 'table', 'coroutine', 'redis', 'bit', 'cjson'}) do
   local proxy = setmetatable({}, {__index = G[name], __newindex = refuse_write, __metatable = false})
@@ -152,17 +191,12 @@ G.setmetatable = function(t, ...)
   return setmetatable_(t, ...)
 end
 setmetatable(G, {__newindex = refuse_write})
-return function(f, keys, argv, call, pcall)
-  rawset(redis, 'call', call)
-  rawset(redis, 'pcall', pcall)
+return function(f, keys, argv)
   local env = setmetatable({KEYS = keys, ARGV = argv}, readonly)
   rawset(env, '_G', env)
   protected[env] = true
   setfenv(f, env)
-  local ok, r = xpcall(f, handler)
-  rawset(redis, 'call', nil)
-  rawset(redis, 'pcall', nil)
-  return ok, r
+  return xpcall(f, handler)
 end
 "#;
 
@@ -314,6 +348,14 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
             Ok(())
         })?,
     )?;
+    redis.raw_set(
+        "call",
+        lua.create_function(|lua, args: mlua::MultiValue| call(lua, args, true))?,
+    )?;
+    redis.raw_set(
+        "pcall",
+        lua.create_function(|lua, args: mlua::MultiValue| call(lua, args, false))?,
+    )?;
     redis.raw_set("log", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
     redis.raw_set(
         "set_repl",
@@ -445,23 +487,11 @@ fn run_function(
     TIMED_OUT.set(false);
     DEADLINE.set(Some(Instant::now() + TIME_LIMIT));
     let lua = &engine.lua;
-    let mut scratch = BytesMut::new();
-    // One host, reached by both functions in turn (a script is one thread of calls).
-    let host = RefCell::new((host, &mut scratch));
-    let result = lua.scope(|scope| {
+    let _running = Running::start(host);
+    let result = (|| {
         let keys = strings(lua, keys)?;
         let argv = strings(lua, argv)?;
-        let call_fn = scope.create_function(|lua, args: mlua::MultiValue| {
-            let mut h = host.borrow_mut();
-            let (host, scratch) = &mut *h;
-            call(lua, &mut **host, scratch, args, true)
-        })?;
-        let pcall_fn = scope.create_function(|lua, args: mlua::MultiValue| {
-            let mut h = host.borrow_mut();
-            let (host, scratch) = &mut *h;
-            call(lua, &mut **host, scratch, args, false)
-        })?;
-        let (ok, value): (bool, Lua_) = engine.run.call((f, keys, argv, call_fn, pcall_fn))?;
+        let (ok, value): (bool, Lua_) = engine.run.call((f, keys, argv))?;
         let o = Out {
             proto,
             resp3: RESP3.get(),
@@ -471,8 +501,8 @@ fn run_function(
         } else {
             script_error(&value, &sha_text, out);
         }
-        Ok(())
-    });
+        Ok::<(), mlua::Error>(())
+    })();
     DEADLINE.set(None);
     if let Err(e) = result {
         let text = match e {
@@ -558,13 +588,7 @@ fn raise<T>(text: &str) -> mlua::Result<T> {
 
 /// `redis.call` (`raise`: an error reply raises) and `redis.pcall` (it is returned as
 /// `{err=...}`).
-fn call(
-    lua: &Lua,
-    host: &mut dyn Host,
-    scratch: &mut BytesMut,
-    args: mlua::MultiValue,
-    raise_errors: bool,
-) -> mlua::Result<Lua_> {
+fn call(lua: &Lua, args: mlua::MultiValue, raise_errors: bool) -> mlua::Result<Lua_> {
     let refuse = |text: &str| {
         if raise_errors {
             raise(text)
@@ -590,9 +614,15 @@ fn call(
     }
     let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
     let resp3 = RESP3.get();
-    scratch.clear();
-    host.call(&argv, resp3, scratch);
-    match sluice_resp::value::decode(scratch) {
+    let reply = SCRATCH.with_borrow_mut(|scratch| {
+        scratch.clear();
+        with_host(|host| host.map(|h| h.call(&argv, resp3, scratch)))?;
+        Some(sluice_resp::value::decode(scratch))
+    });
+    let Some(reply) = reply else {
+        return refuse("ERR redis.call/pcall can only be called inside a script invocation");
+    };
+    match reply {
         Ok(Some(sluice_resp::Value::Error(e))) => refuse(&convert::error_text(&e)),
         Ok(Some(v)) => convert::resp_to_lua(lua, &v, resp3),
         _ => refuse("ERR the command's reply could not be read"),
