@@ -258,7 +258,21 @@ mod tests {
                 "{cmd}"
             );
         }
+        // A limiter command inside a script (it finds its keys once parsed: every shard is
+        // held for it).
+        assert!(
+            run(
+                &mut e,
+                &[
+                    "EVAL",
+                    "return redis.call('rl.check', KEYS[1], 5, 10)",
+                    "1",
+                    "b"
+                ]
+            )
+            .starts_with("*5\r\n:1\r\n:5\r\n:4\r\n")
+        );
         // DBSIZE holds every shard for the rest of the script, and counts them.
-        assert_eq!(r(&mut e, "return redis.call('dbsize')"), ":1\r\n");
+        assert_eq!(r(&mut e, "return redis.call('dbsize')"), ":2\r\n");
     }
 }
