@@ -22,6 +22,8 @@
 //! - [`tls`]: TLS settings, the certificate that follows its files, the replica's TLS relay.
 //! - [`regions`]: what this node knows of the split of GLOBAL rules between regions
 //!   ([`regions::share`] is its arithmetic).
+//! - [`script`]: Lua scripting: the script cache, a Lua state per worker thread, the sandbox
+//!   and the RESP conversions; its commands run through a host the `EVAL` command gives it.
 //!
 //! The composition: [`shared`] holds every feature's state ([`Shared`]) and imports only the
 //! modules above.
@@ -73,6 +75,7 @@ pub mod pubsub;
 pub mod regions;
 pub mod repl;
 pub mod rules;
+pub mod script;
 pub mod server;
 pub mod shared;
 pub mod slowlog;

@@ -40,6 +40,7 @@
 //!   wheel buffers and the shards themselves ([`Store::used_memory`]).
 
 mod entry;
+mod held;
 mod journal;
 mod key;
 mod shard;
@@ -60,6 +61,8 @@ use sluice_repl::{Record, SnapshotWriter};
 pub use crate::entry::{Counter, Value};
 
 use crate::shard::{KeyHash, Limits, Shard};
+
+pub use crate::held::ShardBusy;
 
 /// Store settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -398,6 +401,113 @@ impl Cell {
             buckets: self.buckets.load(Ordering::Relaxed),
         }
     }
+
+    /// Locks the shard, or, inside a script's hold ([`Store::holding`]), uses it as this
+    /// thread already holds it. Every lock of a shard goes through here: outside a hold it
+    /// costs one thread-local load more than the mutex.
+    #[inline]
+    fn lock(&self) -> ShardGuard<'_> {
+        if held::active() {
+            return self.lock_in_hold();
+        }
+        ShardGuard::Locked(self.shard.lock())
+    }
+
+    /// [`Cell::lock`] inside a hold. A shard the script layer did not hold first (it holds
+    /// each call's keys with [`Store::hold`]) is taken here for the rest of the hold: at once
+    /// if it comes after every held shard; else after a bounded wait, and past it by a blocking
+    /// lock (the one order this cannot keep: only a command that finds its shards by itself,
+    /// which the script layer holds all shards for, could come here).
+    #[cold]
+    fn lock_in_hold(&self) -> ShardGuard<'_> {
+        let addr = std::ptr::from_ref(self).addr();
+        match held::status(addr) {
+            held::Status::Foreign => return ShardGuard::Locked(self.shard.lock()),
+            held::Status::Held => {}
+            held::Status::Free { after_all } => {
+                let token = self.take_raw(after_all).unwrap_or_else(|ShardBusy| {
+                    // SAFETY: as in `take_raw`.
+                    held::lock_blocking(unsafe { self.shard.raw() })
+                });
+                held::insert(addr, token);
+            }
+        }
+        // SAFETY: this thread holds the shard's lock for the whole hold (`held`), and a store
+        // operation locks a shard at most once at a time, so this is the only live reference.
+        ShardGuard::Held(unsafe { &mut *self.shard.data_ptr() })
+    }
+
+    /// Locks the raw mutex for a hold: blocking if `after_all` (it comes after every held
+    /// shard), else waiting at most [`HOLD_WAIT`].
+    fn take_raw(&self, after_all: bool) -> Result<held::Token, ShardBusy> {
+        // SAFETY: the raw lock is taken here and released by `Holding`'s drop with its token;
+        // no guard of this mutex is made for it.
+        let raw = unsafe { self.shard.raw() };
+        if after_all {
+            Ok(held::lock_blocking(raw))
+        } else {
+            held::lock_within(raw, HOLD_WAIT)
+        }
+    }
+}
+
+/// How long a script waits for a shard that comes before one it holds (a deadlock-safe order
+/// cannot be kept for it) before its call fails with [`ShardBusy`].
+const HOLD_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A locked shard: by its own lock, or as part of this thread's hold.
+enum ShardGuard<'a> {
+    Locked(MutexGuard<'a, Shard<StoreHasher>>),
+    Held(&'a mut Shard<StoreHasher>),
+}
+
+impl ShardGuard<'_> {
+    /// Unlocks fairly (a waiting request goes first); a held shard stays held.
+    fn unlock_fair(self) {
+        if let ShardGuard::Locked(g) = self {
+            MutexGuard::unlock_fair(g);
+        }
+    }
+}
+
+impl std::ops::Deref for ShardGuard<'_> {
+    type Target = Shard<StoreHasher>;
+    #[inline]
+    fn deref(&self) -> &Self::Target {
+        match self {
+            ShardGuard::Locked(g) => g,
+            ShardGuard::Held(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for ShardGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            ShardGuard::Locked(g) => g,
+            ShardGuard::Held(s) => s,
+        }
+    }
+}
+
+/// A script's hold on shards ([`Store::holding`]): every shard held through it is unlocked
+/// when it drops.
+#[derive(Debug)]
+pub struct Holding<'a> {
+    store: &'a Store,
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        let base = self.store.shards.as_ptr().addr();
+        for (addr, token) in held::end() {
+            let cell = &self.store.shards[(addr - base) / size_of::<ShardCell>()];
+            // SAFETY: `token` is the state of this thread's lock of this cell (only the held
+            // store's range is ever recorded), and no guard of it is alive: the hold is over.
+            unsafe { cell.shard.force_unlock(token) };
+        }
+    }
 }
 
 impl std::ops::Deref for Cell {
@@ -500,6 +610,49 @@ impl Store {
 
     pub fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// Starts a script's hold on this thread: from now until the [`Holding`] drops, every
+    /// shard this thread locks stays locked, and is used again without locking (see `held`).
+    /// `None` if this thread is already in a hold.
+    pub fn holding(&self) -> Option<Holding<'_>> {
+        let base = self.shards.as_ptr().addr();
+        let end = base + self.shards.len() * size_of::<ShardCell>();
+        // `then`, not `then_some`: a `Holding` made and dropped would end the active hold.
+        held::begin((base, end)).then(|| Holding { store: self })
+    }
+
+    /// Inside a hold, locks the shards of `keys` for the rest of it, in ascending order: at
+    /// once those after every shard held, after a bounded wait the others (a lock that could
+    /// deadlock is never waited for without end). Outside a hold it does nothing.
+    pub fn hold<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Result<(), ShardBusy> {
+        if !held::active() {
+            return Ok(());
+        }
+        let mut order: Vec<usize> = keys.into_iter().map(|k| self.shard_of(k)).collect();
+        order.sort_unstable();
+        order.dedup();
+        self.hold_shards(order)
+    }
+
+    /// [`Store::hold`] of every shard: for a command that finds its keys by itself (DBSIZE,
+    /// INFO, RL.HITS) inside a script.
+    pub fn hold_all(&self) -> Result<(), ShardBusy> {
+        if !held::active() {
+            return Ok(());
+        }
+        self.hold_shards(0..self.shards.len())
+    }
+
+    fn hold_shards(&self, ascending: impl IntoIterator<Item = usize>) -> Result<(), ShardBusy> {
+        for i in ascending {
+            let cell: &Cell = &self.shards[i];
+            let addr = std::ptr::from_ref(cell).addr();
+            if let held::Status::Free { after_all } = held::status(addr) {
+                held::insert(addr, cell.take_raw(after_all)?);
+            }
+        }
+        Ok(())
     }
 
     /// The key's hash and its shard.
@@ -889,7 +1042,7 @@ impl Store {
     /// [`EXPIRE_BUDGET`] steps, the lock let go between them, so the last step,
     /// [`Shard::reap`], is short. A move of its table is left to housekeeping: the counts are
     /// exact in the middle of one.
-    fn reaped(&self, i: usize, now: Nanos) -> MutexGuard<'_, Shard<StoreHasher>> {
+    fn reaped(&self, i: usize, now: Nanos) -> ShardGuard<'_> {
         while !self.shards[i].lock().expire_wheel(now, EXPIRE_BUDGET).1 {}
         let mut shard = self.shards[i].lock();
         shard.reap(now);
@@ -1035,7 +1188,7 @@ impl Store {
             if done {
                 return true;
             }
-            MutexGuard::unlock_fair(shard);
+            shard.unlock_fair();
             going = f(Visit::Unlocked);
             shard = cell.lock();
             if !going {
@@ -1199,6 +1352,69 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A script's hold: its shards stay locked against other threads for the whole hold,
+    /// while this thread's own operations use them without locking again.
+    #[test]
+    fn a_hold_keeps_its_shards_and_serves_its_own_thread() {
+        let store = std::sync::Arc::new(Store::new(StoreConfig::default()));
+        let now = Nanos::from_millis(1);
+        {
+            let hold = store.holding().expect("no hold yet");
+            assert!(store.holding().is_none(), "one hold per thread");
+            store.hold([&b"a"[..], b"b"]).unwrap();
+            assert_eq!(store.incr_by(b"a", 1, now), Ok(1));
+            // A shard the hold did not name is taken for the rest of it.
+            assert_eq!(store.incr_by(b"z", 5, now), Ok(5));
+            assert_eq!(store.len(now), 2);
+            let other = std::sync::Arc::clone(&store);
+            let reader = std::thread::spawn(move || other.incr_by(b"a", 1, now));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!reader.is_finished(), "a held shard waits for the hold");
+            assert_eq!(store.incr_by(b"a", 1, now), Ok(2));
+            drop(hold);
+            assert_eq!(reader.join().unwrap(), Ok(3));
+        }
+        assert_eq!(store.get(b"a", now), Ok(Some(Bytes::from_static(b"3"))));
+        assert!(store.hold([&b"a"[..]]).is_ok(), "outside a hold: nothing");
+    }
+
+    /// Two holds that want each other's shards: the one that must go back in shard order waits
+    /// a bounded time and fails with `ShardBusy`, and the other goes on once it lets go.
+    #[test]
+    fn crossed_holds_never_deadlock() {
+        use std::sync::{Arc, Barrier};
+        let store = Arc::new(Store::new(StoreConfig::default()));
+        // Two keys on different shards, `lo` on the lower one.
+        let mut keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
+        keys.sort_by_key(|k| store.shard_of(k.as_bytes()));
+        let (lo, hi) = (keys[0].clone(), keys[99].clone());
+        assert!(store.shard_of(lo.as_bytes()) < store.shard_of(hi.as_bytes()));
+        let both = Arc::new(Barrier::new(2));
+        let (s, b, lo2, hi2) = (
+            Arc::clone(&store),
+            Arc::clone(&both),
+            lo.clone(),
+            hi.clone(),
+        );
+        // This thread holds `lo`, then asks for `hi`: after every shard it holds, so it waits.
+        let other = std::thread::spawn(move || {
+            let _hold = s.holding().unwrap();
+            s.hold([lo2.as_bytes()]).unwrap();
+            b.wait();
+            s.hold([hi2.as_bytes()])
+        });
+        let hold = store.holding().unwrap();
+        store.hold([hi.as_bytes()]).unwrap();
+        both.wait();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // Asking for `lo` goes back in shard order: a bounded wait, then ShardBusy.
+        let started = std::time::Instant::now();
+        assert_eq!(store.hold([lo.as_bytes()]), Err(ShardBusy));
+        assert!(started.elapsed() >= HOLD_WAIT);
+        drop(hold);
+        assert_eq!(other.join().unwrap(), Ok(()));
+    }
 
     #[test]
     fn store_is_send_and_sync() {

@@ -25,6 +25,7 @@ pub mod category {
     pub const SORTEDSET: Category = 1 << 12;
     pub const BLOCKING: Category = 1 << 13;
     pub const TRANSACTION: Category = 1 << 14;
+    pub const SCRIPTING: Category = 1 << 15;
 }
 
 use category::*;
@@ -47,6 +48,7 @@ pub const CATEGORIES: &[(&str, Category)] = &[
     ("sortedset", SORTEDSET),
     ("blocking", BLOCKING),
     ("transaction", TRANSACTION),
+    ("scripting", SCRIPTING),
 ];
 
 /// Most ids a catalog holds: the width of a user's bitset.

@@ -43,8 +43,8 @@ use super::table::flag::{self, FAST, NOAUTH, READONLY};
 use super::table::{COMMANDS, CommandSpec};
 use super::{Args, CmdError, Command, Ctx};
 use crate::acl::category::{
-    ADMIN, BLOCKING, CONNECTION, HASH, KEYSPACE, LIST, RATELIMIT, READ, SET, SLOW, SORTEDSET,
-    STRING, TRANSACTION, WRITE,
+    ADMIN, BLOCKING, CONNECTION, HASH, KEYSPACE, LIST, RATELIMIT, READ, SCRIPTING, SET, SLOW,
+    SORTEDSET, STRING, TRANSACTION, WRITE,
 };
 use crate::acl::{CATEGORIES, Catalog, Category, category};
 
@@ -133,6 +133,11 @@ const SUBCOMMANDS: &[(&str, &str, Category)] = &[
     ("rl.rule", "list", RATELIMIT | READ),
     ("rl.rule", "rollback", ADMIN | WRITE),
     ("rl.rule", "set", ADMIN | WRITE),
+    ("script", "exists", SCRIPTING),
+    ("script", "flush", SCRIPTING),
+    ("script", "help", SCRIPTING),
+    ("script", "kill", SCRIPTING),
+    ("script", "load", SCRIPTING),
     ("slowlog", "get", ADMIN),
     ("slowlog", "help", 0),
     ("slowlog", "len", ADMIN),
@@ -162,6 +167,7 @@ pub fn acl_catalog() -> Catalog {
                 "set" => SET,
                 "sorted-set" => SORTEDSET,
                 "transactions" => TRANSACTION,
+                "scripting" => SCRIPTING,
                 _ => ADMIN,
             }
         };
@@ -184,7 +190,8 @@ fn flag_categories(spec: &CommandSpec) -> Category {
     if spec.write {
         c |= WRITE;
     }
-    if spec.has_flag(READONLY) {
+    // As Redis: a read-only script command (EVAL_RO) is not in `@read`.
+    if spec.has_flag(READONLY) && spec.group != "scripting" {
         c |= READ;
     }
     if spec.has_flag(flag::BLOCKING) {

@@ -94,7 +94,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
 
 /// The key arguments of `req`, from the table's key positions (Redis's first, last, step).
 /// A command without keys (first key 0) has none.
-fn key_args<'r>(spec: &CommandSpec, req: &'r Request) -> impl Iterator<Item = &'r [u8]> {
+pub(super) fn key_args<'r>(spec: &CommandSpec, req: &'r Request) -> impl Iterator<Item = &'r [u8]> {
     let first = spec.first_key.max(0) as usize;
     let last = if spec.last_key < 0 {
         req.len()

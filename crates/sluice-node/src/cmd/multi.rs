@@ -3,10 +3,11 @@
 //! Clients such as redis-py wrap a pipeline in MULTI/EXEC by default, so the block is accepted
 //! and answered as Redis does: `+QUEUED` per command, then EXEC's array of replies; a command
 //! refused while queueing (unknown, wrong arity) aborts the block with `EXECABORT`. EXEC runs the
-//! queued commands one after another on this connection with nothing of its own in between;
-//! each command is atomic, but the block is not isolated from other clients' commands (that
-//! would need a lock across every shard). `WATCH` (see `watch`) makes EXEC refuse when a
-//! watched key changed since.
+//! queued commands one after another on this connection, holding the shards of every key they
+//! name (and of the watched keys) from the WATCH check to the last reply, so no other client's
+//! command comes in between (as a script's hold, `eval`); a block with FLUSHALL, INFO or
+//! CLUSTER runs unheld, one command at a time, as those take locks a holder could deadlock on.
+//! `WATCH` (see `watch`) makes EXEC refuse when a watched key changed since.
 //!
 //! Invariant: EXEC answers with exactly one reply per queued command. Commands that would
 //! break that (SHUTDOWN, PSYNC, SYNC, REPLCONF, whose ACK answers nothing, and the
@@ -24,7 +25,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use sluice_resp::Request;
 use sluice_resp::reply;
 
-use super::{Args, CmdError, Command, Ctx, execute};
+use super::{Args, CmdError, Command, Ctx, execute, lookup};
 
 /// What a connection holds between MULTI and EXEC.
 #[derive(Debug, Default)]
@@ -95,6 +96,36 @@ impl Command<'_> for Exec {
                 "EXECABORT Transaction discarded because of previous errors.",
             ));
         }
+        // The shards of every key the block names, and of the watched keys, held from the
+        // check of the watched keys to the last reply: no other client's command comes in
+        // between. The first hold of a thread takes them in ascending order and cannot fail.
+        let store = &ctx.shared.store;
+        let specs: Vec<_> = tx
+            .queued
+            .iter()
+            .map(|r| r.arg(0).and_then(lookup))
+            .collect();
+        let isolated = specs.iter().flatten().all(|s| super::eval::holdable(s));
+        let hold = if isolated { store.holding() } else { None };
+        if hold.is_some() {
+            let mut keys: Vec<&[u8]> = Vec::new();
+            let mut held = Ok(());
+            for (spec, request) in specs.iter().zip(&tx.queued) {
+                let Some(spec) = spec else { continue };
+                if spec.first_key > 0 && !spec.routed_after_parse {
+                    keys.extend(super::dispatch::key_args(spec, request));
+                } else {
+                    // Nothing, or every shard at once (ascending, from none held).
+                    held = held.and(super::eval::hold_for(store, spec, request));
+                }
+            }
+            keys.extend(watching.iter().flat_map(|w| w.keys()));
+            held = held.and(store.hold(keys));
+            debug_assert!(
+                held.is_ok(),
+                "a thread's first hold cannot meet a busy shard"
+            );
+        }
         if watching.is_some_and(|w| w.dirty(ctx)) {
             reply::null_array(ctx.out, ctx.session.proto);
             return Ok(());
@@ -109,6 +140,7 @@ impl Command<'_> for Exec {
             execute(request, ctx);
         }
         ctx.session.in_exec = false;
+        drop(hold);
         Ok(())
     }
 }

@@ -21,6 +21,9 @@ pub mod flag {
     pub const NOMULTI: &str = "no_multi";
     /// May block the client (Redis's BLPOP family): Sluice answers those with an error.
     pub const BLOCKING: &str = "blocking";
+    pub const SKIP_MONITOR: &str = "skip_monitor";
+    pub const NO_MANDATORY_KEYS: &str = "no_mandatory_keys";
+    pub const MOVABLEKEYS: &str = "movablekeys";
 }
 
 /// One row of the command table.
@@ -355,6 +358,76 @@ pub static COMMANDS: &[CommandSpec] = &[
         echo::Echo
     ),
     spec!(
+        "eval",
+        -3,
+        [
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "2.6.0",
+        "Executes a server-side Lua script.",
+        "script numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Eval<'_, false, false>
+    ),
+    spec!(
+        "eval_ro",
+        -3,
+        [
+            READONLY,
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "7.0.0",
+        "Executes a read-only server-side Lua script.",
+        "script numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Eval<'_, false, true>
+    ),
+    spec!(
+        "evalsha",
+        -3,
+        [
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "2.6.0",
+        "Executes a server-side Lua script by SHA1 digest.",
+        "sha1 numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Eval<'_, true, false>
+    ),
+    spec!(
+        "evalsha_ro",
+        -3,
+        [
+            READONLY,
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "7.0.0",
+        "Executes a read-only server-side Lua script by SHA1 digest.",
+        "sha1 numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Eval<'_, true, true>
+    ),
+    spec!(
         "exec",
         1,
         [NOSCRIPT, LOADING, STALE],
@@ -410,6 +483,41 @@ pub static COMMANDS: &[CommandSpec] = &[
         ttl::ExpireTime
     ),
     spec!(
+        "fcall",
+        -3,
+        [
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "7.0.0",
+        "Invokes a function.",
+        "function numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Functions
+    ),
+    spec!(
+        "fcall_ro",
+        -3,
+        [
+            READONLY,
+            NOSCRIPT,
+            STALE,
+            SKIP_MONITOR,
+            NO_MANDATORY_KEYS,
+            MOVABLEKEYS
+        ],
+        (0, 0, 0),
+        "scripting",
+        "7.0.0",
+        "Invokes a read-only function.",
+        "function numkeys [key [key ...]] [arg [arg ...]]",
+        eval::Functions
+    ),
+    spec!(
         "flushall",
         -1,
         [WRITE],
@@ -430,6 +538,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Removes all keys.",
         "[ASYNC|SYNC]",
         flushall::FlushAll
+    ),
+    spec!(
+        "function",
+        -2,
+        [NOSCRIPT],
+        (0, 0, 0),
+        "scripting",
+        "7.0.0",
+        "A container for function commands.",
+        "subcommand [argument ...]",
+        eval::Functions
     ),
     spec!(
         "gcra",
@@ -1365,6 +1484,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Get the number of members in a set.",
         "key",
         sets::SCard
+    ),
+    spec!(
+        "script",
+        -2,
+        [NOSCRIPT],
+        (0, 0, 0),
+        "scripting",
+        "2.6.0",
+        "A container for Lua scripts management commands.",
+        "subcommand [argument ...]",
+        script::ScriptCmd
     ),
     spec!(
         "sdiff",

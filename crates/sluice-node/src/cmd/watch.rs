@@ -22,6 +22,10 @@ pub struct Watching {
 }
 
 impl Watching {
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.keys.iter().map(Vec::as_slice)
+    }
+
     /// Whether EXEC must refuse: a key changed, or one has expired meanwhile (looking it up
     /// drops an expired key, which touches its watchers).
     pub fn dirty(&self, ctx: &Ctx<'_>) -> bool {

@@ -1,0 +1,276 @@
+//! Conversions between RESP and Lua values, as Redis 7.0 makes them (`script_lua.c`).
+//!
+//! # RESP → Lua (a command's reply, for `redis.call` and `redis.pcall`)
+//! integer → number; bulk → string; nil bulk and nil array → `false` (RESP2) or `nil` (RESP3);
+//! array → table; status → `{ok=...}`; error → `{err=...}`. After `redis.setresp(3)`: map →
+//! `{map={...}}`, set → `{set={member=true}}`, double → `{double=n}`, boolean → boolean, big
+//! number → `{big_number=...}`, verbatim → `{verbatim_string={format=...,string=...}}`.
+//!
+//! # Lua → RESP (the script's return value, in the caller's protocol)
+//! number → integer (truncated); string → bulk; `nil` → nil; `true` → `:1` and `false` → nil
+//! (RESP2 script) or booleans (after `redis.setresp(3)`); a table with a string `err` → error,
+//! `ok` → status, a number `double` → double, a string `big_number`, a `verbatim_string`, a
+//! table `map` or `set`; any other table → array of its items 1, 2, ... up to the first nil.
+
+use bytes::BytesMut;
+use mlua::{Lua, Table, Value as Lua_};
+use sluice_resp::Value;
+use sluice_resp::reply::{self, Proto};
+
+/// Nesting past this in a script's return value is refused, as Redis refuses it when the Lua
+/// stack runs out (a table that holds itself would otherwise recurse without end).
+const MAX_DEPTH: usize = 200;
+
+/// A command's error reply (its text after `-`) as the `{err=...}` table Redis makes of it
+/// (`luaPushErrorBuff`): the first word is the code, `ERR` when there is only one word.
+pub fn error_text(line: &str) -> String {
+    let (code, msg) = match line.split_once(' ') {
+        Some((code, msg)) => (code, msg),
+        None => ("ERR", line),
+    };
+    format!("{code} {}", msg.trim_matches(['\r', '\n']))
+}
+
+/// `{err=text}`.
+pub fn error_table(lua: &Lua, text: &str) -> mlua::Result<Table> {
+    let t = lua.create_table_with_capacity(0, 1)?;
+    t.raw_set("err", text)?;
+    Ok(t)
+}
+
+fn single(lua: &Lua, field: &str, v: impl mlua::IntoLua) -> mlua::Result<Lua_> {
+    let t = lua.create_table_with_capacity(0, 1)?;
+    t.raw_set(field, v)?;
+    Ok(Lua_::Table(t))
+}
+
+/// A command's reply as the Lua value `redis.pcall` returns.
+pub fn resp_to_lua(lua: &Lua, v: &Value, resp3: bool) -> mlua::Result<Lua_> {
+    Ok(match v {
+        Value::Int(n) => Lua_::Number(*n as f64),
+        Value::Bulk(b) => Lua_::String(lua.create_string(b)?),
+        Value::Simple(s) => single(lua, "ok", s.as_str())?,
+        Value::Error(e) => Lua_::Table(error_table(lua, &error_text(e))?),
+        Value::Nil if resp3 => Lua_::Nil,
+        Value::Nil => Lua_::Boolean(false),
+        Value::Array(items) | Value::Push(items) => {
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.iter().enumerate() {
+                t.raw_set(i + 1, resp_to_lua(lua, item, resp3)?)?;
+            }
+            Lua_::Table(t)
+        }
+        Value::Double(d) => single(lua, "double", *d)?,
+        Value::Boolean(b) => Lua_::Boolean(*b),
+        Value::BigNumber(n) => single(lua, "big_number", n.as_str())?,
+        Value::Verbatim { format, text } => {
+            let inner = lua.create_table_with_capacity(0, 2)?;
+            inner.raw_set("format", format.as_str())?;
+            inner.raw_set("string", lua.create_string(text)?)?;
+            single(lua, "verbatim_string", inner)?
+        }
+        Value::Map(pairs) => {
+            let inner = lua.create_table_with_capacity(0, pairs.len())?;
+            for (k, v) in pairs {
+                inner.raw_set(resp_to_lua(lua, k, resp3)?, resp_to_lua(lua, v, resp3)?)?;
+            }
+            single(lua, "map", inner)?
+        }
+        Value::Set(items) => {
+            let inner = lua.create_table_with_capacity(0, items.len())?;
+            for item in items {
+                inner.raw_set(resp_to_lua(lua, item, resp3)?, true)?;
+            }
+            single(lua, "set", inner)?
+        }
+    })
+}
+
+/// A Lua number as C's `(long long)` cast makes it on x86-64: out of range (and NaN) is
+/// `i64::MIN`, where Rust's `as` would saturate.
+pub fn truncate(f: f64) -> i64 {
+    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
+        f as i64
+    } else {
+        i64::MIN
+    }
+}
+
+/// `printf("%.17g", f)`: how Redis 7.0 turns a Lua number into a command argument and a
+/// `{double=...}` into a reply.
+pub fn g17(f: f64) -> String {
+    gfmt(f, 17)
+}
+
+/// `printf("%.<precision>g", f)` (`precision` 1 to 17).
+pub fn gfmt(f: f64, precision: usize) -> String {
+    if f.is_nan() {
+        return if f.is_sign_negative() { "-nan" } else { "nan" }.into();
+    }
+    if f.is_infinite() {
+        return if f < 0.0 { "-inf" } else { "inf" }.into();
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    let p = precision.clamp(1, 17);
+    let sci = format!("{f:.prec$e}", prec = p - 1);
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if exp < -4 || exp >= p as i32 {
+        let m = strip_zeros(mantissa);
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{m}e{sign}{:02}", exp.unsigned_abs());
+    }
+    let decimals = usize::try_from(p as i32 - 1 - exp).unwrap_or(0);
+    strip_zeros(&format!("{f:.decimals$}")).to_owned()
+}
+
+fn strip_zeros(s: &str) -> &str {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    }
+}
+
+/// What the script said with `redis.setresp` (false: 2).
+#[derive(Clone, Copy, Debug)]
+pub struct Out {
+    /// The caller's protocol: what the reply is written in.
+    pub proto: Proto,
+    /// The script switched to RESP3 (`redis.setresp(3)`): booleans stay booleans.
+    pub resp3: bool,
+}
+
+/// Writes the script's return value `v` to `out`.
+pub fn lua_to_resp(v: &Lua_, o: Out, out: &mut BytesMut, depth: usize) {
+    if depth > MAX_DEPTH {
+        return reply::error(out, "ERR reached lua stack limit");
+    }
+    match v {
+        Lua_::String(s) => reply::bulk(out, &s.as_bytes()),
+        Lua_::Boolean(true) if o.resp3 => reply::boolean(out, o.proto, true),
+        Lua_::Boolean(false) if o.resp3 => reply::boolean(out, o.proto, false),
+        Lua_::Boolean(true) => reply::integer(out, 1),
+        Lua_::Integer(n) => reply::integer(out, *n),
+        Lua_::Number(f) => reply::integer(out, truncate(*f)),
+        Lua_::Table(t) => table_to_resp(t, o, out, depth),
+        _ => reply::null(out, o.proto),
+    }
+}
+
+fn table_to_resp(t: &Table, o: Out, out: &mut BytesMut, depth: usize) {
+    let field = |name: &str| t.raw_get::<Lua_>(name).unwrap_or(Lua_::Nil);
+    if let Lua_::String(e) = field("err") {
+        let text = e.to_string_lossy();
+        return reply::error(out, text.trim_matches(['\r', '\n']));
+    }
+    if let Lua_::String(s) = field("ok") {
+        return reply::simple(out, &s.to_string_lossy());
+    }
+    match field("double") {
+        Lua_::Number(d) => return double(out, o.proto, d),
+        Lua_::Integer(d) => return double(out, o.proto, d as f64),
+        _ => {}
+    }
+    if let Lua_::String(n) = field("big_number") {
+        let n = n.to_string_lossy().replace(['\r', '\n'], " ");
+        return match o.proto {
+            Proto::Resp2 => reply::bulk(out, n.as_bytes()),
+            Proto::Resp3 => {
+                out.extend_from_slice(b"(");
+                out.extend_from_slice(n.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+        };
+    }
+    if let Lua_::Table(v) = field("verbatim_string")
+        && let (Ok(Lua_::String(format)), Ok(Lua_::String(text))) =
+            (v.raw_get::<Lua_>("format"), v.raw_get::<Lua_>("string"))
+    {
+        let format = format.to_string_lossy();
+        let format = if format.len() == 3 {
+            format.as_str()
+        } else {
+            "txt"
+        };
+        return reply::verbatim(out, o.proto, format, &text.as_bytes());
+    }
+    if let Lua_::Table(m) = field("map") {
+        let pairs: Vec<(Lua_, Lua_)> = m.pairs::<Lua_, Lua_>().filter_map(Result::ok).collect();
+        reply::map(out, o.proto, pairs.len());
+        for (k, v) in &pairs {
+            lua_to_resp(k, o, out, depth + 1);
+            lua_to_resp(v, o, out, depth + 1);
+        }
+        return;
+    }
+    if let Lua_::Table(s) = field("set") {
+        let members: Vec<Lua_> = s
+            .pairs::<Lua_, Lua_>()
+            .filter_map(|p| p.ok().map(|(k, _)| k))
+            .collect();
+        reply::set(out, o.proto, members.len());
+        for k in &members {
+            lua_to_resp(k, o, out, depth + 1);
+        }
+        return;
+    }
+    let mut items = Vec::new();
+    for i in 1.. {
+        match t.raw_get::<Lua_>(i) {
+            Ok(Lua_::Nil) | Err(_) => break,
+            Ok(v) => items.push(v),
+        }
+    }
+    reply::array(out, items.len());
+    for v in &items {
+        lua_to_resp(v, o, out, depth + 1);
+    }
+}
+
+/// `{double=d}` as Redis 7.0 writes it: `%.17g`, a bulk string in RESP2.
+fn double(out: &mut BytesMut, p: Proto, d: f64) {
+    let text = g17(d);
+    match p {
+        Proto::Resp2 => reply::bulk(out, text.as_bytes()),
+        Proto::Resp3 => {
+            out.extend_from_slice(b",");
+            out.extend_from_slice(text.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_print_as_c_prints_them() {
+        assert_eq!(g17(0.1), "0.10000000000000001");
+        assert_eq!(g17(3.5), "3.5");
+        assert_eq!(g17(3.0), "3");
+        assert_eq!(g17(2.675), "2.6749999999999998");
+        assert_eq!(g17(1e20), "1e+20");
+        assert_eq!(g17(1e16), "10000000000000000");
+        assert_eq!(g17(1e17), "1e+17");
+        assert_eq!(g17(0.0001), "0.0001");
+        assert_eq!(g17(0.00001), "1.0000000000000001e-05");
+        assert_eq!(g17(-2.5), "-2.5");
+        assert_eq!(gfmt(1.0 / 3.0, 14), "0.33333333333333");
+        assert_eq!(gfmt(100.0, 14), "100");
+        assert_eq!(truncate(3.99), 3);
+        assert_eq!(truncate(-3.99), -3);
+        assert_eq!(truncate(1e20), i64::MIN);
+    }
+
+    #[test]
+    fn error_replies_take_redis_s_form() {
+        assert_eq!(error_text("ERR value is wrong"), "ERR value is wrong");
+        assert_eq!(error_text("My Error"), "My Error");
+        assert_eq!(error_text("oops"), "ERR oops");
+        assert_eq!(error_text("WRONGTYPE Operation"), "WRONGTYPE Operation");
+    }
+}

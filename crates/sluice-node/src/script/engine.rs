@@ -1,0 +1,639 @@
+//! One Lua state per worker thread, and the run of one script in it.
+//!
+//! The state is made on the thread's first script (`Engine::new`): the libraries Redis opens
+//! (base, table, string, math, `bit`, `cjson`) without `loadfile`, `dofile`, `require`, `os`,
+//! `io`, `getfenv`, `setfenv` or `print`; the `redis` table; and the prelude (Lua, below): the
+//! read-only globals and library tables, Redis 7.0's `pcall`, and the run of a script under
+//! Redis's error handler, with this run's `redis.call` and `redis.pcall` (Rust functions over
+//! the host). A body is compiled once per thread, by SHA1, and dropped when the cache is
+//! flushed.
+//!
+//! Our differences from Redis's sandbox: no `debug` library (it reaches the registry, and with
+//! it the host's own values), no `load` (`loadstring` stays, refusing bytecode), no `struct` or
+//! `cmsgpack`; `pairs` over a library table sees nothing (each is a read-only proxy).
+//!
+//! # Error forms (as redis-server 7.0.15 gives them)
+//! - A runtime error `e`: `ERR user_script:1: e script: <sha>, on @user_script:1.`
+//! - An error table `{err=e}` raised (`redis.call` raises the command's error this way):
+//!   `e script: <sha>, on @user_script:<line>.`
+//! - A compile error: `ERR Error compiling script (new function): user_script:1: ...`
+//!
+//! # Bounds (our own words: Redis has neither)
+//! - Memory: each state holds at most [`MEMORY_LIMIT`] bytes; an allocation past it fails the
+//!   script with `ERR Lua memory limit reached ...` and the state is collected.
+//! - Time: a script that runs past [`TIME_LIMIT`] is stopped with `ERR Script ran past ...`
+//!   (an instruction-count hook looks at the clock every [`HOOK_EVERY`] instructions). Redis
+//!   instead keeps it running and answers others `-BUSY`: stopping it keeps the node serving.
+//!   What it wrote before stays written, as with any script error.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Table, Value as Lua_, VmState};
+use sluice_resp::reply::{self, Proto};
+
+use super::cache::{self, Sha};
+use super::convert::{self, Out};
+use super::{Host, Source};
+
+/// Bytes a thread's Lua state may hold.
+pub const MEMORY_LIMIT: usize = 128 << 20;
+
+/// How long one script may run (Redis's `busy-reply-threshold` default).
+pub const TIME_LIMIT: Duration = Duration::from_secs(5);
+
+/// Lua's GC pause, in percent of the heap the last collection kept (Lua's default: 200).
+const GC_PAUSE: i32 = 1000;
+
+/// Instructions between two looks at the clock.
+const HOOK_EVERY: u32 = 10_000;
+
+/// Compiled bodies a thread keeps; past it they are dropped and compiled again as needed.
+const MAX_COMPILED: usize = 10_000;
+
+const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+
+thread_local! {
+    static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
+    /// When the running script must stop.
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// The running script went past its deadline.
+    static TIMED_OUT: Cell<bool> = const { Cell::new(false) };
+    /// The running script said `redis.setresp(3)`.
+    static RESP3: Cell<bool> = const { Cell::new(false) };
+    /// The text of the error a Rust function of the `redis` table just raised.
+    static STASH: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// The running script's host, for `redis.call` and `redis.pcall` (see [`Running`]).
+    static HOST: Cell<Option<NonNull<dyn Host>>> = const { Cell::new(None) };
+    /// Where a command called from a script writes its reply, kept between calls.
+    static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
+
+/// The host of the script running on this thread, from [`Running::start`] until it drops.
+///
+/// `redis.call` and `redis.pcall` are made once per state (a function made per run costs more
+/// than the commands a limiter script calls); they reach the run's host through [`HOST`].
+struct Running;
+
+impl Running {
+    fn start(host: &mut dyn Host) -> Running {
+        let ptr = NonNull::from(host);
+        // SAFETY: only the lifetime is erased. The pointer is cleared when `Running` drops, at
+        // the end of the run that borrows `host` mutably for its whole length, and is used
+        // only by `with_host`, during that run.
+        let ptr: NonNull<dyn Host> = unsafe { std::mem::transmute(ptr) };
+        HOST.set(Some(ptr));
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        HOST.set(None);
+    }
+}
+
+/// Runs `f` with the running script's host, or `None` outside a run.
+fn with_host<R>(f: impl FnOnce(Option<&mut dyn Host>) -> R) -> R {
+    match HOST.get() {
+        // SAFETY: set by `Running` for the length of a run, which holds the only other
+        // reference (`&mut dyn Host`) and does not use it while Lua runs; a command called
+        // from a script cannot start another (EVAL is `noscript`), so this is the one live
+        // reference.
+        Some(mut ptr) => f(Some(unsafe { ptr.as_mut() })),
+        None => f(None),
+    }
+}
+
+/// Sets up the read-only globals, Redis 7.0's `pcall` and its error handler; returns
+/// `run(f, keys, argv)`, which runs `f` and returns `ok, value`.
+///
+/// `redis.call` and `redis.setresp` are Rust functions, as they are C functions in Redis: a
+/// `return redis.call(...)` is then no Lua tail call, and the error handler still finds the
+/// script's line. A Rust function cannot raise a table, so it leaves the error's text in
+/// [`STASH`] and raises; the prelude takes it back (`take_stash`) as Redis's `{err=...}`.
+const PRELUDE: &str = r#"
+local take_stash = ...
+local G = _G
+local getinfo = debug.getinfo
+local error, type, tostring, select, xpcall, pcall, setfenv, getfenv, setmetatable, rawset, loadstring, ipairs =
+      error, type, tostring, select, xpcall, pcall, setfenv, getfenv, setmetatable, rawset, loadstring, ipairs
+-- `debug` reaches the registry and could break the host's invariants: only the error
+-- handler keeps `getinfo`. `load` takes readers that may hand in bytecode; `loadstring`
+-- refuses it, and what it compiles runs in its caller's read-only environment. As in Redis
+-- 7.0, no `getfenv`, `setfenv`, `newproxy` nor `print`.
+for _, name in ipairs({'debug', 'load', 'getfenv', 'setfenv', 'newproxy', 'print'}) do
+  G[name] = nil
+end
+G.loadstring = function(s, name)
+  if type(s) == 'string' and s:byte(1) == 27 then return nil, 'binary chunks are not allowed' end
+  local f, e = loadstring(s, name)
+  if f then setfenv(f, getfenv(2)) end
+  return f, e
+end
+-- An error the host raised (redis.call, redis.setresp) as its `{err=...}` text.
+-- (mlua raises it as a string with a traceback: the stash is what counts.)
+local function host_error(err)
+  local text = take_stash()
+  if text then return {err = text} end
+  return err
+end
+-- Redis 7.0's pcall: an error table comes back as its `err` text.
+local function caught(ok, ...)
+  if ok then return ok, ... end
+  local err = host_error((...))
+  if type(err) == 'table' and type(err.err) == 'string' then return false, err.err end
+  return false, err
+end
+G.pcall = function(...) return caught(pcall(...)) end
+local function handler(err)
+  err = host_error(err)
+  local level = 2
+  local i = getinfo(level, 'nSl')
+  while i and i.source ~= '@user_script' do
+    level = level + 1
+    i = getinfo(level, 'nSl')
+  end
+  if type(err) ~= 'table' then err = {err = 'ERR ' .. tostring(err)} end
+  if i then
+    err['source'] = i.source
+    err['line'] = i.currentline
+  end
+  return err
+end
+local function refuse_write() error('Attempt to modify a readonly table', 2) end
+local readonly = {
+  __index = function(_, name)
+    local v = G[name]
+    if v == nil then
+      error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+    end
+    return v
+  end,
+  __newindex = refuse_write,
+}
+-- The library tables are read-only as in Redis: each global names a proxy that reads through
+-- to the table (our difference: `pairs` over one sees nothing). rawset and setmetatable refuse
+-- them, and the globals, as Redis refuses a read-only table.
+local protected = setmetatable({[G] = true}, {__mode = 'k'})
+for _, name in ipairs({'string', 'math', 'table', 'coroutine', 'redis', 'bit', 'cjson'}) do
+  local proxy = setmetatable({}, {__index = G[name], __newindex = refuse_write, __metatable = false})
+  protected[proxy] = true
+  G[name] = proxy
+end
+local rawset_, setmetatable_ = rawset, setmetatable
+G.rawset = function(t, ...)
+  if protected[t] then error('Attempt to modify a readonly table', 0) end
+  return rawset_(t, ...)
+end
+G.setmetatable = function(t, ...)
+  if protected[t] then error('Attempt to modify a readonly table', 0) end
+  return setmetatable_(t, ...)
+end
+setmetatable(G, {__newindex = refuse_write})
+return function(f, keys, argv)
+  local env = setmetatable({KEYS = keys, ARGV = argv}, readonly)
+  rawset(env, '_G', env)
+  protected[env] = true
+  setfenv(f, env)
+  return xpcall(f, handler)
+end
+"#;
+
+struct Engine {
+    lua: Lua,
+    run: Function,
+    compiled: HashMap<Sha, Function>,
+    generation: u64,
+}
+
+impl Engine {
+    fn new() -> mlua::Result<Engine> {
+        // SAFETY: `debug` is opened only for the prelude, which keeps `debug.getinfo` for the
+        // error handler and removes the library from the scripts' globals before any runs.
+        let lua = unsafe {
+            Lua::unsafe_new_with(
+                StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::DEBUG,
+                LuaOptions::default(),
+            )
+        };
+        lua.set_memory_limit(MEMORY_LIMIT)?;
+        // A full collection once the heap is GC_PAUSE % of what the last one kept, not twice
+        // it: a limiter script leaves a few small tables behind per call, and marking the
+        // libraries every few hundred calls was a fifth of an EVALSHA's instructions.
+        lua.gc_set_mode(mlua::state::GcMode::Incremental(
+            mlua::state::GcIncParams::default().pause(GC_PAUSE),
+        ));
+        let g = lua.globals();
+        for name in [
+            "loadfile", "dofile", "require", "module", "package", "os", "io",
+        ] {
+            g.raw_set(name, Lua_::Nil)?;
+        }
+        g.raw_set("bit", super::bit::library(&lua)?)?;
+        g.raw_set("cjson", super::cjson::library(&lua)?)?;
+        g.raw_set("redis", redis_library(&lua)?)?;
+        let take_stash = lua.create_function(|_, ()| Ok(STASH.take()))?;
+        let run: Function = lua.load(PRELUDE).set_name("=sluice").call(take_stash)?;
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+            |_, _| {
+                let late = TIMED_OUT.get() || DEADLINE.get().is_some_and(|d| Instant::now() >= d);
+                if late {
+                    TIMED_OUT.set(true);
+                    return Err(mlua::Error::runtime("script time limit"));
+                }
+                Ok(VmState::Continue)
+            },
+        )?;
+        Ok(Engine {
+            lua,
+            run,
+            compiled: HashMap::new(),
+            generation: cache::generation(),
+        })
+    }
+
+    /// The compiled function of `body` (whose SHA1 is `sha`), compiling it on first use, and
+    /// whether its shebang says `no-writes`.
+    fn function(&mut self, sha: &Sha, body: &[u8]) -> Result<(Function, bool), String> {
+        let (code, no_writes) = shebang(body)?;
+        if let Some(f) = self.compiled.get(sha) {
+            return Ok((f.clone(), no_writes));
+        }
+        let f = self
+            .lua
+            .load(code)
+            .set_name("@user_script")
+            .into_function()
+            .map_err(|e| {
+                let text = match &e {
+                    mlua::Error::SyntaxError { message, .. } => message.clone(),
+                    mlua::Error::MemoryError(_) => "not enough memory".into(),
+                    other => other.to_string(),
+                };
+                format!("ERR Error compiling script (new function): {text}")
+            })?;
+        if self.compiled.len() >= MAX_COMPILED {
+            self.compiled.clear();
+        }
+        self.compiled.insert(*sha, f.clone());
+        Ok((f, no_writes))
+    }
+}
+
+/// Redis 7's shebang: a first line `#!lua [flags=f1,f2]`. Returns the code to compile (the
+/// shebang line left out, its newline kept so line numbers stay) and whether the flags say
+/// `no-writes`; the other flags Redis knows are accepted and change nothing here.
+fn shebang(body: &[u8]) -> Result<(&[u8], bool), String> {
+    if !body.starts_with(b"#!") {
+        return Ok((body, false));
+    }
+    let end = body.iter().position(|&b| b == b'\n').unwrap_or(body.len());
+    let line = String::from_utf8_lossy(&body[..end]);
+    let mut words = line.split(' ').filter(|w| !w.is_empty());
+    if words.next() != Some("#!lua") {
+        return Err(format!("ERR Unexpected engine in script shebang: {line}"));
+    }
+    let mut no_writes = false;
+    for word in words {
+        let Some(flags) = word.strip_prefix("flags=") else {
+            return Err(format!("ERR Unknown lua shebang option: {word}"));
+        };
+        for flag in flags.split(',').filter(|f| !f.is_empty()) {
+            match flag {
+                "no-writes" => no_writes = true,
+                "allow-oom" | "allow-stale" | "no-cluster" | "allow-cross-slot-keys" => {}
+                other => return Err(format!("ERR Unexpected flag in script shebang: {other}")),
+            }
+        }
+    }
+    Ok((&body[end..], no_writes))
+}
+
+/// The `redis` table's functions that need no host: logging, replies, SHA1, replication
+/// switches (accepted; effects are always what replicates) and the constants.
+fn redis_library(lua: &Lua) -> mlua::Result<Table> {
+    let redis = lua.create_table()?;
+    redis.raw_set(
+        "sha1hex",
+        lua.create_function(|lua, s: mlua::LuaString| {
+            lua.create_string(cache::sha1hex(&s.as_bytes()))
+        })?,
+    )?;
+    redis.raw_set(
+        "error_reply",
+        lua.create_function(|lua, e: mlua::LuaString| {
+            // Redis prepends the `-` a reply line has, then reads the code after it.
+            let e = e.to_string_lossy();
+            let line = e.strip_prefix('-').unwrap_or(&e);
+            convert::error_table(lua, &convert::error_text(line))
+        })?,
+    )?;
+    redis.raw_set(
+        "status_reply",
+        lua.create_function(|lua, s: mlua::LuaString| {
+            let t = lua.create_table_with_capacity(0, 1)?;
+            t.raw_set("ok", s)?;
+            Ok(t)
+        })?,
+    )?;
+    redis.raw_set(
+        "setresp",
+        lua.create_function(|_, args: mlua::MultiValue| {
+            if args.len() != 1 {
+                return raise("ERR redis.setresp() requires one argument.");
+            }
+            match args.front() {
+                Some(Lua_::Integer(2)) => RESP3.set(false),
+                Some(Lua_::Integer(3)) => RESP3.set(true),
+                Some(Lua_::Number(n)) if *n == 2.0 => RESP3.set(false),
+                Some(Lua_::Number(n)) if *n == 3.0 => RESP3.set(true),
+                _ => return raise("ERR RESP version must be 2 or 3."),
+            }
+            Ok(())
+        })?,
+    )?;
+    redis.raw_set(
+        "call",
+        lua.create_function(|lua, args: mlua::MultiValue| call(lua, args, true))?,
+    )?;
+    redis.raw_set(
+        "pcall",
+        lua.create_function(|lua, args: mlua::MultiValue| call(lua, args, false))?,
+    )?;
+    redis.raw_set("log", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
+    redis.raw_set(
+        "set_repl",
+        lua.create_function(|_, _: mlua::MultiValue| Ok(()))?,
+    )?;
+    redis.raw_set(
+        "replicate_commands",
+        lua.create_function(|_, _: mlua::MultiValue| Ok(true))?,
+    )?;
+    redis.raw_set(
+        "breakpoint",
+        lua.create_function(|_, _: mlua::MultiValue| Ok(false))?,
+    )?;
+    redis.raw_set(
+        "debug",
+        lua.create_function(|_, _: mlua::MultiValue| Ok(()))?,
+    )?;
+    for (name, v) in [
+        ("LOG_DEBUG", 0),
+        ("LOG_VERBOSE", 1),
+        ("LOG_NOTICE", 2),
+        ("LOG_WARNING", 3),
+        ("REPL_NONE", 0),
+        ("REPL_AOF", 1),
+        ("REPL_SLAVE", 2),
+        ("REPL_REPLICA", 2),
+        ("REPL_ALL", 3),
+    ] {
+        redis.raw_set(name, v)?;
+    }
+    redis.raw_set("REDIS_VERSION", crate::cmd::REDIS_COMPAT_VERSION)?;
+    redis.raw_set("REDIS_VERSION_NUM", 0x07_00_0f)?;
+    Ok(redis)
+}
+
+/// `SCRIPT LOAD`: caches `body` and answers its SHA1, after compiling it here (a body that
+/// does not compile is refused, as Redis refuses it).
+pub fn load(body: &[u8], out: &mut BytesMut) {
+    let sha = cache::sha1hex(body);
+    let compiled = with_engine(|e| e.function(&sha, body).map(drop));
+    match compiled {
+        Err(text) => reply::error(out, &text),
+        Ok(()) => match cache::insert(sha, body, true) {
+            Ok(()) => reply::bulk(out, &sha),
+            Err(cache::CacheFull) => reply::error(
+                out,
+                "ERR script cache is full (the scripts loaded with SCRIPT LOAD fill it)",
+            ),
+        },
+    }
+}
+
+fn with_engine<R>(f: impl FnOnce(&mut Engine) -> Result<R, String>) -> Result<R, String> {
+    ENGINE.with(|cell| {
+        let Ok(mut slot) = cell.try_borrow_mut() else {
+            return Err("ERR a script cannot run another script".into());
+        };
+        if slot
+            .as_ref()
+            .is_some_and(|e| e.generation != cache::generation())
+        {
+            *slot = None;
+        }
+        if slot.is_none() {
+            *slot = Some(Engine::new().map_err(|e| format!("ERR Lua state: {e}"))?);
+        }
+        match slot.as_mut() {
+            Some(engine) => f(engine),
+            None => Err("ERR Lua state".into()),
+        }
+    })
+}
+
+/// `EVAL`/`EVALSHA`: runs the script with `keys` and `argv`, its commands through `host`,
+/// and appends its reply (in `proto`, the caller's protocol) to `out`.
+pub fn run(
+    host: &mut dyn Host,
+    source: Source<'_>,
+    keys: &[&[u8]],
+    argv: &[&[u8]],
+    proto: Proto,
+    out: &mut BytesMut,
+) {
+    let (sha, body, evaled) = match source {
+        Source::Body(body) => (
+            cache::sha1hex(body),
+            bytes::Bytes::copy_from_slice(body),
+            true,
+        ),
+        Source::Sha(text) => {
+            match cache::parse_sha(text).and_then(|sha| Some((sha, cache::get(&sha)?))) {
+                Some((sha, body)) => (sha, body, false),
+                None => return reply::error(out, NOSCRIPT),
+            }
+        }
+    };
+    let result = with_engine(|engine| {
+        let (f, no_writes) = engine.function(&sha, &body)?;
+        // Cached once it compiled, as Redis caches it. An EVAL'd body that does not fit the
+        // cache runs all the same.
+        if evaled {
+            let _ = cache::insert(sha, &body, false);
+        }
+        if no_writes {
+            host.forbid_writes();
+        }
+        run_function(engine, host, &sha, f, keys, argv, proto, out);
+        Ok(())
+    });
+    if let Err(text) = result {
+        reply::error(out, &text);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_function(
+    engine: &mut Engine,
+    host: &mut dyn Host,
+    sha: &Sha,
+    f: Function,
+    keys: &[&[u8]],
+    argv: &[&[u8]],
+    proto: Proto,
+    out: &mut BytesMut,
+) {
+    let sha_text = String::from_utf8_lossy(sha);
+    RESP3.set(false);
+    STASH.take();
+    TIMED_OUT.set(false);
+    DEADLINE.set(Some(Instant::now() + TIME_LIMIT));
+    let lua = &engine.lua;
+    let _running = Running::start(host);
+    let result = (|| {
+        let keys = strings(lua, keys)?;
+        let argv = strings(lua, argv)?;
+        let (ok, value): (bool, Lua_) = engine.run.call((f, keys, argv))?;
+        let o = Out {
+            proto,
+            resp3: RESP3.get(),
+        };
+        if ok {
+            convert::lua_to_resp(&value, o, out, 0);
+        } else {
+            script_error(&value, &sha_text, out);
+        }
+        Ok::<(), mlua::Error>(())
+    })();
+    DEADLINE.set(None);
+    if let Err(e) = result {
+        let text = match e {
+            mlua::Error::MemoryError(_) => memory_error(),
+            other => format!("ERR Error running script {sha_text}: {other}"),
+        };
+        reply::error(out, &text);
+    }
+    if lua.used_memory() > MEMORY_LIMIT / 2 {
+        let _ = lua.gc_collect();
+    }
+}
+
+fn memory_error() -> String {
+    format!(
+        "ERR Lua memory limit reached ({MEMORY_LIMIT} bytes per thread): the script was stopped"
+    )
+}
+
+/// The reply to a script that raised `err` (the handler's table, or a string for errors the
+/// handler does not see: out of memory).
+fn script_error(err: &Lua_, sha: &str, out: &mut BytesMut) {
+    if TIMED_OUT.get() {
+        let ms = TIME_LIMIT.as_millis();
+        return reply::error(
+            out,
+            &format!("ERR Script ran past the time limit ({ms} ms) and was stopped script: {sha}"),
+        );
+    }
+    match err {
+        Lua_::Table(t) => {
+            let msg = t
+                .raw_get::<Lua_>("err")
+                .ok()
+                .and_then(|v| match v {
+                    Lua_::String(s) => Some(s.to_string_lossy()),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "ERR unknown error".into());
+            let source = t
+                .raw_get::<Option<mlua::LuaString>>("source")
+                .ok()
+                .flatten();
+            let line = t.raw_get::<Option<i64>>("line").ok().flatten();
+            let msg = msg.trim_matches(['\r', '\n']);
+            let text = match (source, line) {
+                (Some(source), Some(line)) => format!(
+                    "{msg} script: {sha}, on {}:{line}.",
+                    source.to_string_lossy()
+                ),
+                _ => msg.to_string(),
+            };
+            reply::error(out, &text);
+        }
+        Lua_::String(s) if s.as_bytes().as_ref() == b"not enough memory" => {
+            reply::error(out, &memory_error())
+        }
+        other => {
+            let msg = match other {
+                Lua_::String(s) => s.to_string_lossy(),
+                _ => "execution failure".into(),
+            };
+            let msg: String = msg.chars().take(100).collect();
+            reply::error(out, &format!("ERR Error running script {sha}, {msg}"));
+        }
+    }
+}
+
+/// A table of `items` as Lua strings (KEYS, ARGV).
+fn strings(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
+    let t = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.iter().enumerate() {
+        t.raw_set(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(t)
+}
+
+/// Raises `text` from a Rust function of the `redis` table, as Redis raises `{err=text}`.
+fn raise<T>(text: &str) -> mlua::Result<T> {
+    STASH.set(Some(text.to_string()));
+    Err(mlua::Error::runtime(text))
+}
+
+/// `redis.call` (`raise`: an error reply raises) and `redis.pcall` (it is returned as
+/// `{err=...}`).
+fn call(lua: &Lua, args: mlua::MultiValue, raise_errors: bool) -> mlua::Result<Lua_> {
+    let refuse = |text: &str| {
+        if raise_errors {
+            raise(text)
+        } else {
+            Ok(Lua_::Table(convert::error_table(lua, text)?))
+        }
+    };
+    STASH.take();
+    if TIMED_OUT.get() {
+        return Err(mlua::Error::runtime("script time limit"));
+    }
+    if args.is_empty() {
+        return refuse("ERR Please specify at least one argument for this redis lib call");
+    }
+    let mut owned: Vec<Vec<u8>> = Vec::with_capacity(args.len());
+    for a in &args {
+        match a {
+            Lua_::String(s) => owned.push(s.as_bytes().to_vec()),
+            Lua_::Integer(n) => owned.push(n.to_string().into_bytes()),
+            Lua_::Number(f) => owned.push(convert::g17(*f).into_bytes()),
+            _ => return refuse("ERR Lua redis lib command arguments must be strings or integers"),
+        }
+    }
+    let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    let resp3 = RESP3.get();
+    let reply = SCRATCH.with_borrow_mut(|scratch| {
+        scratch.clear();
+        with_host(|host| host.map(|h| h.call(&argv, resp3, scratch)))?;
+        Some(sluice_resp::value::decode(scratch))
+    });
+    let Some(reply) = reply else {
+        return refuse("ERR redis.call/pcall can only be called inside a script invocation");
+    };
+    match reply {
+        Ok(Some(sluice_resp::Value::Error(e))) => refuse(&convert::error_text(&e)),
+        Ok(Some(v)) => convert::resp_to_lua(lua, &v, resp3),
+        _ => refuse("ERR the command's reply could not be read"),
+    }
+}

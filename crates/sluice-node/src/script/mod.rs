@@ -1,0 +1,54 @@
+//! Lua scripting (`EVAL`, `EVALSHA`, `SCRIPT`) as Redis 7.0 embeds it: Lua 5.1, its sandbox,
+//! the `redis` library and the conversions between Lua values and RESP.
+//!
+//! # Layout
+//! - `cache`: the node's script cache (SHA1 → body), shared by every thread, bounded in bytes.
+//! - `engine`: one Lua state per worker thread (thread-local), each with the sandbox, the
+//!   `redis`, `bit` and `cjson` libraries and the functions it compiled, and the run of one
+//!   script: its time and memory bounds and the error forms Redis gives.
+//! - `convert`: RESP → Lua (a command's reply for `redis.call`) and Lua → RESP (the script's
+//!   return value), as Redis documents them.
+//! - `bit`, `cjson`: the two bundled libraries scripts use most.
+//!
+//! # Invariants
+//! - This module knows nothing of commands, shards or sessions: a script's commands go out
+//!   through [`Host::call`], which the `EVAL` command implements over the dispatcher, and come
+//!   back as RESP bytes. So a script's writes are the commands' own writes: their journal
+//!   records are what replicates, never the script (a replica never runs Lua), and a script
+//!   that fails half way keeps what it wrote.
+//! - No script outlives its bounds: a state holds at most [`engine::MEMORY_LIMIT`] bytes and a
+//!   run stops after [`engine::TIME_LIMIT`] with an error (Redis lets it run on and answers
+//!   other clients `-BUSY` until `SCRIPT KILL`; we stop it instead: our difference).
+//! - Globals are read-only: a script runs with an environment of its own each time, whose
+//!   reads fall through to the library and whose writes are Redis's error, so nothing a script
+//!   does is seen by the next one.
+
+mod bit;
+pub mod cache;
+mod cjson;
+mod convert;
+mod engine;
+
+pub use engine::{MEMORY_LIMIT, TIME_LIMIT, load, run};
+
+use bytes::BytesMut;
+
+/// Where a script's commands run.
+pub trait Host {
+    /// Runs `args` (a command and its arguments) for `redis.call` or `redis.pcall` and appends
+    /// its reply to `out`, in RESP3 if `resp3`. A command refused before it runs (unknown, wrong
+    /// arity, not allowed from scripts) is an error reply like any other.
+    fn call(&mut self, args: &[&[u8]], resp3: bool, out: &mut BytesMut);
+
+    /// The script's shebang says `no-writes`: refuse write commands from now on, as `EVAL_RO`.
+    fn forbid_writes(&mut self);
+}
+
+/// How a script was named.
+#[derive(Clone, Copy, Debug)]
+pub enum Source<'a> {
+    /// `EVAL`: the body itself (cached as it runs).
+    Body(&'a [u8]),
+    /// `EVALSHA`: a SHA1 the cache must know.
+    Sha(&'a [u8]),
+}
