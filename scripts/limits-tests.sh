@@ -74,11 +74,12 @@ run() {
   local summary
   summary=$(cd "$CACHE/limits-$VERSION" && PYTHONPATH="$WORK/plugin:." \
     "$CACHE/venv/bin/python" -m pytest -p dockerstub -o addopts="" \
-      -o asyncio_default_fixture_loop_scope=function -o filterwarnings="" -q --tb=line \
+      -o asyncio_default_fixture_loop_scope=function -o filterwarnings="" -q --tb=short -rf \
       -m redis -k "not sentinel and not cluster and not uds and not ssl and not auth" \
       tests/test_storage.py tests/test_strategy.py 2>&1 | tee "$WORK/$1.log" | tail -1) || true
   echo "$1: $summary"
-  grep -E "^E " "$WORK/$1.log" | sort | uniq -c | sort -rn | head -5 || true
+  grep -E "^FAILED " "$WORK/$1.log" | head -20 || true
+  grep -E "^E |^/.*(Error|assert)" "$WORK/$1.log" | sort | uniq -c | sort -rn | head -5 || true
 }
 
 # wait_up: until a PING on $PORT answers.

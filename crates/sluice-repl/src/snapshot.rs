@@ -190,6 +190,7 @@ impl<'a> SnapshotReader<'a> {
                 Ok(Some((
                     rec @ (Record::Limiter { .. }
                     | Record::Counter { .. }
+                    | Record::Data { .. }
                     | Record::Time(_)
                     | Record::Origin { .. }),
                     used,
@@ -222,7 +223,10 @@ mod tests {
         let mut w = SnapshotWriter::new();
         w.limiter(b"a", Nanos(10), &State::Token { tat: Nanos(20) });
         w.counter(b"n", Nanos::MAX, b"5");
-        assert_eq!(w.count(), 2);
+        w.data(b"h", Nanos(30), 2, |out| {
+            out.extend_from_slice(b"\x01f\x011")
+        });
+        assert_eq!(w.count(), 3);
         w.finish()
     }
 
@@ -230,7 +234,7 @@ mod tests {
     fn round_trip() {
         let bytes = sample();
         let r = SnapshotReader::new(&bytes).unwrap();
-        assert_eq!(r.count(), 2);
+        assert_eq!(r.count(), 3);
         let recs: Vec<_> = r.iter().collect::<Result<_, _>>().unwrap();
         assert_eq!(
             recs,
@@ -244,6 +248,12 @@ mod tests {
                     key: b"n",
                     deadline: Nanos::MAX,
                     value: b"5"
+                },
+                Record::Data {
+                    key: b"h",
+                    deadline: Nanos(30),
+                    kind: 2,
+                    body: b"\x01f\x011"
                 }
             ]
         );
