@@ -12,10 +12,13 @@
 # once against redis-server, once against Sluice. Port 7379 must be free.
 #
 # Usage: scripts/limits-tests.sh [--sluice PATH] [--build] [--version V] [--only sluice|redis]
+#                                [--require-equal]
 #   --sluice   the sluice binary (default target/release/sluice, or $SLUICE_BIN)
 #   --build    run `cargo build --release --bin sluice` first
 #   --version  the limits version (default 5.8.0, the one this was written against)
 #   --only     run against one server only
+#   --require-equal  exit 1 unless Sluice passes every test redis-server passes and fails none
+#              (the test command runs it so)
 #
 # Needs python3 with venv and pip (the packages come from PyPI), and redis-server for the
 # Redis run. Every process it starts is stopped by PID on exit.
@@ -27,18 +30,24 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log() { echo "[limits] $*" >&2; }
 die() { log "$*"; exit 1; }
 
-VERSION=5.8.0 ONLY="" SLUICE="" BUILD=0
+VERSION=5.8.0 ONLY="" SLUICE="" BUILD=0 EQUAL=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --version) VERSION="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;
+    --require-equal) EQUAL=1; shift ;;
     *) common_arg "$@"; shift "$ARG_WORDS" ;;
   esac
 done
 
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/sluice-limits-$VERSION"
 WORK=$(mktemp -d)
+# The port the library's own tests name (its docker-compose's); it must be free.
 PORT=7379
+declare -A SUMMARY
+if redis-cli -p "$PORT" ping >/dev/null 2>&1; then
+  die "port $PORT is taken: the limits tests connect to it"
+fi
 
 if [ ! -d "$CACHE/limits-$VERSION" ]; then
   log "downloading limits $VERSION and its test dependencies into $CACHE"
@@ -78,6 +87,7 @@ run() {
       -m redis -k "not sentinel and not cluster and not uds and not ssl and not auth" \
       tests/test_storage.py tests/test_strategy.py 2>&1 | tee "$WORK/$1.log" | tail -1) || true
   echo "$1: $summary"
+  SUMMARY[$1]=$summary
   grep -E "^FAILED " "$WORK/$1.log" | head -20 || true
   grep -E "^E |^/.*(Error|assert)" "$WORK/$1.log" | sort | uniq -c | sort -rn | head -5 || true
 }
@@ -95,7 +105,7 @@ if [ "$ONLY" != sluice ]; then
   redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no >"$WORK/redis.log" 2>&1 &
   PIDS+=($!)
   wait_up
-  run "redis-server $(redis-server --version | awk '{print $3}')"
+  run redis
   stop "${PIDS[-1]}"
 fi
 if [ "$ONLY" != redis ]; then
@@ -103,6 +113,17 @@ if [ "$ONLY" != redis ]; then
   "$SLUICE" --port "$PORT" --bind 127.0.0.1 >"$WORK/sluice.log" 2>&1 &
   PIDS+=($!)
   wait_up
-  run "sluice"
+  run sluice
   stop "${PIDS[-1]}"
+fi
+
+# The count of one outcome in a pytest summary line ("27 passed, 1 failed, ..."), 0 if absent.
+count() { grep -oE "[0-9]+ $2" <<<"$1" | grep -oE '^[0-9]+' || echo 0; }
+if [ "$EQUAL" = 1 ]; then
+  theirs=$(count "${SUMMARY[redis]}" passed) ours=$(count "${SUMMARY[sluice]}" passed)
+  failed=$(( $(count "${SUMMARY[sluice]}" failed) + $(count "${SUMMARY[sluice]}" error) ))
+  if [ "$theirs" = 0 ] || [ "$ours" != "$theirs" ] || [ "$failed" != 0 ]; then
+    die "Sluice passed $ours and failed $failed of the tests redis-server passes ($theirs)"
+  fi
+  log "Sluice passes all $ours tests redis-server passes"
 fi

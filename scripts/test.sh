@@ -7,7 +7,8 @@
 # iptables for the gateway tests, unshare, ip and iptables for the partition tests (each in a
 # network namespace of its own), libfaketime (package faketime) to jump a node's wall clock,
 # redis-py 8 (pip) and ioredis (npm) for the sidecar's clients, openssl (test certificates and
-# s_client) and curl (HTTPS metrics, gRPC over TLS) for the TLS tests. Whichever is missing is
+# s_client) and curl (HTTPS metrics, gRPC over TLS) for the TLS tests, python3-venv for the
+# `limits` library's own tests (from PyPI, in a virtualenv). Whichever is missing is
 # installed from Debian packages (as root, or through sudo), after saying which. Then `cargo test --workspace` runs with CI=true,
 # so a test whose tool is still missing fails instead of skipping and passing.
 set -euo pipefail
@@ -38,6 +39,10 @@ pip3 python3-pip
 openssl openssl
 curl curl
 TOOLS
+# The `limits` library's tests run in a virtualenv of their own (scripts/limits-tests.sh).
+if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    need+=(python3-venv)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
@@ -92,6 +97,10 @@ if [ $# -eq 0 ]; then
     cargo build --release -p sluice
     SLUICE_BIN="$PWD/target/release/sluice" \
         cargo test -p sluice-tests --test leases one_key_takes_a_hundred_thousand_pairs
+    # The Python `limits` library's own sync Redis tests, unchanged, against the release
+    # build and against redis-server (its sdist and test dependencies come from PyPI); every
+    # test that passes against Redis must pass against Sluice.
+    scripts/limits-tests.sh --sluice "$PWD/target/release/sluice" --require-equal
     # The wire, the hostile clients, the command surface, replication (WAIT, PSYNC), the
     # checks, operations and ACLs (CLIENT KILL USER) again, every node on the epoll connection
     # loop (--io epoll; the suite above ran on the default, io_uring where it is permitted).
