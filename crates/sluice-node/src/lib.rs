@@ -67,6 +67,7 @@ pub mod glob;
 pub mod grpc;
 pub mod http;
 pub mod jobs;
+pub mod lazyfree;
 pub mod live;
 pub mod metrics;
 pub mod peer;

@@ -494,6 +494,7 @@ async fn housekeeping(index: usize, threads: usize, shared: Arc<Shared>) {
             while !shared.store.expire_some(shard, now, EXPIRE_BUDGET).1 {
                 tokio::task::yield_now().await;
             }
+            crate::lazyfree::free(shared.store.take_lazy(shard));
             tokio::task::yield_now().await;
         }
         rounds += 1;

@@ -37,6 +37,17 @@ impl Value {
         }
     }
 
+    /// How many allocations freeing it takes: a big collection's entries each own one.
+    pub fn free_effort(&self) -> usize {
+        match self {
+            Value::Limiter(_) | Value::Counter(_) => 1,
+            Value::List(l) => l.free_effort(),
+            Value::Hash(h) => h.free_effort(),
+            Value::Set(s) => s.free_effort(),
+            Value::ZSet(z) => z.free_effort(),
+        }
+    }
+
     /// What the value is, as `TYPE` names it.
     pub fn kind(&self) -> Kind {
         match self {

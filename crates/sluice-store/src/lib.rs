@@ -60,6 +60,7 @@ use sluice_repl::{Record, SnapshotWriter};
 
 pub use crate::entry::{Counter, Value};
 
+pub use crate::shard::LAZYFREE_EFFORT;
 use crate::shard::{KeyHash, Limits, Shard};
 
 pub use crate::held::ShardBusy;
@@ -983,6 +984,16 @@ impl Store {
         });
     }
 
+    /// The big values shard `shard`'s changes removed (a deleted, expired, evicted or
+    /// overwritten collection of more than [`LAZYFREE_EFFORT`] entries), taken out
+    /// under its lock for the caller to free with none held, as Redis's lazyfree thread does.
+    pub fn take_lazy(&self, shard: usize) -> Vec<Value> {
+        match self.shards.get(shard) {
+            Some(cell) => cell.lock().take_lazy(),
+            None => Vec::new(),
+        }
+    }
+
     /// WATCH: `dirty` is set when `key` next changes (a write, a delete, an expiry, an
     /// eviction, FLUSHALL), whoever changes it. A connection gives one flag for all its keys
     /// and drops it to stop watching (see `watch`).
@@ -1355,6 +1366,45 @@ mod tests {
 
     /// A script's hold: its shards stay locked against other threads for the whole hold,
     /// while this thread's own operations use them without locking again.
+    /// A big collection deleted, expired or overwritten is set aside for a lazy free (and no
+    /// longer counted); a small one is freed in place.
+    #[test]
+    fn big_collections_are_freed_lazily() {
+        let store = Store::new(StoreConfig::default());
+        let now = Nanos(1_000_000_000);
+        let fill = |key: &[u8], n: usize| {
+            store
+                .edit(key, now, true, |h: &mut types::Hash| {
+                    for i in 0..n {
+                        h.set(format!("f{i}").as_bytes(), b"v");
+                    }
+                    ((), true)
+                })
+                .unwrap();
+        };
+        let lazy = |key: &[u8]| store.take_lazy(store.shard_of(key)).len();
+        let empty = store.used_memory();
+        fill(b"big", 10_000);
+        fill(b"small", 10);
+        assert!(store.used_memory() > empty + 10_000 * 8);
+        assert!(store.del(b"small", now));
+        assert_eq!(lazy(b"small"), 0, "a small hash is freed in place");
+        assert!(store.del(b"big", now));
+        assert_eq!(lazy(b"big"), 1);
+        assert!(
+            store.used_memory() < empty + 10_000,
+            "the set-aside value is not counted"
+        );
+        // Overwritten by SET, and expired.
+        fill(b"big", 1000);
+        assert!(store.set(b"big", b"1", SetCond::Always, SetTtl::Clear, now));
+        assert_eq!(lazy(b"big"), 1);
+        fill(b"gone", 1000);
+        assert!(store.expire_at(b"gone", Nanos(now.0 + 1), now));
+        assert!(!store.exists(b"gone", Nanos(now.0 + 2)));
+        assert_eq!(lazy(b"gone"), 1);
+    }
+
     #[test]
     fn a_hold_keeps_its_shards_and_serves_its_own_thread() {
         let store = std::sync::Arc::new(Store::new(StoreConfig::default()));

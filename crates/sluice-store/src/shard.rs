@@ -71,6 +71,22 @@ pub struct Shard<H> {
     pub(crate) journal: Journal,
     /// Scans begun, the last one's id.
     scans: u64,
+    /// Big values this shard's changes removed, freed later with no lock held
+    /// ([`Shard::take_lazy`]), as Redis's lazyfree frees them: dropping a million-member set
+    /// under the lock would stall every other request of the shard.
+    lazy: Vec<Value>,
+}
+
+/// Values whose freeing takes more allocations than this are freed lazily (Redis's
+/// `LAZYFREE_THRESHOLD`).
+pub const LAZYFREE_EFFORT: usize = 64;
+
+/// Removes entry `i`, setting a big value aside in `lazy` instead of freeing it here.
+fn unlink(table: &mut Table, lazy: &mut Vec<Value>, i: usize) {
+    if table.frees_slowly(i, LAZYFREE_EFFORT) {
+        lazy.push(table.take_value(i));
+    }
+    table.remove(i);
 }
 
 impl<H: KeyHash> Shard<H> {
@@ -87,6 +103,19 @@ impl<H: KeyHash> Shard<H> {
             hasher,
             journal: Journal::default(),
             scans: 0,
+            lazy: Vec::new(),
+        }
+    }
+
+    /// The big values removed since the last call, for the caller to free with no lock held.
+    pub fn take_lazy(&mut self) -> Vec<Value> {
+        std::mem::take(&mut self.lazy)
+    }
+
+    /// A value replaced or taken out of its entry: a big one is freed later (see `lazy`).
+    fn discard(&mut self, value: Value) {
+        if value.free_effort() > LAZYFREE_EFFORT {
+            self.lazy.push(value);
         }
     }
 
@@ -103,7 +132,7 @@ impl<H: KeyHash> Shard<H> {
         };
         if self.table.deadline(i) <= now {
             self.journal.touched(self.table.key(i));
-            self.table.remove(i);
+            unlink(&mut self.table, &mut self.lazy, i);
             self.stats.expired += 1;
             return None;
         }
@@ -151,7 +180,7 @@ impl<H: KeyHash> Shard<H> {
     /// Removes entry `i` as a change (journaled), not as an expiry.
     fn remove_noted(&mut self, i: usize) {
         self.journal.del(self.table.key(i));
-        self.table.remove(i);
+        unlink(&mut self.table, &mut self.lazy, i);
     }
 
     /// How the table grows if this insert needs it to: `Incremental`, unless the shard has a
@@ -210,6 +239,7 @@ impl<H: KeyHash> Shard<H> {
                 stats,
                 hasher,
                 journal,
+                lazy,
                 ..
             } = self;
             table.pull_hash(h, &|k| hasher.hash32(k));
@@ -218,7 +248,7 @@ impl<H: KeyHash> Shard<H> {
                 if table.is_occupied(i) && table.filed(i) == id && hasher.hash32(table.key(i)) == h
                 {
                     journal.del(table.key(i));
-                    table.remove(i);
+                    unlink(table, lazy, i);
                     evicted += 1;
                 }
             }
@@ -295,6 +325,11 @@ impl<H: KeyHash> Shard<H> {
 
     /// Writes `value`'s new deadline to entry `i`, keeping the wheel in step.
     fn put(&mut self, h: u32, i: usize, value: Value, deadline: Nanos) {
+        if self.table.frees_slowly(i, LAZYFREE_EFFORT) {
+            // SET over a big collection: the old value is freed later.
+            let old = self.table.take_value(i);
+            self.lazy.push(old);
+        }
         let mut filed = self.table.filed(i);
         self.wheel.reschedule(h, &mut filed, deadline);
         self.table.put(i, value, deadline, filed);
@@ -471,7 +506,8 @@ impl<H: KeyHash> Shard<H> {
             (None, None) => {}
             (Some(i), None) => self.remove_noted(i),
             (Some(i), Some(value)) => {
-                let _ = self.table.take_value(i);
+                let old = self.table.take_value(i);
+                self.discard(old);
                 self.put(h, i, value, Nanos::MAX);
             }
             (None, Some(value)) => self.insert(h, &probe, value, Nanos::MAX, now, limits)?,
@@ -611,11 +647,12 @@ impl<H: KeyHash> Shard<H> {
             stats,
             hasher,
             journal,
+            lazy,
             ..
         } = self;
         let mut dropped = 0;
         let done = wheel.advance_some(now, budget, |wheel, h, id| {
-            dropped += visit(table, journal, hasher, wheel, h, id, now);
+            dropped += visit(table, journal, lazy, hasher, wheel, h, id, now);
         });
         stats.expired += dropped as u64;
         let hasher = &self.hasher;
@@ -636,13 +673,14 @@ impl<H: KeyHash> Shard<H> {
             hasher,
             wheel,
             journal,
+            lazy,
             ..
         } = self;
         // Everything due by `now` is filed at or before `tick_floor(now) + 1`, and after the
         // wheel ran only that tick's level-0 slot can still hold such entries.
         let mut late = 0;
         for &h in wheel.pending_at(tick_floor(now) + 1) {
-            late += drop_due(table, journal, hasher, h, now);
+            late += drop_due(table, journal, lazy, hasher, h, now);
         }
         stats.expired += late as u64;
         dropped += late;
@@ -683,7 +721,8 @@ impl<H: KeyHash> Shard<H> {
             Some(i) if deadline <= now => self.remove_noted(i),
             None if deadline <= now => {}
             Some(i) => {
-                let _ = self.table.take_value(i);
+                let old = self.table.take_value(i);
+                self.discard(old);
                 self.put(h, i, value, deadline);
             }
             None => self.insert(h, &probe, value, deadline, now, limits)?,
@@ -793,6 +832,7 @@ impl<H: KeyHash> Shard<H> {
 fn drop_due(
     table: &mut Table,
     journal: &mut Journal,
+    lazy: &mut Vec<Value>,
     hasher: &impl KeyHash,
     h: u32,
     now: Nanos,
@@ -802,7 +842,7 @@ fn drop_due(
     for i in table.candidates(h) {
         if table.is_occupied(i) && table.deadline(i) <= now && hasher.hash32(table.key(i)) == h {
             journal.touched(table.key(i));
-            table.remove(i);
+            unlink(table, lazy, i);
             dropped += 1;
         }
     }
@@ -812,9 +852,11 @@ fn drop_due(
 /// One fired wheel item: drops the due entries with hash `h` that this slot holds (`filed ==
 /// id`) and re-files the others whose deadline moved later. Entries filed elsewhere are left
 /// alone: this item is stale for them.
+#[allow(clippy::too_many_arguments)] // The item, and the shard's parts it changes.
 fn visit(
     table: &mut Table,
     journal: &mut Journal,
+    lazy: &mut Vec<Value>,
     hasher: &impl KeyHash,
     wheel: &mut Wheel,
     h: u32,
@@ -830,7 +872,7 @@ fn visit(
         let deadline = table.deadline(i);
         if deadline <= now {
             journal.touched(table.key(i));
-            table.remove(i);
+            unlink(table, lazy, i);
             dropped += 1;
         } else {
             let mut filed = id;

@@ -751,6 +751,12 @@ impl Table {
         std::iter::once(self).chain(self.old.as_deref())
     }
 
+    /// Whether freeing entry `i`'s value takes more than `effort` allocations (a big
+    /// collection: see `Shard::unlink`).
+    pub fn frees_slowly(&self, i: usize, effort: usize) -> bool {
+        self.is_boxed(i) && self.boxed(i).value.free_effort() > effort
+    }
+
     /// Entry `i`'s counter, `None` for a limiter. Slot `i` must be occupied (checked in debug
     /// builds).
     pub fn counter(&self, i: usize) -> Option<&Counter> {

@@ -310,12 +310,13 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             let rss = rss_bytes();
             write!(
                 t,
-                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_allocator:jemalloc\r\n",
+                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_allocator:jemalloc\r\nlazyfreed_objects:{}\r\n",
                 human(used),
                 human(rss),
                 shared.store.maxmemory(),
                 human(shared.store.maxmemory()),
                 crate::config::policy_name(shared.store.policy()),
+                crate::lazyfree::freed(),
             )
         }
         "stats" => write!(

@@ -45,6 +45,14 @@ impl Hash {
         }
     }
 
+    /// How many allocations freeing it takes (a pack is one).
+    pub fn free_effort(&self) -> usize {
+        match self {
+            Hash::Pack(_) => 1,
+            Hash::Big(b) => b.map.len(),
+        }
+    }
+
     pub fn heap_bytes(&self) -> usize {
         match self {
             Hash::Pack(p) => p.heap_bytes(),

@@ -42,6 +42,14 @@ impl List {
         }
     }
 
+    /// How many allocations freeing it takes (a pack is one).
+    pub fn free_effort(&self) -> usize {
+        match self {
+            List::Pack(_) => 1,
+            List::Big(b) => b.items.len(),
+        }
+    }
+
     pub fn heap_bytes(&self) -> usize {
         match self {
             List::Pack(p) => p.heap_bytes(),

@@ -44,6 +44,14 @@ impl Set {
         }
     }
 
+    /// How many allocations freeing it takes (a pack is one).
+    pub fn free_effort(&self) -> usize {
+        match self {
+            Set::Pack(_) => 1,
+            Set::Big(b) => b.members.len(),
+        }
+    }
+
     pub fn heap_bytes(&self) -> usize {
         match self {
             Set::Pack(p) => p.heap_bytes(),

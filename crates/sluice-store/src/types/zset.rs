@@ -79,6 +79,14 @@ impl ZSet {
         }
     }
 
+    /// How many allocations freeing it takes (a pack is one).
+    pub fn free_effort(&self) -> usize {
+        match self {
+            ZSet::Pack(_) => 1,
+            ZSet::Big(b) => 2 * b.dict.len(),
+        }
+    }
+
     pub fn heap_bytes(&self) -> usize {
         match self {
             ZSet::Pack(p) => p.heap_bytes(),
