@@ -11,6 +11,12 @@
 //! key's whole state, so the newer one says all the older one did). A hot key then sends one
 //! record per flush instead of one per check; keys spread over many buckets rarely follow
 //! themselves and are not searched for.
+//!
+//! A collection (list, hash, set, sorted set) is not encoded when it is written: the journal
+//! notes its key and the place, and the drain encodes its state as it is then, once, at the
+//! place of its last write (`Shard::drain_journal`). Its records keep their order against the
+//! key's other records; against other keys' records a collection's state may arrive up to one
+//! flush interval early, which a replica applying the drained batch whole never shows.
 
 use sluice_core::Nanos;
 use sluice_repl::record;
@@ -28,6 +34,11 @@ pub struct Journal {
     /// The shard's watched keys (WATCH), if any: every change the journal hears of touches
     /// them, whether or not it is on.
     pub watchers: Option<Box<Watchers>>,
+    /// Collections written since the last drain, each with where in `buf` its state belongs:
+    /// a collection's whole state is encoded once, when the journal is drained
+    /// (`Shard::drain_journal`), at the place of its last write, not once per write (a ZADD
+    /// to a million-member set would otherwise copy the million members into the journal).
+    pending: Vec<(usize, Box<[u8]>)>,
 }
 
 impl Journal {
@@ -61,16 +72,37 @@ impl Journal {
                 );
                 self.last_limiter = None;
             }
-            collection => {
-                let kind = collection
-                    .kind()
-                    .code()
-                    .expect("a collection has a DATA code");
-                record::encode_data(&mut self.buf, key, deadline, kind, |out| {
-                    collection.encode_collection(out);
-                });
+            _collection => {
+                let at = self.buf.len();
+                // Written twice in a row: the place it already has says all.
+                if self
+                    .pending
+                    .last()
+                    .is_none_or(|(pos, k)| *pos != at || **k != *key)
+                {
+                    self.pending.push((at, key.into()));
+                }
+                // No LIMITER record may replace one written before this place.
                 self.last_limiter = None;
             }
+        }
+    }
+
+    /// Takes what is pending: the records, and the collections whose state the drain encodes
+    /// (each with its place in the records).
+    pub fn take(&mut self) -> (Vec<u8>, Vec<(usize, Box<[u8]>)>) {
+        self.last_limiter = None;
+        (
+            std::mem::take(&mut self.buf),
+            std::mem::take(&mut self.pending),
+        )
+    }
+
+    /// Gives back an emptied buffer, to keep its capacity.
+    pub fn reuse(&mut self, mut buf: Vec<u8>) {
+        if self.buf.is_empty() {
+            buf.clear();
+            self.buf = buf;
         }
     }
 
@@ -101,8 +133,17 @@ impl Journal {
         self.on || self.watchers.is_some()
     }
 
-    /// Moves every pending record to the end of `out`.
+    /// Whether collections wait for their state to be encoded (`Shard::drain_journal`).
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Moves every pending record to the end of `out` (no collection may be pending).
     pub fn drain_into(&mut self, out: &mut Vec<u8>) {
+        debug_assert!(
+            self.pending.is_empty(),
+            "the shard encodes pending collections"
+        );
         out.extend_from_slice(&self.buf);
         self.buf.clear();
         self.last_limiter = None;
@@ -113,6 +154,7 @@ impl Journal {
         self.on = on;
         if !on {
             self.buf = Vec::new();
+            self.pending = Vec::new();
             self.last_limiter = None;
         }
     }

@@ -17,6 +17,8 @@
 use bytes::Bytes;
 use sluice_core::{CheckError, Nanos, State};
 
+use sluice_repl::record;
+
 use crate::entry::{Counter, Value};
 use crate::journal::Journal;
 use crate::key::Probe;
@@ -105,6 +107,52 @@ impl<H: KeyHash> Shard<H> {
             scans: 0,
             lazy: Vec::new(),
         }
+    }
+
+    /// Moves this shard's journal to the end of `out`: its records, with each collection written
+    /// since the last drain encoded in place of its last write, as it is now (a DATA record; a
+    /// DEL if it is gone by now, as by an expiry, which writes nothing).
+    pub fn drain_journal(&mut self, out: &mut Vec<u8>) {
+        if !self.journal.has_pending() {
+            self.journal.drain_into(out);
+            return;
+        }
+        let (buf, pending) = self.journal.take();
+        let mut last = std::collections::HashMap::with_capacity(pending.len());
+        for (n, (_, key)) in pending.iter().enumerate() {
+            last.insert(&key[..], n);
+        }
+        let mut copied = 0;
+        for (n, (at, key)) in pending.iter().enumerate() {
+            if last[&key[..]] != n {
+                continue;
+            }
+            out.extend_from_slice(&buf[copied..*at]);
+            copied = *at;
+            let h = self.hasher.hash32(key);
+            let probe = Probe::new(key);
+            let hasher = &self.hasher;
+            let found = match self.table.find(h, &probe) {
+                Some(i) => Some(i),
+                None => self.table.pull(h, &probe, &|k| hasher.hash32(k)),
+            };
+            match found {
+                Some(i) => {
+                    let deadline = self.table.deadline(i);
+                    self.table.with_value(i, |v| {
+                        if let Some(kind) = v.kind().code() {
+                            record::encode_data(out, key, deadline, kind, |body| {
+                                v.encode_collection(body);
+                            });
+                        }
+                        // Another type now: the record of the write that made it follows.
+                    });
+                }
+                None => record::encode_del(out, key),
+            }
+        }
+        out.extend_from_slice(&buf[copied..]);
+        self.journal.reuse(buf);
     }
 
     /// The big values removed since the last call, for the caller to free with no lock held.
