@@ -24,6 +24,10 @@ use sluice_repl::record;
 use crate::entry::Value;
 use crate::watch::Watchers;
 
+/// Collections written since the last drain: where in the records each one's state belongs,
+/// and its key.
+pub type Pending = Vec<(usize, Box<[u8]>)>;
+
 #[derive(Debug, Default)]
 pub struct Journal {
     pub on: bool,
@@ -38,7 +42,7 @@ pub struct Journal {
     /// a collection's whole state is encoded once, when the journal is drained
     /// (`Shard::drain_journal`), at the place of its last write, not once per write (a ZADD
     /// to a million-member set would otherwise copy the million members into the journal).
-    pending: Vec<(usize, Box<[u8]>)>,
+    pending: Pending,
 }
 
 impl Journal {
@@ -90,7 +94,7 @@ impl Journal {
 
     /// Takes what is pending: the records, and the collections whose state the drain encodes
     /// (each with its place in the records).
-    pub fn take(&mut self) -> (Vec<u8>, Vec<(usize, Box<[u8]>)>) {
+    pub fn take(&mut self) -> (Vec<u8>, Pending) {
         self.last_limiter = None;
         (
             std::mem::take(&mut self.buf),
