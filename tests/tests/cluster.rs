@@ -1190,3 +1190,93 @@ fn an_admin_tool_killed_at_each_step_of_add_node_loses_nothing() {
     load_buckets_count_every_allowed_check(&rt, set.urls(&[1]), &stats);
     println!("test took {:?}", started.elapsed());
 }
+
+/// A million-member sorted set and a hash move with their slot: the node that owned it is
+/// removed, and through a Redis Cluster client both read back whole on their new node (the
+/// same size, members, scores and TTL), and CROSSSLOT still refuses keys of two slots.
+#[test]
+fn a_million_member_sorted_set_moves_with_its_slot() {
+    const MEMBERS: usize = 1_000_000;
+    let mut set = Nodes::start(3, &[]);
+    let addrs: Vec<String> = (0..3).map(|i| set.addr(i)).collect();
+    admin_ok(&["create", &addrs[0], &addrs[1], &addrs[2]]);
+    let slots = agreed_slots(&[set.port(0), set.port(1), set.port(2)], 1);
+    let owner = owner_of(&slots, key_slot(b"{big}z")).expect("an owner");
+    let i = (0..3).find(|&i| set.port(i) == owner).unwrap();
+    let mut c = try_connect(owner).expect("connect");
+    for start in (0..MEMBERS).step_by(20_000) {
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg("{big}z");
+        for m in start..start + 20_000 {
+            cmd.arg(m * 3).arg(format!("m{m}"));
+        }
+        let _: i64 = cmd.query(&mut c).unwrap();
+    }
+    let _: i64 = redis::cmd("EXPIRE")
+        .arg("{big}z")
+        .arg(3600)
+        .query(&mut c)
+        .unwrap();
+    let _: i64 = redis::cmd("HSET")
+        .arg("{big}h")
+        .arg("a")
+        .arg(1)
+        .arg("b")
+        .arg("two")
+        .query(&mut c)
+        .unwrap();
+    drop(c);
+
+    let other = (i + 1) % 3;
+    admin_ok(&["remove-node", &addrs[i], &addrs[other]]);
+    let rt = runtime();
+    let survivors: Vec<usize> = (0..3).filter(|&n| n != i).collect();
+    rt.block_on(async {
+        let mut c = cluster_client(set.urls(&survivors)).await;
+        let n: usize = redis::cmd("ZCARD")
+            .arg("{big}z")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(n, MEMBERS, "the sorted set lost members in the move");
+        for m in [0, 1, 499_999, MEMBERS - 1] {
+            let score: f64 = redis::cmd("ZSCORE")
+                .arg("{big}z")
+                .arg(format!("m{m}"))
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(score, (m * 3) as f64);
+        }
+        let rank: usize = redis::cmd("ZRANK")
+            .arg("{big}z")
+            .arg("m123456")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(rank, 123_456);
+        let ttl: i64 = redis::cmd("TTL")
+            .arg("{big}z")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!((3000..=3600).contains(&ttl), "TTL {ttl}");
+        let h: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg("{big}h")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(h.len(), 2);
+    });
+    // A command naming keys of two slots is refused as in Redis Cluster.
+    let mut c = try_connect(set.port(other)).expect("connect");
+    let err = redis::cmd("ZRANGESTORE")
+        .arg("{big}copy")
+        .arg("{other}z")
+        .arg(0)
+        .arg(-1)
+        .query::<i64>(&mut c)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("CROSSSLOT"), "{err}");
+    set.stop(i);
+}
