@@ -207,6 +207,8 @@ pub trait Collection: Default + Sized {
     fn of_mut(value: &mut Value) -> Option<&mut Self>;
     fn into_value(self) -> Value;
     fn is_empty(&self) -> bool;
+    /// How many entries (LLEN, HLEN, SCARD, ZCARD).
+    fn len(&self) -> usize;
 }
 
 macro_rules! collection {
@@ -230,6 +232,9 @@ macro_rules! collection {
             }
             fn is_empty(&self) -> bool {
                 <$t>::is_empty(self)
+            }
+            fn len(&self) -> usize {
+                <$t>::len(self)
             }
         }
     };

@@ -76,6 +76,23 @@ impl<'a> Args<'a> {
     }
 }
 
+/// A command's key and the arguments after it (`SADD key member [member ...]`, `HDEL key
+/// field [field ...]`, ...).
+#[derive(Debug)]
+pub struct KeyAnd<'a> {
+    pub key: &'a [u8],
+    pub rest: ArgIter<'a>,
+}
+
+impl<'a> KeyAnd<'a> {
+    pub fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
+        Ok(KeyAnd {
+            key: args.key()?,
+            rest: args.rest(),
+        })
+    }
+}
+
 /// Parses a Redis-style signed 64-bit integer (Redis's `string2ll`, shared with the parser).
 pub fn parse_i64(b: &[u8]) -> Option<i64> {
     sluice_resp::string2ll(b)

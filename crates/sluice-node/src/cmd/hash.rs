@@ -4,6 +4,7 @@
 use sluice_resp::{ArgIter, reply};
 use sluice_store::types::Hash;
 
+use super::args::KeyAnd;
 use super::scan::ScanArgs;
 use super::{Args, CmdError, Command, Ctx, float, sample};
 
@@ -126,50 +127,24 @@ impl<'a, const ANSWER: u8> Command<'a> for HField<'a, ANSWER> {
 }
 
 #[derive(Debug)]
-pub struct HMGet<'a> {
-    key: &'a [u8],
-    fields: ArgIter<'a>,
-}
+pub struct HMGet<'a>(KeyAnd<'a>);
 
 impl<'a> Command<'a> for HMGet<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(HMGet {
-            key: args.key()?,
-            fields: args.rest(),
-        })
+        Ok(HMGet(KeyAnd::parse(args)?))
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let (fields, proto, out) = (self.fields, ctx.session.proto, &mut *ctx.out);
-        ctx.shared
-            .store
-            .read(self.key, ctx.now, |h: Option<&Hash>| {
-                reply::array(out, fields.len());
-                for f in fields {
-                    match h.and_then(|h| h.get(f)) {
-                        Some(v) => reply::bulk(out, v),
-                        None => reply::null(out, proto),
-                    }
+        let (KeyAnd { key, rest: fields }, proto, out) = (self.0, ctx.session.proto, &mut *ctx.out);
+        ctx.shared.store.read(key, ctx.now, |h: Option<&Hash>| {
+            reply::array(out, fields.len());
+            for f in fields {
+                match h.and_then(|h| h.get(f)) {
+                    Some(v) => reply::bulk(out, v),
+                    None => reply::null(out, proto),
                 }
-            })?;
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
-pub struct HLen<'a>(&'a [u8]);
-
-impl<'a> Command<'a> for HLen<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(HLen(args.key()?))
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let n = ctx
-            .shared
-            .store
-            .read(self.0, ctx.now, |h: Option<&Hash>| h.map_or(0, Hash::len))?;
-        reply::integer(ctx.out, n as i64);
+            }
+        })?;
         Ok(())
     }
 }
@@ -210,28 +185,19 @@ impl<'a, const FIELDS: bool, const VALUES: bool> Command<'a> for HAll<'a, FIELDS
 }
 
 #[derive(Debug)]
-pub struct HDel<'a> {
-    key: &'a [u8],
-    fields: ArgIter<'a>,
-}
+pub struct HDel<'a>(KeyAnd<'a>);
 
 impl<'a> Command<'a> for HDel<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(HDel {
-            key: args.key()?,
-            fields: args.rest(),
-        })
+        Ok(HDel(KeyAnd::parse(args)?))
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let fields = self.fields;
-        let n = ctx
-            .shared
-            .store
-            .edit(self.key, ctx.now, false, |h: &mut Hash| {
-                let n = fields.filter(|f| h.del(f)).count();
-                (n, n > 0)
-            })?;
+        let KeyAnd { key, rest: fields } = self.0;
+        let n = ctx.shared.store.edit(key, ctx.now, false, |h: &mut Hash| {
+            let n = fields.filter(|f| h.del(f)).count();
+            (n, n > 0)
+        })?;
         reply::integer(ctx.out, n.unwrap_or(0) as i64);
         Ok(())
     }

@@ -144,24 +144,6 @@ impl<'a, const FRONT: bool> Command<'a> for Pop<'a, FRONT> {
 }
 
 #[derive(Debug)]
-pub struct LLen<'a>(&'a [u8]);
-
-impl<'a> Command<'a> for LLen<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(LLen(args.key()?))
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let len = ctx
-            .shared
-            .store
-            .read(self.0, ctx.now, |l: Option<&List>| l.map_or(0, List::len))?;
-        reply::integer(ctx.out, len as i64);
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
 pub struct LIndex<'a> {
     key: &'a [u8],
     index: &'a [u8],

@@ -30,6 +30,7 @@ mod acl;
 mod acl_log;
 mod append;
 mod auth;
+mod card;
 mod cl_throttle;
 mod client;
 mod cluster;

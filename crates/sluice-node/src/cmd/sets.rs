@@ -5,38 +5,30 @@
 use sluice_resp::{ArgIter, reply};
 use sluice_store::types::Set;
 
+use super::args::KeyAnd;
 use super::scan::ScanArgs;
 use super::{Args, CmdError, Command, Ctx, sample};
 
 /// `SADD key member [member ...]` (`ADD`) and `SREM`.
 #[derive(Debug)]
-pub struct SChange<'a, const ADD: bool> {
-    key: &'a [u8],
-    members: ArgIter<'a>,
-}
+pub struct SChange<'a, const ADD: bool>(KeyAnd<'a>);
 
 pub type SAdd<'a> = SChange<'a, true>;
 pub type SRem<'a> = SChange<'a, false>;
 
 impl<'a, const ADD: bool> Command<'a> for SChange<'a, ADD> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(SChange {
-            key: args.key()?,
-            members: args.rest(),
-        })
+        Ok(SChange(KeyAnd::parse(args)?))
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let members = self.members;
-        let n = ctx
-            .shared
-            .store
-            .edit(self.key, ctx.now, ADD, |s: &mut Set| {
-                let n = members
-                    .filter(|m| if ADD { s.add(m) } else { s.remove(m) })
-                    .count();
-                (n, n > 0)
-            })?;
+        let KeyAnd { key, rest: members } = self.0;
+        let n = ctx.shared.store.edit(key, ctx.now, ADD, |s: &mut Set| {
+            let n = members
+                .filter(|m| if ADD { s.add(m) } else { s.remove(m) })
+                .count();
+            (n, n > 0)
+        })?;
         reply::integer(ctx.out, n.unwrap_or(0) as i64);
         Ok(())
     }
@@ -44,52 +36,26 @@ impl<'a, const ADD: bool> Command<'a> for SChange<'a, ADD> {
 
 /// `SISMEMBER key member` and `SMISMEMBER key member [member ...]` (`MANY`).
 #[derive(Debug)]
-pub struct SIsMember<'a, const MANY: bool> {
-    key: &'a [u8],
-    members: ArgIter<'a>,
-}
+pub struct SIsMember<'a, const MANY: bool>(KeyAnd<'a>);
 
 pub type SIsMemberCmd<'a> = SIsMember<'a, false>;
 pub type SMIsMember<'a> = SIsMember<'a, true>;
 
 impl<'a, const MANY: bool> Command<'a> for SIsMember<'a, MANY> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(SIsMember {
-            key: args.key()?,
-            members: args.rest(),
-        })
+        Ok(SIsMember(KeyAnd::parse(args)?))
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let (members, out) = (self.members, &mut *ctx.out);
-        ctx.shared
-            .store
-            .read(self.key, ctx.now, |s: Option<&Set>| {
-                if MANY {
-                    reply::array(out, members.len());
-                }
-                for m in members {
-                    reply::integer(out, i64::from(s.is_some_and(|s| s.contains(m))));
-                }
-            })?;
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
-pub struct SCard<'a>(&'a [u8]);
-
-impl<'a> Command<'a> for SCard<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(SCard(args.key()?))
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let n = ctx
-            .shared
-            .store
-            .read(self.0, ctx.now, |s: Option<&Set>| s.map_or(0, Set::len))?;
-        reply::integer(ctx.out, n as i64);
+        let (KeyAnd { key, rest: members }, out) = (self.0, &mut *ctx.out);
+        ctx.shared.store.read(key, ctx.now, |s: Option<&Set>| {
+            if MANY {
+                reply::array(out, members.len());
+            }
+            for m in members {
+                reply::integer(out, i64::from(s.is_some_and(|s| s.contains(m))));
+            }
+        })?;
         Ok(())
     }
 }

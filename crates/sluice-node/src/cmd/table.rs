@@ -713,7 +713,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "2.0.0",
         "Get the number of fields in a hash.",
         "key",
-        hash::HLen
+        card::HLen
     ),
     spec!(
         "hmget",
@@ -900,7 +900,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "1.0.0",
         "Get the length of a list.",
         "key",
-        list::LLen
+        card::LLen
     ),
     spec!(
         "lmove",
@@ -1483,7 +1483,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "1.0.0",
         "Get the number of members in a set.",
         "key",
-        sets::SCard
+        card::SCard
     ),
     spec!(
         "script",
@@ -1890,7 +1890,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "1.2.0",
         "Get the number of members in a sorted set.",
         "key",
-        zset::ZCard
+        card::ZCard
     ),
     spec!(
         "zcount",

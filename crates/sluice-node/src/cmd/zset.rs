@@ -3,9 +3,10 @@
 //! ZPOPMAX, ZRANDMEMBER and ZSCAN. The range commands are in `zrange`. Scores are replied in
 //! Redis 7.0's `%.17g` (`float`).
 
-use sluice_resp::{ArgIter, reply};
+use sluice_resp::reply;
 use sluice_store::types::ZSet;
 
+use super::args::KeyAnd;
 use super::scan::ScanArgs;
 use super::{Args, CmdError, Command, Ctx, float, sample};
 
@@ -177,84 +178,50 @@ impl<'a> Command<'a> for ZIncrBy<'a> {
 }
 
 #[derive(Debug)]
-pub struct ZRem<'a> {
-    key: &'a [u8],
-    members: ArgIter<'a>,
-}
+pub struct ZRem<'a>(KeyAnd<'a>);
 
 impl<'a> Command<'a> for ZRem<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(ZRem {
-            key: args.key()?,
-            members: args.rest(),
-        })
+        Ok(ZRem(KeyAnd::parse(args)?))
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let members = self.members;
-        let n = ctx
-            .shared
-            .store
-            .edit(self.key, ctx.now, false, |z: &mut ZSet| {
-                let n = members.filter(|m| z.remove(m)).count();
-                (n, n > 0)
-            })?;
+        let KeyAnd { key, rest: members } = self.0;
+        let n = ctx.shared.store.edit(key, ctx.now, false, |z: &mut ZSet| {
+            let n = members.filter(|m| z.remove(m)).count();
+            (n, n > 0)
+        })?;
         reply::integer(ctx.out, n.unwrap_or(0) as i64);
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
-pub struct ZCard<'a>(&'a [u8]);
-
-impl<'a> Command<'a> for ZCard<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(ZCard(args.key()?))
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let n = ctx
-            .shared
-            .store
-            .read(self.0, ctx.now, |z: Option<&ZSet>| z.map_or(0, ZSet::len))?;
-        reply::integer(ctx.out, n as i64);
         Ok(())
     }
 }
 
 /// `ZSCORE key member` and `ZMSCORE key member [member ...]` (`MANY`).
 #[derive(Debug)]
-pub struct ZScore<'a, const MANY: bool> {
-    key: &'a [u8],
-    members: ArgIter<'a>,
-}
+pub struct ZScore<'a, const MANY: bool>(KeyAnd<'a>);
 
 pub type ZScoreCmd<'a> = ZScore<'a, false>;
 pub type ZMScore<'a> = ZScore<'a, true>;
 
 impl<'a, const MANY: bool> Command<'a> for ZScore<'a, MANY> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(ZScore {
-            key: args.key()?,
-            members: args.rest(),
-        })
+        Ok(ZScore(KeyAnd::parse(args)?))
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let (members, proto, out) = (self.members, ctx.session.proto, &mut *ctx.out);
-        ctx.shared
-            .store
-            .read(self.key, ctx.now, |z: Option<&ZSet>| {
-                if MANY {
-                    reply::array(out, members.len());
+        let (KeyAnd { key, rest: members }, proto, out) =
+            (self.0, ctx.session.proto, &mut *ctx.out);
+        ctx.shared.store.read(key, ctx.now, |z: Option<&ZSet>| {
+            if MANY {
+                reply::array(out, members.len());
+            }
+            for m in members {
+                match z.and_then(|z| z.score(m)) {
+                    Some(s) => float::reply(out, proto, s),
+                    None => reply::null(out, proto),
                 }
-                for m in members {
-                    match z.and_then(|z| z.score(m)) {
-                        Some(s) => float::reply(out, proto, s),
-                        None => reply::null(out, proto),
-                    }
-                }
-            })?;
+            }
+        })?;
         Ok(())
     }
 }
