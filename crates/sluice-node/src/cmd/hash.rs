@@ -5,7 +5,6 @@ use sluice_resp::{ArgIter, reply};
 use sluice_store::types::Hash;
 
 use super::args::KeyAnd;
-use super::scan::ScanArgs;
 use super::{Args, CmdError, Command, Ctx, float, sample};
 
 /// `HSET key field value [field value ...]` (the fields added) and `HMSET` (`OK`).
@@ -367,36 +366,4 @@ pub(super) fn random_count(args: &mut Args<'_>) -> Result<(Option<i64>, bool), C
         return Err(CmdError::msg("ERR value is out of range"));
     }
     Ok((Some(count), with))
-}
-
-#[derive(Debug)]
-pub struct HScan<'a>(ScanArgs<'a>);
-
-impl<'a> Command<'a> for HScan<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(HScan(ScanArgs::parse(args)?))
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let scan = self.0;
-        let items = ctx
-            .shared
-            .store
-            .read(scan.key, ctx.now, |h: Option<&Hash>| {
-                let Some(h) = h else {
-                    return Ok(Vec::new());
-                };
-                let opts = scan.options()?;
-                let mut items: Vec<Vec<u8>> = Vec::new();
-                for (f, v) in h.pairs() {
-                    if opts.keeps(f) {
-                        items.push(f.to_vec());
-                        items.push(v.to_vec());
-                    }
-                }
-                Ok::<_, CmdError>(items)
-            })??;
-        super::scan::reply_all(ctx, &items);
-        Ok(())
-    }
 }

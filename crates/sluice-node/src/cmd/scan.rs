@@ -1,11 +1,16 @@
-//! What HSCAN, SSCAN and ZSCAN share: the cursor, the MATCH and COUNT options, and the reply.
+//! HSCAN, SSCAN and ZSCAN (one command over the collection type), and what SCAN shares with
+//! them: the cursor and the MATCH and COUNT options.
 //! A collection answers all of its entries in one reply with the cursor 0, as Redis does for
 //! its compact encodings (COUNT is a hint; a reply past the output limit closes the client).
 
+use std::marker::PhantomData;
+
 use sluice_resp::ArgIter;
 use sluice_resp::reply;
+use sluice_store::Collection;
+use sluice_store::types::{Hash, Set, ZSet};
 
-use super::{Args, CmdError, Ctx};
+use super::{Args, CmdError, Command, Ctx, float};
 use crate::glob::glob_match;
 
 /// `key cursor [MATCH pattern] [COUNT count]` after the command name.
@@ -84,11 +89,67 @@ impl<'a> ScanArgs<'a> {
 }
 
 /// The reply: cursor 0 and every string of `items`.
-pub fn reply_all<T: AsRef<[u8]>>(ctx: &mut Ctx<'_>, items: &[T]) {
+fn reply_all<T: AsRef<[u8]>>(ctx: &mut Ctx<'_>, items: &[T]) {
     reply::array(ctx.out, 2);
     reply::bulk(ctx.out, b"0");
     reply::array(ctx.out, items.len());
     for item in items {
         reply::bulk(ctx.out, item.as_ref());
+    }
+}
+
+/// A collection a scan walks: the strings it answers for each entry whose first string (a
+/// field, a member) `keep` accepts.
+pub trait Scanned: Collection {
+    fn scanned(&self, keep: &dyn Fn(&[u8]) -> bool) -> Vec<Vec<u8>>;
+}
+
+impl Scanned for Hash {
+    fn scanned(&self, keep: &dyn Fn(&[u8]) -> bool) -> Vec<Vec<u8>> {
+        let pairs = self.pairs().into_iter().filter(|(f, _)| keep(f));
+        pairs.flat_map(|(f, v)| [f.to_vec(), v.to_vec()]).collect()
+    }
+}
+
+impl Scanned for Set {
+    fn scanned(&self, keep: &dyn Fn(&[u8]) -> bool) -> Vec<Vec<u8>> {
+        let members = self.members().into_iter().filter(|m| keep(m));
+        members.map(<[u8]>::to_vec).collect()
+    }
+}
+
+impl Scanned for ZSet {
+    fn scanned(&self, keep: &dyn Fn(&[u8]) -> bool) -> Vec<Vec<u8>> {
+        let entries = self.iter().filter(|(_, m)| keep(m));
+        entries
+            .flat_map(|(s, m)| [m.to_vec(), float::text(s).into_bytes()])
+            .collect()
+    }
+}
+
+/// `HSCAN`, `SSCAN` and `ZSCAN key cursor [MATCH pattern] [COUNT count]`.
+#[derive(Debug)]
+pub struct CollScan<'a, T>(ScanArgs<'a>, PhantomData<T>);
+
+pub type HScan<'a> = CollScan<'a, Hash>;
+pub type SScan<'a> = CollScan<'a, Set>;
+pub type ZScan<'a> = CollScan<'a, ZSet>;
+
+impl<'a, T: Scanned> Command<'a> for CollScan<'a, T> {
+    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
+        Ok(CollScan(ScanArgs::parse(args)?, PhantomData))
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        let scan = self.0;
+        let items = ctx.shared.store.read(scan.key, ctx.now, |c: Option<&T>| {
+            let Some(c) = c else {
+                return Ok(Vec::new());
+            };
+            let opts = scan.options()?;
+            Ok::<_, CmdError>(c.scanned(&|item| opts.keeps(item)))
+        })??;
+        reply_all(ctx, &items);
+        Ok(())
     }
 }

@@ -6,7 +6,6 @@ use sluice_resp::{ArgIter, reply};
 use sluice_store::types::Set;
 
 use super::args::KeyAnd;
-use super::scan::ScanArgs;
 use super::{Args, CmdError, Command, Ctx, sample};
 
 /// `SADD key member [member ...]` (`ADD`) and `SREM`.
@@ -353,37 +352,6 @@ impl<'a> Command<'a> for SMove<'a> {
             }
         };
         reply::integer(ctx.out, i64::from(moved));
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
-pub struct SScan<'a>(ScanArgs<'a>);
-
-impl<'a> Command<'a> for SScan<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(SScan(ScanArgs::parse(args)?))
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let scan = self.0;
-        let items = ctx
-            .shared
-            .store
-            .read(scan.key, ctx.now, |s: Option<&Set>| {
-                let Some(s) = s else {
-                    return Ok(Vec::new());
-                };
-                let opts = scan.options()?;
-                Ok::<_, CmdError>(
-                    s.members()
-                        .into_iter()
-                        .filter(|m| opts.keeps(m))
-                        .map(<[u8]>::to_vec)
-                        .collect::<Vec<_>>(),
-                )
-            })??;
-        super::scan::reply_all(ctx, &items);
         Ok(())
     }
 }

@@ -757,7 +757,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "2.8.0",
         "Incrementally iterate hash fields and associated values.",
         "key cursor [MATCH pattern] [COUNT count]",
-        hash::HScan
+        scan::HScan
     ),
     spec!(
         "hset",
@@ -1714,7 +1714,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "2.8.0",
         "Incrementally iterate Set elements.",
         "key cursor [MATCH pattern] [COUNT count]",
-        sets::SScan
+        scan::SScan
     ),
     spec!(
         "strlen",
@@ -2121,7 +2121,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         "2.8.0",
         "Incrementally iterate sorted sets elements and associated scores.",
         "key cursor [MATCH pattern] [COUNT count]",
-        zset::ZScan
+        scan::ZScan
     ),
     spec!(
         "zscore",

@@ -7,7 +7,6 @@ use sluice_resp::reply;
 use sluice_store::types::ZSet;
 
 use super::args::KeyAnd;
-use super::scan::ScanArgs;
 use super::{Args, CmdError, Command, Ctx, float, sample};
 
 fn not_float() -> CmdError {
@@ -392,38 +391,6 @@ impl<'a> Command<'a> for ZRandMember<'a> {
                     }
                 }
             })?;
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
-pub struct ZScan<'a>(ScanArgs<'a>);
-
-impl<'a> Command<'a> for ZScan<'a> {
-    fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
-        Ok(ZScan(ScanArgs::parse(args)?))
-    }
-
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let scan = self.0;
-        let items = ctx
-            .shared
-            .store
-            .read(scan.key, ctx.now, |z: Option<&ZSet>| {
-                let Some(z) = z else {
-                    return Ok(Vec::new());
-                };
-                let opts = scan.options()?;
-                let mut items: Vec<Vec<u8>> = Vec::new();
-                for (s, m) in z.iter() {
-                    if opts.keeps(m) {
-                        items.push(m.to_vec());
-                        items.push(float::text(s).into_bytes());
-                    }
-                }
-                Ok::<_, CmdError>(items)
-            })??;
-        super::scan::reply_all(ctx, &items);
         Ok(())
     }
 }
