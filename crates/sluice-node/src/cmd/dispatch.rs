@@ -60,7 +60,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     // The slots and the role, by the table's key positions and write flag; a command that knows
     // them only once parsed is checked by its `run` instead (`Command::ROUTED_AFTER_PARSE`).
     if !spec.routed_after_parse
-        && let Err(e) = check_serve(ctx, key_args(spec, req), spec.write)
+        && let Err(e) = check_serve(ctx, spec.key_args(req), spec.write)
     {
         return refuse(ctx, spec, &e.text(spec.name));
     }
@@ -90,23 +90,6 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         shared.errors.note(text.as_bytes());
         reply::error(ctx.out, &text);
     }
-}
-
-/// The key arguments of `req`, from the table's key positions (Redis's first, last, step).
-/// A command without keys (first key 0) has none.
-pub(super) fn key_args<'r>(spec: &CommandSpec, req: &'r Request) -> impl Iterator<Item = &'r [u8]> {
-    let first = spec.first_key.max(0) as usize;
-    let last = if spec.last_key < 0 {
-        req.len()
-            .saturating_sub(spec.last_key.unsigned_abs() as usize)
-    } else {
-        (spec.last_key as usize).min(req.len().saturating_sub(1))
-    };
-    let step = spec.step.max(1) as usize;
-    (first..=last)
-        .step_by(step)
-        .filter(move |_| first > 0)
-        .filter_map(|i| req.arg(i))
 }
 
 /// Closes the connection without a reply and without running anything after this request,

@@ -27,8 +27,7 @@ use bytes::BytesMut;
 use sluice_resp::Request;
 use sluice_resp::reply::{self, Proto};
 
-use super::dispatch::key_args;
-use super::table::CommandSpec;
+use super::hold::{SCRIPT_REFUSED, hold_for};
 use super::table::flag::NOSCRIPT;
 use super::{Args, CmdError, Command, Ctx, Session, execute, lookup};
 use crate::script::{self, Host, Source};
@@ -101,47 +100,6 @@ impl<'a, const SHA: bool, const RO: bool> Command<'a> for Eval<'a, SHA, RO> {
 }
 
 const BUSY_SHARD: &str = "ERR Script touched a key it did not declare, on a shard another client holds; declare every key the script uses in KEYS";
-
-/// Commands refused inside a script though Redis allows them (see the module docs).
-const SCRIPT_REFUSED: &[&str] = &["flushall", "flushdb", "info", "cluster"];
-
-/// Keyless commands that touch no key: a script calling them holds nothing more. Every other
-/// keyless command (DBSIZE, INFO, CLUSTER COUNTKEYSINSLOT, RL.ALLOW) may read every shard.
-const TOUCH_NO_KEY: &[&str] = &[
-    "echo",
-    "ping",
-    "time",
-    "select",
-    "command",
-    "lastsave",
-    "readonly",
-    "readwrite",
-    "publish",
-    "slowlog",
-];
-
-/// Inside a hold (a script's, or EXEC's), holds what `request` will touch: its keys' shards by
-/// the table's key positions; nothing for a command that touches no key; every shard for one
-/// that finds its keys by itself.
-pub(super) fn hold_for(
-    store: &sluice_store::Store,
-    spec: &CommandSpec,
-    request: &Request,
-) -> Result<(), sluice_store::ShardBusy> {
-    if spec.first_key > 0 && !spec.routed_after_parse {
-        store.hold(key_args(spec, request))
-    } else if spec.first_key == 0 && TOUCH_NO_KEY.contains(&spec.name) {
-        Ok(())
-    } else {
-        store.hold_all()
-    }
-}
-
-/// Whether a command may run under a hold: not those that take a lock some thread holds
-/// while it waits on shards (see the module docs).
-pub(super) fn holdable(spec: &CommandSpec) -> bool {
-    !SCRIPT_REFUSED.contains(&spec.name)
-}
 
 /// A script's commands run on the caller's connection, in the protocol the script chose.
 struct ScriptHost<'s> {

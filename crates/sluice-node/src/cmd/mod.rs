@@ -50,6 +50,7 @@ mod getrange;
 mod getset;
 mod hash;
 mod hello;
+mod hold;
 mod incr;
 mod incrbyfloat;
 mod info;

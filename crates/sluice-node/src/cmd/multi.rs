@@ -105,7 +105,7 @@ impl Command<'_> for Exec {
             .iter()
             .map(|r| r.arg(0).and_then(lookup))
             .collect();
-        let isolated = specs.iter().flatten().all(|s| super::eval::holdable(s));
+        let isolated = specs.iter().flatten().all(|s| super::hold::holdable(s));
         let hold = if isolated { store.holding() } else { None };
         if hold.is_some() {
             let mut keys: Vec<&[u8]> = Vec::new();
@@ -113,10 +113,10 @@ impl Command<'_> for Exec {
             for (spec, request) in specs.iter().zip(&tx.queued) {
                 let Some(spec) = spec else { continue };
                 if spec.first_key > 0 && !spec.routed_after_parse {
-                    keys.extend(super::dispatch::key_args(spec, request));
+                    keys.extend(spec.key_args(request));
                 } else {
                     // Nothing, or every shard at once (ascending, from none held).
-                    held = held.and(super::eval::hold_for(store, spec, request));
+                    held = held.and(super::hold::hold_for(store, spec, request));
                 }
             }
             keys.extend(watching.iter().flat_map(|w| w.keys()));

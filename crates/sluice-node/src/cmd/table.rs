@@ -76,6 +76,23 @@ impl CommandSpec {
         self.flags.contains(&f)
     }
 
+    /// The key arguments of `req`, from the key positions (Redis's first, last, step). A
+    /// command without keys (first key 0) has none.
+    pub fn key_args<'r>(&self, req: &'r sluice_resp::Request) -> impl Iterator<Item = &'r [u8]> {
+        let first = self.first_key.max(0) as usize;
+        let last = if self.last_key < 0 {
+            req.len()
+                .saturating_sub(self.last_key.unsigned_abs() as usize)
+        } else {
+            (self.last_key as usize).min(req.len().saturating_sub(1))
+        };
+        let step = self.step.max(1) as usize;
+        (first..=last)
+            .step_by(step)
+            .filter(move |_| first > 0)
+            .filter_map(|i| req.arg(i))
+    }
+
     pub(super) fn arity_ok(&self, argc: usize) -> bool {
         if self.arity >= 0 {
             argc == self.arity as usize

@@ -1,0 +1,51 @@
+//! What a hold on shards (a script's run, an EXEC) takes for each command it runs: the shards
+//! of the command's keys, none, or all (see `sluice_store::Store::holding`).
+
+use sluice_resp::Request;
+use sluice_store::{ShardBusy, Store};
+
+use super::table::CommandSpec;
+
+/// Commands refused inside a script though Redis allows them, and that an EXEC runs unheld:
+/// they take a lock some thread holds while it waits on shards (FLUSHALL and FLUSHDB the
+/// journal's spill lock, INFO and CLUSTER the replication state, held by the replication thread
+/// while it drains the shards), so a holder could deadlock with it.
+pub(super) const SCRIPT_REFUSED: &[&str] = &["flushall", "flushdb", "info", "cluster"];
+
+/// Keyless commands that touch no key: a script calling them holds nothing more. Every other
+/// keyless command (DBSIZE, INFO, CLUSTER COUNTKEYSINSLOT, RL.ALLOW) may read every shard.
+const TOUCH_NO_KEY: &[&str] = &[
+    "echo",
+    "ping",
+    "time",
+    "select",
+    "command",
+    "lastsave",
+    "readonly",
+    "readwrite",
+    "publish",
+    "slowlog",
+];
+
+/// Inside a hold (a script's, or EXEC's), holds what `request` will touch: its keys' shards by
+/// the table's key positions; nothing for a command that touches no key; every shard for one
+/// that finds its keys by itself.
+pub(super) fn hold_for(
+    store: &Store,
+    spec: &CommandSpec,
+    request: &Request,
+) -> Result<(), ShardBusy> {
+    if spec.first_key > 0 && !spec.routed_after_parse {
+        store.hold(spec.key_args(request))
+    } else if spec.first_key == 0 && TOUCH_NO_KEY.contains(&spec.name) {
+        Ok(())
+    } else {
+        store.hold_all()
+    }
+}
+
+/// Whether a command may run under a hold: not those that take a lock some thread holds
+/// while it waits on shards (see [`SCRIPT_REFUSED`]).
+pub(super) fn holdable(spec: &CommandSpec) -> bool {
+    !SCRIPT_REFUSED.contains(&spec.name)
+}
