@@ -6,8 +6,9 @@
 # redis-sentinel for the Sentinel tests, etcd for the cluster table and the rules, nginx and
 # iptables for the gateway tests, unshare, ip and iptables for the partition tests (each in a
 # network namespace of its own), libfaketime (package faketime) to jump a node's wall clock,
-# redis-py 8 (pip) and ioredis (npm) for the sidecar's clients, openssl (test certificates and
-# s_client) and curl (HTTPS metrics, gRPC over TLS) for the TLS tests, python3-venv for the
+# redis-py 8 (pip) and ioredis, rate-limiter-flexible, express, express-rate-limit and
+# rate-limit-redis (npm) for the sidecar's clients and the Node limiter libraries, openssl
+# (test certificates and s_client) and curl (HTTPS metrics, gRPC over TLS) for the TLS tests, python3-venv for the
 # `limits` library's own tests (from PyPI, in a virtualenv). Whichever is missing is
 # installed from Debian packages (as root, or through sudo), after saying which. Then `cargo test --workspace` runs with CI=true,
 # so a test whose tool is still missing fails instead of skipping and passing.
@@ -81,9 +82,9 @@ if ! python3 -c 'import redis, sys; sys.exit(int(redis.__version__.split(".")[0]
     python3 -m pip install -q 'redis>=8' ||
         python3 -m pip install -q --break-system-packages 'redis>=8'
 fi
-if ! [ -d tests/js/node_modules/ioredis ]; then
-    command -v npm >/dev/null || { say "the tests need npm (for ioredis)"; exit 1; }
-    say "installing ioredis: npm install in tests/js"
+if ! [ -d tests/js/node_modules/ioredis ] || ! [ -d tests/js/node_modules/rate-limiter-flexible ]; then
+    command -v npm >/dev/null || { say "the tests need npm (for ioredis and the limiter libraries)"; exit 1; }
+    say "installing ioredis and the Node limiter libraries: npm install in tests/js"
     (cd tests/js && npm install --silent --no-audit --no-fund)
 fi
 

@@ -310,6 +310,29 @@ pub fn have_command(what: &str, program: &str, args: &[&str]) -> bool {
     installed(what, ok)
 }
 
+/// A path inside the tests crate (`js/...`, `py/...`).
+pub fn repo_path(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// Runs `program args` with a time bound (60 s); returns its stdout, or panics with its
+/// stderr.
+pub fn run_client(program: &str, args: &[&str]) -> String {
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("run the client");
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// `found`; if not, `what` is missing: a failure under `CI=true`, else a skip said on stderr.
 fn installed(what: &str, found: bool) -> bool {
     if !found {

@@ -6,32 +6,10 @@
 //! Python and Node come with their clients from `scripts/test.sh` (`pip install 'redis>=8'`,
 //! `npm install` in tests/js). Under `CI=true` a missing one fails the test.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sluice_tests::{Sluice, TempDir, have_command, info_field, wait_until};
-
-fn repo_path(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-/// Runs `program args` with a time bound; returns its stdout, or panics with its stderr.
-fn run_client(program: &str, args: &[&str]) -> String {
-    let out = Command::new("timeout")
-        .arg("60")
-        .arg(program)
-        .args(args)
-        .output()
-        .expect("run the client");
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+use sluice_tests::{Sluice, TempDir, have_command, info_field, repo_path, run_client, wait_until};
 
 fn sidecar() -> (Sluice, Sluice) {
     let node = Sluice::start();
