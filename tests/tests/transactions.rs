@@ -191,3 +191,66 @@ fn an_exec_is_isolated_from_other_clients() {
     }
     assert_eq!(setup.call(&["GET", "b"]), bulk("600"));
 }
+
+/// A command over two keys is atomic too: while clients move entries between two lists
+/// (RPOPLPUSH both ways) and between two sets (SMOVE), readers counting both in one EXEC always
+/// see every entry once (the keys live on different shards).
+#[test]
+fn moves_between_keys_are_never_seen_half_done() {
+    let node = Sluice::start();
+    let port = node.port;
+    let mut setup = RespConn::connect(port);
+    let items: Vec<String> = (0..50).map(|i| i.to_string()).collect();
+    let mut push = vec!["RPUSH", "la"];
+    push.extend(items.iter().map(String::as_str));
+    setup.call(&push);
+    let mut add = vec!["SADD", "sa"];
+    add.extend(items.iter().map(String::as_str));
+    setup.call(&add);
+    let movers: Vec<_> = (0..2)
+        .map(|n| {
+            thread::spawn(move || {
+                let mut c = RespConn::connect(port);
+                for i in 0..400 {
+                    let (from, to) = if (i + n) % 2 == 0 {
+                        ("la", "lb")
+                    } else {
+                        ("lb", "la")
+                    };
+                    c.call(&["RPOPLPUSH", from, to]);
+                    let (from, to) = if (i + n) % 2 == 0 {
+                        ("sa", "sb")
+                    } else {
+                        ("sb", "sa")
+                    };
+                    c.call(&["SMOVE", from, to, &(i % 50).to_string()]);
+                }
+            })
+        })
+        .collect();
+    let reader = thread::spawn(move || {
+        let mut c = RespConn::connect(port);
+        for _ in 0..400 {
+            let Reply::Array(v) = exec(
+                &mut c,
+                &[
+                    &["LLEN", "la"],
+                    &["LLEN", "lb"],
+                    &["SCARD", "sa"],
+                    &["SCARD", "sb"],
+                ],
+            ) else {
+                panic!("EXEC failed");
+            };
+            let n = |r: &Reply| match r {
+                Reply::Int(n) => *n,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(n(&v[0]) + n(&v[1]), 50, "a list move seen half done");
+            assert_eq!(n(&v[2]) + n(&v[3]), 50, "a set move seen half done");
+        }
+    });
+    for t in movers.into_iter().chain([reader]) {
+        t.join().unwrap();
+    }
+}

@@ -2,7 +2,7 @@
 //! of the command's keys, none, or all (see `sluice_store::Store::holding`).
 
 use sluice_resp::Request;
-use sluice_store::{ShardBusy, Store};
+use sluice_store::{Holding, ShardBusy, Store};
 
 use super::table::CommandSpec;
 
@@ -48,4 +48,20 @@ pub(super) fn hold_for(
 /// while it waits on shards (see [`SCRIPT_REFUSED`]).
 pub(super) fn holdable(spec: &CommandSpec) -> bool {
     !SCRIPT_REFUSED.contains(&spec.name)
+}
+
+/// Holds the shards of `keys` until the returned hold drops, so a command over several keys
+/// (RENAME, COPY, LMOVE, SMOVE, MSET, the STORE commands) is atomic: no other client's command
+/// comes between its reads and its writes. Inside a script or an EXEC the hold is already
+/// there, with these keys (the table names them), and nothing more is taken.
+pub(super) fn hold_keys<'s>(store: &'s Store, keys: &[&[u8]]) -> Option<Holding<'s>> {
+    let hold = store.holding();
+    if hold.is_some() {
+        let first = store.hold(keys.iter().copied());
+        debug_assert!(
+            first.is_ok(),
+            "a thread's first hold cannot meet a busy shard"
+        );
+    }
+    hold
 }

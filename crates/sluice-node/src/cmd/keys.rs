@@ -4,14 +4,15 @@
 //! KEYS and SCAN walk the store one shard at a time, never holding more than one shard's lock
 //! and that only for bounded steps. A SCAN cursor is a shard's index: each call answers whole
 //! shards until it has COUNT keys, so every key present for the whole scan is answered exactly
-//! once (a key never changes shard). RENAME and COPY read or take the source, then write the
-//! destination: each half is atomic, and nothing is lost in between (a refused write puts the
-//! source back).
+//! once (a key never changes shard). RENAME and COPY hold both keys' shards for their whole
+//! run (see `hold`): no other command sees the source gone and the destination not yet
+//! written; a refused write puts the source back.
 
 use bytes::Bytes;
 use sluice_resp::reply;
 use sluice_store::{Kind, Value};
 
+use super::hold::hold_keys;
 use super::{Args, CmdError, Command, Ctx, sample};
 use crate::glob::glob_match;
 
@@ -39,6 +40,7 @@ impl<'a, const NX: bool> Command<'a> for Rename<'a, NX> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (store, now) = (&ctx.shared.store, ctx.now);
+        let _hold = hold_keys(store, &[self.from, self.to]);
         let done = if self.from == self.to {
             if !store.exists(self.from, now) {
                 return Err(no_such_key());
@@ -107,6 +109,7 @@ impl<'a> Command<'a> for Copy<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (store, now) = (&ctx.shared.store, ctx.now);
+        let _hold = hold_keys(store, &[self.from, self.to]);
         let copied = match store.value(self.from, now) {
             None => false,
             Some((value, deadline)) => store.place(self.to, value, deadline, now, self.replace)?,

@@ -507,9 +507,9 @@ impl<'a> Command<'a> for RPopLPush<'a> {
     }
 }
 
-/// Moves one entry. The source's and the destination's types are checked before anything
-/// moves, as Redis checks them; the pop and the push are each atomic, but another client's
-/// command on the destination may come between them.
+/// Moves one entry, both keys' shards held (see `hold`): the source's and the destination's
+/// types are checked before anything moves, as Redis checks them, and no other command comes
+/// between the pop and the push.
 fn lmove(
     ctx: &mut Ctx<'_>,
     from: &[u8],
@@ -520,6 +520,7 @@ fn lmove(
     let store = &ctx.shared.store;
     let now = ctx.now;
     let proto = ctx.session.proto;
+    let _hold = super::hold::hold_keys(store, &[from, to]);
     if !store.read(from, now, |l: Option<&List>| l.is_some())? {
         reply::null(ctx.out, proto);
         return Ok(());

@@ -1,6 +1,6 @@
 //! `MSET key value [key value ...]` (every key set, TTLs cleared) and `MSETNX` (all or none: 1
-//! if no key existed and all were set, else 0). Each key's write is atomic; the keys of one
-//! call are written one after another.
+//! if no key existed and all were set, else 0), every key's shard held for the call (see
+//! `hold`), so no other command sees some keys written and not others.
 
 use sluice_resp::reply;
 use sluice_store::{Counter, Value};
@@ -27,6 +27,8 @@ impl<'a, const NX: bool> Command<'a> for MSet<'a, NX> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (store, now) = (&ctx.shared.store, ctx.now);
+        let keys: Vec<&[u8]> = self.0.iter().map(|(k, _)| *k).collect();
+        let _hold = super::hold::hold_keys(store, &keys);
         if NX && self.0.iter().any(|(k, _)| store.exists(k, now)) {
             reply::integer(ctx.out, 0);
             return Ok(());

@@ -270,6 +270,8 @@ impl<'a, const OP: u8> Command<'a> for SOp<'a, OP> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        let keys: Vec<&[u8]> = self.0.clone().collect();
+        let _hold = super::hold::hold_keys(&ctx.shared.store, &keys);
         let members = combine(ctx, op(OP), self.0)?;
         reply_members(ctx, &members);
         Ok(())
@@ -297,6 +299,9 @@ impl<'a, const OP: u8> Command<'a> for SOpStore<'a, OP> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
+        let mut keys: Vec<&[u8]> = self.keys.clone().collect();
+        keys.push(self.dest);
+        let _hold = super::hold::hold_keys(&ctx.shared.store, &keys);
         let members = combine(ctx, op(OP), self.keys)?;
         let mut set = Set::default();
         for m in &members {
@@ -308,8 +313,9 @@ impl<'a, const OP: u8> Command<'a> for SOpStore<'a, OP> {
     }
 }
 
-/// `SMOVE source destination member`. Both types are checked before anything moves; the
-/// removal and the addition are each atomic.
+/// `SMOVE source destination member`, both keys' shards held (see `hold`): both types are
+/// checked before anything moves, and no other command comes between the removal and the
+/// addition.
 #[derive(Debug)]
 pub struct SMove<'a> {
     from: &'a [u8],
@@ -328,6 +334,7 @@ impl<'a> Command<'a> for SMove<'a> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (store, now, member) = (&ctx.shared.store, ctx.now, self.member);
+        let _hold = super::hold::hold_keys(store, &[self.from, self.to]);
         let here = store.read(self.from, now, |s: Option<&Set>| {
             s.map(|s| s.contains(member))
         })?;

@@ -323,6 +323,7 @@ impl<'a, const FORM: u8> Command<'a> for ZRangeCmd<'a, FORM> {
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let (range, rev, offset, limit) = (&self.range, self.rev, self.offset, self.limit);
         if let Some(dest) = self.dest {
+            let _hold = super::hold::hold_keys(&ctx.shared.store, &[self.key, dest]);
             let picked = ctx
                 .shared
                 .store
