@@ -1,28 +1,31 @@
 //! Differential test: random command sequences run on a real redis-server and on a Sluice node,
-//! every reply compared exactly (error lines included). Step 1 of docs/plans/keyspace.md (issue
-//! 35), narrowed to the commands both serve today: the strings (GET, SET with every option,
-//! SETNX, SETEX, PSETEX, GETSET, GETDEL, GETEX, MGET, APPEND, STRLEN, GETRANGE, SETRANGE, INCR,
-//! INCRBY, DECR, DECRBY), the keys (DEL, UNLINK, EXISTS, TOUCH, TYPE, EXPIRE, PEXPIRE, EXPIREAT,
-//! PEXPIREAT, PERSIST, TTL, PTTL, EXPIRETIME, PEXPIRETIME) and MULTI/EXEC/DISCARD, with
-//! wrong-arity, not-an-integer, overflow and syntax-error forms.
+//! every reply compared exactly (error lines included), over every Redis command both serve:
+//! strings (SET with every option, the GET/SET family, MGET/MSET/MSETNX, APPEND, GETRANGE,
+//! SETRANGE, INCR/DECR and INCRBYFLOAT), keys (DEL, EXISTS, TYPE, the EXPIRE and TTL families,
+//! PERSIST, RENAME, COPY, KEYS, SCAN, RANDOMKEY, OBJECT), lists, hashes, sets, sorted sets,
+//! MULTI/EXEC/DISCARD and WATCH/UNWATCH, with wrong-arity, not-an-integer, not-a-float,
+//! overflow, syntax-error and WRONGTYPE forms.
 //!
-//! Keys come from four names and values from a small pool (integers at 0 and at the i64 edges,
-//! non-numbers, the empty string), so commands collide. Each sequence runs on one fresh RESP2
-//! connection per server after a FLUSHALL; the servers take each command in turn, so both see
-//! the same wall clock within a millisecond or two.
+//! Keys come from four names and values, fields and members from small pools (integers at 0
+//! and at the i64 edges, non-numbers, the empty string), so commands collide, across types too.
+//! Each sequence runs on one fresh connection per server after a FLUSHALL, half of them in
+//! RESP3 (`HELLO 3` first, as redis-py 8 does); the servers take each command in turn, so both
+//! see the same wall clock within a millisecond or two.
 //!
 //! Time without sleeps: every expiry the generator sets is either in the past (the key goes at
 //! once, on both) or at least 100 s away (nothing expires during a run). TTL and PTTL replies may
 //! then differ by the time between the two servers' commands: a non-negative TTL may differ by
 //! 1 s and a PTTL by 1000 ms; -1 and -2 compare exactly.
 //!
-//! Budget: `SLUICE_DIFF_CASES` sequences (default [`DEFAULT_CASES`], about 15 s and 40,000
+//! Where Redis chooses the answer, the shape is compared ([`Rule`]): random picks (HRANDFIELD,
+//! SRANDMEMBER, ZRANDMEMBER, RANDOMKEY) by length, set replies (SMEMBERS, SINTER, KEYS, SCAN,
+//! ...) in any order, a string's OBJECT ENCODING as any string encoding. Only what has one
+//! right answer is generated: SPOP with a count that pops all, SSCAN and SCAN's first call.
+//!
+//! Budget: `SLUICE_DIFF_CASES` sequences (default [`DEFAULT_CASES`], about 20 s and 40,000
 //! commands on a 2-core machine). A difference is shrunk by proptest to a minimal sequence,
 //! printed as redis-cli lines, and kept in `proptest-regressions/differential.txt`, which
 //! replays first on every run.
-//!
-//! No command here makes a key of another type (Sluice's buckets have no Redis counterpart), so
-//! WRONGTYPE cannot arise yet; "wrong type" here is a string that is not an integer.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
