@@ -147,22 +147,17 @@ impl ZSet {
     /// Every entry in order (lowest score first).
     pub fn iter(&self) -> Box<dyn DoubleEndedIterator<Item = (f64, &[u8])> + '_> {
         match self {
-            ZSet::Pack(p) => {
-                let mut out = Vec::new();
-                let mut it = p.iter();
-                while let (Some((_, m)), Some((_, s))) = (it.next(), it.next()) {
-                    out.push((score_of(s), m));
-                }
-                Box::new(out.into_iter())
-            }
+            ZSet::Pack(p) => Box::new(packed_entries(p).collect::<Vec<_>>().into_iter()),
             ZSet::Big(b) => Box::new(b.tree.iter().map(|(s, m)| (s.0, &m[..]))),
         }
     }
 
-    /// The entries from the first whose score is at least `min`, in order.
+    /// The entries from the first whose score is at least `min`, in order. A pack is walked as
+    /// it is read, with nothing collected: ZREMRANGEBYSCORE and ZCOUNT on a sliding log come
+    /// here once a request.
     pub fn from_score(&self, min: f64) -> Box<dyn Iterator<Item = (f64, &[u8])> + '_> {
         match self {
-            ZSet::Pack(_) => Box::new(self.iter().skip_while(move |(s, _)| *s < min)),
+            ZSet::Pack(p) => Box::new(packed_entries(p).skip_while(move |(s, _)| *s < min)),
             ZSet::Big(b) => {
                 let start: (Score, Box<[u8]>) = (Score(min), Box::default());
                 Box::new(b.tree.range(start..).map(|(s, m)| (s.0, &m[..])))
@@ -283,6 +278,15 @@ impl ZSet {
     }
 }
 
+/// A pack's (score, member) entries, in its order.
+fn packed_entries(p: &Pack) -> impl Iterator<Item = (f64, &[u8])> {
+    let mut it = p.iter();
+    std::iter::from_fn(move || match (it.next(), it.next()) {
+        (Some((_, m)), Some((_, s))) => Some((score_of(s), m)),
+        _ => None,
+    })
+}
+
 fn remove_packed(p: &mut Pack, m: &[u8]) -> bool {
     let mut it = p.iter();
     while let (Some((ma, e)), Some((sa, _))) = (it.next(), it.next()) {
@@ -356,6 +360,9 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(z.score(b"m5").map(f64::to_bits), Some((-0.0f64).to_bits()));
         assert_eq!(z.rank(b"m1"), Some(1));
+        let from_zero = want.iter().copied().filter(|s| *s >= 0.0);
+        assert!(z.from_score(0.0).map(|(s, _)| s).eq(from_zero));
+        assert_eq!(z.from_score(1e21).count(), 0);
 
         // The wire keeps 8-byte scores, and a packed set encodes as its big form does.
         let mut wire = Vec::new();
