@@ -148,23 +148,28 @@ impl List {
     /// Keeps entries `start..=stop` (both within the list, `start <= stop`), or none if `keep`
     /// is `None`.
     pub fn trim(&mut self, keep: Option<(usize, usize)>) {
-        let items: Vec<Vec<u8>> = match keep {
-            None => Vec::new(),
-            Some((start, stop)) => {
-                if let List::Big(b) = self {
-                    b.items.truncate(stop + 1);
-                    b.items.drain(..start);
-                    b.bytes = b.items.iter().map(|e| e.len()).sum();
-                    b.items.shrink_to_fit();
-                    return;
-                }
-                self.items()[start..=stop]
-                    .iter()
-                    .map(|e| e.to_vec())
-                    .collect()
-            }
+        let Some((start, stop)) = keep else {
+            *self = List::default();
+            return;
         };
-        self.replace_all(items.iter().map(|e| &e[..]));
+        match self {
+            // In place: a capped log's LTRIM drops an entry or none, and copies no other.
+            List::Pack(p) => {
+                let mut places = p.iter().map(|(at, _)| at).skip(start);
+                let first = places.next().expect("start is within the list");
+                let last = match stop - start {
+                    0 => first,
+                    n => places.nth(n - 1).expect("stop is within the list"),
+                };
+                p.keep(first, last);
+            }
+            List::Big(b) => {
+                b.items.truncate(stop + 1);
+                b.items.drain(..start);
+                b.bytes = b.items.iter().map(|e| e.len()).sum();
+                b.items.shrink_to_fit();
+            }
+        }
     }
 
     /// LREM: removes up to `count` entries equal to `v` from the head (`count > 0`), the tail
@@ -268,5 +273,58 @@ impl List {
     /// OBJECT ENCODING's answer: Redis 7.0 names every list `quicklist`.
     pub fn encoding(&self) -> &'static str {
         "quicklist"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list_of(items: &[Vec<u8>]) -> List {
+        let mut l = List::default();
+        for e in items {
+            l.push(false, e);
+        }
+        l
+    }
+
+    #[test]
+    fn trim_keeps_the_range_packed_and_big() {
+        // Ten-digit entries (a sliding log's timestamps), and entries long enough to be big.
+        for size in [10, 700] {
+            let items: Vec<Vec<u8>> = (0..14)
+                .map(|i| format!("{:0size$}", 1_733_356_800 + i).into_bytes())
+                .collect();
+            for (start, stop) in [(0, 9), (0, 13), (3, 3), (13, 13), (2, 11), (0, 0)] {
+                let mut l = list_of(&items);
+                assert_eq!(matches!(l, List::Big(_)), size == 700);
+                l.trim(Some((start, stop)));
+                let want: Vec<&[u8]> = items[start..=stop].iter().map(|e| &e[..]).collect();
+                assert_eq!(
+                    l.items(),
+                    want,
+                    "LTRIM {start} {stop} of {size}-byte entries"
+                );
+                assert_eq!(l.len(), stop - start + 1);
+            }
+            let mut l = list_of(&items);
+            l.trim(None);
+            assert!(l.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_capped_log_stays_in_one_small_block() {
+        let mut l = List::default();
+        for t in 1_733_356_800u64..1_733_357_800 {
+            l.push(true, t.to_string().as_bytes());
+            if l.len() > 10 {
+                l.trim(Some((0, 9)));
+            }
+        }
+        assert_eq!(l.len(), 10);
+        assert_eq!(l.get(0), Some(&b"1733357799"[..]));
+        assert_eq!(l.get(9), Some(&b"1733357790"[..]));
+        assert!(l.heap_bytes() <= 16 + 11 * 11 + 64, "{}", l.heap_bytes());
     }
 }

@@ -102,6 +102,19 @@ impl Pack {
         let old = self.0.len();
         self.0.copy_within(end..old, start);
         self.0.truncate(old - (end - start));
+        self.shrink();
+    }
+
+    /// Keeps only the entries between `from.start` and `to.end` (LTRIM), in place.
+    pub fn keep(&mut self, from: At, to: At) {
+        let (start, end) = (from.start, to.end);
+        self.0.copy_within(start..end, 0);
+        self.0.truncate(end - start);
+        self.shrink();
+    }
+
+    /// Gives back the block once it is empty, or most of it once it is mostly unused.
+    fn shrink(&mut self) {
         if self.0.is_empty() {
             self.0 = ThinVec::new();
         } else if self.0.capacity() > 2 * self.0.len() + 64 {
@@ -195,5 +208,24 @@ mod tests {
         p.remove(only, only);
         assert!(p.is_empty());
         assert_eq!(p.heap_bytes(), 0);
+    }
+
+    #[test]
+    fn keep_leaves_the_entries_between() {
+        let mut p = Pack::new();
+        for e in [&b"a"[..], b"bb", b"", b"dddd", b"e"] {
+            p.push(e);
+        }
+        let at: Vec<At> = p.iter().map(|(at, _)| at).collect();
+        p.keep(at[1], at[3]);
+        let kept: Vec<&[u8]> = p.iter().map(|(_, e)| e).collect();
+        assert_eq!(kept, vec![&b"bb"[..], b"", b"dddd"]);
+        let only = p.iter().nth(2).unwrap().0;
+        p.keep(only, only);
+        assert_eq!(
+            p.iter().map(|(_, e)| e).collect::<Vec<_>>(),
+            vec![&b"dddd"[..]]
+        );
+        assert_eq!(Pack::from_bytes(p.as_bytes()), Some(p.clone()));
     }
 }
