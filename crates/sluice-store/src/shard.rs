@@ -179,12 +179,20 @@ impl<H: KeyHash> Shard<H> {
             }
         };
         if self.table.deadline(i) <= now {
-            self.journal.touched(self.table.key(i));
-            unlink(&mut self.table, &mut self.lazy, i);
-            self.stats.expired += 1;
+            self.expire_found(i);
             return None;
         }
         Some(i)
+    }
+
+    /// Entry `i`, found past its deadline, goes (out of line: the lookup stays small enough to
+    /// inline into every command's path).
+    #[cold]
+    #[inline(never)]
+    fn expire_found(&mut self, i: usize) {
+        self.journal.touched(self.table.key(i));
+        unlink(&mut self.table, &mut self.lazy, i);
+        self.stats.expired += 1;
     }
 
     /// Inserts a key known to be absent and files it in the wheel, if memory allows.
