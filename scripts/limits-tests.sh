@@ -17,7 +17,7 @@
 #   --build    run `cargo build --release --bin sluice` first
 #   --version  the limits version (default 5.8.0, the one this was written against)
 #   --only     run against one server only
-#   --require-equal  exit 1 unless Sluice passes every test redis-server passes and fails none
+#   --require-equal  exit 1 unless Sluice fails none and passes at least as many as redis-server
 #              (the test command runs it so)
 #
 # Needs python3 with venv and pip (the packages come from PyPI), and redis-server for the
@@ -58,6 +58,12 @@ if [ ! -d "$CACHE/limits-$VERSION" ]; then
   "$CACHE/venv/bin/pip" install -q pytest pytest-asyncio pytest-lazy-fixtures pytest-mock \
     hiro flaky pymemcache pymongo valkey redis deprecated packaging typing_extensions
 fi
+# A few of the library's tests read the clock closely (a sliding window's reset) and fail now
+# and then on a loaded machine, against redis-server as against Sluice: each failure is run
+# again, up to twice, on both.
+if ! "$CACHE/venv/bin/python" -c 'import pytest_rerunfailures' 2>/dev/null; then
+  "$CACHE/venv/bin/pip" install -q pytest-rerunfailures
+fi
 
 mkdir -p "$WORK/plugin"
 cat > "$WORK/plugin/dockerstub.py" <<'EOF'
@@ -82,7 +88,7 @@ EOF
 run() {
   local summary
   summary=$(cd "$CACHE/limits-$VERSION" && PYTHONPATH="$WORK/plugin:." \
-    "$CACHE/venv/bin/python" -m pytest -p dockerstub -o addopts="" \
+    "$CACHE/venv/bin/python" -m pytest -p dockerstub -p rerunfailures --reruns 2 -o addopts="" \
       -o asyncio_default_fixture_loop_scope=function -o filterwarnings="" -q --tb=short -rf \
       -m redis -k "not sentinel and not cluster and not uds and not ssl and not auth" \
       tests/test_storage.py tests/test_strategy.py 2>&1 | tee "$WORK/$1.log" | tail -1) || true
@@ -122,7 +128,7 @@ count() { grep -oE "[0-9]+ $2" <<<"$1" | grep -oE '^[0-9]+' || echo 0; }
 if [ "$EQUAL" = 1 ]; then
   theirs=$(count "${SUMMARY[redis]}" passed) ours=$(count "${SUMMARY[sluice]}" passed)
   failed=$(( $(count "${SUMMARY[sluice]}" failed) + $(count "${SUMMARY[sluice]}" error) ))
-  if [ "$theirs" = 0 ] || [ "$ours" != "$theirs" ] || [ "$failed" != 0 ]; then
+  if [ "$theirs" = 0 ] || [ "$ours" -lt "$theirs" ] || [ "$failed" != 0 ]; then
     die "Sluice passed $ours and failed $failed of the tests redis-server passes ($theirs)"
   fi
   log "Sluice passes all $ours tests redis-server passes"
