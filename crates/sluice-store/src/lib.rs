@@ -945,7 +945,7 @@ impl Store {
         shard.lock().overwrite(h, key, value, now, limits)
     }
 
-    /// Makes `key` hold `value` until `deadline` (RENAME, COPY, MSET): unless `replace`, only if
+    /// Makes `key` hold `value` until `deadline` (RENAME, COPY): unless `replace`, only if
     /// the key is missing (false if it was not). A deadline already past deletes the key. A
     /// new key may be refused with `OutOfMemory`.
     pub fn place(

@@ -13,6 +13,7 @@ use sluice_resp::reply;
 use sluice_store::{Kind, Value};
 
 use super::hold::hold_keys;
+use super::scan::Options;
 use super::{Args, CmdError, Command, Ctx, sample};
 use crate::glob::glob_match;
 
@@ -147,41 +148,14 @@ impl<'a> Command<'a> for Keys<'a> {
 #[derive(Debug)]
 pub struct Scan<'a> {
     cursor: u64,
-    pattern: Option<&'a [u8]>,
-    count: usize,
-    kind: Option<&'a [u8]>,
+    opts: Options<'a>,
 }
 
 impl<'a> Command<'a> for Scan<'a> {
     fn parse(args: &mut Args<'a>) -> Result<Self, CmdError> {
         let cursor = super::scan::cursor(args.key()?)?;
-        let (mut pattern, mut count, mut kind) = (None, 10, None);
-        let rest: Vec<&[u8]> = args.rest().collect();
-        let mut i = 0;
-        while i < rest.len() {
-            let more = i + 1 < rest.len();
-            let opt = rest[i];
-            if opt.eq_ignore_ascii_case(b"count") && more {
-                count = match super::args::parse_i64(rest[i + 1]) {
-                    None => return Err(CmdError::NotInteger),
-                    Some(n) if n < 1 => return Err(CmdError::Syntax),
-                    Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-                };
-            } else if opt.eq_ignore_ascii_case(b"match") && more {
-                pattern = (rest[i + 1] != b"*").then_some(rest[i + 1]);
-            } else if opt.eq_ignore_ascii_case(b"type") && more {
-                kind = Some(rest[i + 1]);
-            } else {
-                return Err(CmdError::Syntax);
-            }
-            i += 2;
-        }
-        Ok(Scan {
-            cursor,
-            pattern,
-            count,
-            kind,
-        })
+        let opts = Options::parse(args.rest(), true)?;
+        Ok(Scan { cursor, opts })
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
@@ -189,12 +163,13 @@ impl<'a> Command<'a> for Scan<'a> {
         let shards = store.shard_count() as u64;
         let mut keys: Vec<Vec<u8>> = Vec::new();
         let mut next = self.cursor;
-        while next < shards && keys.len() < self.count {
+        let opts = &self.opts;
+        while next < shards && keys.len() < opts.count {
             store.shard_keys(next as usize, ctx.now, |key, kind| {
-                let typed = self
+                let typed = opts
                     .kind
                     .is_none_or(|t| t.eq_ignore_ascii_case(kind.name().as_bytes()));
-                if typed && self.pattern.is_none_or(|p| glob_match(p, key)) {
+                if typed && opts.keeps(key) {
                     keys.push(key.to_vec());
                 }
             });

@@ -3,7 +3,7 @@
 //! `hold`), so no other command sees some keys written and not others.
 
 use sluice_resp::reply;
-use sluice_store::{Counter, Value};
+use sluice_store::{SetCond, SetTtl};
 
 use super::{Args, CmdError, Command, Ctx};
 
@@ -34,8 +34,7 @@ impl<'a, const NX: bool> Command<'a> for MSet<'a, NX> {
             return Ok(());
         }
         for (k, v) in &self.0 {
-            let value = Value::Counter(Counter::from_bytes(v));
-            store.place(k, value, sluice_core::Nanos::MAX, now, true)?;
+            store.try_set(k, v, SetCond::Always, SetTtl::Clear, now)?;
         }
         if NX {
             reply::integer(ctx.out, 1);

@@ -20,15 +20,51 @@ pub struct ScanArgs<'a> {
     options: ArgIter<'a>,
 }
 
-/// The parsed options.
-#[derive(Debug, Default)]
+/// The parsed options: MATCH, COUNT (10 unless given), and TYPE (SCAN's alone).
+#[derive(Debug)]
 pub struct Options<'a> {
     pattern: Option<&'a [u8]>,
+    pub count: usize,
+    pub kind: Option<&'a [u8]>,
 }
 
 impl<'a> Options<'a> {
     pub fn keeps(&self, item: &[u8]) -> bool {
         self.pattern.is_none_or(|p| glob_match(p, item))
+    }
+
+    /// Redis's `scanGenericCommand` options, in pairs: COUNT (at least 1), MATCH (`*` is no
+    /// pattern), and TYPE where `typed` (the keyspace's SCAN); anything else is a syntax error.
+    pub(super) fn parse(
+        args: impl Iterator<Item = &'a [u8]>,
+        typed: bool,
+    ) -> Result<Self, CmdError> {
+        let args: Vec<&[u8]> = args.collect();
+        let mut opts = Options {
+            pattern: None,
+            count: 10,
+            kind: None,
+        };
+        let mut i = 0;
+        while i < args.len() {
+            let (opt, value) = (args[i], args.get(i + 1).copied());
+            match value {
+                Some(n) if opt.eq_ignore_ascii_case(b"count") => {
+                    opts.count = match super::args::parse_i64(n) {
+                        None => return Err(CmdError::NotInteger),
+                        Some(n) if n < 1 => return Err(CmdError::Syntax),
+                        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+                    };
+                }
+                Some(p) if opt.eq_ignore_ascii_case(b"match") => {
+                    opts.pattern = (p != b"*").then_some(p);
+                }
+                Some(t) if typed && opt.eq_ignore_ascii_case(b"type") => opts.kind = Some(t),
+                _ => return Err(CmdError::Syntax),
+            }
+            i += 2;
+        }
+        Ok(opts)
     }
 }
 
@@ -65,26 +101,7 @@ impl<'a> ScanArgs<'a> {
     /// The options, parsed once the key is known to hold the right type (Redis checks them
     /// after the key).
     pub fn options(&self) -> Result<Options<'a>, CmdError> {
-        let mut opts = Options::default();
-        let args: Vec<&[u8]> = self.options.clone().collect();
-        let mut i = 0;
-        while i < args.len() {
-            let more = i + 1 < args.len();
-            if args[i].eq_ignore_ascii_case(b"count") && more {
-                match super::args::parse_i64(args[i + 1]) {
-                    None => return Err(CmdError::NotInteger),
-                    Some(n) if n < 1 => return Err(CmdError::Syntax),
-                    Some(_) => {}
-                }
-            } else if args[i].eq_ignore_ascii_case(b"match") && more {
-                let p = args[i + 1];
-                opts.pattern = (p != b"*").then_some(p);
-            } else {
-                return Err(CmdError::Syntax);
-            }
-            i += 2;
-        }
-        Ok(opts)
+        Options::parse(self.options.clone(), false)
     }
 }
 
