@@ -93,7 +93,13 @@ impl<'a, const SHA: bool, const RO: bool> Command<'a> for Eval<'a, SHA, RO> {
             now: ctx.now,
             read_only: RO,
         };
-        script::run(&mut host, source, &self.keys, &self.argv, proto, ctx.out);
+        // A well-known limiter script runs natively (`script::native`); any other, and any
+        // call its native hands over, in Lua.
+        if !script::native::run(
+            &mut host, source, &self.keys, &self.argv, RO, proto, ctx.out,
+        ) {
+            script::run(&mut host, source, &self.keys, &self.argv, proto, ctx.out);
+        }
         drop(hold);
         Ok(())
     }

@@ -9,6 +9,7 @@
 //! - `convert`: RESP → Lua (a command's reply for `redis.call`) and Lua → RESP (the script's
 //!   return value), as Redis documents them.
 //! - `bit`, `cjson`: the two bundled libraries scripts use most.
+//! - `native`: the well-known limiter scripts, recognized by their SHA1 and run without Lua.
 //!
 //! # Invariants
 //! - This module knows nothing of commands, shards or sessions: a script's commands go out
@@ -28,6 +29,7 @@ pub mod cache;
 mod cjson;
 mod convert;
 mod engine;
+pub mod native;
 
 pub use engine::{MEMORY_LIMIT, TIME_LIMIT, load, run};
 
