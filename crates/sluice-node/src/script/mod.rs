@@ -42,6 +42,13 @@ pub trait Host {
     /// arity, not allowed from scripts) is an error reply like any other.
     fn call(&mut self, args: &[&[u8]], resp3: bool, out: &mut BytesMut);
 
+    /// [`Host::call`] in RESP2 for a command whose keys are all among the script's declared
+    /// `KEYS`, whose shards the run already holds (a native's calls): the host may skip
+    /// looking for shards to take.
+    fn call_declared(&mut self, args: &[&[u8]], out: &mut BytesMut) {
+        self.call(args, false, out);
+    }
+
     /// The script's shebang says `no-writes`: refuse write commands from now on, as `EVAL_RO`.
     fn forbid_writes(&mut self);
 }

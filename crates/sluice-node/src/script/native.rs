@@ -126,6 +126,12 @@ static HANDED_TO_LUA: AtomicU64 = AtomicU64::new(0);
 /// Calls run in Lua.
 static LUA_CALLS: AtomicU64 = AtomicU64::new(0);
 
+thread_local! {
+    /// Where the commands a native calls write their replies: kept between runs, so a run
+    /// allocates nothing for them.
+    static SCRATCH: std::cell::Cell<BytesMut> = std::cell::Cell::new(BytesMut::new());
+}
+
 /// How a native ended early.
 #[derive(Debug)]
 enum Stop {
@@ -228,7 +234,7 @@ impl Run<'_> {
 
     fn call(&mut self, line: u32, args: &[&[u8]], writes: bool) -> Result<Reply, Stop> {
         self.scratch.clear();
-        self.host.call(args, false, &mut self.scratch);
+        self.host.call_declared(args, &mut self.scratch);
         match parse(&self.scratch) {
             Ok(r) => {
                 self.wrote |= writes;
@@ -284,7 +290,10 @@ fn integer(s: &[u8]) -> Option<i64> {
     if !canonical || digits.len() > 16 {
         return None;
     }
-    let n: i64 = std::str::from_utf8(s).ok()?.parse().ok()?;
+    let magnitude = digits
+        .iter()
+        .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+    let n = if s[0] == b'-' { -magnitude } else { magnitude };
     (n.abs() <= EXACT).then_some(n)
 }
 
@@ -361,10 +370,12 @@ pub fn run(
     let mut run = Run {
         host,
         sha: &sha,
-        scratch: BytesMut::new(),
+        scratch: SCRATCH.take(),
         wrote: false,
     };
-    match (k.run)(&mut run, keys, argv) {
+    let result = (k.run)(&mut run, keys, argv);
+    SCRATCH.set(std::mem::take(&mut run.scratch));
+    match result {
         Ok(ret) => ret.write(proto, out),
         Err(Stop::Raise(text)) => reply::error(out, &text),
         Err(Stop::Lua) if run.wrote => {
