@@ -111,11 +111,11 @@ run() {
     "$CACHE/venv/bin/python" -m pytest -p dockerstub -p rerunfailures --reruns 2 -o addopts="" \
       -o asyncio_default_fixture_loop_scope=function -o filterwarnings="" -q --tb=short -rf \
       -p no:cacheprovider "${select[@]}" \
-      tests/test_storage.py tests/test_strategy.py 2>&1 | tee "$WORK/$1.log" | tail -1) || true
+      tests/test_storage.py tests/test_strategy.py 2>&1 | tee "$WORK/pytest-$1.log" | tail -1) || true
   echo "$1: $summary"
   SUMMARY[$1]=$summary
-  grep -E "^FAILED " "$WORK/$1.log" | head -20 || true
-  grep -E "^E |^/.*(Error|assert)" "$WORK/$1.log" | sort | uniq -c | sort -rn | head -5 || true
+  grep -E "^FAILED " "$WORK/pytest-$1.log" | head -20 || true
+  grep -E "^E |^/.*(Error|assert)" "$WORK/pytest-$1.log" | sort | uniq -c | sort -rn | head -5 || true
 }
 
 # wait_up PORT PID: until a PING on PORT answers; dies if PID exits or 10 s pass.
