@@ -14,7 +14,10 @@
 #     the rest from CLUSTER SLOTS): once against a Redis Cluster of three redis-server primaries
 #     (ports 7001-7003, made with `redis-cli --cluster create`), once against a three-node
 #     Sluice cluster on the same ports (`sluice --cluster yes`, `sluice cluster create`).
-# The sentinel, unix-socket, TLS and auth variants are left out. Ports 7379, 7001-7003 and
+# After the Sluice node's run, its INFO scripting must show each of the five scripts the tests
+# use run natively (the library sends the exact bytes Sluice recognizes; see
+# crates/sluice-node/src/script/native.rs). The sentinel, unix-socket, TLS and auth variants
+# are left out. Ports 7379, 7001-7003 and
 # 17001-17003 (redis-server's cluster bus) must be free.
 #
 # Usage: scripts/limits-tests.sh [--sluice PATH] [--build] [--version V] [--only sluice|redis]
@@ -166,6 +169,16 @@ if [ "$ONLY" != redis ]; then
   PIDS+=($!)
   wait_up "$PORT" "${PIDS[-1]}"
   run sluice node
+  # The library sent the exact scripts Sluice knows (tests/fixtures/known-scripts): each of
+  # the five its tests use ran natively (INFO scripting counts the calls per path).
+  NATIVE=$(redis-cli -p "$PORT" INFO scripting | tr -d '\r')
+  log "native calls: $(grep -oE '^script_native_limits_[a-z_]+:.*calls=[0-9]+' <<<"$NATIVE" \
+    | sed -E 's/^script_native_limits_([a-z_]+):.*calls=/\1=/' | tr '\n' ' ')"
+  for script in incr_expire moving_window acquire_moving_window sliding_window \
+      acquire_sliding_window; do
+    grep -qE "^script_native_limits_$script:.*calls=[1-9]" <<<"$NATIVE" \
+      || die "the limits script $script never ran natively: $NATIVE"
+  done
   stop_all
   # Three Sluice cluster nodes, one thread each (two cores serve the three and the tests).
   for p in "${CLUSTER_PORTS[@]}"; do

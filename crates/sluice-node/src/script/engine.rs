@@ -498,9 +498,12 @@ fn run_function(
     let lua = &engine.lua;
     let _running = Running::start(host);
     let result = (|| {
-        let keys = strings(lua, keys)?;
-        let argv = strings(lua, argv)?;
+        let (keys, argv) = {
+            let _unbounded = Unbounded::new(lua);
+            (strings(lua, keys)?, strings(lua, argv)?)
+        };
         let (ok, value): (bool, Lua_) = engine.run.call((f, keys, argv))?;
+        let _unbounded = Unbounded::new(lua);
         let o = Out {
             proto,
             resp3: RESP3.get(),
@@ -580,6 +583,31 @@ fn script_error(err: &Lua_, sha: &str, out: &mut BytesMut) {
     }
 }
 
+/// While it lives, the state's memory limit is lifted: for the values Sluice makes for a
+/// script (KEYS and ARGV, a command's reply, the return value's field lookups).
+///
+/// While a limit is set, mlua makes every string and table in a protected call (so that an
+/// allocation past the limit is an error, not a jump across Rust frames), at about 4,000
+/// instructions a string: KEYS, ARGV and the replies of a script's three commands cost more
+/// than Redis's whole EVALSHA. Without a limit it makes them directly, as it does by default.
+/// What is made meanwhile is bounded by the request and the commands' replies, which the node
+/// holds already; the limit, set again on drop, stops the script at its next allocation of
+/// its own if those values took the state past it.
+struct Unbounded<'l>(&'l Lua);
+
+impl<'l> Unbounded<'l> {
+    fn new(lua: &'l Lua) -> Unbounded<'l> {
+        let _ = lua.set_memory_limit(0);
+        Unbounded(lua)
+    }
+}
+
+impl Drop for Unbounded<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.set_memory_limit(MEMORY_LIMIT);
+    }
+}
+
 /// A table of `items` as Lua strings (KEYS, ARGV).
 fn strings(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
     let t = lua.create_table_with_capacity(items.len(), 0)?;
@@ -598,6 +626,7 @@ fn raise<T>(text: &str) -> mlua::Result<T> {
 /// `redis.call` (`raise`: an error reply raises) and `redis.pcall` (it is returned as
 /// `{err=...}`).
 fn call(lua: &Lua, args: mlua::MultiValue, raise_errors: bool) -> mlua::Result<Lua_> {
+    let _unbounded = Unbounded::new(lua);
     let refuse = |text: &str| {
         if raise_errors {
             raise(text)
