@@ -194,10 +194,15 @@ G.setmetatable = function(t, ...)
   return setmetatable_(t, ...)
 end
 setmetatable(G, {__newindex = refuse_write})
+-- One environment for every script this state runs: its reads fall through to the globals
+-- (Redis's error for a missing one), its writes are refused, so no script leaves anything in
+-- it for the next; KEYS and ARGV are set in it for each run.
+local env = setmetatable({}, readonly)
+rawset(env, '_G', env)
+protected[env] = true
 return function(f, keys, argv)
-  local env = setmetatable({KEYS = keys, ARGV = argv}, readonly)
-  rawset(env, '_G', env)
-  protected[env] = true
+  rawset(env, 'KEYS', keys)
+  rawset(env, 'ARGV', argv)
   setfenv(f, env)
   return xpcall(f, handler)
 end
@@ -206,6 +211,7 @@ end
 struct Engine {
     lua: Lua,
     run: Function,
+    fields: convert::Fields,
     compiled: HashMap<Sha, Function>,
     generation: u64,
 }
@@ -250,6 +256,7 @@ impl Engine {
             },
         )?;
         Ok(Engine {
+            fields: convert::Fields::new(&lua)?,
             lua,
             run,
             compiled: HashMap::new(),
@@ -507,6 +514,7 @@ fn run_function(
         let o = Out {
             proto,
             resp3: RESP3.get(),
+            fields: &engine.fields,
         };
         if ok {
             convert::lua_to_resp(&value, o, out, 0);
@@ -641,16 +649,25 @@ fn call(lua: &Lua, args: mlua::MultiValue, raise_errors: bool) -> mlua::Result<L
     if args.is_empty() {
         return refuse("ERR Please specify at least one argument for this redis lib call");
     }
-    let mut owned: Vec<Vec<u8>> = Vec::with_capacity(args.len());
+    // Strings are passed as Lua holds them; numbers as Redis writes them (`%.17g`).
+    let mut numbers: Vec<String> = Vec::new();
+    let mut strings = Vec::with_capacity(args.len());
     for a in &args {
         match a {
-            Lua_::String(s) => owned.push(s.as_bytes().to_vec()),
-            Lua_::Integer(n) => owned.push(n.to_string().into_bytes()),
-            Lua_::Number(f) => owned.push(convert::g17(*f).into_bytes()),
+            Lua_::String(s) => strings.push(s.as_bytes()),
+            Lua_::Integer(n) => numbers.push(n.to_string()),
+            Lua_::Number(f) => numbers.push(convert::g17(*f)),
             _ => return refuse("ERR Lua redis lib command arguments must be strings or integers"),
         }
     }
-    let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    let (mut strings_at, mut numbers_at) = (strings.iter(), numbers.iter());
+    let argv: Vec<&[u8]> = args
+        .iter()
+        .filter_map(|a| match a {
+            Lua_::String(_) => strings_at.next().map(|b| &b[..]),
+            _ => numbers_at.next().map(String::as_bytes),
+        })
+        .collect();
     let resp3 = RESP3.get();
     let reply = SCRATCH.with_borrow_mut(|scratch| {
         scratch.clear();

@@ -20,9 +20,9 @@
 //! - No script outlives its bounds: a state holds at most [`engine::MEMORY_LIMIT`] bytes and a
 //!   run stops after [`engine::TIME_LIMIT`] with an error (Redis lets it run on and answers
 //!   other clients `-BUSY` until `SCRIPT KILL`; we stop it instead: our difference).
-//! - Globals are read-only: a script runs with an environment of its own each time, whose
-//!   reads fall through to the library and whose writes are Redis's error, so nothing a script
-//!   does is seen by the next one.
+//! - Globals are read-only: every script of a state runs in its one environment, whose reads
+//!   fall through to the library and whose writes are Redis's error (KEYS and ARGV are set in
+//!   it for each run), so nothing a script does is seen by the next one.
 
 mod bit;
 pub mod cache;
