@@ -292,3 +292,26 @@ fn each_native_answers_and_writes_as_its_script_does_in_lua() {
     // Inputs outside what the natives mirror were handed to Lua, as the module promises.
     assert!(scripting(port, "scripts_native_handed_to_lua") > 0);
 }
+
+/// INFO scripting also counts the Lua calls that took shards beyond the declared keys': a key
+/// the script did not declare (its shard taken for the rest of the run), and a command that
+/// takes every shard.
+#[test]
+fn calls_beyond_the_declared_keys_are_counted() {
+    let sluice = Sluice::start();
+    let mut c = RespConn::connect(sluice.port);
+    let calls = |c: &mut RespConn| {
+        c.call(&["PING"]);
+        (
+            scripting(sluice.port, "scripts_undeclared_key_calls"),
+            scripting(sluice.port, "scripts_every_shard_calls"),
+        )
+    };
+    assert_eq!(calls(&mut c), (0, 0));
+    c.call(&["EVAL", "return redis.call('incr', KEYS[1])", "1", "k"]);
+    assert_eq!(calls(&mut c), (0, 0));
+    c.call(&["EVAL", "return redis.call('incr', 'other')", "0"]);
+    assert_eq!(calls(&mut c), (1, 0));
+    c.call(&["EVAL", "return redis.call('dbsize')", "0"]);
+    assert_eq!(calls(&mut c), (1, 1));
+}

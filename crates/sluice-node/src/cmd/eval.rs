@@ -23,11 +23,13 @@
 //! drain), INFO and CLUSTER (the replication state's lock, held by the replication thread
 //! while it drains the shards' journals).
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use bytes::BytesMut;
 use sluice_resp::Request;
 use sluice_resp::reply::{self, Proto};
 
-use super::hold::{SCRIPT_REFUSED, hold_for};
+use super::hold::{Held, SCRIPT_REFUSED, hold_for};
 use super::table::flag::NOSCRIPT;
 use super::{Args, CmdError, Command, Ctx, LastCommand, Session, execute, lookup};
 use crate::script::{self, Host, Source};
@@ -93,6 +95,7 @@ impl<'a, const SHA: bool, const RO: bool> Command<'a> for Eval<'a, SHA, RO> {
             now: ctx.now,
             read_only: RO,
             declared_held: hold.is_some(),
+            declared: &self.keys,
         };
         // A well-known limiter script runs natively (`script::native`); any other, and any
         // call its native hands over, in Lua.
@@ -106,6 +109,23 @@ impl<'a, const SHA: bool, const RO: bool> Command<'a> for Eval<'a, SHA, RO> {
     }
 }
 
+/// Commands a script called on a key it did not declare (its shard taken for the rest of the
+/// run), and commands that took every shard (they find their keys by themselves): INFO
+/// scripting's `scripts_undeclared_key_calls` and `scripts_every_shard_calls`.
+static UNDECLARED_KEY_CALLS: AtomicU64 = AtomicU64::new(0);
+static EVERY_SHARD_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// INFO scripting's counts of the calls that took shards beyond the declared keys'.
+pub(super) fn info(t: &mut String) {
+    use std::fmt::Write;
+    let _ = write!(
+        t,
+        "scripts_undeclared_key_calls:{}\r\nscripts_every_shard_calls:{}\r\n",
+        UNDECLARED_KEY_CALLS.load(Relaxed),
+        EVERY_SHARD_CALLS.load(Relaxed)
+    );
+}
+
 const BUSY_SHARD: &str = "ERR Script touched a key it did not declare, on a shard another client holds; declare every key the script uses in KEYS";
 
 /// A script's commands run on the caller's connection, in the protocol the script chose.
@@ -117,6 +137,8 @@ struct ScriptHost<'s> {
     /// This run took the declared keys' shards itself (it is no command of an `EXEC` that
     /// holds shards already), so a call on declared keys needs none taken.
     declared_held: bool,
+    /// The script's declared keys.
+    declared: &'s [&'s [u8]],
 }
 
 impl Host for ScriptHost<'_> {
@@ -157,8 +179,19 @@ impl ScriptHost<'_> {
                 "ERR Write commands are not allowed from read-only scripts.",
             );
         }
-        if take_shards && hold_for(&self.shared.store, spec, &request).is_err() {
-            return reply::error(out, BUSY_SHARD);
+        if take_shards {
+            match hold_for(&self.shared.store, spec, &request) {
+                Err(_) => return reply::error(out, BUSY_SHARD),
+                Ok(Held::Keys) => {
+                    if spec.key_args(&request).any(|k| !self.declared.contains(&k)) {
+                        UNDECLARED_KEY_CALLS.fetch_add(1, Relaxed);
+                    }
+                }
+                Ok(Held::All) => {
+                    EVERY_SHARD_CALLS.fetch_add(1, Relaxed);
+                }
+                Ok(Held::Nothing) => {}
+            }
         }
         let proto = self.session.proto;
         self.session.proto = if resp3 { Proto::Resp3 } else { Proto::Resp2 };

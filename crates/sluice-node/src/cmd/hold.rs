@@ -34,14 +34,25 @@ pub(super) fn hold_for(
     store: &Store,
     spec: &CommandSpec,
     request: &Request,
-) -> Result<(), ShardBusy> {
+) -> Result<Held, ShardBusy> {
     if spec.first_key > 0 && !spec.routed_after_parse {
-        store.hold(spec.key_args(request))
+        store.hold(spec.key_args(request)).map(|()| Held::Keys)
     } else if spec.first_key == 0 && TOUCH_NO_KEY.contains(&spec.name) {
-        Ok(())
+        Ok(Held::Nothing)
     } else {
-        store.hold_all()
+        store.hold_all().map(|()| Held::All)
     }
+}
+
+/// What [`hold_for`] held for a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Held {
+    /// The shards of its keys, by the table's key positions.
+    Keys,
+    /// Nothing: it touches no key.
+    Nothing,
+    /// Every shard: it finds its keys by itself.
+    All,
 }
 
 /// Whether a command may run under a hold: not those that take a lock some thread holds

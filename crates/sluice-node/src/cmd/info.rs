@@ -361,6 +361,7 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
         "scripting" => {
             t.push_str("# Scripting\r\n");
             crate::script::native::info(t);
+            super::eval::info(t);
             Ok(())
         }
         "regions" => {

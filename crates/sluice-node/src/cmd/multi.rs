@@ -116,7 +116,7 @@ impl Command<'_> for Exec {
                     keys.extend(spec.key_args(request));
                 } else {
                     // Nothing, or every shard at once (ascending, from none held).
-                    held = held.and(super::hold::hold_for(store, spec, request));
+                    held = held.and(super::hold::hold_for(store, spec, request).map(drop));
                 }
             }
             keys.extend(watching.iter().flat_map(|w| w.keys()));
