@@ -32,7 +32,9 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Table, Value as Lua_, VmState};
+use mlua::{
+    Function, HookTriggers, Lua, LuaOptions, RegistryKey, StdLib, Table, Value as Lua_, VmState,
+};
 use sluice_resp::reply::{self, Proto};
 
 use super::cache::{self, Sha};
@@ -206,7 +208,10 @@ end
 struct Engine {
     lua: Lua,
     run: Function,
-    compiled: HashMap<Sha, Function>,
+    /// In the Lua registry, not as `Function`s: mlua keeps each live `Function` in a slot of
+    /// an auxiliary Lua stack, which Lua 5.1 caps at 8,000, so a few thousand cached
+    /// functions made every later compile fail ("out of Lua stack").
+    compiled: HashMap<Sha, RegistryKey>,
     generation: u64,
 }
 
@@ -261,8 +266,12 @@ impl Engine {
     /// whether its shebang says `no-writes`.
     fn function(&mut self, sha: &Sha, body: &[u8]) -> Result<(Function, bool), String> {
         let (code, no_writes) = shebang(body)?;
-        if let Some(f) = self.compiled.get(sha) {
-            return Ok((f.clone(), no_writes));
+        if let Some(key) = self.compiled.get(sha) {
+            let f = self
+                .lua
+                .registry_value(key)
+                .map_err(|e| format!("ERR Lua state: {e}"))?;
+            return Ok((f, no_writes));
         }
         let f = self
             .lua
@@ -279,8 +288,13 @@ impl Engine {
             })?;
         if self.compiled.len() >= MAX_COMPILED {
             self.compiled.clear();
+            self.lua.expire_registry_values();
         }
-        self.compiled.insert(*sha, f.clone());
+        let key = self
+            .lua
+            .create_registry_value(&f)
+            .map_err(|e| format!("ERR Lua state: {e}"))?;
+        self.compiled.insert(*sha, key);
         Ok((f, no_writes))
     }
 }
