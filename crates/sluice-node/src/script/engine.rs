@@ -18,18 +18,27 @@
 //!   `e script: <sha>, on @user_script:<line>.`
 //! - A compile error: `ERR Error compiling script (new function): user_script:1: ...`
 //!
-//! # Bounds (our own words: Redis has neither)
-//! - Memory: each state holds at most [`MEMORY_LIMIT`] bytes; an allocation past it fails the
-//!   script with `ERR Lua memory limit reached ...` and the state is collected.
-//! - Time: a script that runs past [`TIME_LIMIT`] is stopped with `ERR Script ran past ...`
-//!   (an instruction-count hook looks at the clock every [`HOOK_EVERY`] instructions). Redis
-//!   instead keeps it running and answers others `-BUSY`: stopping it keeps the node serving.
-//!   What it wrote before stays written, as with any script error.
+//! # Bounds
+//! - Memory (ours: Redis has no cap): each state holds at most [`MEMORY_LIMIT`] bytes; an
+//!   allocation past it fails the script with `ERR Lua memory limit reached ...` and the state
+//!   is collected.
+//! - Time, as Redis bounds it: nothing stops a script by itself. An instruction-count hook
+//!   looks at the clock every [`HOOK_EVERY`] instructions; past `busy-reply-threshold` the
+//!   script is published as busy (`busy`): other threads answer commands on its shards
+//!   `-BUSY`, and `SCRIPT KILL` may stop it, if it has not written, with Redis's
+//!   `ERR Script killed by user with SCRIPT KILL... script: <sha>, on @user_script:<line>.`
+//!   `SHUTDOWN NOSAVE` stops every script, written or not, so the node can exit. A stop is
+//!   sticky: once asked, every later look raises again, and `pcall`, `xpcall` and
+//!   `coroutine.resume` pass it on instead of catching it.
+//!
+//!   No hard stop: a script that has written and is stopped half way would break the
+//!   atomicity it was promised, which Redis never does; the operator decides (wait, or
+//!   `SHUTDOWN NOSAVE`), as with Redis.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use mlua::{
@@ -37,15 +46,13 @@ use mlua::{
 };
 use sluice_resp::reply::{self, Proto};
 
+use super::busy::{self, Busy};
 use super::cache::{self, Sha};
 use super::convert::{self, Out};
 use super::{Host, Source};
 
 /// Bytes a thread's Lua state may hold.
 pub const MEMORY_LIMIT: usize = 128 << 20;
-
-/// How long one script may run (Redis's `busy-reply-threshold` default).
-pub const TIME_LIMIT: Duration = Duration::from_secs(5);
 
 /// Lua's GC pause, in percent of the heap the last collection kept (Lua's default: 200).
 const GC_PAUSE: i32 = 1000;
@@ -60,10 +67,17 @@ const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 
 thread_local! {
     static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
-    /// When the running script must stop.
-    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
-    /// The running script went past its deadline.
-    static TIMED_OUT: Cell<bool> = const { Cell::new(false) };
+    /// When the running script started.
+    static STARTED: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Why the running script must stop, once asked (sticky for the run).
+    static STOPPED: Cell<Option<Stop>> = const { Cell::new(None) };
+    /// The running script has written (a write command answered without an error).
+    static WROTE: Cell<bool> = const { Cell::new(false) };
+    /// The running script's slot once it is busy.
+    static BUSY: RefCell<Option<Busy>> = const { RefCell::new(None) };
+    /// The running script's SHA1 and declared keys (see [`Running`]).
+    static SHA: Cell<Sha> = const { Cell::new([0; 40]) };
+    static KEYS: Cell<Option<NonNull<[&'static [u8]]>>> = const { Cell::new(None) };
     /// The running script said `redis.setresp(3)`.
     static RESP3: Cell<bool> = const { Cell::new(false) };
     /// The text of the error a Rust function of the `redis` table just raised.
@@ -74,20 +88,47 @@ thread_local! {
     static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::new());
 }
 
-/// The host of the script running on this thread, from [`Running::start`] until it drops.
+/// Why a running script must stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// `SCRIPT KILL`.
+    Killed,
+    /// `SHUTDOWN NOSAVE`.
+    Shutdown,
+}
+
+impl Stop {
+    fn text(self) -> &'static str {
+        match self {
+            Stop::Killed => "ERR Script killed by user with SCRIPT KILL...",
+            Stop::Shutdown => "ERR Script stopped: the server is shutting down (SHUTDOWN NOSAVE)",
+        }
+    }
+}
+
+/// The script running on this thread, from [`Running::start`] until it drops: its host, its
+/// SHA1 and keys (published if it goes busy), its clock and flags.
 ///
 /// `redis.call` and `redis.pcall` are made once per state (a function made per run costs more
 /// than the commands a limiter script calls); they reach the run's host through [`HOST`].
 struct Running;
 
 impl Running {
-    fn start(host: &mut dyn Host) -> Running {
+    fn start(host: &mut dyn Host, sha: &Sha, keys: &[&[u8]]) -> Running {
         let ptr = NonNull::from(host);
         // SAFETY: only the lifetime is erased. The pointer is cleared when `Running` drops, at
         // the end of the run that borrows `host` mutably for its whole length, and is used
         // only by `with_host`, during that run.
         let ptr: NonNull<dyn Host> = unsafe { std::mem::transmute(ptr) };
         HOST.set(Some(ptr));
+        // SAFETY: as for the host: `keys` outlives the run, and `KEYS` is cleared as it ends;
+        // it is read only by `look`, on this thread, during the run.
+        let keys: NonNull<[&'static [u8]]> = unsafe { std::mem::transmute(NonNull::from(keys)) };
+        KEYS.set(Some(keys));
+        SHA.set(*sha);
+        STOPPED.set(None);
+        WROTE.set(false);
+        STARTED.set(Some(Instant::now()));
         Running
     }
 }
@@ -95,7 +136,82 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         HOST.set(None);
+        KEYS.set(None);
+        STARTED.set(None);
+        // A busy script's slot is freed: the other threads serve its shards again.
+        BUSY.take();
     }
+}
+
+/// The instruction hook's look, every [`HOOK_EVERY`] instructions: whether the script must
+/// stop (then it raises, again at every later look), and whether it has just gone busy.
+fn look() -> mlua::Result<VmState> {
+    if STOPPED.get().is_none() {
+        if busy::stopping() {
+            STOPPED.set(Some(Stop::Shutdown));
+        } else {
+            BUSY.with_borrow_mut(|slot| match slot {
+                Some(b) if b.killed() => {
+                    sluice_log::warn("Lua script killed by user with SCRIPT KILL.");
+                    STOPPED.set(Some(Stop::Killed));
+                }
+                Some(_) => {}
+                None => go_busy(slot),
+            });
+        }
+    }
+    match STOPPED.get() {
+        Some(stop) => raise(stop.text()),
+        None => Ok(VmState::Continue),
+    }
+}
+
+/// Publishes the running script as busy once it has run past the threshold.
+#[cold]
+fn go_busy(slot: &mut Option<Busy>) {
+    let Some(started) = STARTED.get() else {
+        return;
+    };
+    let ran = started.elapsed();
+    if ran < busy::threshold() {
+        return;
+    }
+    let Some(keys) = KEYS.get() else {
+        return;
+    };
+    // SAFETY: set by `Running` for this run (see there).
+    let keys = unsafe { keys.as_ref() };
+    *slot = Busy::enter(keys, WROTE.get());
+    sluice_log::warn(&format!(
+        "Slow script detected: still in execution after {} milliseconds. You can try killing the script using the SCRIPT KILL command. Script name is: {}.",
+        ran.as_millis(),
+        String::from_utf8_lossy(&SHA.get())
+    ));
+}
+
+/// `check_stop()` for the prelude: raises the stop, if one was asked, where a `pcall` would
+/// otherwise have caught it.
+fn check_stop() -> mlua::Result<()> {
+    match STOPPED.get() {
+        Some(stop) => raise(stop.text()),
+        None => Ok(()),
+    }
+}
+
+/// The running script called a command that wrote: from now on it cannot be killed.
+fn note_written() {
+    WROTE.set(true);
+    BUSY.with_borrow(|b| {
+        if let Some(b) = b {
+            b.wrote();
+        }
+    });
+}
+
+/// Whether the script running on this thread is busy: its own commands (which come through
+/// the dispatcher too) are never refused `-BUSY`.
+pub fn busy_here() -> bool {
+    BUSY.with_borrow(Option::is_some)
 }
 
 /// Runs `f` with the running script's host, or `None` outside a run.
@@ -118,7 +234,7 @@ fn with_host<R>(f: impl FnOnce(Option<&mut dyn Host>) -> R) -> R {
 /// script's line. A Rust function cannot raise a table, so it leaves the error's text in
 /// [`STASH`] and raises; the prelude takes it back (`take_stash`) as Redis's `{err=...}`.
 const PRELUDE: &str = r#"
-local take_stash = ...
+local take_stash, check_stop = ...
 local G = _G
 local getinfo = debug.getinfo
 local error, type, tostring, select, xpcall, pcall, setfenv, getfenv, setmetatable, rawset, loadstring, ipairs =
@@ -146,11 +262,21 @@ end
 -- Redis 7.0's pcall: an error table comes back as its `err` text.
 local function caught(ok, ...)
   if ok then return ok, ... end
+  check_stop()
   local err = host_error((...))
   if type(err) == 'table' and type(err.err) == 'string' then return false, err.err end
   return false, err
 end
 G.pcall = function(...) return caught(pcall(...)) end
+-- A stop (SCRIPT KILL, SHUTDOWN NOSAVE) is raised again where xpcall or coroutine.resume
+-- would have caught it.
+local function passed_on(ok, ...)
+  if not ok then check_stop() end
+  return ok, ...
+end
+G.xpcall = function(f, h) return passed_on(xpcall(f, h)) end
+local resume = coroutine.resume
+coroutine.resume = function(...) return passed_on(resume(...)) end
 local function handler(err)
   err = host_error(err)
   local level = 2
@@ -242,17 +368,14 @@ impl Engine {
         g.raw_set("cjson", super::cjson::library(&lua)?)?;
         g.raw_set("redis", redis_library(&lua)?)?;
         let take_stash = lua.create_function(|_, ()| Ok(STASH.take()))?;
-        let run: Function = lua.load(PRELUDE).set_name("=sluice").call(take_stash)?;
+        let check_stop = lua.create_function(|_, ()| check_stop())?;
+        let run: Function = lua
+            .load(PRELUDE)
+            .set_name("=sluice")
+            .call((take_stash, check_stop))?;
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-            |_, _| {
-                let late = TIMED_OUT.get() || DEADLINE.get().is_some_and(|d| Instant::now() >= d);
-                if late {
-                    TIMED_OUT.set(true);
-                    return Err(mlua::Error::runtime("script time limit"));
-                }
-                Ok(VmState::Continue)
-            },
+            |_, _| look(),
         )?;
         Ok(Engine {
             lua,
@@ -507,10 +630,8 @@ fn run_function(
     let sha_text = String::from_utf8_lossy(sha);
     RESP3.set(false);
     STASH.take();
-    TIMED_OUT.set(false);
-    DEADLINE.set(Some(Instant::now() + TIME_LIMIT));
     let lua = &engine.lua;
-    let _running = Running::start(host);
+    let running = Running::start(host, sha, keys);
     let result = (|| {
         let keys = strings(lua, keys)?;
         let argv = strings(lua, argv)?;
@@ -526,7 +647,7 @@ fn run_function(
         }
         Ok::<(), mlua::Error>(())
     })();
-    DEADLINE.set(None);
+    drop(running);
     if let Err(e) = result {
         let text = match e {
             mlua::Error::MemoryError(_) => memory_error(),
@@ -548,12 +669,12 @@ fn memory_error() -> String {
 /// The reply to a script that raised `err` (the handler's table, or a string for errors the
 /// handler does not see: out of memory).
 fn script_error(err: &Lua_, sha: &str, out: &mut BytesMut) {
-    if TIMED_OUT.get() {
-        let ms = TIME_LIMIT.as_millis();
-        return reply::error(
-            out,
-            &format!("ERR Script ran past the time limit ({ms} ms) and was stopped script: {sha}"),
-        );
+    // A stop raised where the error handler could not see it (in the handler itself) is
+    // still answered as the stop.
+    if let Some(stop) = STOPPED.get()
+        && !matches!(err, Lua_::Table(_))
+    {
+        return reply::error(out, &format!("{} script: {sha}", stop.text()));
     }
     match err {
         Lua_::Table(t) => {
@@ -620,9 +741,7 @@ fn call(lua: &Lua, args: mlua::MultiValue, raise_errors: bool) -> mlua::Result<L
         }
     };
     STASH.take();
-    if TIMED_OUT.get() {
-        return Err(mlua::Error::runtime("script time limit"));
-    }
+    check_stop()?;
     if args.is_empty() {
         return refuse("ERR Please specify at least one argument for this redis lib call");
     }
@@ -647,7 +766,12 @@ fn call(lua: &Lua, args: mlua::MultiValue, raise_errors: bool) -> mlua::Result<L
     };
     match reply {
         Ok(Some(sluice_resp::Value::Error(e))) => refuse(&convert::error_text(&e)),
-        Ok(Some(v)) => convert::resp_to_lua(lua, &v, resp3),
+        Ok(Some(v)) => {
+            if !WROTE.get() && crate::cmd::lookup(argv[0]).is_some_and(|spec| spec.write) {
+                note_written();
+            }
+            convert::resp_to_lua(lua, &v, resp3)
+        }
         _ => refuse("ERR the command's reply could not be read"),
     }
 }
