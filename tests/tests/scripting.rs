@@ -896,3 +896,38 @@ fn a_million_script_loads_are_bounded() {
         Reply::Bulk(b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db".to_vec())
     );
 }
+
+/// `busy-reply-threshold` and its old name `lua-time-limit` answer CONFIG GET and SET as
+/// redis-server's do, bad values included.
+#[test]
+fn busy_reply_threshold_is_configured_as_in_redis() {
+    if !have_tool("redis-server") {
+        eprintln!("skipped: no redis-server");
+        return;
+    }
+    let redis = RedisServer::start(&[]);
+    let sluice = Sluice::start();
+    let mut theirs = RespConn::connect(redis.port);
+    let mut ours = RespConn::connect(sluice.port);
+    let steps: &[&[&str]] = &[
+        &["CONFIG", "GET", "busy-reply-threshold"],
+        &["CONFIG", "GET", "lua-time-limit"],
+        &["CONFIG", "SET", "busy-reply-threshold", "-1"],
+        &["CONFIG", "SET", "lua-time-limit", "abc"],
+        &[
+            "CONFIG",
+            "SET",
+            "busy-reply-threshold",
+            "9223372036854775808",
+        ],
+        &["CONFIG", "SET", "lua-time-limit", "250"],
+        &["CONFIG", "GET", "busy-reply-threshold"],
+        &["CONFIG", "SET", "busy-reply-threshold", "0"],
+        &["CONFIG", "GET", "lua-time-limit"],
+        &["CONFIG", "SET", "busy-reply-threshold", "5000"],
+        &["SCRIPT", "KILL"],
+    ];
+    for step in steps {
+        assert_eq!(ours.call(step), theirs.call(step), "{step:?}");
+    }
+}
