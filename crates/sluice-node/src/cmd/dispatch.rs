@@ -64,7 +64,8 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
     {
         return refuse(ctx, spec, &e.text(spec.name));
     }
-    // A script past busy-reply-threshold on another thread holds these keys' shards.
+    // A long script on another thread holds these keys' shards: wait for it outside the
+    // lock, or answer -BUSY once it is past busy-reply-threshold.
     if crate::script::busy::any() && script::busy_refusal(ctx, spec, req) {
         return refuse(ctx, spec, script::BUSY);
     }

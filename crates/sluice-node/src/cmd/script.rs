@@ -13,17 +13,20 @@
 //!   but the script's own (which runs the script). With several busy scripts (one per worker
 //!   thread at most) it stops every one that has not written.
 //!
-//! # Busy scripts and the other clients
-//! [`busy_refusal`] is the dispatcher's look, made only while a script is busy: a command whose
-//! keys fall in a busy script's shards is answered Redis's `-BUSY`, where it would otherwise
-//! wait on the shard's lock for as long as the script runs; so is one that reads every shard
-//! (DBSIZE, SCAN, RL.HIT, EXEC: a transaction's commands are not looked at one by one). Others
-//! run (our difference: Redis answers every command `-BUSY` but a few, since it serves nothing
-//! else while a script runs). What it cannot see: the shards a busy script took for keys it
-//! did not declare (only the declared keys are published), and a command that was already
-//! waiting on a shard's lock when the script went busy (it waits for the script's end); a
-//! thread so waiting serves none of its clients meanwhile, so `SCRIPT KILL` must come through
-//! another thread.
+//! # Long and busy scripts and the other clients
+//! [`busy_refusal`] is the dispatcher's look, made only while a script is listed (one that
+//! reached its thread's first instruction-hook look, a few thousand instructions in; see
+//! `script::busy`). A command of another client whose keys fall in a listed script's shards,
+//! or one that reads every shard (DBSIZE, SCAN, RL.HIT, EXEC: a transaction's commands are not
+//! looked at one by one), waits here, outside the shard's lock, while the script is long, and
+//! is answered Redis's `-BUSY` once it is busy (past `busy-reply-threshold`), instead of
+//! waiting on the lock for as long as the script runs. Commands on other shards and those
+//! that touch none run (our difference: Redis answers every command `-BUSY` but a few, since
+//! it serves nothing else while a script runs). What it cannot see: the shards a listed
+//! script took for keys it did not declare (only the declared keys are listed), and a command
+//! that was already waiting on a shard's lock before the script was listed (in its first few
+//! thousand instructions): that one waits for the script's end, and its thread with it, so
+//! `SCRIPT KILL` comes through another thread.
 
 use sluice_resp::{Request, reply};
 
@@ -64,10 +67,13 @@ const TOUCH_NO_SHARD: &[&str] = &[
 ];
 
 /// Whether `req` must be answered `-BUSY` (see the module docs); only asked while a script is
-/// busy ([`busy::any`]). Never for a busy script's own commands; a command of another script
-/// (not busy) is, since what it would wait for is a key that script did not declare.
+/// listed ([`busy::any`]). A command on a long script's shards waits here, outside the lock,
+/// until the script ends (then it runs) or goes busy (then it is refused). Never for a listed
+/// script's own commands; a command of another script is refused if a busy script holds what
+/// it needs, and never waits here (two scripts waiting for each other would never reach their
+/// hooks): it takes the lock's bounded wait.
 pub(super) fn busy_refusal(ctx: &Ctx<'_>, spec: &CommandSpec, req: &Request) -> bool {
-    if script::busy_here() {
+    if script::listed_here() {
         return false;
     }
     let store = &ctx.shared.store;
@@ -75,13 +81,34 @@ pub(super) fn busy_refusal(ctx: &Ctx<'_>, spec: &CommandSpec, req: &Request) -> 
         eval_keys(req).map(|k| store.shard_of(k)).collect()
     } else if spec.first_key > 0 {
         spec.key_args(req).map(|k| store.shard_of(k)).collect()
+    } else if TOUCH_NO_SHARD.contains(&spec.name) {
+        return false;
     } else {
-        // Every shard, or none.
-        return !TOUCH_NO_SHARD.contains(&spec.name);
+        // Every shard.
+        (0..store.shard_count()).collect()
     };
     shards.sort_unstable();
-    busy::holds_any(|k| shards.binary_search(&store.shard_of(k)).is_ok())
+    let holder = || busy::holder(|k| shards.binary_search(&store.shard_of(k)).is_ok());
+    let in_script = script::running();
+    let mut pause = WAIT_FIRST;
+    loop {
+        match holder() {
+            busy::Holder::Free => return false,
+            busy::Holder::Busy => return true,
+            busy::Holder::Long if in_script => return false,
+            busy::Holder::Long => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(WAIT_MOST);
+            }
+        }
+    }
 }
+
+/// How long a command waiting for a long script sleeps between two looks: from
+/// [`WAIT_FIRST`], doubling, to [`WAIT_MOST`] (what a command past a long script's end waits
+/// at most more than it would have on the lock).
+const WAIT_FIRST: std::time::Duration = std::time::Duration::from_micros(20);
+const WAIT_MOST: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The declared keys of an EVAL, EVALSHA, EVAL_RO or EVALSHA_RO (none if `numkeys` is not a
 /// count of the arguments: the command refuses it).

@@ -30,7 +30,7 @@ impl Command<'_> for Shutdown {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        if !self.nosave && crate::script::busy::any() {
+        if !self.nosave && crate::script::busy::any_busy() {
             return Err(CmdError::msg(super::script::BUSY));
         }
         sluice_log::log("SHUTDOWN requested by a client");

@@ -1,19 +1,22 @@
-//! Busy scripts: the scripts that ran past `busy-reply-threshold`, seen from every thread.
+//! Long and busy scripts, seen from every thread.
 //!
-//! A script runs on its connection's worker thread, holding the shards of its keys. Once it has
-//! run past [`threshold`] its thread's instruction hook publishes it here ([`Busy::enter`]): its
-//! declared keys, whether it has written, and a kill flag. From then on the dispatcher of every
-//! other thread answers a command on one of those keys' shards `-BUSY` instead of waiting on the
-//! shard's lock (`cmd::script::busy_refusal`), `SCRIPT KILL` sets the kill flag of the ones
-//! that have not written ([`kill`]), and `SHUTDOWN NOSAVE` stops every script ([`stop_all`]).
-//! The hook reads the flags back every few thousand instructions.
+//! A script runs on its connection's worker thread, holding the shards of its keys. A short
+//! script (most limiter scripts) is never seen here. One that reaches its thread's first look
+//! (the instruction hook, every few thousand instructions) is *listed* ([`Long::enter`]): its
+//! declared keys, whether it has written, a kill flag. From then on the dispatcher of every
+//! other thread, for a command on one of those keys' shards (`cmd::script::busy_refusal`),
+//! waits outside the shard's lock until the script ends or goes busy, instead of waiting on the
+//! lock, where nothing could tell it to stop waiting. Past [`threshold`] the script is *busy*
+//! ([`Long::set_busy`]): those commands are answered `-BUSY`, `SCRIPT KILL` sets the kill flag
+//! of the busy scripts that have not written ([`kill`]), and `SHUTDOWN NOSAVE` stops every
+//! script ([`stop_all`]). The hook reads the flags back at each look.
 //!
 //! # Invariants
-//! - Outside a busy script, the only cost on the request path is [`any`]: one relaxed load of
-//!   a counter no thread writes until a script goes busy.
-//! - One slot per busy script, claimed by its own thread ([`Busy::enter`]) and freed when the
-//!   script ends ([`Busy`]'s drop); a slot's keys are written before it is counted busy, so a
-//!   reader that sees it busy sees its keys.
+//! - Outside a long script, the only cost on the request path is [`any`]: one relaxed load of
+//!   a counter no thread writes until a script runs long.
+//! - One slot per long script, claimed by its own thread and freed when the script ends
+//!   ([`Long`]'s drop); a slot's keys are written before it is counted, so a reader that sees
+//!   it listed sees its keys.
 //! - A node is one process: the threshold, the slots and the stop flag are the process's, as
 //!   the script cache is.
 
@@ -25,19 +28,21 @@ use parking_lot::Mutex;
 /// `busy-reply-threshold` (alias `lua-time-limit`) in milliseconds, Redis's default.
 static THRESHOLD_MS: AtomicU64 = AtomicU64::new(5000);
 
-/// Slots busy now.
-static BUSY: AtomicUsize = AtomicUsize::new(0);
+/// Slots listed now.
+static LISTED: AtomicUsize = AtomicUsize::new(0);
 
 /// `SHUTDOWN NOSAVE` was asked: every script stops at its next look at its flags.
 static STOP_ALL: AtomicBool = AtomicBool::new(false);
 
-/// Scripts that can be busy at once: one per worker thread at most.
+/// Scripts that can be listed at once: one per worker thread at most.
 const SLOTS: usize = 256;
 
 struct Slot {
-    /// Taken by a busy script (set first, cleared last).
+    /// Taken by a long script (set first, cleared last).
     claimed: AtomicBool,
-    /// Counted busy: its keys are in place.
+    /// Counted in [`LISTED`]: its keys are in place.
+    listed: AtomicBool,
+    /// Past the threshold.
     busy: AtomicBool,
     /// The script has written (it can no longer be killed).
     written: AtomicBool,
@@ -50,6 +55,7 @@ struct Slot {
 #[allow(clippy::declare_interior_mutable_const)]
 const FREE: Slot = Slot {
     claimed: AtomicBool::new(false),
+    listed: AtomicBool::new(false),
     busy: AtomicBool::new(false),
     written: AtomicBool::new(false),
     kill: AtomicBool::new(false),
@@ -73,10 +79,15 @@ pub fn set_threshold_ms(ms: u64) {
     THRESHOLD_MS.store(ms, Ordering::Relaxed);
 }
 
-/// Whether any script is busy: the request path's only look here.
+/// Whether any script is listed (long or busy): the request path's only look here.
 #[inline(always)]
 pub fn any() -> bool {
-    BUSY.load(Ordering::Relaxed) != 0
+    LISTED.load(Ordering::Relaxed) != 0
+}
+
+/// Whether any script is busy.
+pub fn any_busy() -> bool {
+    any() && TABLE.iter().any(|s| s.busy.load(Ordering::Acquire))
 }
 
 /// Whether `SHUTDOWN NOSAVE` asked every script to stop.
@@ -90,12 +101,29 @@ pub fn stop_all() {
     STOP_ALL.store(true, Ordering::Relaxed);
 }
 
-/// Whether a busy script declared a key `f` says is on a shard the caller needs.
-pub fn holds_any(mut f: impl FnMut(&[u8]) -> bool) -> bool {
-    TABLE
-        .iter()
-        .filter(|s| s.busy.load(Ordering::Acquire))
-        .any(|s| s.keys.lock().iter().any(|k| f(k)))
+/// Who holds the shards a caller needs, as far as the listed scripts say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// No listed script.
+    Free,
+    /// A long script, not yet busy.
+    Long,
+    /// A busy script.
+    Busy,
+}
+
+/// Who holds a key `f` says is on a shard the caller needs (a busy script first).
+pub fn holder(mut f: impl FnMut(&[u8]) -> bool) -> Holder {
+    let mut found = Holder::Free;
+    for s in TABLE.iter().filter(|s| s.listed.load(Ordering::Acquire)) {
+        if s.keys.lock().iter().any(|k| f(k)) {
+            if s.busy.load(Ordering::Acquire) {
+                return Holder::Busy;
+            }
+            found = Holder::Long;
+        }
+    }
+    found
 }
 
 /// What `SCRIPT KILL` did.
@@ -112,7 +140,8 @@ pub enum Kill {
 /// `SCRIPT KILL`: tells every busy script that has not written to stop.
 pub fn kill() -> Kill {
     let mut outcome = Kill::NotBusy;
-    for slot in TABLE.iter().filter(|s| s.busy.load(Ordering::Acquire)) {
+    let busy = |s: &&Slot| s.listed.load(Ordering::Acquire) && s.busy.load(Ordering::Acquire);
+    for slot in TABLE.iter().filter(busy) {
         if slot.written.load(Ordering::Acquire) {
             if outcome == Kill::NotBusy {
                 outcome = Kill::Unkillable;
@@ -125,17 +154,17 @@ pub fn kill() -> Kill {
     outcome
 }
 
-/// A busy script's slot, held by its thread until the script ends.
+/// A long script's slot, held by its thread until the script ends.
 #[derive(Debug)]
-pub struct Busy {
+pub struct Long {
     slot: usize,
 }
 
-impl Busy {
-    /// Publishes the running script as busy, with its declared `keys` and whether it has
-    /// written. `None` if every slot is taken (more busy scripts than [`SLOTS`]): the script
-    /// then runs on unseen, as every script did before it went busy.
-    pub fn enter(keys: &[&[u8]], written: bool) -> Option<Busy> {
+impl Long {
+    /// Lists the running script, with its declared `keys` and whether it has written. `None`
+    /// if every slot is taken (more long scripts than [`SLOTS`]): the script then runs on
+    /// unseen, as a short one does.
+    pub fn enter(keys: &[&[u8]], written: bool) -> Option<Long> {
         let slot = TABLE.iter().position(|s| {
             s.claimed
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -148,10 +177,21 @@ impl Busy {
             held.extend(keys.iter().map(|k| k.to_vec()));
         }
         s.kill.store(false, Ordering::Relaxed);
+        s.busy.store(false, Ordering::Relaxed);
         s.written.store(written, Ordering::Release);
-        s.busy.store(true, Ordering::Release);
-        BUSY.fetch_add(1, Ordering::Relaxed);
-        Some(Busy { slot })
+        s.listed.store(true, Ordering::Release);
+        LISTED.fetch_add(1, Ordering::Relaxed);
+        Some(Long { slot })
+    }
+
+    /// The script ran past the threshold: other clients are answered `-BUSY`, and `SCRIPT KILL`
+    /// may stop it.
+    pub fn set_busy(&self) {
+        TABLE[self.slot].busy.store(true, Ordering::Release);
+    }
+
+    pub fn is_busy(&self) -> bool {
+        TABLE[self.slot].busy.load(Ordering::Relaxed)
     }
 
     /// The script has just written: `SCRIPT KILL` can no longer stop it.
@@ -165,11 +205,12 @@ impl Busy {
     }
 }
 
-impl Drop for Busy {
+impl Drop for Long {
     fn drop(&mut self) {
         let s = &TABLE[self.slot];
-        s.busy.store(false, Ordering::Release);
-        BUSY.fetch_sub(1, Ordering::Relaxed);
+        s.listed.store(false, Ordering::Release);
+        LISTED.fetch_sub(1, Ordering::Relaxed);
+        s.busy.store(false, Ordering::Relaxed);
         s.keys.lock().clear();
         s.kill.store(false, Ordering::Relaxed);
         s.written.store(false, Ordering::Relaxed);
@@ -181,17 +222,22 @@ impl Drop for Busy {
 mod tests {
     use super::*;
 
-    /// The slots are the process's: one test walks them all, so no other test sees a busy
+    /// The slots are the process's: one test walks them all, so no other test sees a listed
     /// script.
     #[test]
-    fn a_busy_script_is_seen_killed_or_unkillable_and_freed() {
+    fn a_long_script_is_waited_for_then_busy_killed_or_unkillable_and_freed() {
         assert!(!any());
         assert_eq!(kill(), Kill::NotBusy);
-        let a = Busy::enter(&[b"k"], false).unwrap();
-        assert!(any());
-        assert!(holds_any(|k| k == b"k"));
-        assert!(!holds_any(|k| k == b"other"));
-        let b = Busy::enter(&[b"w"], true).unwrap();
+        let a = Long::enter(&[b"k"], false).unwrap();
+        assert!(any() && !any_busy());
+        assert_eq!(holder(|k| k == b"k"), Holder::Long);
+        assert_eq!(kill(), Kill::NotBusy, "a long script is not busy yet");
+        a.set_busy();
+        assert!(any_busy());
+        assert_eq!(holder(|k| k == b"k"), Holder::Busy);
+        assert_eq!(holder(|k| k == b"other"), Holder::Free);
+        let b = Long::enter(&[b"w"], true).unwrap();
+        b.set_busy();
         assert_eq!(kill(), Kill::Killed);
         assert!(a.killed());
         assert!(!b.killed());
@@ -201,7 +247,7 @@ mod tests {
         drop(b);
         assert!(!any());
         assert_eq!(kill(), Kill::NotBusy);
-        let c = Busy::enter(&[], false).unwrap();
-        assert!(!c.killed(), "a slot starts with no kill");
+        let c = Long::enter(&[], false).unwrap();
+        assert!(!c.killed() && !c.is_busy(), "a slot starts afresh");
     }
 }

@@ -23,9 +23,10 @@
 //!   allocation past it fails the script with `ERR Lua memory limit reached ...` and the state
 //!   is collected.
 //! - Time, as Redis bounds it: nothing stops a script by itself. An instruction-count hook
-//!   looks at the clock every [`HOOK_EVERY`] instructions; past `busy-reply-threshold` the
-//!   script is published as busy (`busy`): other threads answer commands on its shards
-//!   `-BUSY`, and `SCRIPT KILL` may stop it, if it has not written, with Redis's
+//!   looks at the clock every [`HOOK_EVERY`] instructions. At its first look the script is
+//!   listed as long (`busy`): other threads wait for it outside the locks of its shards; past
+//!   `busy-reply-threshold` it is busy: they answer commands on its shards `-BUSY`, and
+//!   `SCRIPT KILL` may stop it, if it has not written, with Redis's
 //!   `ERR Script killed by user with SCRIPT KILL... script: <sha>, on @user_script:<line>.`
 //!   `SHUTDOWN NOSAVE` stops every script, written or not, so the node can exit. A stop is
 //!   sticky: once asked, every later look raises again, and `pcall`, `xpcall` and
@@ -46,7 +47,7 @@ use mlua::{
 };
 use sluice_resp::reply::{self, Proto};
 
-use super::busy::{self, Busy};
+use super::busy::{self, Long};
 use super::cache::{self, Sha};
 use super::convert::{self, Out};
 use super::{Host, Source};
@@ -73,8 +74,8 @@ thread_local! {
     static STOPPED: Cell<Option<Stop>> = const { Cell::new(None) };
     /// The running script has written (a write command answered without an error).
     static WROTE: Cell<bool> = const { Cell::new(false) };
-    /// The running script's slot once it is busy.
-    static BUSY: RefCell<Option<Busy>> = const { RefCell::new(None) };
+    /// The running script's slot once it is long (see `busy`).
+    static LONG: RefCell<Option<Long>> = const { RefCell::new(None) };
     /// The running script's SHA1 and declared keys (see [`Running`]).
     static SHA: Cell<Sha> = const { Cell::new([0; 40]) };
     static KEYS: Cell<Option<NonNull<[&'static [u8]]>>> = const { Cell::new(None) };
@@ -138,25 +139,31 @@ impl Drop for Running {
         HOST.set(None);
         KEYS.set(None);
         STARTED.set(None);
-        // A busy script's slot is freed: the other threads serve its shards again.
-        BUSY.take();
+        // A long script's slot is freed: the other threads serve its shards again.
+        LONG.take();
     }
 }
 
 /// The instruction hook's look, every [`HOOK_EVERY`] instructions: whether the script must
-/// stop (then it raises, again at every later look), and whether it has just gone busy.
+/// stop (then it raises, again at every later look); at the first look, the script is listed
+/// as long; past the threshold, busy.
 fn look() -> mlua::Result<VmState> {
     if STOPPED.get().is_none() {
         if busy::stopping() {
             STOPPED.set(Some(Stop::Shutdown));
         } else {
-            BUSY.with_borrow_mut(|slot| match slot {
-                Some(b) if b.killed() => {
-                    sluice_log::warn("Lua script killed by user with SCRIPT KILL.");
-                    STOPPED.set(Some(Stop::Killed));
+            LONG.with_borrow_mut(|slot| {
+                if slot.is_none() {
+                    *slot = list();
                 }
-                Some(_) => {}
-                None => go_busy(slot),
+                match slot {
+                    Some(long) if long.killed() => {
+                        sluice_log::warn("Lua script killed by user with SCRIPT KILL.");
+                        STOPPED.set(Some(Stop::Killed));
+                    }
+                    Some(long) if !long.is_busy() => go_busy(long),
+                    _ => {}
+                }
             });
         }
     }
@@ -166,9 +173,16 @@ fn look() -> mlua::Result<VmState> {
     }
 }
 
-/// Publishes the running script as busy once it has run past the threshold.
+/// Lists the running script as long, with its declared keys.
 #[cold]
-fn go_busy(slot: &mut Option<Busy>) {
+fn list() -> Option<Long> {
+    // SAFETY: set by `Running` for this run (see there).
+    let keys = unsafe { KEYS.get()?.as_ref() };
+    Long::enter(keys, WROTE.get())
+}
+
+/// Marks the running script busy once it has run past the threshold.
+fn go_busy(long: &Long) {
     let Some(started) = STARTED.get() else {
         return;
     };
@@ -176,12 +190,7 @@ fn go_busy(slot: &mut Option<Busy>) {
     if ran < busy::threshold() {
         return;
     }
-    let Some(keys) = KEYS.get() else {
-        return;
-    };
-    // SAFETY: set by `Running` for this run (see there).
-    let keys = unsafe { keys.as_ref() };
-    *slot = Busy::enter(keys, WROTE.get());
+    long.set_busy();
     sluice_log::warn(&format!(
         "Slow script detected: still in execution after {} milliseconds. You can try killing the script using the SCRIPT KILL command. Script name is: {}.",
         ran.as_millis(),
@@ -201,17 +210,22 @@ fn check_stop() -> mlua::Result<()> {
 /// The running script called a command that wrote: from now on it cannot be killed.
 fn note_written() {
     WROTE.set(true);
-    BUSY.with_borrow(|b| {
-        if let Some(b) = b {
-            b.wrote();
+    LONG.with_borrow(|long| {
+        if let Some(long) = long {
+            long.wrote();
         }
     });
 }
 
-/// Whether the script running on this thread is busy: its own commands (which come through
-/// the dispatcher too) are never refused `-BUSY`.
-pub fn busy_here() -> bool {
-    BUSY.with_borrow(Option::is_some)
+/// Whether this thread runs a script now (its commands come through the dispatcher too).
+pub fn running() -> bool {
+    HOST.get().is_some()
+}
+
+/// Whether the script running on this thread is listed as long (see `busy`): its own commands
+/// are never made to wait for it, nor refused `-BUSY`.
+pub fn listed_here() -> bool {
+    LONG.with_borrow(Option::is_some)
 }
 
 /// Runs `f` with the running script's host, or `None` outside a run.

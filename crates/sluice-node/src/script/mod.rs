@@ -2,8 +2,9 @@
 //! the `redis` library and the conversions between Lua values and RESP.
 //!
 //! # Layout
-//! - `busy`: the scripts that ran past `busy-reply-threshold`, seen from every thread (for
-//!   `-BUSY`, `SCRIPT KILL` and `SHUTDOWN NOSAVE`).
+//! - `busy`: the long scripts and those past `busy-reply-threshold`, seen from every thread
+//!   (other clients wait for the first and get `-BUSY` from the second; `SCRIPT KILL`,
+//!   `SHUTDOWN NOSAVE`).
 //! - `cache`: the node's script cache (SHA1 → body), shared by every thread, bounded in bytes.
 //! - `engine`: one Lua state per worker thread (thread-local), each with the sandbox, the
 //!   `redis`, `bit` and `cjson` libraries and the functions it compiled, and the run of one
@@ -35,7 +36,7 @@ mod cjson;
 mod convert;
 mod engine;
 
-pub use engine::{MEMORY_LIMIT, busy_here, load, run};
+pub use engine::{MEMORY_LIMIT, listed_here, load, run, running};
 
 use bytes::BytesMut;
 
