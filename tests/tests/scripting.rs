@@ -627,14 +627,14 @@ fn hostile_scripts_are_bounded() {
     let port = sluice.port;
     let mut c = RespConn::connect(port);
     assert_eq!(
-        c.call(&["CONFIG", "SET", "lua-time-limit", "200"]),
+        c.call(&["CONFIG", "SET", "lua-time-limit", "4000"]),
         Reply::Status("OK".into())
     );
     assert_eq!(
         c.call(&["CONFIG", "GET", "busy-reply-threshold"]),
         Reply::Array(vec![
             Reply::Bulk(b"busy-reply-threshold".to_vec()),
-            Reply::Bulk(b"200".to_vec())
+            Reply::Bulk(b"4000".to_vec())
         ])
     );
     assert_eq!(
@@ -643,23 +643,52 @@ fn hostile_scripts_are_bounded() {
     );
     c.call(&["SET", "k", "v"]);
 
-    // A loop that reads: killable.
+    // A loop that only reads: killable.
     let looping = std::thread::spawn(move || {
-        let mut c = RespConn::connect(port);
-        let r = c.call(&[
-            "EVAL",
-            "redis.call('get', KEYS[1]) while true do end",
-            "1",
-            "k",
-        ]);
+        let mut c = Raw::connect(port);
+        c.writer
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        let r = c.call(&["EVAL", "while true do end", "1", "k"]);
         (r, c.call(&["EVAL", "return 7", "0"]))
     });
-    wait_busy(&sluice, 1);
-    let mut other = on_another_thread(port);
-    assert_eq!(
-        other.call(&["GET", "k"]),
-        format!("-{BUSY}\r\n").into_bytes()
+    // Before the threshold, a command on its shard from another thread waits (outside the
+    // shard's lock), then is answered -BUSY when the script goes busy. The script runs once a
+    // connection's PING is not answered at once (it is on the script's thread); then one
+    // whose PING is answered is on another thread.
+    let started = wait_until(Duration::from_secs(30), || {
+        let mut raw = Raw::connect(port);
+        raw.writer
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .ok()?;
+        try_call(&mut raw, &["PING"]).is_none().then_some(())
+    });
+    assert!(started.is_some(), "the looping script did not start");
+    let early = wait_until(Duration::from_secs(30), || {
+        let mut raw = Raw::connect(port);
+        raw.writer
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .ok()?;
+        try_call(&mut raw, &["PING"]).filter(|r| r == b"+PONG\r\n")?;
+        raw.writer
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .ok()?;
+        let busy_before = sluice.log().contains("Slow script detected");
+        let sent = Instant::now();
+        let r = try_call(&mut raw, &["GET", "k"])?;
+        Some((r, busy_before, sent.elapsed(), raw))
+    });
+    let (r, busy_before, waited, mut other) = early.expect("no connection saw the script run");
+    eprintln!(
+        "a GET sent before the threshold waited {waited:?}, then: {}",
+        String::from_utf8_lossy(&r).trim_end()
     );
+    assert_eq!(r, format!("-{BUSY}\r\n").into_bytes());
+    assert!(
+        !busy_before,
+        "the script went busy before the test could ask (waited {waited:?})"
+    );
+    wait_busy(&sluice, 1);
     assert_eq!(
         other.call(&["EVAL", "return redis.call('get', KEYS[1])", "1", "k"]),
         format!("-{BUSY}\r\n").into_bytes()
@@ -679,21 +708,23 @@ fn hostile_scripts_are_bounded() {
     );
     assert_eq!(other.call(&["SCRIPT", "KILL"]), b"+OK\r\n");
     let (r, after) = looping.join().unwrap();
-    match r {
-        Reply::Error(e) => assert!(
-            e.starts_with("ERR Script killed by user with SCRIPT KILL... script: ")
-                && e.ends_with(", on @user_script:1."),
-            "{e}"
-        ),
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(after, Reply::Int(7));
+    let r = String::from_utf8_lossy(&r);
+    assert!(
+        r.starts_with("-ERR Script killed by user with SCRIPT KILL... script: ")
+            && r.ends_with(", on @user_script:1.\r\n"),
+        "{r}"
+    );
+    assert_eq!(after, b":7\r\n");
     assert_eq!(
         other.call(&["SCRIPT", "KILL"]),
         b"-NOTBUSY No scripts in execution right now.\r\n"
     );
     assert_eq!(other.call(&["GET", "k"]), b"$1\r\nv\r\n");
 
+    assert_eq!(
+        other.call(&["CONFIG", "SET", "busy-reply-threshold", "200"]),
+        b"+OK\r\n"
+    );
     // A pcall does not catch the kill.
     let looping = std::thread::spawn(move || {
         let mut c = RespConn::connect(port);
@@ -930,4 +961,27 @@ fn busy_reply_threshold_is_configured_as_in_redis() {
     for step in steps {
         assert_eq!(ours.call(step), theirs.call(step), "{step:?}");
     }
+}
+
+/// One call on `raw` of a command with a simple reply; `None` if no whole reply came within
+/// the connection's read timeout.
+fn try_call(raw: &mut Raw, args: &[&str]) -> Option<Vec<u8>> {
+    let mut frame = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        frame.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    raw.writer.write_all(&frame).ok()?;
+    let mut reply = Vec::new();
+    raw.reader.read_until(b'\n', &mut reply).ok()?;
+    if reply.first() == Some(&b'$') {
+        let n: i64 = String::from_utf8_lossy(&reply[1..reply.len() - 2])
+            .parse()
+            .ok()?;
+        if n >= 0 {
+            let mut body = vec![0; n as usize + 2];
+            raw.reader.read_exact(&mut body).ok()?;
+            reply.extend_from_slice(&body);
+        }
+    }
+    Some(reply)
 }
