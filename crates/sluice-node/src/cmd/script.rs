@@ -73,7 +73,9 @@ const TOUCH_NO_SHARD: &[&str] = &[
 /// it needs, and never waits here (two scripts waiting for each other would never reach their
 /// hooks): it takes the lock's bounded wait.
 pub(super) fn busy_refusal(ctx: &Ctx<'_>, spec: &CommandSpec, req: &Request) -> bool {
-    if script::listed_here() {
+    // Nor for a command EXEC runs: the EXEC was looked at (as a command on every shard), and
+    // one refused half way would break the transaction.
+    if script::listed_here() || ctx.session.in_exec {
         return false;
     }
     let store = &ctx.shared.store;
