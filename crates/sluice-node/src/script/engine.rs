@@ -108,7 +108,7 @@ impl Stop {
 }
 
 /// The script running on this thread, from [`Running::start`] until it drops: its host, its
-/// SHA1 and keys (published if it goes busy), its clock and flags.
+/// SHA1 and keys (listed once it runs long), its clock and flags.
 ///
 /// `redis.call` and `redis.pcall` are made once per state (a function made per run costs more
 /// than the commands a limiter script calls); they reach the run's host through [`HOST`].
