@@ -98,9 +98,10 @@ if [ $# -eq 0 ]; then
     cargo build --release -p sluice
     SLUICE_BIN="$PWD/target/release/sluice" \
         cargo test -p sluice-tests --test leases one_key_takes_a_hundred_thousand_pairs
-    # The Python `limits` library's own sync Redis tests, unchanged, against the release
-    # build and against redis-server (its sdist and test dependencies come from PyPI); every
-    # test that passes against Redis must pass against Sluice.
+    # The Python `limits` library's own sync Redis and Redis Cluster tests, unchanged, against
+    # the release build (one node, then a three-node cluster) and against redis-server (one
+    # node, then a Redis Cluster of three); its sdist and test dependencies come from PyPI.
+    # Every test that passes against Redis must pass against Sluice.
     scripts/limits-tests.sh --sluice "$PWD/target/release/sluice" --require-equal
     # The wire, the hostile clients, the command surface, replication (WAIT, PSYNC), the
     # checks, operations and ACLs (CLIENT KILL USER) again, every node on the epoll connection

@@ -29,7 +29,7 @@ use sluice_resp::reply::{self, Proto};
 
 use super::hold::{SCRIPT_REFUSED, hold_for};
 use super::table::flag::NOSCRIPT;
-use super::{Args, CmdError, Command, Ctx, Session, execute, lookup};
+use super::{Args, CmdError, Command, Ctx, LastCommand, Session, execute, lookup};
 use crate::script::{self, Host, Source};
 use crate::shared::Shared;
 
@@ -92,8 +92,15 @@ impl<'a, const SHA: bool, const RO: bool> Command<'a> for Eval<'a, SHA, RO> {
             session: ctx.session,
             now: ctx.now,
             read_only: RO,
+            declared_held: hold.is_some(),
         };
-        script::run(&mut host, source, &self.keys, &self.argv, proto, ctx.out);
+        // A well-known limiter script runs natively (`script::native`); any other, and any
+        // call its native hands over, in Lua.
+        if !script::native::run(
+            &mut host, source, &self.keys, &self.argv, RO, proto, ctx.out,
+        ) {
+            script::run(&mut host, source, &self.keys, &self.argv, proto, ctx.out);
+        }
         drop(hold);
         Ok(())
     }
@@ -107,6 +114,9 @@ struct ScriptHost<'s> {
     session: &'s mut Session,
     now: sluice_core::Nanos,
     read_only: bool,
+    /// This run took the declared keys' shards itself (it is no command of an `EXEC` that
+    /// holds shards already), so a call on declared keys needs none taken.
+    declared_held: bool,
 }
 
 impl Host for ScriptHost<'_> {
@@ -115,6 +125,19 @@ impl Host for ScriptHost<'_> {
     }
 
     fn call(&mut self, args: &[&[u8]], resp3: bool, out: &mut BytesMut) {
+        self.run(args, resp3, true, out);
+    }
+
+    fn call_declared(&mut self, args: &[&[u8]], out: &mut BytesMut) {
+        let take_shards = !self.declared_held;
+        self.run(args, false, take_shards, out);
+    }
+}
+
+impl ScriptHost<'_> {
+    /// Runs one command of the script; `take_shards`: take the shards of its keys that the run
+    /// does not hold yet.
+    fn run(&mut self, args: &[&[u8]], resp3: bool, take_shards: bool, out: &mut BytesMut) {
         let request = Request::from_args(args);
         let Some(spec) = args.first().and_then(|name| lookup(name)) else {
             return reply::error(out, "ERR Unknown Redis command called from script");
@@ -134,11 +157,17 @@ impl Host for ScriptHost<'_> {
                 "ERR Write commands are not allowed from read-only scripts.",
             );
         }
-        if hold_for(&self.shared.store, spec, &request).is_err() {
+        if take_shards && hold_for(&self.shared.store, spec, &request).is_err() {
             return reply::error(out, BUSY_SHARD);
         }
         let proto = self.session.proto;
         self.session.proto = if resp3 { Proto::Resp3 } else { Proto::Resp2 };
+        // Dispatch finds the command in the session's one-entry cache instead of looking it
+        // up again; the caller's entry (EVALSHA's) is put back after.
+        let caller = std::mem::replace(
+            &mut self.session.last_command,
+            LastCommand::new(args[0], spec),
+        );
         let mut ctx = Ctx {
             shared: self.shared,
             session: self.session,
@@ -148,6 +177,7 @@ impl Host for ScriptHost<'_> {
         };
         execute(&request, &mut ctx);
         self.session.proto = proto;
+        self.session.last_command = caller;
     }
 }
 

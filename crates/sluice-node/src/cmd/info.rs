@@ -11,7 +11,7 @@ use sluice_resp::reply;
 
 use super::{Args, CmdError, Command, Ctx};
 
-const SECTIONS: [&str; 13] = [
+const SECTIONS: [&str; 14] = [
     "server",
     "clients",
     "memory",
@@ -23,6 +23,7 @@ const SECTIONS: [&str; 13] = [
     "commandstats",
     "latencystats",
     "cluster",
+    "scripting",
     "regions",
     "keyspace",
 ];
@@ -357,6 +358,11 @@ fn write_section(ctx: &Ctx<'_>, section: &str, t: &mut String) {
             "# Cluster\r\ncluster_enabled:{}\r\n",
             u8::from(shared.cluster.is_some())
         ),
+        "scripting" => {
+            t.push_str("# Scripting\r\n");
+            crate::script::native::info(t);
+            Ok(())
+        }
         "regions" => {
             super::rl_region::info_section(shared.regions.status().as_ref(), t);
             Ok(())

@@ -59,7 +59,17 @@ pub(super) fn parse_options<'a>(args: &mut Args<'a>, which: For) -> Result<Optio
     };
     let set = which == For::Set;
     while let Some(opt) = args.next() {
-        let unit = match opt.to_ascii_uppercase().as_slice() {
+        // Upper-cased on the stack: every option is at most 7 bytes, and a longer word is none.
+        let mut buf = [0u8; 8];
+        let word: &[u8] = match buf.get_mut(..opt.len()) {
+            Some(word) => {
+                word.copy_from_slice(opt);
+                word.make_ascii_uppercase();
+                word
+            }
+            None => b"",
+        };
+        let unit = match word {
             b"NX" if set && o.cond != SetCond::Xx => {
                 o.cond = SetCond::Nx;
                 continue;

@@ -2,6 +2,8 @@
 //! count, negative = at least, both counting the name), flags and key positions, sorted by name.
 //! Dispatch, arity errors, unknown-command errors and the `COMMAND` replies all read it.
 
+use std::sync::LazyLock;
+
 use super::*;
 
 /// Flags, as Redis names them in `COMMAND` replies.
@@ -2163,10 +2165,28 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     let lower = &mut buf[..name.len()];
     lower.copy_from_slice(name);
     lower.make_ascii_lowercase();
-    COMMANDS
-        .binary_search_by(|c| c.name.as_bytes().cmp(lower))
-        .ok()
-        .map(|i| &COMMANDS[i])
+    let first = *lower.first()?;
+    BY_LENGTH_AND_FIRST[bucket(lower.len(), first)]
+        .iter()
+        .map(|&i| &COMMANDS[usize::from(i)])
+        .find(|c| c.name.as_bytes() == lower)
+}
+
+/// The table's rows by name length (up to 31) and first byte (its low five bits): a name is
+/// compared with the one to three rows of its bucket, not searched for among all (a script's
+/// `redis.call` looks each command up by name).
+static BY_LENGTH_AND_FIRST: LazyLock<Vec<Vec<u16>>> = LazyLock::new(|| {
+    let mut buckets = vec![Vec::new(); 32 * 32];
+    for (i, c) in COMMANDS.iter().enumerate() {
+        if let Some(&first) = c.name.as_bytes().first() {
+            buckets[bucket(c.name.len(), first)].push(i as u16);
+        }
+    }
+    buckets
+});
+
+fn bucket(len: usize, first: u8) -> usize {
+    len.min(31) * 32 + usize::from(first & 31)
 }
 
 /// The row of the command table `spec` is (its counters' index in [`crate::stats`]).

@@ -58,7 +58,7 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct Scripts {
-    bodies: HashMap<Sha, Entry>,
+    bodies: HashMap<Sha, Entry, ahash::RandomState>,
     /// SHA1s of bodies that came in by `EVAL` only, oldest first (some may be gone or loaded
     /// since: skipped when met).
     evaled: VecDeque<Sha>,

@@ -134,17 +134,48 @@ fn strip_zeros(s: &str) -> &str {
     }
 }
 
-/// What the script said with `redis.setresp` (false: 2).
+/// The names of the fields a return value's table is read by, made once per Lua state (a
+/// lookup by a Rust `&str` makes the Lua string each time).
+#[derive(Debug)]
+pub struct Fields([mlua::LuaString; 7]);
+
+impl Fields {
+    const ERR: usize = 0;
+    const OK: usize = 1;
+    const DOUBLE: usize = 2;
+    const BIG_NUMBER: usize = 3;
+    const VERBATIM_STRING: usize = 4;
+    const MAP: usize = 5;
+    const SET: usize = 6;
+
+    const NAMES: [&str; 7] = [
+        "err",
+        "ok",
+        "double",
+        "big_number",
+        "verbatim_string",
+        "map",
+        "set",
+    ];
+
+    pub fn new(lua: &Lua) -> mlua::Result<Fields> {
+        let [a, b, c, d, e, f, g] = Self::NAMES.map(|n| lua.create_string(n));
+        Ok(Fields([a?, b?, c?, d?, e?, f?, g?]))
+    }
+}
+
+/// How the script's return value is written.
 #[derive(Clone, Copy, Debug)]
-pub struct Out {
+pub struct Out<'f> {
     /// The caller's protocol: what the reply is written in.
     pub proto: Proto,
     /// The script switched to RESP3 (`redis.setresp(3)`): booleans stay booleans.
     pub resp3: bool,
+    pub fields: &'f Fields,
 }
 
 /// Writes the script's return value `v` to `out`.
-pub fn lua_to_resp(v: &Lua_, o: Out, out: &mut BytesMut, depth: usize) {
+pub fn lua_to_resp(v: &Lua_, o: Out<'_>, out: &mut BytesMut, depth: usize) {
     if depth > MAX_DEPTH {
         return reply::error(out, "ERR reached lua stack limit");
     }
@@ -160,21 +191,21 @@ pub fn lua_to_resp(v: &Lua_, o: Out, out: &mut BytesMut, depth: usize) {
     }
 }
 
-fn table_to_resp(t: &Table, o: Out, out: &mut BytesMut, depth: usize) {
-    let field = |name: &str| t.raw_get::<Lua_>(name).unwrap_or(Lua_::Nil);
-    if let Lua_::String(e) = field("err") {
+fn table_to_resp(t: &Table, o: Out<'_>, out: &mut BytesMut, depth: usize) {
+    let field = |at: usize| t.raw_get::<Lua_>(&o.fields.0[at]).unwrap_or(Lua_::Nil);
+    if let Lua_::String(e) = field(Fields::ERR) {
         let text = e.to_string_lossy();
         return reply::error(out, text.trim_matches(['\r', '\n']));
     }
-    if let Lua_::String(s) = field("ok") {
+    if let Lua_::String(s) = field(Fields::OK) {
         return reply::simple(out, &s.to_string_lossy());
     }
-    match field("double") {
+    match field(Fields::DOUBLE) {
         Lua_::Number(d) => return double(out, o.proto, d),
         Lua_::Integer(d) => return double(out, o.proto, d as f64),
         _ => {}
     }
-    if let Lua_::String(n) = field("big_number") {
+    if let Lua_::String(n) = field(Fields::BIG_NUMBER) {
         let n = n.to_string_lossy().replace(['\r', '\n'], " ");
         return match o.proto {
             Proto::Resp2 => reply::bulk(out, n.as_bytes()),
@@ -185,7 +216,7 @@ fn table_to_resp(t: &Table, o: Out, out: &mut BytesMut, depth: usize) {
             }
         };
     }
-    if let Lua_::Table(v) = field("verbatim_string")
+    if let Lua_::Table(v) = field(Fields::VERBATIM_STRING)
         && let (Ok(Lua_::String(format)), Ok(Lua_::String(text))) =
             (v.raw_get::<Lua_>("format"), v.raw_get::<Lua_>("string"))
     {
@@ -197,7 +228,7 @@ fn table_to_resp(t: &Table, o: Out, out: &mut BytesMut, depth: usize) {
         };
         return reply::verbatim(out, o.proto, format, &text.as_bytes());
     }
-    if let Lua_::Table(m) = field("map") {
+    if let Lua_::Table(m) = field(Fields::MAP) {
         let pairs: Vec<(Lua_, Lua_)> = m.pairs::<Lua_, Lua_>().filter_map(Result::ok).collect();
         reply::map(out, o.proto, pairs.len());
         for (k, v) in &pairs {
@@ -206,7 +237,7 @@ fn table_to_resp(t: &Table, o: Out, out: &mut BytesMut, depth: usize) {
         }
         return;
     }
-    if let Lua_::Table(s) = field("set") {
+    if let Lua_::Table(s) = field(Fields::SET) {
         let members: Vec<Lua_> = s
             .pairs::<Lua_, Lua_>()
             .filter_map(|p| p.ok().map(|(k, _)| k))

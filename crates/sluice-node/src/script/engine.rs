@@ -336,10 +336,15 @@ G.setmetatable = function(t, ...)
   return setmetatable_(t, ...)
 end
 setmetatable(G, {__newindex = refuse_write})
+-- One environment for every script this state runs: its reads fall through to the globals
+-- (Redis's error for a missing one), its writes are refused, so no script leaves anything in
+-- it for the next; KEYS and ARGV are set in it for each run.
+local env = setmetatable({}, readonly)
+rawset(env, '_G', env)
+protected[env] = true
 return function(f, keys, argv)
-  local env = setmetatable({KEYS = keys, ARGV = argv}, readonly)
-  rawset(env, '_G', env)
-  protected[env] = true
+  rawset(env, 'KEYS', keys)
+  rawset(env, 'ARGV', argv)
   setfenv(f, env)
   return xpcall(f, handler)
 end
@@ -348,6 +353,7 @@ end
 struct Engine {
     lua: Lua,
     run: Function,
+    fields: convert::Fields,
     /// In the Lua registry, not as `Function`s: mlua keeps each live `Function` in a slot of
     /// an auxiliary Lua stack, which Lua 5.1 caps at 8,000, so a few thousand cached
     /// functions made every later compile fail ("out of Lua stack").
@@ -392,6 +398,7 @@ impl Engine {
             |_, _| look(),
         )?;
         Ok(Engine {
+            fields: convert::Fields::new(&lua)?,
             lua,
             run,
             compiled: HashMap::new(),
@@ -647,12 +654,16 @@ fn run_function(
     let lua = &engine.lua;
     let running = Running::start(host, sha, keys);
     let result = (|| {
-        let keys = strings(lua, keys)?;
-        let argv = strings(lua, argv)?;
+        let (keys, argv) = {
+            let _unbounded = Unbounded::new(lua);
+            (strings(lua, keys)?, strings(lua, argv)?)
+        };
         let (ok, value): (bool, Lua_) = engine.run.call((f, keys, argv))?;
+        let _unbounded = Unbounded::new(lua);
         let o = Out {
             proto,
             resp3: RESP3.get(),
+            fields: &engine.fields,
         };
         if ok {
             convert::lua_to_resp(&value, o, out, 0);
@@ -729,6 +740,31 @@ fn script_error(err: &Lua_, sha: &str, out: &mut BytesMut) {
     }
 }
 
+/// While it lives, the state's memory limit is lifted: for the values Sluice makes for a
+/// script (KEYS and ARGV, a command's reply, the return value's field lookups).
+///
+/// While a limit is set, mlua makes every string and table in a protected call (so that an
+/// allocation past the limit is an error, not a jump across Rust frames), at about 4,000
+/// instructions a string: KEYS, ARGV and the replies of a script's three commands cost more
+/// than Redis's whole EVALSHA. Without a limit it makes them directly, as it does by default.
+/// What is made meanwhile is bounded by the request and the commands' replies, which the node
+/// holds already; the limit, set again on drop, stops the script at its next allocation of
+/// its own if those values took the state past it.
+struct Unbounded<'l>(&'l Lua);
+
+impl<'l> Unbounded<'l> {
+    fn new(lua: &'l Lua) -> Unbounded<'l> {
+        let _ = lua.set_memory_limit(0);
+        Unbounded(lua)
+    }
+}
+
+impl Drop for Unbounded<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.set_memory_limit(MEMORY_LIMIT);
+    }
+}
+
 /// A table of `items` as Lua strings (KEYS, ARGV).
 fn strings(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
     let t = lua.create_table_with_capacity(items.len(), 0)?;
@@ -747,6 +783,7 @@ fn raise<T>(text: &str) -> mlua::Result<T> {
 /// `redis.call` (`raise`: an error reply raises) and `redis.pcall` (it is returned as
 /// `{err=...}`).
 fn call(lua: &Lua, args: mlua::MultiValue, raise_errors: bool) -> mlua::Result<Lua_> {
+    let _unbounded = Unbounded::new(lua);
     let refuse = |text: &str| {
         if raise_errors {
             raise(text)
@@ -759,16 +796,25 @@ fn call(lua: &Lua, args: mlua::MultiValue, raise_errors: bool) -> mlua::Result<L
     if args.is_empty() {
         return refuse("ERR Please specify at least one argument for this redis lib call");
     }
-    let mut owned: Vec<Vec<u8>> = Vec::with_capacity(args.len());
+    // Strings are passed as Lua holds them; numbers as Redis writes them (`%.17g`).
+    let mut numbers: Vec<String> = Vec::new();
+    let mut strings = Vec::with_capacity(args.len());
     for a in &args {
         match a {
-            Lua_::String(s) => owned.push(s.as_bytes().to_vec()),
-            Lua_::Integer(n) => owned.push(n.to_string().into_bytes()),
-            Lua_::Number(f) => owned.push(convert::g17(*f).into_bytes()),
+            Lua_::String(s) => strings.push(s.as_bytes()),
+            Lua_::Integer(n) => numbers.push(n.to_string()),
+            Lua_::Number(f) => numbers.push(convert::g17(*f)),
             _ => return refuse("ERR Lua redis lib command arguments must be strings or integers"),
         }
     }
-    let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    let (mut strings_at, mut numbers_at) = (strings.iter(), numbers.iter());
+    let argv: Vec<&[u8]> = args
+        .iter()
+        .filter_map(|a| match a {
+            Lua_::String(_) => strings_at.next().map(|b| &b[..]),
+            _ => numbers_at.next().map(String::as_bytes),
+        })
+        .collect();
     let resp3 = RESP3.get();
     let reply = SCRATCH.with_borrow_mut(|scratch| {
         scratch.clear();

@@ -12,6 +12,7 @@
 //! - `convert`: RESP → Lua (a command's reply for `redis.call`) and Lua → RESP (the script's
 //!   return value), as Redis documents them.
 //! - `bit`, `cjson`: the two bundled libraries scripts use most.
+//! - `native`: the well-known limiter scripts, recognized by their SHA1 and run without Lua.
 //!
 //! # Invariants
 //! - This module knows nothing of shards or sessions (of commands, only the table's `write`
@@ -25,9 +26,9 @@
 //!   shards `-BUSY`, `SCRIPT KILL` stops it if it has not written, `SHUTDOWN NOSAVE` in any
 //!   case. Our one difference: the clients whose connections live on the script's own worker
 //!   thread wait for it (that thread runs the script), where Redis answers them `-BUSY`.
-//! - Globals are read-only: a script runs with an environment of its own each time, whose
-//!   reads fall through to the library and whose writes are Redis's error, so nothing a script
-//!   does is seen by the next one.
+//! - Globals are read-only: every script of a state runs in its one environment, whose reads
+//!   fall through to the library and whose writes are Redis's error (KEYS and ARGV are set in
+//!   it for each run), so nothing a script does is seen by the next one.
 
 mod bit;
 pub mod busy;
@@ -35,6 +36,7 @@ pub mod cache;
 mod cjson;
 mod convert;
 mod engine;
+pub mod native;
 
 pub use engine::{MEMORY_LIMIT, listed_here, load, run, running};
 
@@ -46,6 +48,13 @@ pub trait Host {
     /// its reply to `out`, in RESP3 if `resp3`. A command refused before it runs (unknown, wrong
     /// arity, not allowed from scripts) is an error reply like any other.
     fn call(&mut self, args: &[&[u8]], resp3: bool, out: &mut BytesMut);
+
+    /// [`Host::call`] in RESP2 for a command whose keys are all among the script's declared
+    /// `KEYS`, whose shards the run already holds (a native's calls): the host may skip
+    /// looking for shards to take.
+    fn call_declared(&mut self, args: &[&[u8]], out: &mut BytesMut) {
+        self.call(args, false, out);
+    }
 
     /// The script's shebang says `no-writes`: refuse write commands from now on, as `EVAL_RO`.
     fn forbid_writes(&mut self);
