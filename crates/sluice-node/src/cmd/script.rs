@@ -72,6 +72,10 @@ const TOUCH_NO_SHARD: &[&str] = &[
 /// script's own commands; a command of another script is refused if a busy script holds what
 /// it needs, and never waits here (two scripts waiting for each other would never reach their
 /// hooks): it takes the lock's bounded wait.
+/// Cold and never inlined: inlined into the dispatcher, it cost every command some ten
+/// instructions of register spills (scripts/callgrind.sh).
+#[cold]
+#[inline(never)]
 pub(super) fn busy_refusal(ctx: &Ctx<'_>, spec: &CommandSpec, req: &Request) -> bool {
     // Nor for a command EXEC runs: the EXEC was looked at (as a command on every shard), and
     // one refused half way would break the transaction.
