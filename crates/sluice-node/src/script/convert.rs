@@ -13,7 +13,7 @@
 //! table `map` or `set`; any other table → array of its items 1, 2, ... up to the first nil.
 
 use bytes::BytesMut;
-use mlua::{Lua, Table, Value as Lua_};
+use mlua::{Lua, Table, Value as Lua_, ffi};
 use sluice_resp::Value;
 use sluice_resp::reply::{self, Proto};
 
@@ -38,52 +38,140 @@ pub fn error_table(lua: &Lua, text: &str) -> mlua::Result<Table> {
     Ok(t)
 }
 
-fn single(lua: &Lua, field: &str, v: impl mlua::IntoLua) -> mlua::Result<Lua_> {
-    let t = lua.create_table_with_capacity(0, 1)?;
-    t.raw_set(field, v)?;
-    Ok(Lua_::Table(t))
+/// Pushes `bytes` as a Lua string.
+///
+/// # Safety
+/// `state` has a free stack slot, and its memory limit is lifted (no push raises).
+pub unsafe fn push_bytes(state: *mut ffi::lua_State, bytes: &[u8]) {
+    // SAFETY: as the caller promises; Lua copies the bytes.
+    unsafe { ffi::lua_pushlstring(state, bytes.as_ptr().cast(), bytes.len()) };
 }
 
-/// A command's reply as the Lua value `redis.pcall` returns.
-pub fn resp_to_lua(lua: &Lua, v: &Value, resp3: bool) -> mlua::Result<Lua_> {
-    Ok(match v {
-        Value::Int(n) => Lua_::Number(*n as f64),
-        Value::Bulk(b) => Lua_::String(lua.create_string(b)?),
-        Value::Simple(s) => single(lua, "ok", s.as_str())?,
-        Value::Error(e) => Lua_::Table(error_table(lua, &error_text(e))?),
-        Value::Nil if resp3 => Lua_::Nil,
-        Value::Nil => Lua_::Boolean(false),
-        Value::Array(items) | Value::Push(items) => {
-            let t = lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, item) in items.iter().enumerate() {
-                t.raw_set(i + 1, resp_to_lua(lua, item, resp3)?)?;
+/// Pushes `{field=bytes}`.
+///
+/// # Safety
+/// As [`push_value`].
+unsafe fn push_single(state: *mut ffi::lua_State, field: &str, bytes: &[u8]) {
+    // SAFETY: as the caller promises (three slots).
+    unsafe {
+        ffi::lua_createtable(state, 0, 1);
+        push_bytes(state, field.as_bytes());
+        push_bytes(state, bytes);
+        ffi::lua_rawset(state, -3);
+    }
+}
+
+/// Pushes a command's reply as the Lua value `redis.call` returns (see the module's table),
+/// with Lua's C API: no value of mlua's is made for it. False (with nothing pushed for the
+/// value that failed) when it nests past [`MAX_DEPTH`] or the stack cannot grow.
+///
+/// # Safety
+/// `state` is a running Lua state inside a C function, and its memory limit is lifted, so no
+/// push raises (a raise would jump over this frame).
+pub unsafe fn push_value(state: *mut ffi::lua_State, v: &Value, resp3: bool, depth: usize) -> bool {
+    // SAFETY: every push below has its slots (checked here, four: a table, a key, a value and
+    // one for the level below's check), and raises nothing, as the caller promises.
+    unsafe {
+        if depth > MAX_DEPTH || ffi::lua_checkstack(state, 4) == 0 {
+            return false;
+        }
+        match v {
+            Value::Int(n) => ffi::lua_pushnumber(state, *n as f64),
+            Value::Bulk(b) => push_bytes(state, b),
+            Value::Simple(s) => push_single(state, "ok", s.as_bytes()),
+            Value::Error(e) => push_single(state, "err", error_text(e).as_bytes()),
+            Value::Nil if resp3 => ffi::lua_pushnil(state),
+            Value::Nil => ffi::lua_pushboolean(state, 0),
+            Value::Array(items) | Value::Push(items) => {
+                ffi::lua_createtable(state, items.len().try_into().unwrap_or(0), 0);
+                for (i, item) in items.iter().enumerate() {
+                    if !push_value(state, item, resp3, depth + 1) {
+                        return false;
+                    }
+                    ffi::lua_rawseti(state, -2, (i + 1) as ffi::lua_Integer);
+                }
             }
-            Lua_::Table(t)
-        }
-        Value::Double(d) => single(lua, "double", *d)?,
-        Value::Boolean(b) => Lua_::Boolean(*b),
-        Value::BigNumber(n) => single(lua, "big_number", n.as_str())?,
-        Value::Verbatim { format, text } => {
-            let inner = lua.create_table_with_capacity(0, 2)?;
-            inner.raw_set("format", format.as_str())?;
-            inner.raw_set("string", lua.create_string(text)?)?;
-            single(lua, "verbatim_string", inner)?
-        }
-        Value::Map(pairs) => {
-            let inner = lua.create_table_with_capacity(0, pairs.len())?;
-            for (k, v) in pairs {
-                inner.raw_set(resp_to_lua(lua, k, resp3)?, resp_to_lua(lua, v, resp3)?)?;
+            Value::Double(d) => {
+                ffi::lua_createtable(state, 0, 1);
+                push_bytes(state, b"double");
+                ffi::lua_pushnumber(state, *d);
+                ffi::lua_rawset(state, -3);
             }
-            single(lua, "map", inner)?
-        }
-        Value::Set(items) => {
-            let inner = lua.create_table_with_capacity(0, items.len())?;
-            for item in items {
-                inner.raw_set(resp_to_lua(lua, item, resp3)?, true)?;
+            Value::Boolean(b) => ffi::lua_pushboolean(state, i32::from(*b)),
+            Value::BigNumber(n) => push_single(state, "big_number", n.as_bytes()),
+            Value::Verbatim { format, text } => {
+                ffi::lua_createtable(state, 0, 1);
+                push_bytes(state, b"verbatim_string");
+                ffi::lua_createtable(state, 0, 2);
+                push_bytes(state, b"format");
+                push_bytes(state, format.as_bytes());
+                ffi::lua_rawset(state, -3);
+                push_bytes(state, b"string");
+                push_bytes(state, text);
+                ffi::lua_rawset(state, -3);
+                ffi::lua_rawset(state, -3);
             }
-            single(lua, "set", inner)?
+            Value::Map(pairs) => {
+                ffi::lua_createtable(state, 0, 1);
+                push_bytes(state, b"map");
+                ffi::lua_createtable(state, 0, pairs.len().try_into().unwrap_or(0));
+                for (k, v) in pairs {
+                    // A nil key cannot be set (Lua would raise): no command answers one.
+                    if matches!(k, Value::Nil) {
+                        continue;
+                    }
+                    if !push_value(state, k, resp3, depth + 1)
+                        || !push_value(state, v, resp3, depth + 1)
+                    {
+                        return false;
+                    }
+                    ffi::lua_rawset(state, -3);
+                }
+                ffi::lua_rawset(state, -3);
+            }
+            Value::Set(items) => {
+                ffi::lua_createtable(state, 0, 1);
+                push_bytes(state, b"set");
+                ffi::lua_createtable(state, 0, items.len().try_into().unwrap_or(0));
+                for item in items {
+                    if matches!(item, Value::Nil) {
+                        continue;
+                    }
+                    if !push_value(state, item, resp3, depth + 1) {
+                        return false;
+                    }
+                    ffi::lua_pushboolean(state, 1);
+                    ffi::lua_rawset(state, -3);
+                }
+                ffi::lua_rawset(state, -3);
+            }
         }
-    })
+        true
+    }
+}
+
+/// Pushes `{err=text}`.
+///
+/// # Safety
+/// As [`push_value`].
+pub unsafe fn push_error(state: *mut ffi::lua_State, text: &str) {
+    // SAFETY: as the caller promises.
+    unsafe { push_single(state, "err", text.as_bytes()) }
+}
+
+/// Pushes the strings `items` as one Lua array (KEYS, ARGV).
+///
+/// # Safety
+/// As [`push_value`], with two free slots.
+pub unsafe fn push_strings(state: *mut ffi::lua_State, items: &[&[u8]]) {
+    // SAFETY: as the caller promises.
+    unsafe {
+        ffi::lua_createtable(state, items.len().try_into().unwrap_or(0), 0);
+        for (i, item) in items.iter().enumerate() {
+            push_bytes(state, item);
+            ffi::lua_rawseti(state, -2, (i + 1) as ffi::lua_Integer);
+        }
+    }
 }
 
 /// A Lua number as C's `(long long)` cast makes it on x86-64: out of range (and NaN) is

@@ -38,12 +38,14 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::ffi::c_int;
 use std::ptr::NonNull;
 use std::time::Instant;
 
 use bytes::BytesMut;
 use mlua::{
     Function, HookTriggers, Lua, LuaOptions, RegistryKey, StdLib, Table, Value as Lua_, VmState,
+    ffi,
 };
 use sluice_resp::reply::{self, Proto};
 
@@ -85,6 +87,9 @@ thread_local! {
     static STASH: RefCell<Option<String>> = const { RefCell::new(None) };
     /// The running script's host, for `redis.call` and `redis.pcall` (see [`Running`]).
     static HOST: Cell<Option<NonNull<dyn Host>>> = const { Cell::new(None) };
+    /// The running script's Lua state, for the C functions `redis.call` and `redis.pcall`
+    /// (see [`Running`]).
+    static LUA: Cell<Option<NonNull<Lua>>> = const { Cell::new(None) };
     /// Where a command called from a script writes its reply, kept between calls.
     static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::new());
 }
@@ -107,21 +112,24 @@ impl Stop {
     }
 }
 
-/// The script running on this thread, from [`Running::start`] until it drops: its host, its
-/// SHA1 and keys (listed once it runs long), its clock and flags.
+/// The script running on this thread, from [`Running::start`] until it drops: its host and
+/// Lua state, its SHA1 and keys (listed once it runs long), its clock and flags.
 ///
 /// `redis.call` and `redis.pcall` are made once per state (a function made per run costs more
-/// than the commands a limiter script calls); they reach the run's host through [`HOST`].
+/// than the commands a limiter script calls); they reach the run's host through [`HOST`] and
+/// its state (to lift its memory limit) through [`LUA`].
 struct Running;
 
 impl Running {
-    fn start(host: &mut dyn Host, sha: &Sha, keys: &[&[u8]]) -> Running {
+    fn start(host: &mut dyn Host, lua: &Lua, sha: &Sha, keys: &[&[u8]]) -> Running {
         let ptr = NonNull::from(host);
         // SAFETY: only the lifetime is erased. The pointer is cleared when `Running` drops, at
         // the end of the run that borrows `host` mutably for its whole length, and is used
         // only by `with_host`, during that run.
         let ptr: NonNull<dyn Host> = unsafe { std::mem::transmute(ptr) };
         HOST.set(Some(ptr));
+        // The state outlives the run (the engine owns it), and is only read through this.
+        LUA.set(Some(NonNull::from(lua)));
         // SAFETY: as for the host: `keys` outlives the run, and `KEYS` is cleared as it ends;
         // it is read only by `look`, on this thread, during the run.
         let keys: NonNull<[&'static [u8]]> = unsafe { std::mem::transmute(NonNull::from(keys)) };
@@ -137,6 +145,7 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         HOST.set(None);
+        LUA.set(None);
         KEYS.set(None);
         STARTED.set(None);
         // A long script's slot is freed: the other threads serve its shards again.
@@ -515,14 +524,12 @@ fn redis_library(lua: &Lua) -> mlua::Result<Table> {
             Ok(())
         })?,
     )?;
-    redis.raw_set(
-        "call",
-        lua.create_function(|lua, args: mlua::MultiValue| call(lua, args, true))?,
-    )?;
-    redis.raw_set(
-        "pcall",
-        lua.create_function(|lua, args: mlua::MultiValue| call(lua, args, false))?,
-    )?;
+    // SAFETY: both are C functions that keep Lua's stack discipline (see `call`).
+    let call = unsafe { lua.create_c_function(redis_call)? };
+    redis.raw_set("call", call)?;
+    // SAFETY: as `call`.
+    let pcall = unsafe { lua.create_c_function(redis_pcall)? };
+    redis.raw_set("pcall", pcall)?;
     redis.raw_set("log", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
     redis.raw_set(
         "set_repl",
@@ -652,13 +659,19 @@ fn run_function(
     RESP3.set(false);
     STASH.take();
     let lua = &engine.lua;
-    let running = Running::start(host, sha, keys);
+    let running = Running::start(host, &engine.lua, sha, keys);
     let result = (|| {
-        let (keys, argv) = {
-            let _unbounded = Unbounded::new(lua);
-            (strings(lua, keys)?, strings(lua, argv)?)
-        };
-        let (ok, value): (bool, Lua_) = engine.run.call((f, keys, argv))?;
+        // `run(f, KEYS, ARGV)`, the tables made with Lua's C API (in the protected call
+        // `exec_raw` makes: an allocation past the limit is an error here).
+        // SAFETY: the stack holds `run` and `f` (the arguments) and gets two tables, then the
+        // call's two results; nothing else is on it.
+        let (ok, value): (bool, Lua_) = unsafe {
+            lua.exec_raw((&engine.run, &f), |state| {
+                convert::push_strings(state, keys);
+                convert::push_strings(state, argv);
+                ffi::lua_call(state, 3, 2);
+            })
+        }?;
         let _unbounded = Unbounded::new(lua);
         let o = Out {
             proto,
@@ -765,73 +778,125 @@ impl Drop for Unbounded<'_> {
     }
 }
 
-/// A table of `items` as Lua strings (KEYS, ARGV).
-fn strings(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
-    let t = lua.create_table_with_capacity(items.len(), 0)?;
-    for (i, item) in items.iter().enumerate() {
-        t.raw_set(i + 1, lua.create_string(item)?)?;
-    }
-    Ok(t)
-}
-
 /// Raises `text` from a Rust function of the `redis` table, as Redis raises `{err=text}`.
 fn raise<T>(text: &str) -> mlua::Result<T> {
     STASH.set(Some(text.to_string()));
     Err(mlua::Error::runtime(text))
 }
 
-/// `redis.call` (`raise`: an error reply raises) and `redis.pcall` (it is returned as
-/// `{err=...}`).
-fn call(lua: &Lua, args: mlua::MultiValue, raise_errors: bool) -> mlua::Result<Lua_> {
-    let _unbounded = Unbounded::new(lua);
-    let refuse = |text: &str| {
-        if raise_errors {
-            raise(text)
-        } else {
-            Ok(Lua_::Table(convert::error_table(lua, text)?))
-        }
+/// `redis.call`: a C function over Lua's API (see [`call`]).
+unsafe extern "C-unwind" fn redis_call(state: *mut ffi::lua_State) -> c_int {
+    // SAFETY: Lua calls it with its state, from a running script (see `call`).
+    unsafe { finish(state, call(state, true)) }
+}
+
+/// `redis.pcall`.
+unsafe extern "C-unwind" fn redis_pcall(state: *mut ffi::lua_State) -> c_int {
+    // SAFETY: as `redis_call`.
+    unsafe { finish(state, call(state, false)) }
+}
+
+/// Returns the one value [`call`] left on the stack, or raises it.
+///
+/// # Safety
+/// `state` is the running script's state, in the C function that called [`call`], which has
+/// returned: no frame between here and Lua owns a value with a destructor.
+unsafe fn finish(state: *mut ffi::lua_State, raise: bool) -> c_int {
+    if raise {
+        // SAFETY: as the caller promises; Lua's error jumps to the script's protected call.
+        unsafe { ffi::lua_error(state) }
+    }
+    1
+}
+
+/// `redis.call` (`raise_errors`: an error reply raises) and `redis.pcall` (it is returned as
+/// `{err=...}`): runs the command its arguments name through the host and leaves the reply on
+/// the stack as the Lua value Redis makes of it; true if that value is an error to raise.
+///
+/// Made with Lua's C API, as Redis makes them: the arguments are read in place and the reply
+/// pushed directly, where mlua's values cost a reference each (a third of a short script's
+/// run).
+///
+/// # Safety
+/// `state` is the running script's state, inside a call from Lua. The memory limit is lifted
+/// while it pushes ([`Unbounded`]), so no push raises; everything with a destructor is dropped
+/// when it returns, before [`finish`] may raise.
+unsafe fn call(state: *mut ffi::lua_State, raise_errors: bool) -> bool {
+    let error = |text: &str| {
+        // SAFETY: a free slot (a C function has LUA_MINSTACK), no raise (the limit is lifted).
+        unsafe { convert::push_error(state, text) };
+        raise_errors
     };
-    STASH.take();
-    check_stop()?;
-    if args.is_empty() {
-        return refuse("ERR Please specify at least one argument for this redis lib call");
+    let Some(lua) = LUA.get() else {
+        return error("ERR redis.call/pcall can only be called inside a script invocation");
+    };
+    // SAFETY: set by `Running` for the length of a run, on this thread; the state is not used
+    // through it but to lift and set its memory limit.
+    let _unbounded = Unbounded::new(unsafe { lua.as_ref() });
+    // A stopped script (SCRIPT KILL, SHUTDOWN NOSAVE) raises its stop, from redis.pcall too.
+    if let Some(stop) = STOPPED.get() {
+        // SAFETY: as above.
+        unsafe { convert::push_error(state, stop.text()) };
+        return true;
     }
-    // Strings are passed as Lua holds them; numbers as Redis writes them (`%.17g`).
+    // SAFETY: reading the C function's own arguments.
+    let n = unsafe { ffi::lua_gettop(state) };
+    if n == 0 {
+        return error("ERR Please specify at least one argument for this redis lib call");
+    }
+    // Strings are passed as Lua holds them (valid while they are on the stack, which is the
+    // whole call); numbers as Redis writes them (`%.17g`).
     let mut numbers: Vec<String> = Vec::new();
-    let mut strings = Vec::with_capacity(args.len());
-    for a in &args {
-        match a {
-            Lua_::String(s) => strings.push(s.as_bytes()),
-            Lua_::Integer(n) => numbers.push(n.to_string()),
-            Lua_::Number(f) => numbers.push(convert::g17(*f)),
-            _ => return refuse("ERR Lua redis lib command arguments must be strings or integers"),
+    for i in 1..=n {
+        // SAFETY: `i` is one of the arguments.
+        match unsafe { ffi::lua_type(state, i) } {
+            ffi::LUA_TSTRING => {}
+            ffi::LUA_TNUMBER => {
+                // SAFETY: `i` is one of the arguments, a number.
+                let n = unsafe { ffi::lua_tonumber(state, i) };
+                numbers.push(convert::g17(n));
+            }
+            _ => return error("ERR Lua redis lib command arguments must be strings or integers"),
         }
     }
-    let (mut strings_at, mut numbers_at) = (strings.iter(), numbers.iter());
-    let argv: Vec<&[u8]> = args
-        .iter()
-        .filter_map(|a| match a {
-            Lua_::String(_) => strings_at.next().map(|b| &b[..]),
-            _ => numbers_at.next().map(String::as_bytes),
-        })
-        .collect();
+    let mut numbers_at = numbers.iter();
+    let mut argv: Vec<&[u8]> = Vec::with_capacity(n as usize);
+    for i in 1..=n {
+        // SAFETY: `i` is one of the arguments, a string (not converted in place: numbers are
+        // read with `lua_tonumber` above) that stays on the stack for the whole call.
+        unsafe {
+            if ffi::lua_type(state, i) == ffi::LUA_TSTRING {
+                let mut len = 0;
+                let at = ffi::lua_tolstring(state, i, &mut len);
+                argv.push(std::slice::from_raw_parts(at.cast::<u8>(), len));
+            } else if let Some(text) = numbers_at.next() {
+                argv.push(text.as_bytes());
+            }
+        }
+    }
     let resp3 = RESP3.get();
     let reply = SCRATCH.with_borrow_mut(|scratch| {
         scratch.clear();
         with_host(|host| host.map(|h| h.call(&argv, resp3, scratch)))?;
         Some(sluice_resp::value::decode(scratch))
     });
-    let Some(reply) = reply else {
-        return refuse("ERR redis.call/pcall can only be called inside a script invocation");
-    };
     match reply {
-        Ok(Some(sluice_resp::Value::Error(e))) => refuse(&convert::error_text(&e)),
-        Ok(Some(v)) => {
+        None => error("ERR redis.call/pcall can only be called inside a script invocation"),
+        Some(Ok(Some(sluice_resp::Value::Error(e)))) => error(&convert::error_text(&e)),
+        Some(Ok(Some(v))) => {
             if !WROTE.get() && crate::cmd::lookup(argv[0]).is_some_and(|spec| spec.write) {
                 note_written();
             }
-            convert::resp_to_lua(lua, &v, resp3)
+            // SAFETY: the limit is lifted, and `push_value` checks the stack as it grows.
+            let pushed = unsafe { convert::push_value(state, &v, resp3, 0) };
+            if pushed {
+                false
+            } else {
+                // SAFETY: `push_value` made room for one more value before it stopped.
+                unsafe { ffi::lua_settop(state, n) };
+                error("ERR reached lua stack limit")
+            }
         }
-        _ => refuse("ERR the command's reply could not be read"),
+        _ => error("ERR the command's reply could not be read"),
     }
 }
