@@ -13,7 +13,9 @@
 //!
 //! # Invariants
 //! - Outside a long script, the only cost on the request path is [`any`]: one relaxed load of
-//!   a counter no thread writes until a script runs long.
+//!   a counter no thread writes until a script runs long. While one is listed, every command
+//!   of the other threads pays the look (its keys' shards against each listed script's keys):
+//!   a workload that keeps long scripts running pays it on every command.
 //! - One slot per long script, claimed by its own thread and freed when the script ends
 //!   ([`Long`]'s drop); a slot's keys are written before it is counted, so a reader that sees
 //!   it listed sees its keys.
