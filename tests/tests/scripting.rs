@@ -581,36 +581,167 @@ fn scripts_are_atomic_over_their_keys() {
     assert_eq!(c.call(&["GET", "plain"]), Reply::Bulk(total.into()));
 }
 
-/// An infinite loop, an allocation bomb and a deep recursion each end in an error, the node
-/// serving other clients meanwhile and the connection usable after.
+/// Redis's replies about busy scripts (redis-server 7.0.15's words).
+const BUSY: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+const UNKILLABLE: &str = "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.";
+
+/// A connection on another worker thread than a busy script's: one whose PING is answered at
+/// once (a connection on the script's thread waits for the script).
+fn on_another_thread(port: u16) -> Raw {
+    let found = wait_until(Duration::from_secs(20), || {
+        let s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+        let mut raw = Raw {
+            reader: BufReader::new(s.try_clone().ok()?),
+            writer: s,
+        };
+        raw.writer.write_all(b"*1\r\n$4\r\nPING\r\n").ok()?;
+        let mut line = Vec::new();
+        raw.reader.read_until(b'\n', &mut line).ok()?;
+        (line == b"+PONG\r\n").then_some(raw)
+    });
+    let raw = found.expect("no connection landed on another thread than the script's");
+    raw.writer
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    raw
+}
+
+/// Waits until the server has logged `n` slow scripts (it logs each as it goes busy).
+fn wait_busy(sluice: &Sluice, n: usize) {
+    let busy = wait_until(Duration::from_secs(20), || {
+        (sluice.log().matches("Slow script detected").count() >= n).then_some(())
+    });
+    assert!(busy.is_some(), "no script went busy:\n{}", sluice.log());
+}
+
+/// An infinite loop runs on past `busy-reply-threshold`, as in Redis: the other threads answer
+/// commands on its shard `-BUSY` and serve the other keys; SCRIPT KILL stops it (its caller
+/// gets Redis's error) unless it has written (`-UNKILLABLE`), and then SHUTDOWN NOSAVE ends the
+/// node. An allocation bomb, a deep recursion and a 100 MB script each end in an error, the
+/// node serving other clients and the connection usable after.
 #[test]
 fn hostile_scripts_are_bounded() {
-    let sluice = Sluice::start_with(&["--threads", "4"]);
+    let mut sluice = Sluice::start_with(&["--threads", "4"]);
     let port = sluice.port;
+    let mut c = RespConn::connect(port);
+    assert_eq!(
+        c.call(&["CONFIG", "SET", "lua-time-limit", "4000"]),
+        Reply::Status("OK".into())
+    );
+    assert_eq!(
+        c.call(&["CONFIG", "GET", "busy-reply-threshold"]),
+        Reply::Array(vec![
+            Reply::Bulk(b"busy-reply-threshold".to_vec()),
+            Reply::Bulk(b"4000".to_vec())
+        ])
+    );
+    assert_eq!(
+        c.call(&["SCRIPT", "KILL"]),
+        Reply::Error("NOTBUSY No scripts in execution right now.".into())
+    );
+    c.call(&["SET", "k", "v"]);
+
+    // A loop that only reads: killable.
+    let looping = std::thread::spawn(move || {
+        let mut c = Raw::connect(port);
+        c.writer
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        let r = c.call(&["EVAL", "while true do end", "1", "k"]);
+        (r, c.call(&["EVAL", "return 7", "0"]))
+    });
+    // Before the threshold, a command on its shard from another thread waits (outside the
+    // shard's lock), then is answered -BUSY when the script goes busy. The script runs once a
+    // connection's PING is not answered at once (it is on the script's thread); then one
+    // whose PING is answered is on another thread.
+    let started = wait_until(Duration::from_secs(30), || {
+        let mut raw = Raw::connect(port);
+        raw.writer
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .ok()?;
+        try_call(&mut raw, &["PING"]).is_none().then_some(())
+    });
+    assert!(started.is_some(), "the looping script did not start");
+    let early = wait_until(Duration::from_secs(30), || {
+        let mut raw = Raw::connect(port);
+        raw.writer
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .ok()?;
+        try_call(&mut raw, &["PING"]).filter(|r| r == b"+PONG\r\n")?;
+        raw.writer
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .ok()?;
+        let busy_before = sluice.log().contains("Slow script detected");
+        let sent = Instant::now();
+        let r = try_call(&mut raw, &["GET", "k"])?;
+        Some((r, busy_before, sent.elapsed(), raw))
+    });
+    let (r, busy_before, waited, mut other) = early.expect("no connection saw the script run");
+    eprintln!(
+        "a GET sent before the threshold waited {waited:?}, then: {}",
+        String::from_utf8_lossy(&r).trim_end()
+    );
+    assert_eq!(r, format!("-{BUSY}\r\n").into_bytes());
+    assert!(
+        !busy_before,
+        "the script went busy before the test could ask (waited {waited:?})"
+    );
+    wait_busy(&sluice, 1);
+    assert_eq!(
+        other.call(&["EVAL", "return redis.call('get', KEYS[1])", "1", "k"]),
+        format!("-{BUSY}\r\n").into_bytes()
+    );
+    // Keys on the other shards are served.
+    let served = (0..32)
+        .filter(|i| other.call(&["GET", &format!("other:{i}")]) == b"$-1\r\n")
+        .count();
+    assert!(
+        served > 0,
+        "no other key was served while a script was busy"
+    );
+    assert_eq!(other.call(&["PING"]), b"+PONG\r\n");
+    assert_eq!(
+        other.call(&["SHUTDOWN"]),
+        format!("-{BUSY}\r\n").into_bytes()
+    );
+    assert_eq!(other.call(&["SCRIPT", "KILL"]), b"+OK\r\n");
+    let (r, after) = looping.join().unwrap();
+    let r = String::from_utf8_lossy(&r);
+    assert!(
+        r.starts_with("-ERR Script killed by user with SCRIPT KILL... script: ")
+            && r.ends_with(", on @user_script:1.\r\n"),
+        "{r}"
+    );
+    assert_eq!(after, b":7\r\n");
+    assert_eq!(
+        other.call(&["SCRIPT", "KILL"]),
+        b"-NOTBUSY No scripts in execution right now.\r\n"
+    );
+    assert_eq!(other.call(&["GET", "k"]), b"$1\r\nv\r\n");
+
+    assert_eq!(
+        other.call(&["CONFIG", "SET", "busy-reply-threshold", "200"]),
+        b"+OK\r\n"
+    );
+    // A pcall does not catch the kill.
     let looping = std::thread::spawn(move || {
         let mut c = RespConn::connect(port);
-        let started = Instant::now();
-        let r = c.call(&["EVAL", "while true do end", "0"]);
-        (r, started.elapsed(), c.call(&["EVAL", "return 7", "0"]))
+        c.call(&[
+            "EVAL",
+            "while true do pcall(function() while true do end end) end",
+            "0",
+        ])
     });
-    std::thread::sleep(Duration::from_millis(300));
-    // Other clients are served while it runs: those on the other threads at once (a client
-    // that shares the looping script's thread waits for it, at most the time limit).
-    let served = (0..8).any(|_| {
-        let mut c = RespConn::connect(port);
-        let t = Instant::now();
-        c.call(&["PING"]) == Reply::Status("PONG".into()) && t.elapsed() < Duration::from_secs(1)
-    });
-    assert!(served, "no client was served while a script looped");
-    let (r, took, after) = looping.join().unwrap();
-    match r {
-        Reply::Error(e) => assert!(e.contains("time limit"), "{e}"),
+    wait_busy(&sluice, 2);
+    let mut other = on_another_thread(port);
+    assert_eq!(other.call(&["SCRIPT", "KILL"]), b"+OK\r\n");
+    match looping.join().unwrap() {
+        Reply::Error(e) => assert!(e.contains("Script killed by user"), "{e}"),
         other => panic!("{other:?}"),
     }
-    assert!(took < Duration::from_secs(10), "{took:?}");
-    assert_eq!(after, Reply::Int(7));
 
-    let mut c = RespConn::connect(port);
     let bomb = "local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 1e6) .. i end return #t";
     match c.call(&["EVAL", bomb, "0"]) {
         Reply::Error(e) => assert!(e.contains("memory"), "{e}"),
@@ -644,6 +775,53 @@ fn hostile_scripts_are_bounded() {
     }
     assert_eq!(c.call(&["PING"]), Reply::Status("PONG".into()));
     assert_eq!(c.call(&["EVAL", "return 9", "0"]), Reply::Int(9));
+
+    // A loop that has written cannot be killed; SHUTDOWN NOSAVE ends the node.
+    let writing = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let script = "redis.call('incr', KEYS[1]) while true do end";
+        let frame = format!(
+            "*4\r\n$4\r\nEVAL\r\n${}\r\n{script}\r\n$1\r\n1\r\n$1\r\nw\r\n",
+            script.len()
+        );
+        s.write_all(frame.as_bytes()).unwrap();
+        let mut reply = Vec::new();
+        let _ = s.read_to_end(&mut reply);
+        String::from_utf8_lossy(&reply).into_owned()
+    });
+    wait_busy(&sluice, 3);
+    let mut other = on_another_thread(port);
+    assert_eq!(
+        other.call(&["SCRIPT", "KILL"]),
+        format!("-{UNKILLABLE}\r\n").into_bytes()
+    );
+    assert_eq!(
+        other.call(&["GET", "w"]),
+        format!("-{BUSY}\r\n").into_bytes()
+    );
+    other
+        .writer
+        .write_all(b"*2\r\n$8\r\nSHUTDOWN\r\n$6\r\nNOSAVE\r\n")
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = other.reader.read_to_end(&mut rest);
+    assert!(
+        closed.is_ok() && rest.is_empty(),
+        "SHUTDOWN NOSAVE answered {rest:?}"
+    );
+    let status = sluice.wait_exit(Duration::from_secs(20));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the node did not exit: {status:?}\n{}",
+        sluice.log()
+    );
+    // The writing script's caller sees its connection end, or the stop's error.
+    let reply = writing.join().unwrap();
+    assert!(
+        reply.is_empty() || reply.starts_with("-ERR Script stopped"),
+        "{reply}"
+    );
 }
 
 /// A script that fails half way keeps what it wrote, as Redis does, and a replica gets those
@@ -673,4 +851,137 @@ fn a_failing_script_keeps_and_replicates_its_writes() {
         replicated.is_some(),
         "the replica did not get the script's writes"
     );
+}
+
+/// A million distinct SCRIPT LOADs, pipelined: the cache stops at its bound in bytes (the
+/// loads past it are refused with an error), the scripts loaded first still run, and another
+/// client is served throughout.
+#[test]
+fn a_million_script_loads_are_bounded() {
+    const LOADS: usize = 1_000_000;
+    const CHUNK: usize = 20_000;
+    let sluice = Sluice::start_with(&["--threads", "2"]);
+    let port = sluice.port;
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut reader = BufReader::with_capacity(1 << 20, s.try_clone().unwrap());
+    let mut probe = RespConn::connect(port);
+    let (mut loaded, mut refused) = (0usize, 0usize);
+    let mut first_sha = None;
+    let mut line = Vec::new();
+    let started = Instant::now();
+    for chunk in 0..LOADS / CHUNK {
+        let mut frames = Vec::with_capacity(CHUNK * 48);
+        for i in chunk * CHUNK..(chunk + 1) * CHUNK {
+            let body = format!("return {i}");
+            frames.extend_from_slice(
+                format!(
+                    "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n${}\r\n{body}\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+        s.write_all(&frames).unwrap();
+        for _ in 0..CHUNK {
+            line.clear();
+            reader.read_until(b'\n', &mut line).unwrap();
+            match line.first() {
+                Some(b'$') => {
+                    line.clear();
+                    reader.read_until(b'\n', &mut line).unwrap();
+                    first_sha
+                        .get_or_insert_with(|| String::from_utf8_lossy(&line[..40]).into_owned());
+                    loaded += 1;
+                }
+                Some(b'-') => {
+                    assert!(
+                        line.starts_with(b"-ERR script cache is full"),
+                        "{}",
+                        String::from_utf8_lossy(&line)
+                    );
+                    refused += 1;
+                }
+                _ => panic!("{}", String::from_utf8_lossy(&line)),
+            }
+        }
+        // Served meanwhile, whatever thread the probe is on (at worst it waits for one
+        // chunk's loads).
+        let t = Instant::now();
+        assert_eq!(probe.call(&["PING"]), Reply::Status("PONG".into()));
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    }
+    eprintln!(
+        "{LOADS} SCRIPT LOADs in {:?}: {loaded} cached, {refused} refused; RSS {} MB",
+        started.elapsed(),
+        sluice.rss() >> 20
+    );
+    assert_eq!(loaded + refused, LOADS);
+    assert!(refused > 0, "the cache took a million scripts: no bound");
+    assert!(sluice.rss() < 1 << 30, "RSS {} MB", sluice.rss() >> 20);
+    let sha = first_sha.unwrap();
+    assert_eq!(probe.call(&["EVALSHA", &sha, "0"]), Reply::Int(0));
+    assert_eq!(probe.call(&["SCRIPT", "FLUSH"]), Reply::Status("OK".into()));
+    assert_eq!(
+        probe.call(&["SCRIPT", "LOAD", "return 1"]),
+        Reply::Bulk(b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db".to_vec())
+    );
+}
+
+/// `busy-reply-threshold` and its old name `lua-time-limit` answer CONFIG GET and SET as
+/// redis-server's do, bad values included.
+#[test]
+fn busy_reply_threshold_is_configured_as_in_redis() {
+    if !have_tool("redis-server") {
+        eprintln!("skipped: no redis-server");
+        return;
+    }
+    let redis = RedisServer::start(&[]);
+    let sluice = Sluice::start();
+    let mut theirs = RespConn::connect(redis.port);
+    let mut ours = RespConn::connect(sluice.port);
+    let steps: &[&[&str]] = &[
+        &["CONFIG", "GET", "busy-reply-threshold"],
+        &["CONFIG", "GET", "lua-time-limit"],
+        &["CONFIG", "SET", "busy-reply-threshold", "-1"],
+        &["CONFIG", "SET", "lua-time-limit", "abc"],
+        &[
+            "CONFIG",
+            "SET",
+            "busy-reply-threshold",
+            "9223372036854775808",
+        ],
+        &["CONFIG", "SET", "lua-time-limit", "250"],
+        &["CONFIG", "GET", "busy-reply-threshold"],
+        &["CONFIG", "SET", "busy-reply-threshold", "0"],
+        &["CONFIG", "GET", "lua-time-limit"],
+        &["CONFIG", "SET", "busy-reply-threshold", "5000"],
+        &["SCRIPT", "KILL"],
+    ];
+    for step in steps {
+        assert_eq!(ours.call(step), theirs.call(step), "{step:?}");
+    }
+}
+
+/// One call on `raw` of a command with a simple reply; `None` if no whole reply came within
+/// the connection's read timeout.
+fn try_call(raw: &mut Raw, args: &[&str]) -> Option<Vec<u8>> {
+    let mut frame = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        frame.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    raw.writer.write_all(&frame).ok()?;
+    let mut reply = Vec::new();
+    raw.reader.read_until(b'\n', &mut reply).ok()?;
+    if reply.first() == Some(&b'$') {
+        let n: i64 = String::from_utf8_lossy(&reply[1..reply.len() - 2])
+            .parse()
+            .ok()?;
+        if n >= 0 {
+            let mut body = vec![0; n as usize + 2];
+            raw.reader.read_exact(&mut body).ok()?;
+            reply.extend_from_slice(&body);
+        }
+    }
+    Some(reply)
 }

@@ -54,6 +54,7 @@ enum Change {
     SlowlogSlowerThan(i64),
     SlowlogMaxLen(usize),
     ReplicaReadOnly(bool),
+    BusyReplyThreshold(u64),
 }
 
 impl Change {
@@ -86,6 +87,7 @@ impl Change {
             Change::SlowlogSlowerThan(us) => s.slowlog.set_slower_than(us),
             Change::SlowlogMaxLen(n) => s.slowlog.set_max_len(n),
             Change::ReplicaReadOnly(on) => s.repl.set_replica_read_only(on),
+            Change::BusyReplyThreshold(ms) => crate::script::busy::set_threshold_ms(ms),
         }
     }
 }
@@ -138,6 +140,20 @@ fn set_repl_timeout(v: &str) -> Result<Change, String> {
         0 => Err("argument must be between 1 and 2147483647 inclusive".into()),
         n => Ok(Change::ReplTimeout(n)),
     }
+}
+
+/// `busy-reply-threshold` (and its old name `lua-time-limit`): milliseconds, Redis's range.
+fn set_busy_reply_threshold(v: &str) -> Result<Change, String> {
+    let n: i64 = v
+        .parse()
+        .map_err(|_| "argument couldn't be parsed into an integer")?;
+    u64::try_from(n)
+        .map(Change::BusyReplyThreshold)
+        .map_err(|_| format!("argument must be between 0 and {} inclusive", i64::MAX))
+}
+
+fn busy_reply_threshold(_: &Shared) -> String {
+    crate::script::busy::threshold_ms().to_string()
 }
 
 fn path_setting(p: &Option<std::path::PathBuf>) -> String {
@@ -209,6 +225,11 @@ const SETTINGS: &[Setting] = &[
         set: None,
     },
     Setting {
+        name: "busy-reply-threshold",
+        get: busy_reply_threshold,
+        set: Some(set_busy_reply_threshold),
+    },
+    Setting {
         name: "client-output-buffer-limit",
         get: |s| s.config.client_output_buffer_limit.to_string(),
         set: None,
@@ -255,6 +276,11 @@ const SETTINGS: &[Setting] = &[
         name: "loglevel",
         get: |_| sluice_log::level().name().into(),
         set: Some(|v| sluice_log::Level::parse(v).map(Change::LogLevel)),
+    },
+    Setting {
+        name: "lua-time-limit",
+        get: busy_reply_threshold,
+        set: Some(set_busy_reply_threshold),
     },
     Setting {
         name: "masterauth",

@@ -9,7 +9,7 @@ use sluice_resp::reply::{self, Proto};
 use super::route::check_serve;
 use super::table::flag::{NOAUTH, NOMULTI};
 use super::table::{CommandSpec, lookup, row};
-use super::{Args, CmdError, Ctx, LastCommand, multi};
+use super::{Args, CmdError, Ctx, LastCommand, multi, script};
 
 /// Executes one request, appending its reply to `ctx.out`.
 pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
@@ -63,6 +63,11 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
         && let Err(e) = check_serve(ctx, spec.key_args(req), spec.write)
     {
         return refuse(ctx, spec, &e.text(spec.name));
+    }
+    // A long script on another thread holds these keys' shards: wait for it outside the
+    // lock, or answer -BUSY once it is past busy-reply-threshold.
+    if crate::script::busy::any() && script::busy_refusal(ctx, spec, req) {
+        return refuse(ctx, spec, script::BUSY);
     }
     if let Some(tx) = ctx.session.transaction.as_mut()
         && !multi::controls_transaction(spec.name)

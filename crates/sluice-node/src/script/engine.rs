@@ -18,33 +18,44 @@
 //!   `e script: <sha>, on @user_script:<line>.`
 //! - A compile error: `ERR Error compiling script (new function): user_script:1: ...`
 //!
-//! # Bounds (our own words: Redis has neither)
-//! - Memory: each state holds at most [`MEMORY_LIMIT`] bytes; an allocation past it fails the
-//!   script with `ERR Lua memory limit reached ...` and the state is collected.
-//! - Time: a script that runs past [`TIME_LIMIT`] is stopped with `ERR Script ran past ...`
-//!   (an instruction-count hook looks at the clock every [`HOOK_EVERY`] instructions). Redis
-//!   instead keeps it running and answers others `-BUSY`: stopping it keeps the node serving.
-//!   What it wrote before stays written, as with any script error.
+//! # Bounds
+//! - Memory (ours: Redis has no cap): each state holds at most [`MEMORY_LIMIT`] bytes; an
+//!   allocation past it fails the script with `ERR Lua memory limit reached ...` and the state
+//!   is collected.
+//! - Time, as Redis bounds it: nothing stops a script by itself. An instruction-count hook
+//!   looks at the clock every [`HOOK_EVERY`] instructions. At its first look the script is
+//!   listed as long (`busy`): other threads wait for it outside the locks of its shards; past
+//!   `busy-reply-threshold` it is busy: they answer commands on its shards `-BUSY`, and
+//!   `SCRIPT KILL` may stop it, if it has not written, with Redis's
+//!   `ERR Script killed by user with SCRIPT KILL... script: <sha>, on @user_script:<line>.`
+//!   `SHUTDOWN NOSAVE` stops every script, written or not, so the node can exit. A stop is
+//!   sticky: once asked, every later look raises again, and `pcall`, `xpcall` and
+//!   `coroutine.resume` pass it on instead of catching it.
+//!
+//!   No hard stop: a script that has written and is stopped half way would break the
+//!   atomicity it was promised, which Redis never does; the operator decides (wait, or
+//!   `SHUTDOWN NOSAVE`), as with Redis.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::ptr::NonNull;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::BytesMut;
-use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Table, Value as Lua_, VmState, ffi};
+use mlua::{
+    Function, HookTriggers, Lua, LuaOptions, RegistryKey, StdLib, Table, Value as Lua_, VmState,
+    ffi,
+};
 use sluice_resp::reply::{self, Proto};
 
+use super::busy::{self, Long};
 use super::cache::{self, Sha};
 use super::convert::{self, Out};
 use super::{Host, Source};
 
 /// Bytes a thread's Lua state may hold.
 pub const MEMORY_LIMIT: usize = 128 << 20;
-
-/// How long one script may run (Redis's `busy-reply-threshold` default).
-pub const TIME_LIMIT: Duration = Duration::from_secs(5);
 
 /// Lua's GC pause, in percent of the heap the last collection kept (Lua's default: 200).
 const GC_PAUSE: i32 = 1000;
@@ -59,10 +70,17 @@ const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 
 thread_local! {
     static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
-    /// When the running script must stop.
-    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
-    /// The running script went past its deadline.
-    static TIMED_OUT: Cell<bool> = const { Cell::new(false) };
+    /// When the running script started.
+    static STARTED: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Why the running script must stop, once asked (sticky for the run).
+    static STOPPED: Cell<Option<Stop>> = const { Cell::new(None) };
+    /// The running script has written (a write command answered without an error).
+    static WROTE: Cell<bool> = const { Cell::new(false) };
+    /// The running script's slot once it is long (see `busy`).
+    static LONG: RefCell<Option<Long>> = const { RefCell::new(None) };
+    /// The running script's SHA1 and declared keys (see [`Running`]).
+    static SHA: Cell<Sha> = const { Cell::new([0; 40]) };
+    static KEYS: Cell<Option<NonNull<[&'static [u8]]>>> = const { Cell::new(None) };
     /// The running script said `redis.setresp(3)`.
     static RESP3: Cell<bool> = const { Cell::new(false) };
     /// The text of the error a Rust function of the `redis` table just raised.
@@ -76,8 +94,26 @@ thread_local! {
     static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::new());
 }
 
-/// The host and the Lua state of the script running on this thread, from [`Running::start`]
-/// until it drops.
+/// Why a running script must stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// `SCRIPT KILL`.
+    Killed,
+    /// `SHUTDOWN NOSAVE`.
+    Shutdown,
+}
+
+impl Stop {
+    fn text(self) -> &'static str {
+        match self {
+            Stop::Killed => "ERR Script killed by user with SCRIPT KILL...",
+            Stop::Shutdown => "ERR Script stopped: the server is shutting down (SHUTDOWN NOSAVE)",
+        }
+    }
+}
+
+/// The script running on this thread, from [`Running::start`] until it drops: its host and
+/// Lua state, its SHA1 and keys (listed once it runs long), its clock and flags.
 ///
 /// `redis.call` and `redis.pcall` are made once per state (a function made per run costs more
 /// than the commands a limiter script calls); they reach the run's host through [`HOST`] and
@@ -85,7 +121,7 @@ thread_local! {
 struct Running;
 
 impl Running {
-    fn start(host: &mut dyn Host, lua: &Lua) -> Running {
+    fn start(host: &mut dyn Host, lua: &Lua, sha: &Sha, keys: &[&[u8]]) -> Running {
         let ptr = NonNull::from(host);
         // SAFETY: only the lifetime is erased. The pointer is cleared when `Running` drops, at
         // the end of the run that borrows `host` mutably for its whole length, and is used
@@ -94,6 +130,14 @@ impl Running {
         HOST.set(Some(ptr));
         // The state outlives the run (the engine owns it), and is only read through this.
         LUA.set(Some(NonNull::from(lua)));
+        // SAFETY: as for the host: `keys` outlives the run, and `KEYS` is cleared as it ends;
+        // it is read only by `look`, on this thread, during the run.
+        let keys: NonNull<[&'static [u8]]> = unsafe { std::mem::transmute(NonNull::from(keys)) };
+        KEYS.set(Some(keys));
+        SHA.set(*sha);
+        STOPPED.set(None);
+        WROTE.set(false);
+        STARTED.set(Some(Instant::now()));
         Running
     }
 }
@@ -102,7 +146,95 @@ impl Drop for Running {
     fn drop(&mut self) {
         HOST.set(None);
         LUA.set(None);
+        KEYS.set(None);
+        STARTED.set(None);
+        // A long script's slot is freed: the other threads serve its shards again.
+        LONG.take();
     }
+}
+
+/// The instruction hook's look, every [`HOOK_EVERY`] instructions: whether the script must
+/// stop (then it raises, again at every later look); at the first look, the script is listed
+/// as long; past the threshold, busy.
+fn look() -> mlua::Result<VmState> {
+    if STOPPED.get().is_none() {
+        if busy::stopping() {
+            STOPPED.set(Some(Stop::Shutdown));
+        } else {
+            LONG.with_borrow_mut(|slot| {
+                if slot.is_none() {
+                    *slot = list();
+                }
+                match slot {
+                    Some(long) if long.killed() => {
+                        sluice_log::warn("Lua script killed by user with SCRIPT KILL.");
+                        STOPPED.set(Some(Stop::Killed));
+                    }
+                    Some(long) if !long.is_busy() => go_busy(long),
+                    _ => {}
+                }
+            });
+        }
+    }
+    match STOPPED.get() {
+        Some(stop) => raise(stop.text()),
+        None => Ok(VmState::Continue),
+    }
+}
+
+/// Lists the running script as long, with its declared keys.
+#[cold]
+fn list() -> Option<Long> {
+    // SAFETY: set by `Running` for this run (see there).
+    let keys = unsafe { KEYS.get()?.as_ref() };
+    Long::enter(keys, WROTE.get())
+}
+
+/// Marks the running script busy once it has run past the threshold.
+fn go_busy(long: &Long) {
+    let Some(started) = STARTED.get() else {
+        return;
+    };
+    let ran = started.elapsed();
+    if ran < busy::threshold() {
+        return;
+    }
+    long.set_busy();
+    sluice_log::warn(&format!(
+        "Slow script detected: still in execution after {} milliseconds. You can try killing the script using the SCRIPT KILL command. Script name is: {}.",
+        ran.as_millis(),
+        String::from_utf8_lossy(&SHA.get())
+    ));
+}
+
+/// `check_stop()` for the prelude: raises the stop, if one was asked, where a `pcall` would
+/// otherwise have caught it.
+fn check_stop() -> mlua::Result<()> {
+    match STOPPED.get() {
+        Some(stop) => raise(stop.text()),
+        None => Ok(()),
+    }
+}
+
+/// The running script called a command that wrote: from now on it cannot be killed.
+fn note_written() {
+    WROTE.set(true);
+    LONG.with_borrow(|long| {
+        if let Some(long) = long {
+            long.wrote();
+        }
+    });
+}
+
+/// Whether this thread runs a script now (its commands come through the dispatcher too).
+pub fn running() -> bool {
+    HOST.get().is_some()
+}
+
+/// Whether the script running on this thread is listed as long (see `busy`): its own commands
+/// are never made to wait for it, nor refused `-BUSY`.
+pub fn listed_here() -> bool {
+    LONG.with_borrow(Option::is_some)
 }
 
 /// Runs `f` with the running script's host, or `None` outside a run.
@@ -125,7 +257,7 @@ fn with_host<R>(f: impl FnOnce(Option<&mut dyn Host>) -> R) -> R {
 /// script's line. A Rust function cannot raise a table, so it leaves the error's text in
 /// [`STASH`] and raises; the prelude takes it back (`take_stash`) as Redis's `{err=...}`.
 const PRELUDE: &str = r#"
-local take_stash = ...
+local take_stash, check_stop = ...
 local G = _G
 local getinfo = debug.getinfo
 local error, type, tostring, select, xpcall, pcall, setfenv, getfenv, setmetatable, rawset, loadstring, ipairs =
@@ -153,11 +285,21 @@ end
 -- Redis 7.0's pcall: an error table comes back as its `err` text.
 local function caught(ok, ...)
   if ok then return ok, ... end
+  check_stop()
   local err = host_error((...))
   if type(err) == 'table' and type(err.err) == 'string' then return false, err.err end
   return false, err
 end
 G.pcall = function(...) return caught(pcall(...)) end
+-- A stop (SCRIPT KILL, SHUTDOWN NOSAVE) is raised again where xpcall or coroutine.resume
+-- would have caught it.
+local function passed_on(ok, ...)
+  if not ok then check_stop() end
+  return ok, ...
+end
+G.xpcall = function(f, h) return passed_on(xpcall(f, h)) end
+local resume = coroutine.resume
+coroutine.resume = function(...) return passed_on(resume(...)) end
 local function handler(err)
   err = host_error(err)
   local level = 2
@@ -221,7 +363,10 @@ struct Engine {
     lua: Lua,
     run: Function,
     fields: convert::Fields,
-    compiled: HashMap<Sha, Function>,
+    /// In the Lua registry, not as `Function`s: mlua keeps each live `Function` in a slot of
+    /// an auxiliary Lua stack, which Lua 5.1 caps at 8,000, so a few thousand cached
+    /// functions made every later compile fail ("out of Lua stack").
+    compiled: HashMap<Sha, RegistryKey>,
     generation: u64,
 }
 
@@ -252,17 +397,14 @@ impl Engine {
         g.raw_set("cjson", super::cjson::library(&lua)?)?;
         g.raw_set("redis", redis_library(&lua)?)?;
         let take_stash = lua.create_function(|_, ()| Ok(STASH.take()))?;
-        let run: Function = lua.load(PRELUDE).set_name("=sluice").call(take_stash)?;
+        let check_stop = lua.create_function(|_, ()| check_stop())?;
+        let run: Function = lua
+            .load(PRELUDE)
+            .set_name("=sluice")
+            .call((take_stash, check_stop))?;
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-            |_, _| {
-                let late = TIMED_OUT.get() || DEADLINE.get().is_some_and(|d| Instant::now() >= d);
-                if late {
-                    TIMED_OUT.set(true);
-                    return Err(mlua::Error::runtime("script time limit"));
-                }
-                Ok(VmState::Continue)
-            },
+            |_, _| look(),
         )?;
         Ok(Engine {
             fields: convert::Fields::new(&lua)?,
@@ -277,8 +419,12 @@ impl Engine {
     /// whether its shebang says `no-writes`.
     fn function(&mut self, sha: &Sha, body: &[u8]) -> Result<(Function, bool), String> {
         let (code, no_writes) = shebang(body)?;
-        if let Some(f) = self.compiled.get(sha) {
-            return Ok((f.clone(), no_writes));
+        if let Some(key) = self.compiled.get(sha) {
+            let f = self
+                .lua
+                .registry_value(key)
+                .map_err(|e| format!("ERR Lua state: {e}"))?;
+            return Ok((f, no_writes));
         }
         let f = self
             .lua
@@ -295,8 +441,13 @@ impl Engine {
             })?;
         if self.compiled.len() >= MAX_COMPILED {
             self.compiled.clear();
+            self.lua.expire_registry_values();
         }
-        self.compiled.insert(*sha, f.clone());
+        let key = self
+            .lua
+            .create_registry_value(&f)
+            .map_err(|e| format!("ERR Lua state: {e}"))?;
+        self.compiled.insert(*sha, key);
         Ok((f, no_writes))
     }
 }
@@ -507,10 +658,8 @@ fn run_function(
     let sha_text = String::from_utf8_lossy(sha);
     RESP3.set(false);
     STASH.take();
-    TIMED_OUT.set(false);
-    DEADLINE.set(Some(Instant::now() + TIME_LIMIT));
     let lua = &engine.lua;
-    let _running = Running::start(host, &engine.lua);
+    let running = Running::start(host, &engine.lua, sha, keys);
     let result = (|| {
         // `run(f, KEYS, ARGV)`, the tables made with Lua's C API (in the protected call
         // `exec_raw` makes: an allocation past the limit is an error here).
@@ -536,7 +685,7 @@ fn run_function(
         }
         Ok::<(), mlua::Error>(())
     })();
-    DEADLINE.set(None);
+    drop(running);
     if let Err(e) = result {
         let text = match e {
             mlua::Error::MemoryError(_) => memory_error(),
@@ -558,12 +707,12 @@ fn memory_error() -> String {
 /// The reply to a script that raised `err` (the handler's table, or a string for errors the
 /// handler does not see: out of memory).
 fn script_error(err: &Lua_, sha: &str, out: &mut BytesMut) {
-    if TIMED_OUT.get() {
-        let ms = TIME_LIMIT.as_millis();
-        return reply::error(
-            out,
-            &format!("ERR Script ran past the time limit ({ms} ms) and was stopped script: {sha}"),
-        );
+    // A stop raised where the error handler could not see it (in the handler itself) is
+    // still answered as the stop.
+    if let Some(stop) = STOPPED.get()
+        && !matches!(err, Lua_::Table(_))
+    {
+        return reply::error(out, &format!("{} script: {sha}", stop.text()));
     }
     match err {
         Lua_::Table(t) => {
@@ -684,9 +833,10 @@ unsafe fn call(state: *mut ffi::lua_State, raise_errors: bool) -> bool {
     // SAFETY: set by `Running` for the length of a run, on this thread; the state is not used
     // through it but to lift and set its memory limit.
     let _unbounded = Unbounded::new(unsafe { lua.as_ref() });
-    if TIMED_OUT.get() {
+    // A stopped script (SCRIPT KILL, SHUTDOWN NOSAVE) raises its stop, from redis.pcall too.
+    if let Some(stop) = STOPPED.get() {
         // SAFETY: as above.
-        unsafe { convert::push_bytes(state, b"script time limit") };
+        unsafe { convert::push_error(state, stop.text()) };
         return true;
     }
     // SAFETY: reading the C function's own arguments.
@@ -734,6 +884,9 @@ unsafe fn call(state: *mut ffi::lua_State, raise_errors: bool) -> bool {
         None => error("ERR redis.call/pcall can only be called inside a script invocation"),
         Some(Ok(Some(sluice_resp::Value::Error(e)))) => error(&convert::error_text(&e)),
         Some(Ok(Some(v))) => {
+            if !WROTE.get() && crate::cmd::lookup(argv[0]).is_some_and(|spec| spec.write) {
+                note_written();
+            }
             // SAFETY: the limit is lifted, and `push_value` checks the stack as it grows.
             let pushed = unsafe { convert::push_value(state, &v, resp3, 0) };
             if pushed {

@@ -2,36 +2,43 @@
 //! the `redis` library and the conversions between Lua values and RESP.
 //!
 //! # Layout
+//! - `busy`: the long scripts and those past `busy-reply-threshold`, seen from every thread
+//!   (other clients wait for the first and get `-BUSY` from the second; `SCRIPT KILL`,
+//!   `SHUTDOWN NOSAVE`).
 //! - `cache`: the node's script cache (SHA1 → body), shared by every thread, bounded in bytes.
 //! - `engine`: one Lua state per worker thread (thread-local), each with the sandbox, the
 //!   `redis`, `bit` and `cjson` libraries and the functions it compiled, and the run of one
-//!   script: its time and memory bounds and the error forms Redis gives.
+//!   script: its memory bound, when it goes busy, and the error forms Redis gives.
 //! - `convert`: RESP → Lua (a command's reply for `redis.call`) and Lua → RESP (the script's
 //!   return value), as Redis documents them.
 //! - `bit`, `cjson`: the two bundled libraries scripts use most.
 //! - `native`: the well-known limiter scripts, recognized by their SHA1 and run without Lua.
 //!
 //! # Invariants
-//! - This module knows nothing of commands, shards or sessions: a script's commands go out
+//! - This module knows nothing of shards or sessions (of commands, only the table's `write`
+//!   flag, to tell when a script has written): a script's commands go out
 //!   through [`Host::call`], which the `EVAL` command implements over the dispatcher, and come
 //!   back as RESP bytes. So a script's writes are the commands' own writes: their journal
 //!   records are what replicates, never the script (a replica never runs Lua), and a script
 //!   that fails half way keeps what it wrote.
-//! - No script outlives its bounds: a state holds at most [`engine::MEMORY_LIMIT`] bytes and a
-//!   run stops after [`engine::TIME_LIMIT`] with an error (Redis lets it run on and answers
-//!   other clients `-BUSY` until `SCRIPT KILL`; we stop it instead: our difference).
+//! - A state holds at most [`engine::MEMORY_LIMIT`] bytes. Time is bounded as Redis bounds it:
+//!   a script past `busy-reply-threshold` runs on, the other threads answer commands on its
+//!   shards `-BUSY`, `SCRIPT KILL` stops it if it has not written, `SHUTDOWN NOSAVE` in any
+//!   case. Our one difference: the clients whose connections live on the script's own worker
+//!   thread wait for it (that thread runs the script), where Redis answers them `-BUSY`.
 //! - Globals are read-only: every script of a state runs in its one environment, whose reads
 //!   fall through to the library and whose writes are Redis's error (KEYS and ARGV are set in
 //!   it for each run), so nothing a script does is seen by the next one.
 
 mod bit;
+pub mod busy;
 pub mod cache;
 mod cjson;
 mod convert;
 mod engine;
 pub mod native;
 
-pub use engine::{MEMORY_LIMIT, TIME_LIMIT, load, run};
+pub use engine::{MEMORY_LIMIT, listed_here, load, run, running};
 
 use bytes::BytesMut;
 
