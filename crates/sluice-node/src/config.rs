@@ -272,6 +272,12 @@ pub struct Config {
     #[arg(long = "slowlog-max-len", default_value_t = 128, value_parser = clap::value_parser!(u64).range(0..=MAX_SLOWLOG_LEN))]
     pub slowlog_max_len: u64,
 
+    /// A script running longer than this many milliseconds is busy: other clients of its
+    /// shards are answered `-BUSY` and `SCRIPT KILL` may stop it (Redis's
+    /// `busy-reply-threshold`; its old name `lua-time-limit` is an alias). Also `CONFIG SET`.
+    #[arg(long = "busy-reply-threshold", alias = "lua-time-limit", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=i64::MAX as u64))]
+    pub busy_reply_threshold: u64,
+
     /// This node's region: GLOBAL rules' limits are shared with the other regions registered
     /// in `--regions-etcd` (1-64 of `A-Z a-z 0-9 _ . -`).
     #[arg(long, value_name = "NAME", requires = "regions_etcd", value_parser = parse_region)]

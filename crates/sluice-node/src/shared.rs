@@ -86,6 +86,8 @@ impl Shared {
         commands: crate::acl::Catalog,
     ) -> std::io::Result<Shared> {
         let (shutdown, _) = watch::channel(false);
+        // Process-wide, as the script cache is (see `script::busy`).
+        crate::script::busy::set_threshold_ms(config.busy_reply_threshold);
         let cluster = if config.cluster {
             let file = config.cluster_config_file.clone().unwrap_or_else(|| {
                 std::path::PathBuf::from(format!("nodes-{}.conf", local_addr.port()))
