@@ -224,3 +224,29 @@ path_without_protoc() {
   fi
   echo "$bin"
 }
+
+# need_tools TOOL...: dies unless every TOOL is on PATH (with the Debian packages that have
+# the benchmarks' tools).
+need_tools() {
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null \
+      || die "$tool is missing (apt-get install -y redis-server redis-tools util-linux mawk)"
+  done
+}
+
+# cpu_per_request LABEL PID PORT PIPELINE N CMD...: one redis-benchmark run of N requests of CMD
+# on CPU 1 (-c $CLIENTS, -r $KEYS) against the server PID on PORT; the server's CPU ns per
+# request over it (utime + stime from /proc/PID/stat) is logged and appended to
+# $WORK/cpu-LABEL.
+cpu_per_request() {
+  local label=$1 pid=$2 port=$3 pipeline=$4 n=$5 t0 t1 ns
+  shift 5
+  t0=$(cpu_ticks "$pid")
+  bench_csv 1 "$port" -c "$CLIENTS" -P "$pipeline" -n "$n" -r "$KEYS" "$@" >/dev/null
+  t1=$(cpu_ticks "$pid")
+  ns=$(awk -v d=$((t1 - t0)) -v t=$((1000000000 / $(getconf CLK_TCK))) -v n="$n" \
+    'BEGIN { printf "%.0f\n", d * t / n }')
+  echo "$ns" >>"$WORK/cpu-$label"
+  log "$(printf '%-36s %6d ns/request' "$label" "$ns")"
+}

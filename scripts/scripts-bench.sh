@@ -51,14 +51,11 @@ done
 log() { echo "[scripts] $*" >&2; }
 die() { echo "[scripts] error: $*" >&2; exit 1; }
 
-for tool in redis-server redis-cli redis-benchmark taskset awk; do
-  command -v "$tool" >/dev/null || die "$tool is missing (apt-get install -y redis-server redis-tools util-linux mawk)"
-done
+need_tools redis-server redis-cli redis-benchmark taskset awk
 need_sluice
 [ "$(nproc)" -ge 2 ] || die "needs 2 CPUs: the servers on CPU 0, the client on CPU 1"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-scripts.XXXXXX")
-TICK_NS=$((1000000000 / $(getconf CLK_TCK)))
 STARTED=$SECONDS
 FIXTURES="$ROOT/tests/fixtures/known-scripts"
 REDIS=(redis-server --bind 127.0.0.1 --save '' --appendonly no --protected-mode no --dir "$WORK")
@@ -78,18 +75,6 @@ for s in "${SCRIPTS[@]}"; do
   { cat "$FIXTURES/$fixture.lua"; printf '\n-- unknown'; } >"$WORK/$name+comment.lua"
 done
 
-# measure LABEL PID PORT PIPELINE N CMD...: server CPU ns per request over one run of N requests,
-# appended to $WORK/cpu-LABEL.
-measure() {
-  local label=$1 pid=$2 port=$3 pipeline=$4 n=$5 t0 t1
-  shift 5
-  t0=$(cpu_ticks "$pid")
-  bench_csv 1 "$port" -c "$CLIENTS" -P "$pipeline" -n "$n" -r "$KEYS" "$@" >/dev/null
-  t1=$(cpu_ticks "$pid")
-  awk -v d=$((t1 - t0)) -v t="$TICK_NS" -v n="$n" 'BEGIN { printf "%.0f\n", d * t / n }' \
-    | tee -a "$WORK/cpu-$label" | awk -v l="$label" '{ printf "[scripts] %-36s %6d ns/request\n", l, $1 }' >&2
-}
-
 # rows SIDE: one round of every script on one server (and RL.CHECK on Sluice), at -P 16 then
 # at -P 1.
 rows() {
@@ -105,12 +90,12 @@ rows() {
       for variant in "$name" "$name+comment"; do
         sha=$(redis-cli -p "${!port}" -x SCRIPT LOAD <"$WORK/$variant.lua")
         # shellcheck disable=SC2086  # ARGS are words
-        measure "$side-P$p-$variant" "${!pid}" "${!port}" "$p" "$n" \
+        cpu_per_request "$side-P$p-$variant" "${!pid}" "${!port}" "$p" "$n" \
           EVALSHA "$sha" "${#keys[@]}" "${keys[@]}" $args
       done
     done
     if [ "$side" = sluice ]; then
-      measure "$side-P$p-RL.CHECK" "${!pid}" "${!port}" "$p" "$n" RL.CHECK k:__rand_int__ 1000000 3600
+      cpu_per_request "$side-P$p-RL.CHECK" "${!pid}" "${!port}" "$p" "$n" RL.CHECK k:__rand_int__ 1000000 3600
     fi
   done
 }

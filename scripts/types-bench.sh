@@ -66,14 +66,11 @@ done
 log() { echo "[types] $*" >&2; }
 die() { echo "[types] error: $*" >&2; exit 1; }
 
-for tool in redis-server redis-cli redis-benchmark taskset awk; do
-  command -v "$tool" >/dev/null || die "$tool is missing (apt-get install -y redis-server redis-tools util-linux mawk)"
-done
+need_tools redis-server redis-cli redis-benchmark taskset awk
 need_sluice
 [ "$(nproc)" -ge 2 ] || die "needs 2 CPUs: the servers on CPU 0, the client on CPU 1"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-types.XXXXXX")
-TICK_NS=$((1000000000 / $(getconf CLK_TCK)))
 STARTED=$SECONDS
 REDIS=(redis-server --bind 127.0.0.1 --save '' --appendonly no --protected-mode no --dir "$WORK")
 SLUICE_CMD=("$SLUICE" --bind 127.0.0.1 --threads 1)
@@ -129,18 +126,6 @@ fi
 
 # --- CPU per request -------------------------------------------------------------------------
 
-# measure LABEL PID PORT PIPELINE N CMD...: server CPU ns per request over one run of N requests,
-# appended to $WORK/cpu-LABEL.
-measure() {
-  local label=$1 pid=$2 port=$3 pipeline=$4 n=$5 t0 t1
-  shift 5
-  t0=$(cpu_ticks "$pid")
-  bench_csv 1 "$port" -c "$CLIENTS" -P "$pipeline" -n "$n" -r "$KEYS" "$@" >/dev/null
-  t1=$(cpu_ticks "$pid")
-  awk -v d=$((t1 - t0)) -v t="$TICK_NS" -v n="$n" 'BEGIN { printf "%.0f\n", d * t / n }' \
-    | tee -a "$WORK/cpu-$label" | awk -v l="$label" '{ printf "[types] %-28s %6d ns/request\n", l, $1 }' >&2
-}
-
 # rows SIDE: one round of every command on one server, at -P 16 then at -P 1.
 rows() {
   local side=$1 pid port p n
@@ -148,13 +133,13 @@ rows() {
   for p in 16 1; do
     n=$REQUESTS
     [ "$p" = 16 ] || n=$((REQUESTS / 10))
-    measure "$side-P$p-INCR" "${!pid}" "${!port}" "$p" "$n" INCR ctr:__rand_int__
-    measure "$side-P$p-LPUSH" "${!pid}" "${!port}" "$p" "$n" LPUSH log:__rand_int__ 1733356810
-    measure "$side-P$p-LTRIM" "${!pid}" "${!port}" "$p" "$n" LTRIM log:__rand_int__ 0 9
-    measure "$side-P$p-HINCRBY" "${!pid}" "${!port}" "$p" "$n" HINCRBY h:__rand_int__ field5 1
-    measure "$side-P$p-ZADD" "${!pid}" "${!port}" "$p" "$n" \
+    cpu_per_request "$side-P$p-INCR" "${!pid}" "${!port}" "$p" "$n" INCR ctr:__rand_int__
+    cpu_per_request "$side-P$p-LPUSH" "${!pid}" "${!port}" "$p" "$n" LPUSH log:__rand_int__ 1733356810
+    cpu_per_request "$side-P$p-LTRIM" "${!pid}" "${!port}" "$p" "$n" LTRIM log:__rand_int__ 0 9
+    cpu_per_request "$side-P$p-HINCRBY" "${!pid}" "${!port}" "$p" "$n" HINCRBY h:__rand_int__ field5 1
+    cpu_per_request "$side-P$p-ZADD" "${!pid}" "${!port}" "$p" "$n" \
       ZADD z:__rand_int__ __rand_int__ __rand_int__
-    measure "$side-P$p-ZREMRANGEBYSCORE" "${!pid}" "${!port}" "$p" "$n" \
+    cpu_per_request "$side-P$p-ZREMRANGEBYSCORE" "${!pid}" "${!port}" "$p" "$n" \
       ZREMRANGEBYSCORE z:__rand_int__ -inf 999999
   done
 }

@@ -510,8 +510,9 @@ fn command_rows_match_redis() {
     assert_eq!(cat(&mut theirs), cat(&mut ours));
 }
 
-#[test]
-fn scripts_run_inside_multi_exec() {
+/// Sends each of `steps` to a fresh redis-server and a fresh Sluice, one connection each, and
+/// asserts the replies are the same.
+fn same_steps_as_redis(steps: &[&[&str]]) {
     if !have_tool("redis-server") {
         eprintln!("skipped: no redis-server");
         return;
@@ -520,7 +521,14 @@ fn scripts_run_inside_multi_exec() {
     let sluice = Sluice::start();
     let mut theirs = RespConn::connect(redis.port);
     let mut ours = RespConn::connect(sluice.port);
-    let steps: &[&[&str]] = &[
+    for step in steps {
+        assert_eq!(ours.call(step), theirs.call(step), "{step:?}");
+    }
+}
+
+#[test]
+fn scripts_run_inside_multi_exec() {
+    same_steps_as_redis(&[
         &["MULTI"],
         &["EVAL", "return redis.call('incr', KEYS[1])", "1", "m"],
         &["INCR", "m"],
@@ -529,10 +537,7 @@ fn scripts_run_inside_multi_exec() {
         &["EVAL", "return redis.call('incr', 'nan')", "0"],
         &["EXEC"],
         &["GET", "m"],
-    ];
-    for step in steps {
-        assert_eq!(theirs.call(step), ours.call(step), "{step:?}");
-    }
+    ]);
 }
 
 /// Many clients run a read-modify-write script on one key (and on two keys on different
@@ -932,15 +937,7 @@ fn a_million_script_loads_are_bounded() {
 /// redis-server's do, bad values included.
 #[test]
 fn busy_reply_threshold_is_configured_as_in_redis() {
-    if !have_tool("redis-server") {
-        eprintln!("skipped: no redis-server");
-        return;
-    }
-    let redis = RedisServer::start(&[]);
-    let sluice = Sluice::start();
-    let mut theirs = RespConn::connect(redis.port);
-    let mut ours = RespConn::connect(sluice.port);
-    let steps: &[&[&str]] = &[
+    same_steps_as_redis(&[
         &["CONFIG", "GET", "busy-reply-threshold"],
         &["CONFIG", "GET", "lua-time-limit"],
         &["CONFIG", "SET", "busy-reply-threshold", "-1"],
@@ -957,10 +954,7 @@ fn busy_reply_threshold_is_configured_as_in_redis() {
         &["CONFIG", "GET", "lua-time-limit"],
         &["CONFIG", "SET", "busy-reply-threshold", "5000"],
         &["SCRIPT", "KILL"],
-    ];
-    for step in steps {
-        assert_eq!(ours.call(step), theirs.call(step), "{step:?}");
-    }
+    ]);
 }
 
 /// One call on `raw` of a command with a simple reply; `None` if no whole reply came within
