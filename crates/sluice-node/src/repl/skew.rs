@@ -24,10 +24,14 @@
 //! more, once), one up to 100 ms behind refills it up to 100 ms late (allows that much less,
 //! once).
 //!
-//! A FIXED or SLIDING window is moved by whatever was measured: moving it keeps its count and
-//! its age (`State::shifted`), so a small correction costs nothing, while none would end a
-//! spent window early on a receiver ahead, with a whole limit back at once. The window then
-//! ends on the receiver when it ends on the sender, to within half the measuring round trip.
+//! A FIXED or SLIDING window is moved by a difference of [`WINDOW_AGREE_NS`] (1 ms) or more:
+//! moving it keeps its count and its age (`State::shifted`), so a small correction takes
+//! nothing, while none would end a spent window early on a receiver ahead, with a whole limit
+//! back at once. The window then ends on the receiver when it ends on the sender, to within
+//! half the measuring round trip (or 1 ms, below which it is not moved). A moved start is no
+//! multiple of the period, so the store keeps such a window boxed (a 32-byte allocation
+//! besides its slot) rather than packed, for as long as it holds the sender's window; clocks
+//! within 1 ms of each other (one host) keep windows packed.
 
 use sluice_core::{Nanos, State};
 use sluice_repl::Record;
@@ -42,6 +46,10 @@ const WORTH_LOGGING_NS: i64 = 1_000_000_000;
 
 /// Clocks closer than this are taken to agree (see the module docs).
 pub const AGREE_NS: i64 = 100_000_000;
+
+/// Clocks closer than this are taken to agree for a FIXED or SLIDING window (see the module
+/// docs): about what three `TIME` calls can tell apart.
+pub const WINDOW_AGREE_NS: i64 = 1_000_000;
 
 /// How far this node's clock is ahead of a sender's, once measured.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -97,9 +105,12 @@ impl Skew {
             .unwrap_or(0)
     }
 
-    /// What a received window (FIXED, SLIDING) is moved by: the difference, however small.
+    /// What a received window (FIXED, SLIDING) is moved by: the difference, once it is
+    /// [`WINDOW_AGREE_NS`] or more.
     fn window_correction(self) -> i64 {
-        self.ahead.unwrap_or(0)
+        self.ahead
+            .filter(|a| a.unsigned_abs() >= WINDOW_AGREE_NS.unsigned_abs())
+            .unwrap_or(0)
     }
 
     /// Applies `rec` to `store`, its times moved onto our clock.
@@ -179,7 +190,11 @@ mod tests {
     /// on a sender 50 ms behind us still holds its count until it ends there, 50 ms after it
     /// ends on our grid.
     #[test]
-    fn windows_move_by_any_difference() {
+    fn windows_move_by_a_difference_too_small_for_buckets() {
+        let one_host = Skew {
+            ahead: Some(-40_000),
+        };
+        assert_eq!(one_host.window_correction(), 0);
         use sluice_core::fixed::Fixed;
         use sluice_core::{Algo, Params};
         let store = Store::new(sluice_store::StoreConfig::default());
