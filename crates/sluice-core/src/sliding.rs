@@ -1,6 +1,6 @@
-//! SLIDING: the sliding-window counter. Windows are aligned to multiples of `period` since the
-//! Unix epoch; the state holds the current window's start and the counts of the current and the
-//! previous window. At `elapsed` into the current window the estimate is
+//! SLIDING: the sliding-window counter. A fresh key's windows are aligned to multiples of
+//! `period` since the Unix epoch (a stored state's follow its start, see below); the state holds
+//! the current window's start and the counts of the current and the previous window. At `elapsed` into the current window the estimate is
 //! `current + previous × (period − elapsed) / period`, and a request is allowed iff
 //! `estimate + cost ≤ limit`.
 //!
