@@ -6,11 +6,15 @@
 //!   quota;
 //! - a replica two minutes behind, promoted, does not lock a LOG client out for two minutes;
 //! - a node restarted from its snapshot under a clock two minutes behind the one that saved
-//!   it does not lock a LOG client out for two minutes either.
+//!   it does not lock a LOG client out for two minutes either;
+//! - a FIXED or SLIDING window spent on a primary is still spent on a replica behind it (150 ms
+//!   or two minutes) or ahead of it after a failover, and on a node restarted under a clock
+//!   stepped back: a window moved onto another clock keeps its age, not the other clock's
+//!   alignment to the hour.
 //!
 //! Every wait has a deadline; every process is stopped by its PID when its guard drops.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Connection;
 use sluice_tests::{Sluice, TempDir, rl_check, wait_until};
@@ -242,4 +246,125 @@ fn a_wall_clock_jump_on_a_running_node_neither_refills_nor_freezes_buckets() {
     assert!(allowed.is_some(), "a wall-clock jump back froze a LOG key");
     let still = rl_check(&mut c, &["k", "10", "1h", "DRY"]).unwrap();
     assert_eq!(still[0], 0);
+}
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// A `SLUICE_CLOCK_OFFSET_MS` that sets a clock `phase_ms` into the hour (a window of `1h`):
+/// where in its window a node spends a limit must not depend on the time of day the test runs.
+fn offset_to_phase(phase_ms: i64) -> i64 {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    phase_ms - i64::try_from(now_ms % HOUR_MS as u128).unwrap()
+}
+
+/// Spends `10 per 1h` under FIXED and under SLIDING, a key each.
+fn spend_windows(c: &mut Connection) {
+    for algo in ["FIXED", "SLIDING"] {
+        let r = rl_check(c, &[algo, "10", "1h", "ALGO", algo, "COST", "10"]).unwrap();
+        assert_eq!((r[0], r[2]), (1, 0), "{algo}: the limit was not spent");
+    }
+}
+
+/// How many of 10 more `10 per 1h` checks each window key allows: none while it is spent.
+fn allowed_after(c: &mut Connection) -> Vec<(&'static str, usize)> {
+    ["FIXED", "SLIDING"]
+        .into_iter()
+        .map(|algo| {
+            let allowed = (0..10)
+                .filter(|_| rl_check(c, &[algo, "10", "1h", "ALGO", algo]).unwrap()[0] == 1)
+                .count();
+            (algo, allowed)
+        })
+        .collect()
+}
+
+/// Limit 10 per hour, spent under FIXED and SLIDING on a primary half an hour into its hour
+/// (and, for a replica ahead, a minute before its end), then a failover to a replica whose
+/// clock is 150 ms (just past the threshold below which clocks count as agreeing) or two
+/// minutes off: both windows are still spent. Moved by the skew and read against the
+/// replica's own hours, a window moved back started before the replica's hour (FIXED allowed
+/// 10 more, SLIDING 4), and one moved forwards across the hour ended early (FIXED 10).
+#[test]
+fn a_replica_off_its_primarys_clock_keeps_spent_windows_spent_after_a_failover() {
+    let mut reset = Vec::new();
+    for (phase_ms, skew_ms) in [
+        (HOUR_MS / 2, -150),
+        (HOUR_MS / 2, -120_000),
+        (HOUR_MS - 60_000, 120_000),
+    ] {
+        let base = offset_to_phase(phase_ms);
+        let primary =
+            Sluice::start_on_env(0, &[], &[("SLUICE_CLOCK_OFFSET_MS", &base.to_string())]);
+        let replica = replica_with_clock(&primary, &(base + skew_ms).to_string());
+        let mut p = primary.client();
+        spend_windows(&mut p);
+        synced(&mut p, &replica);
+        let mut r = promote(&replica);
+        for (algo, allowed) in allowed_after(&mut r) {
+            if allowed > 0 {
+                reset.push(format!(
+                    "{algo} spent {} s into the hour, replica {skew_ms} ms off: {allowed} more \
+                     allowed",
+                    phase_ms / 1000
+                ));
+            }
+        }
+    }
+    assert!(
+        reset.is_empty(),
+        "spent windows were reset by a failover:\n{}",
+        reset.join("\n")
+    );
+}
+
+/// Limit 10 per hour spent under FIXED and SLIDING half an hour into the hour, `SAVE`, then a
+/// restart under a wall clock stepped two minutes back (libfaketime): the snapshot counts as
+/// saved now, and both windows are still spent. Moved back two minutes and read against the
+/// hour, the FIXED window had started before it and came back with all 10 again (SLIDING 4).
+#[test]
+fn a_restart_under_a_clock_stepped_back_keeps_spent_windows_spent() {
+    if !std::path::Path::new(LIBFAKETIME).exists() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "{LIBFAKETIME} is missing (scripts/test.sh installs the faketime package)"
+        );
+        eprintln!("SKIPPED: libfaketime not installed");
+        return;
+    }
+    let dir = TempDir::new("clocks-windows");
+    let dir_arg = dir.path().to_str().unwrap().to_string();
+    let base = offset_to_phase(HOUR_MS / 2).to_string();
+    let mut first = Sluice::start_on_env(
+        0,
+        &["--dir", &dir_arg],
+        &[("SLUICE_CLOCK_OFFSET_MS", &base)],
+    );
+    let mut c = first.client();
+    spend_windows(&mut c);
+    let () = redis::cmd("SAVE").query(&mut c).unwrap();
+    first.signal(libc::SIGTERM);
+    assert!(first.wait_exit(Duration::from_secs(10)).is_some());
+    let second = Sluice::start_on_env(
+        0,
+        &["--dir", &dir_arg],
+        &[
+            ("SLUICE_CLOCK_OFFSET_MS", &base),
+            ("LD_PRELOAD", LIBFAKETIME),
+            ("FAKETIME", "-120"),
+            ("DONT_FAKE_MONOTONIC", "1"),
+        ],
+    );
+    assert!(
+        second.wait_for_log("ahead of this clock: counting it as saved now"),
+        "the wall clock was not stepped back:\n{}",
+        second.log()
+    );
+    assert_eq!(
+        allowed_after(&mut second.client()),
+        [("FIXED", 0), ("SLIDING", 0)],
+        "after a restart under a clock two minutes back, spent windows were reset"
+    );
 }

@@ -1,12 +1,25 @@
-//! FIXED: one counter per period-aligned window (windows start at multiples of `period` since
-//! the Unix epoch), reset when the window ends.
+//! FIXED: one counter per window, reset when the window ends. A fresh key's window is
+//! period-aligned (it starts at the last multiple of `period` since the Unix epoch).
+//!
+//! # A window is `[start, start + period)`
+//! A stored count holds until a period after its window's start, whatever that start's
+//! alignment, and only then does the key start a new, aligned window. On the node that wrote
+//! it the start is aligned, so this is the aligned window. A state from another clock (a
+//! primary, a slot's source, a snapshot saved under a clock stepped since) arrives with its
+//! start moved by the measured difference (`State::shifted`), which keeps the window's age:
+//! the count then holds for the rest of the sender's window as this clock measures it, never
+//! less (a receiver behind would otherwise see the start before its own aligned window and
+//! reset the count at once; one ahead would end it early by the difference), and never more
+//! (to within the error of the measurement). When the moved window ends the key is fresh, and
+//! its next window is aligned to this clock: like any fresh key's first window, it may be
+//! shorter than a period.
 //!
 //! # Invariants
 //! - The state is `{window start, count}`, 16 bytes; a key with count 0 is fresh and not stored.
 //! - `count ≤ 2·limit`: past `limit` is a debt `RL.SETTLE` charged (see [`settle`]); a count
 //!   written under a larger limit is capped to the same bound (grandfathered).
-//! - A window start written under another period counts as the current window while it is not
-//!   before the current window's start, and as expired otherwise.
+//! - A window start written under another period is read with the current period: the count
+//!   holds while `now < start + period`.
 //! - `COST > limit` is an error; `COST 0` only reads.
 
 use crate::token::sat;
@@ -52,17 +65,24 @@ pub fn check(
     Ok((decision, new))
 }
 
-/// The current window's start and end, and its count (capped at two limits).
+/// The current window's start and end, and its count (capped at two limits): the stored
+/// window while it has not ended (see the module docs), else a fresh aligned one.
 fn window(state: Option<Fixed>, params: &Params, now: Nanos) -> (Nanos, Nanos, u64) {
     let p = u128::from(params.period.0.max(1));
     let now128 = u128::from(now.0);
+    if let Some(s) = state {
+        let end = u128::from(s.start.0) + p;
+        if now128 < end {
+            return (
+                s.start,
+                sat(end),
+                s.count.min(params.limit.saturating_mul(2)),
+            );
+        }
+    }
     let start = now128 - now128 % p;
-    let count = match state {
-        Some(s) if u128::from(s.start.0) >= start => s.count.min(params.limit.saturating_mul(2)),
-        _ => 0,
-    };
     // `start ≤ now`, so it fits in u64.
-    (sat(start), sat(start + p), count)
+    (sat(start), sat(start + p), 0)
 }
 
 /// FIXED `RL.SETTLE`: the current window's count moves by `actual − reserved`, never below 0

@@ -1,6 +1,6 @@
-//! SLIDING: the sliding-window counter. Windows are aligned to multiples of `period` since the
-//! Unix epoch; the state holds the current window's start and the counts of the current and the
-//! previous window. At `elapsed` into the current window the estimate is
+//! SLIDING: the sliding-window counter. A fresh key's windows are aligned to multiples of
+//! `period` since the Unix epoch (a stored state's follow its start, see below); the state holds
+//! the current window's start and the counts of the current and the previous window. At `elapsed` into the current window the estimate is
 //! `current + previous × (period − elapsed) / period`, and a request is allowed iff
 //! `estimate + cost ≤ limit`.
 //!
@@ -10,13 +10,27 @@
 //! nanosecond at which the same request fits (the previous window's weight decays continuously,
 //! and the window may roll over first).
 //!
+//! # A state's windows follow its start
+//! A stored state's windows are `[start, start + period)` and the one after it, whatever the
+//! start's alignment; only a fresh key (no weight left) starts on the aligned grid. On the node
+//! that wrote it the start is aligned, so these are the aligned windows. A state from another
+//! clock (a primary, a slot's source, a snapshot saved under a clock stepped since) arrives
+//! with its start moved by the measured difference (`State::shifted`), which keeps the
+//! window's age: every estimate, `retry_after` and `reset_after` on this clock is the one the
+//! sender would have made at the same moment (to within the error of the measurement), until
+//! the key is fresh. Read against this clock's aligned windows instead, a start moved back (a
+//! receiver behind) would turn the current count into the previous window's, or drop it.
+//! A start after `now` (clocks too close to be corrected, see `repl::skew`) is a current
+//! window that has not begun: its counts weigh in full until it does.
+//!
 //! # Invariants
 //! - State is 16 bytes: counts are `u32`, so `limit` is capped at [`SLIDING_LIMIT_MAX`]
 //!   (larger limits answer [`CheckError::LimitTooLarge`]).
 //! - Counts are capped to twice the current `limit`: past `limit` is a debt `RL.SETTLE` charged
 //!   (see [`settle`]), and grandfathered state is capped to the same bound.
-//!   A window start written under another period is the current window if it is not before the
-//!   current window's start, the previous one if it is within one period before, else expired.
+//!   A window start written under another period is read with the current period: the current
+//!   window while `now < start + period`, the previous one for a period after that, else
+//!   expired.
 //! - Both counts zero = fresh = not stored. `reset_after` is the time until neither count weighs
 //!   anything: the end of the next window if the current count is non-zero, else the end of the
 //!   current window.
@@ -59,6 +73,7 @@ pub fn check(
         p,
         start,
         elapsed,
+        lead,
         prev,
         curr,
     } = Window::read(state, params, now);
@@ -76,13 +91,13 @@ pub fn check(
     } else {
         (l * p).saturating_sub(used) / p
     };
-    let retry_after = (!allowed).then(|| sat(retry(prev, curr, cost, l, p, elapsed)));
+    let retry_after = (!allowed).then(|| sat(lead + retry(prev, curr, cost, l, p, elapsed)));
     let decision = Decision {
         allowed,
         limit,
         remaining: sat(remaining).0,
         retry_after,
-        reset_after: reset_after(prev_after, curr_after, p, elapsed),
+        reset_after: reset_after(prev_after, curr_after, p, elapsed, lead),
     };
     Ok((decision, stored(start, prev_after, curr_after)))
 }
@@ -92,7 +107,10 @@ struct Window {
     /// The period, at least 1 ns.
     p: u128,
     start: u128,
+    /// Time since `start`; 0 while the window has not begun.
     elapsed: u128,
+    /// Time until `start`, for a window that has not begun (see the module docs); else 0.
+    lead: u128,
     /// Counts of the previous and the current window, capped at [`debt_cap`].
     prev: u128,
     curr: u128,
@@ -102,28 +120,33 @@ impl Window {
     fn read(state: Option<Sliding>, params: &Params, now: Nanos) -> Window {
         let p = u128::from(params.period.0.max(1));
         let now128 = u128::from(now.0);
-        let start = now128 - now128 % p;
         let cap = debt_cap(params.limit);
-        let (prev, curr) = match state {
-            None => (0, 0),
-            Some(s) => {
-                let (sp, sc) = (u128::from(s.prev).min(cap), u128::from(s.curr).min(cap));
-                let s_start = u128::from(s.start.0);
-                if s_start >= start {
-                    (sp, sc)
-                } else if s_start + p >= start {
-                    (sc, 0)
-                } else {
-                    (0, 0)
-                }
+        if let Some(s) = state {
+            let (sp, sc) = (u128::from(s.prev).min(cap), u128::from(s.curr).min(cap));
+            let s_start = u128::from(s.start.0);
+            let window = |start: u128, prev: u128, curr: u128| Window {
+                p,
+                start,
+                elapsed: now128.saturating_sub(start),
+                lead: start.saturating_sub(now128),
+                prev,
+                curr,
+            };
+            if now128 < s_start + p {
+                return window(s_start, sp, sc);
             }
-        };
+            if now128 < s_start + 2 * p && sc > 0 {
+                return window(s_start + p, sc, 0);
+            }
+        }
+        let start = now128 - now128 % p;
         Window {
             p,
             start,
             elapsed: now128 - start,
-            prev,
-            curr,
+            lead: 0,
+            prev: 0,
+            curr: 0,
         }
     }
 }
@@ -135,19 +158,19 @@ fn debt_cap(limit: u64) -> u128 {
         .min(u128::from(u32::MAX))
 }
 
-/// The time until neither count weighs anything.
-fn reset_after(prev: u128, curr: u128, p: u128, elapsed: u128) -> Nanos {
+/// The time until neither count weighs anything, for a window `lead` from beginning.
+fn reset_after(prev: u128, curr: u128, p: u128, elapsed: u128, lead: u128) -> Nanos {
     if curr > 0 {
-        sat(2 * p - elapsed)
+        sat(lead + 2 * p - elapsed)
     } else if prev > 0 {
-        sat(p - elapsed)
+        sat(lead + p - elapsed)
     } else {
         Nanos::ZERO
     }
 }
 
 /// The state to store for these counts (`None` = fresh). Counts are ≤ [`debt_cap`] ≤
-/// `u32::MAX`, and `start ≤ now` fits in u64.
+/// `u32::MAX`; `start` is a stored start, at most a period past one, or `≤ now`.
 fn stored(start: u128, prev: u128, curr: u128) -> Option<Sliding> {
     (prev + curr > 0).then(|| Sliding {
         start: sat(start),
@@ -173,6 +196,7 @@ pub fn settle(
         p,
         start,
         elapsed,
+        lead,
         prev,
         curr,
     } = Window::read(state, params, now);
@@ -193,8 +217,8 @@ pub fn settle(
         allowed,
         limit,
         remaining: sat((l * p).saturating_sub(used) / p).0,
-        retry_after: (!allowed).then(|| sat(retry(prev, curr, 1, l, p, elapsed))),
-        reset_after: reset_after(prev, curr, p, elapsed),
+        retry_after: (!allowed).then(|| sat(lead + retry(prev, curr, 1, l, p, elapsed))),
+        reset_after: reset_after(prev, curr, p, elapsed, lead),
     };
     (decision, stored(start, prev, curr))
 }

@@ -58,6 +58,13 @@ impl State {
     /// This state with every instant in it moved by `by` nanoseconds (see
     /// [`Nanos::shifted`]): a state written under another process's clock, read under this
     /// one's. Durations and counts are kept; a LOG keeps its order.
+    ///
+    /// A FIXED or SLIDING window keeps its age: its start moves like any instant, so it is no
+    /// longer aligned to this clock's multiples of the period, and those algorithms read it as
+    /// the window it is (`[start, start + period)`, see [`fixed`] and [`sliding`]) rather than
+    /// against this clock's aligned windows. The sender's window then ends here when it ends
+    /// there (to within the error of the measured `by`): not early, which would reset a spent
+    /// window, and not late.
     pub fn shifted(&self, by: i64) -> State {
         match self {
             State::Token { tat } => State::Token {
@@ -218,4 +225,145 @@ pub fn renew(
     now: Nanos,
 ) -> Result<(bool, Nanos), CheckError> {
     with_leases(slot, now, |set| Ok(lease::renew(set, id, ttl, now)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const SEC: u64 = 1_000 * MS;
+    const HOUR: u64 = 3_600 * SEC;
+    /// An hour boundary (2026) on the sender's clock.
+    const HOUR0: u64 = 493_000 * HOUR;
+
+    fn params(algo_period: u64, cost: u64) -> Params {
+        Params {
+            limit: 10,
+            period: Nanos(algo_period),
+            burst: 10,
+            cost,
+        }
+    }
+
+    fn dry(state: &Option<State>, algo: Algo, at: u64) -> Decision {
+        let mut slot = state.clone();
+        check(&mut slot, algo, &params(HOUR, 1), Nanos(at), true).unwrap()
+    }
+
+    /// The receiver's clock minus the sender's: behind by 150 ms and by 2 min, and ahead.
+    const SKEWS: [i64; 4] = [
+        -150 * MS as i64,
+        -120 * SEC as i64,
+        150 * MS as i64,
+        120 * SEC as i64,
+    ];
+
+    /// Limit 10 per hour spent on a sender at `phase` into its hour (for SLIDING, after 4 in
+    /// the hour before): the state it sends, and the instant it sent it.
+    fn spent(algo: Algo, phase: u64) -> (Option<State>, u64) {
+        let mut slot = None;
+        let now = HOUR0 + phase;
+        if algo == Algo::Sliding {
+            check(&mut slot, algo, &params(HOUR, 4), Nanos(now - HOUR), false).unwrap();
+        }
+        while check(&mut slot, algo, &params(HOUR, 1), Nanos(now), false)
+            .unwrap()
+            .allowed
+        {}
+        (slot, now)
+    }
+
+    /// Moved onto a clock `by` from the sender's, a spent window answers every check as the
+    /// sender would at the same moment, for as long as the sender's window (for SLIDING, the
+    /// window after it too) lasts: the count is neither reset nor held longer.
+    fn same_decisions_across_clocks(algo: Algo, lasts: u64) {
+        for by in SKEWS {
+            // Early in the hour (within the skew of its start), halfway, and at its very end.
+            for phase in [30 * SEC, HOUR / 2, HOUR - MS] {
+                let (state, sent) = spent(algo, phase);
+                let moved = state.as_ref().map(|s| s.shifted(by));
+                let window_end = HOUR0 + HOUR;
+                let mut moments: Vec<u64> = [0, MS, 149 * MS, 119 * SEC, HOUR / 3]
+                    .iter()
+                    .map(|d| sent + d)
+                    .chain([window_end - 1, window_end, window_end + HOUR / 2])
+                    .filter(|&t| t < HOUR0 + lasts)
+                    .collect();
+                moments.push(HOUR0 + lasts - 1);
+                for t in moments {
+                    let there = dry(&state, algo, t);
+                    let here = dry(&moved, algo, t.checked_add_signed(by).unwrap());
+                    assert_eq!(
+                        here,
+                        there,
+                        "{algo:?} spent {} ms into the hour, receiver {} ms off, {} ms after",
+                        phase / MS,
+                        by / MS as i64,
+                        (t - sent) / MS
+                    );
+                }
+                // At the end the key is fresh on both sides.
+                let end = HOUR0 + lasts;
+                assert!(dry(&state, algo, end).allowed);
+                let here = dry(&moved, algo, end.checked_add_signed(by).unwrap());
+                assert_eq!((here.allowed, here.remaining), (true, 9), "{algo:?} {by}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_fixed_window_moved_across_clocks_ends_when_the_senders_does() {
+        same_decisions_across_clocks(Algo::Fixed, HOUR);
+    }
+
+    #[test]
+    fn a_sliding_window_moved_across_clocks_weighs_what_it_weighed_on_the_sender() {
+        same_decisions_across_clocks(Algo::Sliding, 2 * HOUR);
+    }
+
+    /// A window that begins after now (clocks too close to correct, the sender ahead) holds
+    /// its count in full until it begins, and then for its whole length.
+    #[test]
+    fn a_window_not_yet_begun_holds_until_its_end() {
+        let now = HOUR0 + HOUR / 2;
+        let start = Nanos(now + 50 * MS);
+        let fixed = Some(State::Fixed(Fixed { start, count: 10 }));
+        let d = dry(&fixed, Algo::Fixed, now);
+        assert_eq!(
+            (d.allowed, d.retry_after, d.reset_after),
+            (false, Some(Nanos(50 * MS + HOUR)), Nanos(50 * MS + HOUR))
+        );
+        assert!(!dry(&fixed, Algo::Fixed, start.0 + HOUR - 1).allowed);
+        assert!(dry(&fixed, Algo::Fixed, start.0 + HOUR).allowed);
+
+        let sliding = Some(State::Sliding(Sliding {
+            start,
+            prev: 0,
+            curr: 10,
+        }));
+        let d = dry(&sliding, Algo::Sliding, now);
+        // The next window weighs the 10 as previous: one fits a tenth of the way into it.
+        let fits = 50 * MS + HOUR + HOUR / 10;
+        assert_eq!(
+            (d.allowed, d.retry_after, d.reset_after),
+            (false, Some(Nanos(fits)), Nanos(50 * MS + 2 * HOUR))
+        );
+        assert!(!dry(&sliding, Algo::Sliding, now + fits - 1).allowed);
+        assert!(dry(&sliding, Algo::Sliding, now + fits).allowed);
+    }
+
+    /// The stored start keeps the window's age, whatever its alignment here.
+    #[test]
+    fn a_moved_window_keeps_its_age() {
+        let (state, _) = spent(Algo::Fixed, HOUR / 2);
+        let by = -120 * SEC as i64;
+        assert_eq!(
+            state.unwrap().shifted(by),
+            State::Fixed(Fixed {
+                start: Nanos(HOUR0 - 120 * SEC),
+                count: 10
+            })
+        );
+    }
 }

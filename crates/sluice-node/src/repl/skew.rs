@@ -17,13 +17,23 @@
 //! a new link measures again.
 //!
 //! Moving a bucket by even a millisecond takes a whole unit from one spent exactly on a unit's
-//! boundary, so a difference under [`AGREE_NS`] (100 ms) counts as none: clocks that close are
-//! taken to agree, and that much disagreement stays uncorrected. Both ways it is bounded by
-//! 100 ms of refill: a receiver up to 100 ms ahead refills a bucket up to 100 ms early (allows
-//! at most `limit × 0.1 s ÷ period` more, once), one up to 100 ms behind refills it up to
-//! 100 ms late (allows that much less, once).
+//! boundary, so for a bucket (TOKEN, GCRA, LEAKY, LOG, leases) a difference under
+//! [`AGREE_NS`] (100 ms) counts as none: clocks that close are taken to agree, and that much
+//! disagreement stays uncorrected. Both ways it is bounded by 100 ms of refill: a receiver up
+//! to 100 ms ahead refills a bucket up to 100 ms early (allows at most `limit × 0.1 s ÷ period`
+//! more, once), one up to 100 ms behind refills it up to 100 ms late (allows that much less,
+//! once).
+//!
+//! A FIXED or SLIDING window is moved by a difference of [`WINDOW_AGREE_NS`] (1 ms) or more:
+//! moving it keeps its count and its age (`State::shifted`), so a small correction takes
+//! nothing, while none would end a spent window early on a receiver ahead, with a whole limit
+//! back at once. The window then ends on the receiver when it ends on the sender, to within
+//! half the measuring round trip (or 1 ms, below which it is not moved). A moved start is no
+//! multiple of the period, so the store keeps such a window boxed (a 32-byte allocation
+//! besides its slot) rather than packed, for as long as it holds the sender's window; clocks
+//! within 1 ms of each other (one host) keep windows packed.
 
-use sluice_core::Nanos;
+use sluice_core::{Nanos, State};
 use sluice_repl::Record;
 use sluice_resp::Value;
 use sluice_store::Store;
@@ -36,6 +46,10 @@ const WORTH_LOGGING_NS: i64 = 1_000_000_000;
 
 /// Clocks closer than this are taken to agree (see the module docs).
 pub const AGREE_NS: i64 = 100_000_000;
+
+/// Clocks closer than this are taken to agree for a FIXED or SLIDING window (see the module
+/// docs): about what three `TIME` calls can tell apart.
+pub const WINDOW_AGREE_NS: i64 = 1_000_000;
 
 /// How far this node's clock is ahead of a sender's, once measured.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,9 +105,24 @@ impl Skew {
             .unwrap_or(0)
     }
 
+    /// What a received window (FIXED, SLIDING) is moved by: the difference, once it is
+    /// [`WINDOW_AGREE_NS`] or more.
+    fn window_correction(self) -> i64 {
+        self.ahead
+            .filter(|a| a.unsigned_abs() >= WINDOW_AGREE_NS.unsigned_abs())
+            .unwrap_or(0)
+    }
+
     /// Applies `rec` to `store`, its times moved onto our clock.
     pub fn apply(self, store: &Store, rec: Record<'_>, now: Nanos) {
-        store.apply(rec.shifted(self.correction()), now);
+        let by = match &rec {
+            Record::Limiter {
+                state: State::Fixed(_) | State::Sliding(_),
+                ..
+            } => self.window_correction(),
+            _ => self.correction(),
+        };
+        store.apply(rec.shifted(by), now);
     }
 }
 
@@ -155,6 +184,48 @@ mod tests {
         };
         assert_eq!(close.correction(), 0);
         assert_eq!(Skew::default().correction(), 0);
+    }
+
+    /// A window is moved by a difference too small to move a bucket by: a FIXED window spent
+    /// on a sender 50 ms behind us still holds its count until it ends there, 50 ms after it
+    /// ends on our grid.
+    #[test]
+    fn windows_move_by_a_difference_too_small_for_buckets() {
+        let one_host = Skew {
+            ahead: Some(-40_000),
+        };
+        assert_eq!(one_host.window_correction(), 0);
+        use sluice_core::fixed::Fixed;
+        use sluice_core::{Algo, Params};
+        let store = Store::new(sluice_store::StoreConfig::default());
+        let hour = Nanos::from_secs(3600);
+        let start = Nanos(hour.0 * 493_000);
+        let skew = Skew {
+            ahead: Some(50_000_000),
+        };
+        assert_eq!(skew.correction(), 0);
+        let end = start.saturating_add(hour);
+        let rec = Record::Limiter {
+            key: b"w",
+            deadline: end,
+            state: State::Fixed(Fixed { start, count: 10 }),
+        };
+        let now = Nanos(end.0 - 10_000_000);
+        skew.apply(&store, rec, now);
+        let params = Params {
+            limit: 10,
+            period: hour,
+            burst: 10,
+            cost: 1,
+        };
+        let later = Nanos(end.0 + 40_000_000);
+        let d = store
+            .check(b"w", Algo::Fixed, &params, later, true)
+            .unwrap();
+        assert!(
+            !d.allowed,
+            "the window ended on our grid, before the sender's"
+        );
     }
 
     #[test]
