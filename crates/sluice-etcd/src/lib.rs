@@ -13,6 +13,9 @@
 //!   a call on a broken connection fails and the caller connects again.
 //! - A [`Watch`] keeps its request stream open for its whole life: etcd ends a watch whose
 //!   client has finished sending.
+//! - A watch etcd cancels (its start revision compacted, or any other reason) is an error
+//!   from [`Watch::message`], never an answer to skip: etcd keeps the stream open after
+//!   cancelling, so a caller that waited for the stream to end would wait forever.
 
 pub mod table;
 pub mod tls;
@@ -59,6 +62,9 @@ pub enum Error {
     Url(String),
     /// etcd (or the transport under a call) answered with an error.
     Rpc(tonic::Status),
+    /// etcd cancelled a watch: `compact_revision` is the oldest revision it still holds when
+    /// the watch's start revision was compacted (0 when cancelled for another reason).
+    WatchCanceled { compact_revision: i64, reason: String },
 }
 
 impl fmt::Display for Error {
@@ -67,6 +73,19 @@ impl fmt::Display for Error {
             Error::Connect(e) => f.write_str(&chain(e)),
             Error::Url(why) => f.write_str(why),
             Error::Rpc(status) => write!(f, "{}: {}", status.code(), status.message()),
+            Error::WatchCanceled {
+                compact_revision,
+                reason,
+            } => {
+                f.write_str("etcd cancelled the watch")?;
+                if *compact_revision > 0 {
+                    write!(f, ": compacted up to revision {compact_revision}")?;
+                }
+                if !reason.is_empty() {
+                    write!(f, " ({reason})")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -261,8 +280,18 @@ pub struct Watch {
 
 impl Watch {
     /// The next answer, with the events since the last one; `None` when etcd ended the watch.
+    /// An answer that cancels the watch (a compacted start revision, or any other reason) is
+    /// [`Error::WatchCanceled`]: no event follows it on this stream.
     pub async fn message(&mut self) -> Result<Option<WatchResponse>, Error> {
-        Ok(self.responses.message().await?)
+        match self.responses.message().await? {
+            Some(resp) if resp.canceled || resp.compact_revision > 0 => {
+                Err(Error::WatchCanceled {
+                    compact_revision: resp.compact_revision,
+                    reason: resp.cancel_reason,
+                })
+            }
+            other => Ok(other),
+        }
     }
 }
 
