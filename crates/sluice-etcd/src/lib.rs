@@ -64,7 +64,10 @@ pub enum Error {
     Rpc(tonic::Status),
     /// etcd cancelled a watch: `compact_revision` is the oldest revision it still holds when
     /// the watch's start revision was compacted (0 when cancelled for another reason).
-    WatchCanceled { compact_revision: i64, reason: String },
+    WatchCanceled {
+        compact_revision: i64,
+        reason: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -284,12 +287,10 @@ impl Watch {
     /// [`Error::WatchCanceled`]: no event follows it on this stream.
     pub async fn message(&mut self) -> Result<Option<WatchResponse>, Error> {
         match self.responses.message().await? {
-            Some(resp) if resp.canceled || resp.compact_revision > 0 => {
-                Err(Error::WatchCanceled {
-                    compact_revision: resp.compact_revision,
-                    reason: resp.cancel_reason,
-                })
-            }
+            Some(resp) if resp.canceled || resp.compact_revision > 0 => Err(Error::WatchCanceled {
+                compact_revision: resp.compact_revision,
+                reason: resp.cancel_reason,
+            }),
             other => Ok(other),
         }
     }
