@@ -38,6 +38,8 @@
 //!   `sluice_replica_lag_bytes{replica}`, `sluice_replica_ack_age_seconds{replica}`,
 //!   `sluice_master_link_up`, `sluice_master_last_io_seconds`.
 //! - `sluice_cluster_enabled`, `sluice_cluster_slots_owned`, `sluice_cluster_epoch`.
+//! - `sluice_etcd_watch_restarts_total{watch}`: etcd watches re-established from a fresh read
+//!   (`table`: the cluster table's, `--etcd`; `rules`: the rules', `--rules-etcd`).
 //! - With `--region`: `sluice_region_share{rule}` (the share enforced here, 0 to 1),
 //!   `sluice_region_demand{rule}` (the region's smoothed requests per second),
 //!   `sluice_region_published_share{rule,region}` and `sluice_region_published_demand{rule,region}`
@@ -428,6 +430,11 @@ static FAMILIES: &[Family] = &[
     gauge("sluice_cluster_epoch", "The slot table's epoch", |r| {
         one(Value::Gauge(r.cluster?.epoch))
     }),
+    counter(
+        "sluice_etcd_watch_restarts",
+        "etcd watches re-established from a fresh read (cancelled by a compaction, ended, failed, or behind a periodic read)",
+        |r| r.watch_restarts(),
+    ),
     gauge(
         "sluice_region_share",
         "The share of each GLOBAL rule's limit this node enforces (0 to 1)",
@@ -504,6 +511,8 @@ struct Reading {
     cluster: Option<ClusterReading>,
     /// With `--region`: this node's view of the split.
     regions: Option<crate::regions::Status>,
+    /// With `--etcd` or `--rules-etcd`: each watch's restarts.
+    watch_restarts: Vec<(&'static str, u64)>,
     now_ms: u64,
 }
 
@@ -584,8 +593,36 @@ impl Reading {
                 epoch: clamp(cluster.epoch()),
             }),
             regions: shared.regions.status(),
+            watch_restarts: [
+                (
+                    "table",
+                    shared.config.etcd.is_some(),
+                    &shared.stats.table_watch_restarts,
+                ),
+                (
+                    "rules",
+                    shared.config.rules_etcd.is_some(),
+                    &shared.stats.rules_watch_restarts,
+                ),
+            ]
+            .into_iter()
+            .filter(|(_, on, _)| *on)
+            .map(|(watch, _, n)| (watch, n.load(Relaxed)))
+            .collect(),
             now_ms: now.as_nanos() / 1_000_000,
         }
+    }
+
+    /// One sample per etcd watch this node runs, labelled `watch`; none without etcd.
+    fn watch_restarts(&self) -> Option<Samples<'_>> {
+        if self.watch_restarts.is_empty() {
+            return None;
+        }
+        let rows = self.watch_restarts.iter();
+        Some(Samples::Labelled(
+            rows.map(|(watch, n)| (vec![("watch", watch.to_string())], Value::Counter(*n)))
+                .collect(),
+        ))
     }
 
     /// One sample per GLOBAL rule, labelled by rule.

@@ -275,6 +275,11 @@ pub struct Stats {
     baseline: Mutex<Vec<CmdTotals>>,
     pub connections_received: AtomicU64,
     pub rejected_connections: AtomicU64,
+    /// Times the etcd watch of the cluster table (`--etcd`) and of the rules
+    /// (`--rules-etcd`) was re-established from a fresh read: cancelled by a compaction,
+    /// ended, failed, or behind a periodic read. Metrics only (INFO does not show them).
+    pub table_watch_restarts: AtomicU64,
+    pub rules_watch_restarts: AtomicU64,
     /// CONFIG RESETSTAT's baseline of [`TLS_HANDSHAKES_REFUSED`].
     tls_refused_base: AtomicU64,
     ops: Mutex<OpsSampler>,
@@ -309,6 +314,8 @@ impl Stats {
             baseline: Mutex::new(vec![CmdTotals::default(); commands]),
             connections_received: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
+            table_watch_restarts: AtomicU64::new(0),
+            rules_watch_restarts: AtomicU64::new(0),
             tls_refused_base: AtomicU64::new(0),
             ops: Mutex::new(OpsSampler::default()),
         }
