@@ -11,11 +11,19 @@
 //! A value that is not a valid spec, or is below its rule's floor, is logged and ignored:
 //! the node keeps the rule's last good version.
 //!
+//! The watch starts after the store's revision at the read. A watch etcd cancels (a
+//! compaction), ends or fails is re-established from a fresh read of the prefix, logged and
+//! counted (`sluice_etcd_watch_restarts_total{watch="rules"}`); a read every [`READ_EVERY`]
+//! backs it up: if etcd holds a rule revision (or lacks a rule) the watch did not deliver,
+//! the node reads the prefix afresh.
+//!
 //! The etcd client runs on a thread of its own with its own runtime; a command's write waits
 //! for it (up to [`WRITE_TIMEOUT`](super::handle::WRITE_TIMEOUT)) on the worker thread, which is acceptable for an admin
 //! command and keeps `RL.HIT` untouched.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
@@ -28,6 +36,8 @@ use crate::shared::Shared;
 
 /// How long to wait before reconnecting after an error.
 const RETRY_EVERY: Duration = Duration::from_millis(500);
+/// How often the prefix is read afresh while the watch runs.
+const READ_EVERY: Duration = Duration::from_secs(30);
 /// How many earlier revisions of each rule are read back at start.
 const HISTORY_DEPTH: usize = 100;
 
@@ -61,9 +71,14 @@ async fn follow(
     loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            r = follow_once(&shared, &url, &mut writes, &loaded) => {
-                if let Err(e) = r {
-                    sluice_log::log(&format!("rules etcd: {e}; retrying"));
+            r = follow_once(&shared, &url, &mut writes, &loaded) => match r {
+                Ended::Unwatched(e) => sluice_log::log(&format!("rules etcd: {e}; retrying")),
+                Ended::Watch(e) => {
+                    shared.stats.rules_watch_restarts.fetch_add(1, Ordering::Relaxed);
+                    sluice_log::log(&format!(
+                        "Rules watch restarted: {e}; reading {} afresh",
+                        shared.config.rules_prefix
+                    ));
                 }
             }
         }
@@ -78,25 +93,53 @@ async fn follow(
     }
 }
 
+/// Why one watch of the prefix ended.
+enum Ended {
+    /// Before the watch ran: etcd unreachable, the read failed.
+    Unwatched(String),
+    /// The running watch was cancelled (a compaction), ended or failed, or a periodic read
+    /// found a change it had not delivered: read afresh and watch again.
+    Watch(String),
+}
+
+/// Reads the prefix (with each rule's history), then watches it from the revision of that
+/// read on, serving `writes` meanwhile and reading it again every [`READ_EVERY`], until the
+/// watch ends.
 async fn follow_once(
     shared: &Arc<Shared>,
     url: &str,
     writes: &mut mpsc::UnboundedReceiver<Write>,
     loaded: &std_mpsc::Sender<()>,
-) -> Result<(), String> {
-    let prefix = shared.config.rules_prefix.clone();
+) -> Ended {
+    match read_prefix(shared, url, loaded).await {
+        Ok((client, start_rev, seen)) => watch(shared, client, start_rev, seen, writes).await,
+        Err(e) => Ended::Unwatched(e),
+    }
+}
+
+/// Every rule etcd holds, by name, at its key's mod revision.
+type Seen = BTreeMap<String, i64>;
+
+/// Reads the prefix and installs what it holds; the client, the store's revision at the read,
+/// and the rules read.
+async fn read_prefix(
+    shared: &Arc<Shared>,
+    url: &str,
+    loaded: &std_mpsc::Sender<()>,
+) -> Result<(sluice_etcd::Client, i64, Seen), String> {
+    let prefix = &shared.config.rules_prefix;
     let mut client = sluice_etcd::connect(url).await?;
     let resp = client
         .get_prefix(prefix.as_bytes())
         .await
         .map_err(|e| format!("get {prefix}: {e}"))?;
     let start_rev = resp.header.as_ref().map_or(0, |h| h.revision);
-    let mut names = Vec::new();
+    let mut seen = Seen::new();
     for kv in &resp.kvs {
-        let Some(name) = rule_name(&prefix, &kv.key) else {
+        let Some(name) = rule_name(prefix, &kv.key) else {
             continue;
         };
-        names.push(name.to_string());
+        seen.insert(name.to_string(), kv.mod_revision);
         // Oldest first: walk back from the current revision.
         let mut chain = vec![(kv.mod_revision, kv.value.clone())];
         let mut rev = kv.mod_revision;
@@ -114,28 +157,68 @@ async fn follow_once(
     }
     // Rules deleted while this node was away.
     for name in shared.rules.names() {
-        if !names.contains(&name) {
+        if !seen.contains_key(&name) {
             shared.rules.delete(&name);
         }
     }
     let _ = loaded.send(());
-    let mut stream = client
-        .watch(prefix.as_bytes(), true, start_rev + 1)
-        .await
-        .map_err(|e| format!("watch {prefix}: {e}"))?;
+    Ok((client, start_rev, seen))
+}
+
+/// Watches the prefix from after `start_rev`, keeping `seen` as etcd's rules, until the watch
+/// ends or a periodic read finds etcd's rules differ from `seen`.
+async fn watch(
+    shared: &Arc<Shared>,
+    mut client: sluice_etcd::Client,
+    start_rev: i64,
+    mut seen: Seen,
+    writes: &mut mpsc::UnboundedReceiver<Write>,
+) -> Ended {
+    let prefix = &shared.config.rules_prefix;
+    let mut stream = match client.watch(prefix.as_bytes(), true, start_rev + 1).await {
+        Ok(s) => s,
+        Err(e) => return Ended::Unwatched(format!("watch {prefix}: {e}")),
+    };
+    let mut read_every =
+        tokio::time::interval_at(tokio::time::Instant::now() + READ_EVERY, READ_EVERY);
     loop {
         tokio::select! {
             msg = stream.message() => {
-                let msg = msg.map_err(|e| format!("watch: {e}"))?.ok_or("watch closed")?;
+                let msg = match msg {
+                    Ok(Some(msg)) => msg,
+                    Ok(None) => return Ended::Watch("etcd ended the watch".into()),
+                    Err(e) => return Ended::Watch(e.to_string()),
+                };
                 for ev in &msg.events {
                     let Some(kv) = &ev.kv else { continue };
-                    let Some(name) = rule_name(&prefix, &kv.key) else { continue };
+                    let Some(name) = rule_name(prefix, &kv.key) else { continue };
                     match ev.r#type() {
-                        EventType::Put => apply_put(shared, name, kv.mod_revision, &kv.value),
+                        EventType::Put => {
+                            seen.insert(name.to_string(), kv.mod_revision);
+                            apply_put(shared, name, kv.mod_revision, &kv.value);
+                        }
                         EventType::Delete => {
+                            seen.remove(name);
                             shared.rules.delete(name);
                         }
                     }
+                }
+            }
+            _ = read_every.tick() => {
+                // A failed read is left to the watch: it fails too if etcd is gone.
+                let Ok(resp) = client.get_prefix(prefix.as_bytes()).await else { continue };
+                let now: Seen = resp
+                    .kvs
+                    .iter()
+                    .filter_map(|kv| Some((rule_name(prefix, &kv.key)?.to_string(), kv.mod_revision)))
+                    .collect();
+                // A change made just before the read may still be on its way through the
+                // watch: reading afresh then costs one read, and misses nothing.
+                if now != seen {
+                    let read_rev = resp.header.as_ref().map_or(0, |h| h.revision);
+                    return Ended::Watch(format!(
+                        "a periodic read found rules the watch had not delivered (revision {read_rev})"
+                    ));
                 }
             }
             Some(w) = writes.recv() => {
@@ -145,6 +228,10 @@ async fn follow_once(
                     None => client.delete(key.as_bytes()).await,
                 };
                 let result = result.map_err(|e| e.to_string()).map(|rev| {
+                    match &w.spec {
+                        Some(_) => seen.insert(w.name.clone(), rev),
+                        None => seen.remove(&w.name),
+                    };
                     let rev = u64::try_from(rev).unwrap_or(0);
                     match w.spec {
                         Some(spec) => {
