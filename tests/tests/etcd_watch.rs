@@ -73,14 +73,14 @@ fn unbase64(text: &str) -> Vec<u8> {
 }
 
 /// Puts `value` under `key`; the store's revision after the put.
-fn put(etcd: &Etcd, key: &str, value: &str) -> i64 {
+fn put(etcd: u16, key: &str, value: &str) -> i64 {
     let body = format!(
         r#"{{"key":"{}","value":"{}"}}"#,
         base64(key.as_bytes()),
         base64(value.as_bytes())
     );
     let resp: serde_json::Value =
-        serde_json::from_str(&http_post(etcd.port, "/v3/kv/put", &body)).unwrap();
+        serde_json::from_str(&http_post(etcd, "/v3/kv/put", &body)).unwrap();
     resp["header"]["revision"]
         .as_str()
         .unwrap()
@@ -89,10 +89,10 @@ fn put(etcd: &Etcd, key: &str, value: &str) -> i64 {
 }
 
 /// The value under `key` (it must exist).
-fn get(etcd: &Etcd, key: &str) -> String {
+fn get(etcd: u16, key: &str) -> String {
     let body = format!(r#"{{"key":"{}"}}"#, base64(key.as_bytes()));
     let resp: serde_json::Value =
-        serde_json::from_str(&http_post(etcd.port, "/v3/kv/range", &body)).unwrap();
+        serde_json::from_str(&http_post(etcd, "/v3/kv/range", &body)).unwrap();
     let value = resp["kvs"][0]["value"].as_str().expect("the key exists");
     String::from_utf8(unbase64(value)).unwrap()
 }
@@ -227,7 +227,7 @@ fn a_node_restarted_after_a_compaction_follows_the_next_table() {
             "node {p} did not take epoch 1"
         );
     }
-    let table = get(&etcd, &key);
+    let table = get(etcd.port, &key);
     // Node 1 is the node that owns slot 1024 at epoch 1; node 2 the other. The probe key is
     // one of node 1's in slots 1024-2047.
     let owner = |slot: u16| -> usize {
@@ -263,7 +263,7 @@ fn a_node_restarted_after_a_compaction_follows_the_next_table() {
     // Five writes to another key, then a compaction past the table key's last write.
     let mut rev = 0;
     for i in 0..5 {
-        rev = put(&etcd, &format!("{prefix}other"), &i.to_string());
+        rev = put(etcd.port, &format!("{prefix}other"), &i.to_string());
     }
     http_post(
         etcd.port,
@@ -280,7 +280,11 @@ fn a_node_restarted_after_a_compaction_follows_the_next_table() {
 
     // An epoch-3 table moves slots 1024-2047 to node 2.
     let shard_two = shard_of(&table, ports[two]);
-    put(&etcd, &key, &move_slots(&table, 3, 1024, 2047, shard_two));
+    put(
+        etcd.port,
+        &key,
+        &move_slots(&table, 3, 1024, 2047, shard_two),
+    );
     let took = wait_until(Duration::from_secs(10), || {
         ports
             .iter()
@@ -324,5 +328,144 @@ fn a_node_restarted_after_a_compaction_follows_the_next_table() {
         started.elapsed()
     );
     drop(nodes);
+    drop(etcd);
+}
+
+/// etcd on fixed loopback ports with its data in `dir`, so that it can be killed and started
+/// again where the nodes expect it (the tests' [`Etcd`] picks new ports at every start).
+struct FixedEtcd {
+    child: Option<std::process::Child>,
+    port: u16,
+    peer: u16,
+    dir: TempDir,
+}
+
+impl FixedEtcd {
+    fn start() -> FixedEtcd {
+        let mut etcd = FixedEtcd {
+            child: None,
+            port: free_port(),
+            peer: free_port(),
+            dir: TempDir::new("etcd-fixed"),
+        };
+        etcd.launch();
+        etcd
+    }
+
+    /// Starts etcd on its ports and data and waits up to 20 s for it to answer.
+    fn launch(&mut self) {
+        let client_url = format!("http://127.0.0.1:{}", self.port);
+        let peer_url = format!("http://127.0.0.1:{}", self.peer);
+        let child = std::process::Command::new("etcd")
+            .args(["--name", "watch-test", "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("watch-test={peer_url}")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn etcd");
+        self.child = Some(child);
+        let up = wait_until(Duration::from_secs(20), || {
+            http_get(self.port, "/health")
+                .filter(|b| b.contains("\"health\":\"true\""))
+                .map(|_| ())
+        });
+        assert!(up.is_some(), "etcd did not start on port {}", self.port);
+    }
+
+    /// Kills etcd (SIGKILL, by its PID) and waits for it.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for FixedEtcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A watch that fails (etcd killed) is re-established from a fresh read once etcd is back: the
+/// node logs it, counts it in `sluice_etcd_watch_restarts_total{watch="table"}`, and takes the
+/// next table.
+#[test]
+fn a_lost_table_watch_is_restarted_logged_and_counted() {
+    if !have_tool("etcd") {
+        return;
+    }
+    let started = Instant::now();
+    let mut etcd = FixedEtcd::start();
+    let url = etcd.url();
+    let prefix = "/sluice-restart/";
+    let key = format!("{prefix}table");
+    let dir = TempDir::new("etcd-watch-restart");
+    let metrics = free_port().to_string();
+    let node = cluster_node(
+        0,
+        &dir.path().join("nodes-0.conf"),
+        &[
+            "--etcd",
+            &url,
+            "--etcd-prefix",
+            prefix,
+            "--metrics-port",
+            &metrics,
+        ],
+    );
+    let addr = format!("127.0.0.1:{}", node.port);
+    let out = sluice_cluster(&["create", &addr, "--etcd", &url, "--etcd-prefix", prefix]);
+    assert!(
+        out.status.success(),
+        "sluice cluster create: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || (epoch(node.port) == Some(1))
+            .then_some(()))
+        .is_some()
+    );
+    let table = get(etcd.port, &key);
+
+    etcd.kill();
+    assert!(
+        node.wait_for_log("Cluster table watch restarted"),
+        "{}",
+        node.log()
+    );
+    etcd.launch();
+    put(etcd.port, &key, &move_slots(&table, 2, 0, 0, 0));
+    assert!(
+        wait_until(Duration::from_secs(10), || (epoch(node.port) == Some(2))
+            .then_some(()))
+        .is_some(),
+        "the node did not take epoch 2 after etcd came back:\n{}",
+        node.log()
+    );
+    let port: u16 = metrics.parse().unwrap();
+    let body = http_get(port, "/metrics").expect("metrics");
+    let restarts: u64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_etcd_watch_restarts_total{watch=\"table\"} "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no table watch restarts in:\n{body}"));
+    assert!(restarts >= 1, "{body}");
+    println!(
+        "etcd killed and back: the watch restarted ({restarts} counted), epoch 2 taken; test took {:?}",
+        started.elapsed()
+    );
+    drop(node);
     drop(etcd);
 }
