@@ -469,3 +469,75 @@ fn a_lost_table_watch_is_restarted_logged_and_counted() {
     drop(node);
     drop(etcd);
 }
+
+/// `RL.RULE GET name`'s `LIMIT`, if the rule exists.
+fn rule_limit(port: u16, name: &str) -> Option<i64> {
+    let mut c = try_connect(port)?;
+    let v: Vec<redis::Value> = redis::cmd("RL.RULE")
+        .arg("GET")
+        .arg(name)
+        .query(&mut c)
+        .ok()?;
+    let at = v
+        .iter()
+        .position(|x| *x == redis::Value::BulkString(b"limit".to_vec()))?;
+    match &v[at + 1] {
+        redis::Value::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// The rules' watch as the table's: lost with etcd, it is re-established from a fresh read once
+/// etcd is back (logged and counted), and a rule changed then, with the store compacted past
+/// it, reaches the node.
+#[test]
+fn a_lost_rules_watch_is_restarted_logged_and_counted() {
+    if !have_tool("etcd") {
+        return;
+    }
+    let started = Instant::now();
+    let mut etcd = FixedEtcd::start();
+    let url = etcd.url();
+    let metrics = free_port();
+    let node = Sluice::start_with(&["--rules-etcd", &url, "--metrics-port", &metrics.to_string()]);
+    put(etcd.port, "/sluice/rules/user", "LIMIT 5 PERIOD 1m");
+    assert!(
+        wait_until(Duration::from_secs(10), || (rule_limit(node.port, "user")
+            == Some(5))
+        .then_some(()))
+        .is_some(),
+        "{}",
+        node.log()
+    );
+
+    etcd.kill();
+    assert!(node.wait_for_log("Rules watch restarted"), "{}", node.log());
+    etcd.launch();
+    let rev = put(etcd.port, "/sluice/rules/user", "LIMIT 7 PERIOD 1m");
+    http_post(
+        etcd.port,
+        "/v3/kv/compaction",
+        &format!(r#"{{"revision":"{rev}"}}"#),
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || (rule_limit(node.port, "user")
+            == Some(7))
+        .then_some(()))
+        .is_some(),
+        "the rule change after etcd came back did not arrive:\n{}",
+        node.log()
+    );
+    let body = http_get(metrics, "/metrics").expect("metrics");
+    let restarts: u64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_etcd_watch_restarts_total{watch=\"rules\"} "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no rules watch restarts in:\n{body}"));
+    assert!(restarts >= 1, "{body}");
+    println!(
+        "rules: etcd killed and back, the watch restarted ({restarts} counted), the change after a compaction arrived; test took {:?}",
+        started.elapsed()
+    );
+    drop(node);
+    drop(etcd);
+}
