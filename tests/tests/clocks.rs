@@ -181,12 +181,7 @@ fn log_hour(line: &str) -> u32 {
 /// jump back freezes nothing). The limiter reads only the monotonic clock after start.
 #[test]
 fn a_wall_clock_jump_on_a_running_node_neither_refills_nor_freezes_buckets() {
-    if !std::path::Path::new(LIBFAKETIME).exists() {
-        assert!(
-            std::env::var("CI").is_err(),
-            "{LIBFAKETIME} is missing (scripts/test.sh installs the faketime package)"
-        );
-        eprintln!("SKIPPED: libfaketime not installed");
+    if !have_libfaketime() {
         return;
     }
     let dir = TempDir::new("clock-jump");
@@ -326,12 +321,7 @@ fn a_replica_off_its_primarys_clock_keeps_spent_windows_spent_after_a_failover()
 /// hour, the FIXED window had started before it and came back with all 10 again (SLIDING 4).
 #[test]
 fn a_restart_under_a_clock_stepped_back_keeps_spent_windows_spent() {
-    if !std::path::Path::new(LIBFAKETIME).exists() {
-        assert!(
-            std::env::var("CI").is_err(),
-            "{LIBFAKETIME} is missing (scripts/test.sh installs the faketime package)"
-        );
-        eprintln!("SKIPPED: libfaketime not installed");
+    if !have_libfaketime() {
         return;
     }
     let dir = TempDir::new("clocks-windows");
@@ -367,4 +357,18 @@ fn a_restart_under_a_clock_stepped_back_keeps_spent_windows_spent() {
         [("FIXED", 0), ("SLIDING", 0)],
         "after a restart under a clock two minutes back, spent windows were reset"
     );
+}
+
+/// Whether libfaketime is installed; under `CI=true` its absence fails the test (the test
+/// command installs it).
+fn have_libfaketime() -> bool {
+    if std::path::Path::new(LIBFAKETIME).exists() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "{LIBFAKETIME} is missing (scripts/test.sh installs the faketime package)"
+    );
+    eprintln!("SKIPPED: libfaketime not installed");
+    false
 }
