@@ -239,6 +239,24 @@ const CORPUS: &[Case] = &[
         &[],
         &[],
     ),
+    // An error the script caught leaves nothing behind for the next redis.call's own.
+    case(
+        "pcall(redis.setresp, 9) return redis.call('incr', KEYS[1])",
+        &["s"],
+        &[],
+    ),
+    case(
+        "xpcall(function() redis.setresp(9) end, function(e) return e end) return redis.call('incr', KEYS[1])",
+        &["s"],
+        &[],
+    ),
+    // The globals' protection cannot be undone through their metatable.
+    case("getmetatable(_G).__newindex = nil return 1", &[], &[]),
+    case(
+        "local ok = pcall(function() getmetatable(_G).__newindex = nil end) return tostring(ok)",
+        &[],
+        &[],
+    ),
 ];
 
 fn eval_args(c: &Case) -> Vec<String> {

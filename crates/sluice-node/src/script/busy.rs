@@ -22,7 +22,7 @@
 //! - A node is one process: the threshold, the slots and the stop flag are the process's, as
 //!   the script cache is.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -44,12 +44,10 @@ struct Slot {
     claimed: AtomicBool,
     /// Counted in [`LISTED`]: its keys are in place.
     listed: AtomicBool,
-    /// Past the threshold.
-    busy: AtomicBool,
-    /// The script has written (it can no longer be killed).
-    written: AtomicBool,
-    /// `SCRIPT KILL` asked it to stop.
-    kill: AtomicBool,
+    /// [`BUSY`], [`WRITTEN`] and [`KILLED`], in one word so that `SCRIPT KILL` and the script's
+    /// next write cannot both win: a kill lands only on a busy script that has not written,
+    /// and a write runs only if no kill landed first.
+    state: AtomicU8,
     /// The script's declared keys.
     keys: Mutex<Vec<Vec<u8>>>,
 }
@@ -58,13 +56,24 @@ struct Slot {
 const FREE: Slot = Slot {
     claimed: AtomicBool::new(false),
     listed: AtomicBool::new(false),
-    busy: AtomicBool::new(false),
-    written: AtomicBool::new(false),
-    kill: AtomicBool::new(false),
+    state: AtomicU8::new(0),
     keys: Mutex::new(Vec::new()),
 };
 
 static TABLE: [Slot; SLOTS] = [FREE; SLOTS];
+
+/// A slot's state: past the threshold.
+const BUSY: u8 = 1;
+/// The script has called a write command (as Redis, before it runs): no kill can stop it.
+const WRITTEN: u8 = 2;
+/// `SCRIPT KILL` stopped it.
+const KILLED: u8 = 4;
+
+impl Slot {
+    fn is(&self, bit: u8) -> bool {
+        self.state.load(Ordering::Acquire) & bit != 0
+    }
+}
 
 /// How long a script runs before it is busy.
 pub fn threshold() -> Duration {
@@ -89,7 +98,7 @@ pub fn any() -> bool {
 
 /// Whether any script is busy.
 pub fn any_busy() -> bool {
-    any() && TABLE.iter().any(|s| s.busy.load(Ordering::Acquire))
+    any() && TABLE.iter().any(|s| s.is(BUSY))
 }
 
 /// Whether `SHUTDOWN NOSAVE` asked every script to stop.
@@ -119,7 +128,7 @@ pub fn holder(mut f: impl FnMut(&[u8]) -> bool) -> Holder {
     let mut found = Holder::Free;
     for s in TABLE.iter().filter(|s| s.listed.load(Ordering::Acquire)) {
         if s.keys.lock().iter().any(|k| f(k)) {
-            if s.busy.load(Ordering::Acquire) {
+            if s.is(BUSY) {
                 return Holder::Busy;
             }
             found = Holder::Long;
@@ -142,15 +151,20 @@ pub enum Kill {
 /// `SCRIPT KILL`: tells every busy script that has not written to stop.
 pub fn kill() -> Kill {
     let mut outcome = Kill::NotBusy;
-    let busy = |s: &&Slot| s.listed.load(Ordering::Acquire) && s.busy.load(Ordering::Acquire);
-    for slot in TABLE.iter().filter(busy) {
-        if slot.written.load(Ordering::Acquire) {
-            if outcome == Kill::NotBusy {
+    for slot in TABLE.iter().filter(|s| s.listed.load(Ordering::Acquire)) {
+        // Killed only if busy and not written, in one step: a slot that meanwhile ended and
+        // was taken by another script is not busy, and a script that wrote first stays.
+        let stepped = slot
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |st| {
+                (st & BUSY != 0 && st & WRITTEN == 0).then_some(st | KILLED)
+            });
+        match stepped {
+            Ok(_) => outcome = Kill::Killed,
+            Err(st) if st & BUSY != 0 && st & KILLED == 0 && outcome == Kill::NotBusy => {
                 outcome = Kill::Unkillable;
             }
-        } else {
-            slot.kill.store(true, Ordering::Release);
-            outcome = Kill::Killed;
+            Err(_) => {}
         }
     }
     outcome
@@ -178,9 +192,8 @@ impl Long {
             held.clear();
             held.extend(keys.iter().map(|k| k.to_vec()));
         }
-        s.kill.store(false, Ordering::Relaxed);
-        s.busy.store(false, Ordering::Relaxed);
-        s.written.store(written, Ordering::Release);
+        s.state
+            .store(if written { WRITTEN } else { 0 }, Ordering::Release);
         s.listed.store(true, Ordering::Release);
         LISTED.fetch_add(1, Ordering::Relaxed);
         Some(Long { slot })
@@ -189,21 +202,27 @@ impl Long {
     /// The script ran past the threshold: other clients are answered `-BUSY`, and `SCRIPT KILL`
     /// may stop it.
     pub fn set_busy(&self) {
-        TABLE[self.slot].busy.store(true, Ordering::Release);
+        TABLE[self.slot].state.fetch_or(BUSY, Ordering::AcqRel);
     }
 
     pub fn is_busy(&self) -> bool {
-        TABLE[self.slot].busy.load(Ordering::Relaxed)
+        TABLE[self.slot].is(BUSY)
     }
 
-    /// The script has just written: `SCRIPT KILL` can no longer stop it.
-    pub fn wrote(&self) {
-        TABLE[self.slot].written.store(true, Ordering::Release);
+    /// The script is about to call a write command: from now on `SCRIPT KILL` cannot stop it.
+    /// False if a kill landed first: the write must not run.
+    pub fn write(&self) -> bool {
+        TABLE[self.slot]
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |st| {
+                (st & KILLED == 0).then_some(st | WRITTEN)
+            })
+            .is_ok()
     }
 
     /// Whether `SCRIPT KILL` asked this script to stop.
     pub fn killed(&self) -> bool {
-        TABLE[self.slot].kill.load(Ordering::Acquire)
+        TABLE[self.slot].is(KILLED)
     }
 }
 
@@ -212,10 +231,8 @@ impl Drop for Long {
         let s = &TABLE[self.slot];
         s.listed.store(false, Ordering::Release);
         LISTED.fetch_sub(1, Ordering::Relaxed);
-        s.busy.store(false, Ordering::Relaxed);
+        s.state.store(0, Ordering::Relaxed);
         s.keys.lock().clear();
-        s.kill.store(false, Ordering::Relaxed);
-        s.written.store(false, Ordering::Relaxed);
         s.claimed.store(false, Ordering::Release);
     }
 }
@@ -245,11 +262,29 @@ mod tests {
         assert!(!b.killed());
         drop(a);
         assert_eq!(kill(), Kill::Unkillable);
-        b.wrote();
+        assert!(b.write());
         drop(b);
         assert!(!any());
         assert_eq!(kill(), Kill::NotBusy);
         let c = Long::enter(&[], false).unwrap();
         assert!(!c.killed() && !c.is_busy(), "a slot starts afresh");
+        drop(c);
+
+        // A kill and the script's next write cannot both win: a killed script's write does
+        // not run, a script that wrote first is unkillable, and a kill lands on no script that
+        // is not busy (a slot just taken by another script, say). (One test: the table is the
+        // process's.)
+        let a = Long::enter(&[b"k"], false).unwrap();
+        assert_eq!(kill(), Kill::NotBusy);
+        assert!(!a.killed(), "not busy: not killed");
+        a.set_busy();
+        assert_eq!(kill(), Kill::Killed);
+        assert!(!a.write(), "killed first: the write must not run");
+        drop(a);
+        let b = Long::enter(&[b"k"], false).unwrap();
+        b.set_busy();
+        assert!(b.write());
+        assert_eq!(kill(), Kill::Unkillable);
+        assert!(!b.killed());
     }
 }

@@ -74,7 +74,8 @@ thread_local! {
     static STARTED: Cell<Option<Instant>> = const { Cell::new(None) };
     /// Why the running script must stop, once asked (sticky for the run).
     static STOPPED: Cell<Option<Stop>> = const { Cell::new(None) };
-    /// The running script has written (a write command answered without an error).
+    /// The running script has written: called a write command (marked before the command
+    /// runs, as Redis marks it, so `SCRIPT KILL` and the write cannot both win).
     static WROTE: Cell<bool> = const { Cell::new(false) };
     /// The running script's slot once it is long (see `busy`).
     static LONG: RefCell<Option<Long>> = const { RefCell::new(None) };
@@ -216,14 +217,12 @@ fn check_stop() -> mlua::Result<()> {
     }
 }
 
-/// The running script called a command that wrote: from now on it cannot be killed.
-fn note_written() {
+/// The running script is about to call a write command (Redis marks a script dirty before
+/// the command runs, whether it then fails or not): from now on it cannot be killed. False if
+/// `SCRIPT KILL` stopped it first: the write must not run.
+fn note_write() -> bool {
     WROTE.set(true);
-    LONG.with_borrow(|long| {
-        if let Some(long) = long {
-            long.wrote();
-        }
-    });
+    LONG.with_borrow(|long| long.as_ref().is_none_or(busy::Long::write))
 }
 
 /// Whether this thread runs a script now (its commands come through the dispatcher too).
@@ -326,10 +325,14 @@ local readonly = {
   end,
   __newindex = refuse_write,
 }
+-- `getmetatable(_G)` answers a read-only view of it (a table, as in Redis), so no script can
+-- undo the protection for the scripts after it, which share the environment.
+local readonly_view = setmetatable({}, {__index = readonly, __newindex = refuse_write, __metatable = false})
+readonly.__metatable = readonly_view
 -- The library tables are read-only as in Redis: each global names a proxy that reads through
 -- to the table (our difference: `pairs` over one sees nothing). rawset and setmetatable refuse
 -- them, and the globals, as Redis refuses a read-only table.
-local protected = setmetatable({[G] = true}, {__mode = 'k'})
+local protected = setmetatable({[G] = true, [readonly_view] = true}, {__mode = 'k'})
 for _, name in ipairs({'string', 'math', 'table', 'coroutine', 'redis', 'bit', 'cjson'}) do
   local proxy = setmetatable({}, {__index = G[name], __newindex = refuse_write, __metatable = false})
   protected[proxy] = true
@@ -822,6 +825,9 @@ unsafe fn finish(state: *mut ffi::lua_State, raise: bool) -> c_int {
 /// while it pushes ([`Unbounded`]), so no push raises; everything with a destructor is dropped
 /// when it returns, before [`finish`] may raise.
 unsafe fn call(state: *mut ffi::lua_State, raise_errors: bool) -> bool {
+    // A text left by an error the script caught (`redis.setresp` in a `pcall`) must not stand
+    // for the error this call raises: the prelude's handler prefers the stash.
+    STASH.take();
     let error = |text: &str| {
         // SAFETY: a free slot (a C function has LUA_MINSTACK), no raise (the limit is lifted).
         unsafe { convert::push_error(state, text) };
@@ -874,6 +880,13 @@ unsafe fn call(state: *mut ffi::lua_State, raise_errors: bool) -> bool {
             }
         }
     }
+    if !WROTE.get() && crate::cmd::lookup(argv[0]).is_some_and(|spec| spec.write) && !note_write() {
+        sluice_log::warn("Lua script killed by user with SCRIPT KILL.");
+        STOPPED.set(Some(Stop::Killed));
+        // SAFETY: as above.
+        unsafe { convert::push_error(state, Stop::Killed.text()) };
+        return true;
+    }
     let resp3 = RESP3.get();
     let reply = SCRATCH.with_borrow_mut(|scratch| {
         scratch.clear();
@@ -884,9 +897,6 @@ unsafe fn call(state: *mut ffi::lua_State, raise_errors: bool) -> bool {
         None => error("ERR redis.call/pcall can only be called inside a script invocation"),
         Some(Ok(Some(sluice_resp::Value::Error(e)))) => error(&convert::error_text(&e)),
         Some(Ok(Some(v))) => {
-            if !WROTE.get() && crate::cmd::lookup(argv[0]).is_some_and(|spec| spec.write) {
-                note_written();
-            }
             // SAFETY: the limit is lifted, and `push_value` checks the stack as it grows.
             let pushed = unsafe { convert::push_value(state, &v, resp3, 0) };
             if pushed {

@@ -6,8 +6,11 @@
 //! module does what the script does, call for call: the same commands on the same keys, in the
 //! same order, through the same [`Host::call`] as `redis.call`, and the same reply. Only the
 //! Lua around the calls is replaced by Rust. So the effects (journal records, replication,
-//! keyspace stats, ACL checks, a replica's refusal, a cluster's slots) are the commands' own,
-//! as on the Lua path.
+//! ACL checks, a replica's refusal, a cluster's slots) are the commands' own, as on the Lua
+//! path. Two reads are extra, and show only in the command and keyspace counters: the
+//! acquisition of a sliding window reads the current counter (`GET`) before it starts a new
+//! window, to know the value is a number before it writes; and a call a native hands to Lua
+//! has made its reads twice.
 //!
 //! # Invariants
 //! - **Bytes, not meaning.** A script is recognized only by the SHA1 of its exact bytes: one
