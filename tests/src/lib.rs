@@ -481,6 +481,24 @@ pub fn info_field(port: u16, name: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// A count of the node's `INFO scripting`: a field's value (`scripts_lua_calls:N`), or the
+/// `calls=N` of a known script's line (`script_native_<name>:sha=...,calls=N`). Panics if the
+/// field is missing.
+pub fn script_count(port: u16, field: &str) -> u64 {
+    let text = match resp::RespConn::connect(port).call(&["INFO", "scripting"]) {
+        resp::Reply::Bulk(b) => String::from_utf8(b).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in INFO scripting:\n{text}"));
+    line.rsplit(['=', ':'])
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{field}: {line}"))
+}
+
 /// A free TCP port on 127.0.0.1 (checked by binding it, then released), for ports a test must
 /// name: redis-sentinel's, side ports (`--http-port`), a node restarted where its peers expect it.
 ///

@@ -15,7 +15,7 @@ use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestR
 use sluice_tests::resp::{Reply, RespConn};
 use std::cell::RefCell;
 
-use sluice_tests::{Sluice, repo_path};
+use sluice_tests::{Sluice, repo_path, script_count};
 
 /// A known script: its fixture's name, its key count, and the argument values to draw from
 /// (one list per ARGV position), the well-formed ones and the edges a native hands to Lua.
@@ -177,21 +177,6 @@ fn sha1(c: &mut RespConn, body: &[u8]) -> String {
     }
 }
 
-fn scripting(port: u16, field: &str) -> u64 {
-    let text = match RespConn::connect(port).call(&["INFO", "scripting"]) {
-        Reply::Bulk(b) => String::from_utf8(b).unwrap(),
-        other => panic!("{other:?}"),
-    };
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in INFO scripting:\n{text}"));
-    line.rsplit(['=', ':'])
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{field}: {line}"))
-}
-
 #[test]
 fn each_native_answers_and_writes_as_its_script_does_in_lua() {
     let sluice = Sluice::start();
@@ -210,8 +195,8 @@ fn each_native_answers_and_writes_as_its_script_does_in_lua() {
         let native_sha = sha1(&mut conn.borrow_mut(), &body);
         let lua_sha = sha1(&mut conn.borrow_mut(), &changed);
         let field = format!("script_native_{}", known.name);
-        let before = scripting(port, &field);
-        let lua_before = scripting(port, "scripts_lua_calls");
+        let before = script_count(port, &field);
+        let lua_before = script_count(port, "scripts_lua_calls");
         let mut runner = TestRunner::new(Config {
             cases,
             failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
@@ -276,13 +261,13 @@ fn each_native_answers_and_writes_as_its_script_does_in_lua() {
         }
         // The exact bytes ran natively (often: the edges drawn above are Lua's to answer),
         // and the changed bytes never did.
-        let native_calls = scripting(port, &field) - before;
+        let native_calls = script_count(port, &field) - before;
         assert!(
             native_calls >= u64::from(cases) / 8,
             "{}: {native_calls} of {cases} calls ran natively",
             known.name
         );
-        let lua_calls = scripting(port, "scripts_lua_calls") - lua_before;
+        let lua_calls = script_count(port, "scripts_lua_calls") - lua_before;
         assert!(
             lua_calls >= u64::from(cases),
             "{}: {lua_calls} Lua calls for {cases} changed scripts",
@@ -290,7 +275,7 @@ fn each_native_answers_and_writes_as_its_script_does_in_lua() {
         );
     }
     // Inputs outside what the natives mirror were handed to Lua, as the module promises.
-    assert!(scripting(port, "scripts_native_handed_to_lua") > 0);
+    assert!(script_count(port, "scripts_native_handed_to_lua") > 0);
 }
 
 /// INFO scripting also counts the Lua calls that took shards beyond the declared keys': a key
@@ -303,8 +288,8 @@ fn calls_beyond_the_declared_keys_are_counted() {
     let calls = |c: &mut RespConn| {
         c.call(&["PING"]);
         (
-            scripting(sluice.port, "scripts_undeclared_key_calls"),
-            scripting(sluice.port, "scripts_every_shard_calls"),
+            script_count(sluice.port, "scripts_undeclared_key_calls"),
+            script_count(sluice.port, "scripts_every_shard_calls"),
         )
     };
     assert_eq!(calls(&mut c), (0, 0));

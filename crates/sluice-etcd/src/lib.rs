@@ -294,6 +294,27 @@ impl Watch {
             other => Ok(other),
         }
     }
+
+    /// The next answer of a watch that is meant to run for good: its end (etcd ended it,
+    /// cancelled it, or the stream failed) is [`Ended::Watch`], with why.
+    pub async fn events(&mut self) -> Result<WatchResponse, Ended> {
+        match self.message().await {
+            Ok(Some(resp)) => Ok(resp),
+            Ok(None) => Err(Ended::Watch("etcd ended the watch".into())),
+            Err(e) => Err(Ended::Watch(e.to_string())),
+        }
+    }
+}
+
+/// Why one round of following a key or a prefix (read it, then watch it) ended: the caller
+/// reads afresh and watches again.
+#[derive(Debug)]
+pub enum Ended {
+    /// Before the watch ran: etcd unreachable, the read failed.
+    Unwatched(String),
+    /// The running watch was cancelled (a compaction), ended or failed, or a periodic read
+    /// found a change it had not delivered.
+    Watch(String),
 }
 
 /// A transaction for [`Client::commit`]: conditions on keys, then the puts made if all hold.

@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sluice_cluster::SlotTable;
-use sluice_etcd::connect;
 use sluice_etcd::table::{compare_and_swap, read, read_at, table_key};
+use sluice_etcd::{Ended, connect};
 
 use crate::shared::Shared;
 
@@ -24,15 +24,6 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// How often the table is read afresh while the watch runs: a change the watch missed is
 /// found within this long, whatever became of the watch.
 const READ_EVERY: Duration = Duration::from_secs(30);
-
-/// Why one watch of the table ended.
-enum Ended {
-    /// Before the watch ran: etcd unreachable, the read failed.
-    Unwatched(String),
-    /// The running watch was cancelled (a compaction), ended or failed, or a periodic read
-    /// found a change it had not delivered: read afresh and watch again.
-    Watch(String),
-}
 
 /// A node's side: read the table before serving, then follow every change. Runs for the life
 /// of the process on the replication thread.
@@ -93,11 +84,10 @@ async fn follow_once(shared: &Arc<Shared>, url: &str, key: &str) -> Ended {
         tokio::time::interval_at(tokio::time::Instant::now() + READ_EVERY, READ_EVERY);
     loop {
         tokio::select! {
-            msg = stream.message() => {
+            msg = stream.events() => {
                 let resp = match msg {
-                    Ok(Some(resp)) => resp,
-                    Ok(None) => return Ended::Watch("etcd ended the watch".into()),
-                    Err(e) => return Ended::Watch(e.to_string()),
+                    Ok(resp) => resp,
+                    Err(ended) => return ended,
                 };
                 for event in &resp.events {
                     let Some(kv) = &event.kv else { continue };

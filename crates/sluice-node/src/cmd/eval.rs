@@ -179,6 +179,10 @@ impl ScriptHost<'_> {
                 "ERR Write commands are not allowed from read-only scripts.",
             );
         }
+        // Marked written before it runs, unless SCRIPT KILL got there first.
+        if spec.write && !script::may_write() {
+            return reply::error(out, script::KILLED);
+        }
         if take_shards {
             match hold_for(&self.shared.store, spec, &request) {
                 Err(_) => return reply::error(out, BUSY_SHARD),

@@ -27,7 +27,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
-use sluice_etcd::EventType;
+use sluice_etcd::{Ended, EventType};
 use tokio::sync::mpsc;
 
 use super::handle::{Handle, Write};
@@ -91,15 +91,6 @@ async fn follow(
             _ = tokio::time::sleep(RETRY_EVERY) => {}
         }
     }
-}
-
-/// Why one watch of the prefix ended.
-enum Ended {
-    /// Before the watch ran: etcd unreachable, the read failed.
-    Unwatched(String),
-    /// The running watch was cancelled (a compaction), ended or failed, or a periodic read
-    /// found a change it had not delivered: read afresh and watch again.
-    Watch(String),
 }
 
 /// Reads the prefix (with each rule's history), then watches it from the revision of that
@@ -183,11 +174,10 @@ async fn watch(
         tokio::time::interval_at(tokio::time::Instant::now() + READ_EVERY, READ_EVERY);
     loop {
         tokio::select! {
-            msg = stream.message() => {
+            msg = stream.events() => {
                 let msg = match msg {
-                    Ok(Some(msg)) => msg,
-                    Ok(None) => return Ended::Watch("etcd ended the watch".into()),
-                    Err(e) => return Ended::Watch(e.to_string()),
+                    Ok(msg) => msg,
+                    Err(ended) => return ended,
                 };
                 for ev in &msg.events {
                     let Some(kv) = &ev.kv else { continue };

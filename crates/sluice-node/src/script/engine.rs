@@ -105,7 +105,7 @@ enum Stop {
 }
 
 impl Stop {
-    fn text(self) -> &'static str {
+    const fn text(self) -> &'static str {
         match self {
             Stop::Killed => "ERR Script killed by user with SCRIPT KILL...",
             Stop::Shutdown => "ERR Script stopped: the server is shutting down (SHUTDOWN NOSAVE)",
@@ -219,11 +219,23 @@ fn check_stop() -> mlua::Result<()> {
 
 /// The running script is about to call a write command (Redis marks a script dirty before
 /// the command runs, whether it then fails or not): from now on it cannot be killed. False if
-/// `SCRIPT KILL` stopped it first: the write must not run.
-fn note_write() -> bool {
+/// `SCRIPT KILL` stopped it first: the write must not run, and the script stops ([`KILLED`]
+/// is the call's error).
+pub fn may_write() -> bool {
+    if WROTE.get() {
+        return true;
+    }
     WROTE.set(true);
-    LONG.with_borrow(|long| long.as_ref().is_none_or(busy::Long::write))
+    if LONG.with_borrow(|long| long.as_ref().is_none_or(busy::Long::write)) {
+        return true;
+    }
+    sluice_log::warn("Lua script killed by user with SCRIPT KILL.");
+    STOPPED.set(Some(Stop::Killed));
+    false
 }
+
+/// The error a killed script's calls answer.
+pub const KILLED: &str = Stop::Killed.text();
 
 /// Whether this thread runs a script now (its commands come through the dispatcher too).
 pub fn running() -> bool {
@@ -879,13 +891,6 @@ unsafe fn call(state: *mut ffi::lua_State, raise_errors: bool) -> bool {
                 argv.push(text.as_bytes());
             }
         }
-    }
-    if !WROTE.get() && crate::cmd::lookup(argv[0]).is_some_and(|spec| spec.write) && !note_write() {
-        sluice_log::warn("Lua script killed by user with SCRIPT KILL.");
-        STOPPED.set(Some(Stop::Killed));
-        // SAFETY: as above.
-        unsafe { convert::push_error(state, Stop::Killed.text()) };
-        return true;
     }
     let resp3 = RESP3.get();
     let reply = SCRATCH.with_borrow_mut(|scratch| {

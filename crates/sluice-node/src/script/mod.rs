@@ -38,7 +38,7 @@ mod convert;
 mod engine;
 pub mod native;
 
-pub use engine::{MEMORY_LIMIT, listed_here, load, run, running};
+pub use engine::{KILLED, MEMORY_LIMIT, listed_here, load, may_write, run, running};
 
 use bytes::BytesMut;
 
