@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# soak.sh — the fault-injection soak: clients check keys with known limits while a nemesis
+# injects faults picked from a seed; a checker then holds what was allowed against one exact
+# limiter plus the bound the docs state for the faults of each span (issue 37).
+#
+# What it runs (scripts/soak.py, python3 standard library only), on 127.0.0.1, free ports:
+#   - a primary and two replicas (sluice --threads 1, --dir with a snapshot every second,
+#     --min-replicas-to-write 1 --min-replicas-max-lag 2), each under libfaketime so its wall
+#     clock can be stepped (its monotonic clock untouched), and three redis-sentinel (quorum 2,
+#     down-after-milliseconds 2000, as docs/replication.md recommends);
+#   - two sidecars (`sluice proxy --sentinel ...`), fail mode `local` and `closed`;
+#   - clients on three paths (direct through Sentinel, each sidecar), each path its own keys:
+#     TOKEN, GCRA, FIXED, SLIDING and LOG, 20 per 2 s and 50 per 10 s, checked far above their
+#     limits; every check recorded (sent, answered, key, allowed, the node that answered);
+#   - the nemesis, every 1-3 s, one of: kill -9 of the primary (Sentinel fails over, the node
+#     comes back as a replica of the one the Sentinels name), SIGSTOP of the primary for
+#     0.1-0.6 s, SIGSTOP until Sentinel fails over, a replica's wall clock stepped (50 ms to
+#     2 min, either way) and the replica restarted under it, NOREPLICAS on the primary for
+#     0.3-2 s (the sidecars' fail modes), NOREPLICAS flapping 150 ms x 10, kill -9 of a sidecar
+#     and its restart;
+#   - the checker: per key, the worst excess over one exact limiter in any span (TOKEN, GCRA:
+#     limit + rate x span; LOG: limit within a period; FIXED, SLIDING: twice the limit within a
+#     period, the two windows a span can meet), each span taken at its widest (first send to
+#     last answer), against the bounds the docs state for the faults that acted on it: every
+#     failover the Sentinels made (read from their logs, injected or not) may cost what the old
+#     primary admitted that the promoted replica never saw; an outage at the `local` sidecar an
+#     eighth of the capacity plus the refill of the outage.
+# It prints a table (fault, injected, path, worst overshoot, its bound, pass or fail) and, on a
+# failure, the seed and the event log that reproduce it; exits 1 then.
+#
+# Usage: scripts/soak.sh [--minutes M] [--seed N] [--sluice PATH] [--build] [-- soak.py args]
+#   --minutes  how long the nemesis runs (default 2)
+#   --seed     the nemesis' seed (default 1)
+#   --sluice   the sluice binary (default $SLUICE_BIN, else release/sluice in $CARGO_TARGET_DIR
+#              or target/); --build builds it first
+# Needs redis-sentinel, faketime (libfaketime) and python3 (installed with apt-get when
+# missing). Every process it starts is stopped by its PID on exit; the work directory (the
+# nodes', sidecars' and Sentinels' logs, events.json) is kept on a failure or with KEEP_LOGS=1.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
+
+BUILD=0 SLUICE= MINUTES=2 SEED=1 EXTRA=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --minutes) MINUTES="$2"; shift ;;
+    --seed) SEED="$2"; shift ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) common_arg "$@"; shift $((ARG_WORDS - 1)) ;;
+  esac
+  shift
+done
+
+log() { echo "[soak] $*" >&2; }
+die() { echo "[soak] error: $*" >&2; exit 1; }
+
+missing=()
+command -v redis-sentinel >/dev/null || missing+=(redis-sentinel)
+command -v redis-cli >/dev/null || missing+=(redis-tools)
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || missing+=(faketime)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+fi
+command -v python3 >/dev/null || die "python3 is missing (apt-get install -y python3)"
+need_sluice
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-soak.XXXXXX")
+STATUS=0
+# soak.py stops every process it started by its PID, on any exit.
+timeout $(( ${MINUTES%.*} * 60 + 600 )) python3 "$ROOT/scripts/soak.py" --sluice "$SLUICE" \
+  --minutes "$MINUTES" --seed "$SEED" --work "$WORK" "${EXTRA[@]}" || STATUS=$?
+if [ "$STATUS" = 0 ] && [ "${KEEP_LOGS:-0}" != 1 ]; then
+  rm -rf "$WORK"
+else
+  log "logs kept in $WORK"
+fi
+exit "$STATUS"
