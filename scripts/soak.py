@@ -211,6 +211,9 @@ class Soak:
         self.work = args.work or tempfile.mkdtemp(prefix="sluice-soak.")
         self.procs = Procs(self.work)
         self.faketime = os.path.exists(LIBFAKETIME)
+        # Inside a network namespace of its own (soak.sh runs it under `unshare -n`), where
+        # iptables rules touch nothing else.
+        self.netns = os.environ.get("SOAK_NETNS") == "1"
         self.events = []  # (t, kind, detail)
         self.faults = []  # dicts: kind, t0, t1, charges ("lost" | "local" | "skew")
         self.lock = threading.Lock()
@@ -373,7 +376,7 @@ class Soak:
 
     def fault_near(self, t):
         """The injected fault a failover at t followed (within 10 s), or None."""
-        near = [f for f in self.faults if f["kind"] in ("kill", "stop")
+        near = [f for f in self.faults if f["kind"] in ("kill", "stop", "partition")
                 and f["t0"] <= t <= f["t1"] + 10]
         return near[-1]["kind"] if near else None
 
@@ -492,7 +495,31 @@ class Soak:
         t1 = self.event("sidecar-done")
         self.faults.append(dict(kind="sidecar", t0=t0, t1=t1, charges=[]))
 
-    KINDS = ("kill", "pause", "stop", "clock", "outage", "flap", "sidecar")
+    def fault_partition(self):
+        """The primary cut off from everyone (iptables DROP both ways on its port, inside the
+        soak's own network namespace) for 0.5-5 s: past down-after-milliseconds Sentinel fails
+        over, and the old primary, its replicas gone, answers NOREPLICAS after
+        min-replicas-max-lag."""
+        if not self.netns:
+            return
+        p = self.primary()
+        if p is None:
+            return
+        d = self.rng.uniform(0.5, 5.0)
+        rules = [["INPUT", "-p", "tcp", "--dport", str(p.port), "-j", "DROP"],
+                 ["INPUT", "-p", "tcp", "--sport", str(p.port), "-j", "DROP"]]
+        t0 = self.event("partition", "%s cut off for %.2f s" % (p.name, d))
+        for r in rules:
+            subprocess.run(["iptables", "-A"] + r, check=True)
+        try:
+            time.sleep(d)
+        finally:
+            for r in rules:
+                subprocess.run(["iptables", "-D"] + r, check=True)
+        t1 = self.event("partition-done")
+        self.faults.append(dict(kind="partition", t0=t0, t1=t1, charges=["local"]))
+
+    KINDS = ("kill", "pause", "stop", "clock", "outage", "flap", "sidecar", "partition")
 
     def nemesis(self, end):
         kinds = [k for k in self.KINDS if k in self.args.faults]
