@@ -4,7 +4,9 @@
 //! the replies and the resulting keys (type, value, TTL) must be the same. INFO's `scripting`
 //! section then says which path each call took, so the test also shows that the exact bytes
 //! ran natively, the changed bytes in Lua, and that inputs outside what a native mirrors were
-//! handed to Lua.
+//! handed to Lua. Half the native calls run inside MULTI, where a native makes its calls one
+//! by one through the dispatcher; outside it, through its direct lane (the store itself,
+//! after the host checked each command would run).
 //!
 //! The scripts' bytes are in tests/fixtures/known-scripts (from the libraries' packages: limits
 //! 5.8.0, rate-limit-redis 6.0.1, rate-limiter-flexible 11.4.0); node_limiters.rs and
@@ -221,6 +223,9 @@ fn each_native_answers_and_writes_as_its_script_does_in_lua() {
             }
             let argv: Vec<&str> = known.argv.iter().map(|pos| p.from(pos)).collect();
             let by_body = p.from(&[false, true]);
+            // Inside MULTI the shards are the EXEC's: a native makes its calls one by one
+            // there instead of through its direct lane.
+            let in_multi = p.from(&[false, true]);
             let call = |c: &mut RespConn, prefix: &str, sha: &str, body: &[u8]| {
                 let mut args: Vec<Vec<u8>> = if by_body {
                     vec![b"EVAL".to_vec(), body.to_vec()]
@@ -232,12 +237,21 @@ fn each_native_answers_and_writes_as_its_script_does_in_lua() {
                 args.extend(argv.iter().map(|a| a.as_bytes().to_vec()));
                 c.call(&args)
             };
-            let native = call(c, "n", &native_sha, &body);
+            let native = if in_multi {
+                c.call(&["MULTI"]);
+                call(c, "n", &native_sha, &body);
+                match c.call(&["EXEC"]) {
+                    Reply::Array(mut replies) if replies.len() == 1 => replies.remove(0),
+                    other => panic!("EXEC: {other:?}"),
+                }
+            } else {
+                call(c, "n", &native_sha, &body)
+            };
             let lua = call(c, "l", &lua_sha, &changed);
             let shas = (native_sha.as_str(), lua_sha.as_str());
             let context = || {
                 format!(
-                    "{}: setup {setup:?}, ARGV {argv:?}, by body {by_body}",
+                    "{}: setup {setup:?}, ARGV {argv:?}, by body {by_body}, in MULTI {in_multi}",
                     known.name
                 )
             };
@@ -299,4 +313,73 @@ fn calls_beyond_the_declared_keys_are_counted() {
     assert_eq!(calls(&mut c), (1, 0));
     c.call(&["EVAL", "return redis.call('dbsize')", "0"]);
     assert_eq!(calls(&mut c), (1, 1));
+}
+
+/// The calls of each command in `INFO commandstats` (0 for one never called).
+fn command_calls(c: &mut RespConn, command: &str) -> u64 {
+    let Reply::Bulk(info) = c.call(&["INFO", "commandstats"]) else {
+        panic!("INFO commandstats");
+    };
+    let prefix = format!("cmdstat_{command}:calls=");
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// A native's direct lane stands for its commands only where each would run: a user who may
+/// not run one of them, and a replica, get from the native what Lua gives them (the error of
+/// the call that is refused, the writes before it kept); and where the lane runs, `INFO
+/// commandstats` counts the commands it stood for as Lua's calls count.
+#[test]
+fn a_direct_lane_runs_only_where_its_commands_would() {
+    let sluice = Sluice::start();
+    let mut c = RespConn::connect(sluice.port);
+    let body = std::fs::read(repo_path("fixtures/known-scripts/limits_incr_expire.lua")).unwrap();
+    let mut changed = body.clone();
+    changed.push(b' ');
+    let (native, lua) = (sha1(&mut c, &body), sha1(&mut c, &changed));
+
+    // Counted as the calls of the script in Lua: an INCRBY and, on a new key, an EXPIRE.
+    let counts = |c: &mut RespConn, sha: &str, key: &str| {
+        c.call(&["CONFIG", "RESETSTAT"]);
+        c.call(&["EVALSHA", sha, "1", key, "60", "1"]);
+        c.call(&["EVALSHA", sha, "1", key, "60", "1"]);
+        (command_calls(c, "incrby"), command_calls(c, "expire"))
+    };
+    assert_eq!(counts(&mut c, &native, "n:stats"), (2, 1));
+    assert_eq!(counts(&mut c, &lua, "l:stats"), (2, 1));
+
+    // A user who may not EXPIRE: the INCRBY lands, then the EXPIRE's refusal, on both paths.
+    c.call(&[
+        "ACL", "SETUSER", "noexpire", "on", ">pw", "~*", "+@all", "-expire",
+    ]);
+    let mut u = RespConn::connect(sluice.port);
+    assert_eq!(
+        u.call(&["AUTH", "noexpire", "pw"]),
+        Reply::Status("OK".into())
+    );
+    let n = u.call(&["EVALSHA", &native, "1", "n:acl", "60", "1"]);
+    let l = u.call(&["EVALSHA", &lua, "1", "l:acl", "60", "1"]);
+    assert!(
+        matches!(&n, Reply::Error(e) if e.starts_with("NOPERM")),
+        "{n:?}"
+    );
+    assert!(alike(&n, &l, (&native, &lua)), "native {n:?}, Lua {l:?}");
+    assert_eq!(dump(&mut c, "n:acl"), dump(&mut c, "l:acl"));
+    assert_eq!(c.call(&["GET", "n:acl"]), Reply::Bulk(b"1".to_vec()));
+
+    // A replica refuses the first write on both paths (by body: its cache is its own).
+    let replica = Sluice::start_with(&["--replicaof", &format!("127.0.0.1:{}", sluice.port)]);
+    let mut r = RespConn::connect(replica.port);
+    let eval = |r: &mut RespConn, body: &[u8], key: &str| {
+        r.call(&[b"EVAL".as_slice(), body, b"1", key.as_bytes(), b"60", b"1"])
+    };
+    let n = eval(&mut r, &body, "n:ro");
+    let l = eval(&mut r, &changed, "l:ro");
+    assert!(
+        matches!(&n, Reply::Error(e) if e.starts_with("READONLY")),
+        "{n:?}"
+    );
+    assert!(alike(&n, &l, (&native, &lua)), "native {n:?}, Lua {l:?}");
 }

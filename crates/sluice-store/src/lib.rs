@@ -300,6 +300,16 @@ pub enum Ttl {
     Remaining(Nanos),
 }
 
+impl Ttl {
+    /// A live key's, from its deadline (`Nanos::MAX`: none).
+    pub fn of(deadline: Nanos, now: Nanos) -> Ttl {
+        match deadline {
+            Nanos::MAX => Ttl::Persistent,
+            d => Ttl::Remaining(d.saturating_sub(now)),
+        }
+    }
+}
+
 /// The key hasher: foldhash (its fast variant) with a fixed seed, so a key's shard is the same
 /// in every run (useful for reproducing a hot shard), and seeds are not secret: shards are
 /// chosen by the server. A key of up to 16 bytes costs one folded multiply (about 20

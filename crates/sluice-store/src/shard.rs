@@ -652,10 +652,7 @@ impl<H: KeyHash> Shard<H> {
     pub fn ttl(&mut self, h: u64, key: &[u8], now: Nanos) -> Ttl {
         match self.find_live(h as u32, &Probe::new(key), now) {
             None => Ttl::Missing,
-            Some(i) => match self.table.deadline(i) {
-                Nanos::MAX => Ttl::Persistent,
-                d => Ttl::Remaining(d.saturating_sub(now)),
-            },
+            Some(i) => Ttl::of(self.table.deadline(i), now),
         }
     }
 

@@ -30,9 +30,10 @@ use sluice_resp::Request;
 use sluice_resp::reply::{self, Proto};
 
 use super::hold::{Held, SCRIPT_REFUSED, hold_for};
+use super::route::may_serve;
 use super::table::flag::NOSCRIPT;
 use super::{Args, CmdError, Command, Ctx, LastCommand, Session, execute, lookup};
-use crate::script::{self, Host, Source};
+use crate::script::{self, Cmd, Host, Source};
 use crate::shared::Shared;
 
 /// One of the four EVAL commands: `SHA` names the script by SHA1, `RO` refuses writes.
@@ -154,6 +155,58 @@ impl Host for ScriptHost<'_> {
         let take_shards = !self.declared_held;
         self.run(args, false, take_shards, out);
     }
+
+    fn direct(
+        &mut self,
+        cmds: &[Cmd],
+        keys: &[&[u8]],
+        f: &mut dyn FnMut(&sluice_store::Store, sluice_core::Nanos) -> Option<&'static [Cmd]>,
+    ) -> bool {
+        // Only where this run took the declared keys' shards (not inside an EXEC).
+        if !self.declared_held {
+            return false;
+        }
+        let rows = direct_rows();
+        let writes = cmds.iter().any(|c| c.writes());
+        let user = &self.session.user;
+        let permitted = cmds.iter().all(|&c| {
+            self.shared
+                .acl
+                .permits(user, rows[c as usize], None)
+                .is_ok()
+        }) && (user.all_keys() || keys.iter().all(|k| user.may_touch(k, writes)));
+        if !permitted || (writes && self.read_only) {
+            return false;
+        }
+        let readonly = self.session.readonly;
+        let view = &mut self.session.cluster_view;
+        if may_serve(self.shared, view, readonly, keys.iter().copied(), writes).is_err() {
+            return false;
+        }
+        // Marked written before it writes, unless SCRIPT KILL got there first.
+        if writes && !script::may_write() {
+            return false;
+        }
+        let Some(made) = f(&self.shared.store, self.now) else {
+            return false;
+        };
+        for &c in made {
+            self.session.batch.note(rows[c as usize]);
+        }
+        true
+    }
+}
+
+/// The command table's row of each command a native's direct lane stands for (its ACL bit,
+/// its `INFO commandstats` row), looked up once.
+fn direct_rows() -> &'static [usize; Cmd::ALL.len()] {
+    static ROWS: std::sync::OnceLock<[usize; Cmd::ALL.len()]> = std::sync::OnceLock::new();
+    ROWS.get_or_init(|| {
+        Cmd::ALL.map(|c| {
+            let spec = lookup(c.name().as_bytes()).expect("a native's command is in the table");
+            super::table::row(spec)
+        })
+    })
 }
 
 impl ScriptHost<'_> {

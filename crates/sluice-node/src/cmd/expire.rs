@@ -59,6 +59,14 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<ExpireArgs<'a>, CmdError> {
     Ok(ExpireArgs { key, amount, cond })
 }
 
+/// The deadline `delta_ms` after `base`'s millisecond (its sub-millisecond part dropped, as Redis
+/// counts in milliseconds); a deadline before the epoch is the epoch. None past `i64`
+/// milliseconds. (A script's native makes the same.)
+pub(crate) fn expire_deadline(base: Nanos, delta_ms: i64) -> Option<Nanos> {
+    let at_ms = (base.as_millis_floor() as i64).checked_add(delta_ms)?;
+    Some(Nanos::from_millis(at_ms.max(0) as u64))
+}
+
 /// `unit_ms`: 1000 for seconds, 1 for milliseconds; `relative`: the amount counts from now
 /// (EXPIRE, PEXPIRE) rather than from the Unix epoch (EXPIREAT, PEXPIREAT).
 fn apply(
@@ -70,13 +78,8 @@ fn apply(
 ) -> Result<(), CmdError> {
     let invalid = || CmdError::msg(format!("ERR invalid expire time in '{command}' command"));
     let delta_ms = a.amount.checked_mul(unit_ms).ok_or_else(invalid)?;
-    let base_ms = if relative {
-        ctx.now.as_millis_floor() as i64
-    } else {
-        0
-    };
-    let at_ms = base_ms.checked_add(delta_ms).ok_or_else(invalid)?;
-    let at = Nanos::from_millis(at_ms.max(0) as u64);
+    let base = if relative { ctx.now } else { Nanos::ZERO };
+    let at = expire_deadline(base, delta_ms).ok_or_else(invalid)?;
     let store = &ctx.shared.store;
     let current = store.ttl(a.key, ctx.now);
     let c = a.cond;

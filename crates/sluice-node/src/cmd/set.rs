@@ -106,6 +106,12 @@ pub(super) fn parse_options<'a>(args: &mut Args<'a>, which: For) -> Result<Optio
 
 /// The deadline an expiry option sets, with Redis's errors (`getExpireMillisecondsOrReply`):
 /// not a number; zero, negative, or past an i64 of milliseconds once made absolute.
+/// A relative `SET` expiry of `ms` (`PX ms`, `EX ms/1000`): it keeps the clock's
+/// sub-millisecond part, as the batch clock has it. (A script's native makes the same.)
+pub(crate) fn set_deadline(now: Nanos, ms: u64) -> Nanos {
+    now.saturating_add(Nanos::from_millis(ms))
+}
+
 pub(super) fn deadline(
     unit: Unit,
     amount: &[u8],
@@ -128,8 +134,7 @@ pub(super) fn deadline(
         Unit::ExAt | Unit::PxAt => ms,
     };
     Ok(match unit {
-        // A relative expiry keeps the clock's sub-millisecond part, as the batch clock has it.
-        Unit::Ex | Unit::Px => now.saturating_add(Nanos::from_millis(ms as u64)),
+        Unit::Ex | Unit::Px => set_deadline(now, ms as u64),
         Unit::ExAt | Unit::PxAt => Nanos::from_millis(at_ms as u64),
     })
 }

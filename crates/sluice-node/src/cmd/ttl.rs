@@ -7,11 +7,21 @@ use sluice_store::Ttl as StoreTtl;
 
 use super::{Args, CmdError, Command, Ctx};
 
-/// `absolute`: the deadline as a Unix time (EXPIRETIME) instead of the time left (TTL).
-fn reply_ttl(ctx: &mut Ctx<'_>, key: &[u8], millis: bool, absolute: bool) {
-    let answer = match ctx.shared.store.ttl(key, ctx.now) {
+/// `PTTL`'s answer: -2 missing, -1 no expiry, else the milliseconds left, rounded down. (A
+/// script's native reads it so too.)
+pub(crate) fn pttl(ttl: StoreTtl) -> i64 {
+    match ttl {
         StoreTtl::Missing => -2,
         StoreTtl::Persistent => -1,
+        StoreTtl::Remaining(left) => left.as_millis_floor() as i64,
+    }
+}
+
+/// `absolute`: the deadline as a Unix time (EXPIRETIME) instead of the time left (TTL).
+fn reply_ttl(ctx: &mut Ctx<'_>, key: &[u8], millis: bool, absolute: bool) {
+    let ttl = ctx.shared.store.ttl(key, ctx.now);
+    let answer = match ttl {
+        StoreTtl::Missing | StoreTtl::Persistent => pttl(ttl),
         // Redis rounds to the nearest second, and down to the millisecond.
         StoreTtl::Remaining(left) => {
             let ms = if absolute {

@@ -20,7 +20,10 @@
 //!   through [`Host::call`], which the `EVAL` command implements over the dispatcher, and come
 //!   back as RESP bytes. So a script's writes are the commands' own writes: their journal
 //!   records are what replicates, never the script (a replica never runs Lua), and a script
-//!   that fails half way keeps what it wrote.
+//!   that fails half way keeps what it wrote. The one exception is a native's direct lane
+//!   ([`Host::direct`]): once the host has checked that each of its commands would run for
+//!   this client, it changes the store as they would, through the same store operations,
+//!   whose journal records are the same resulting key states.
 //! - A state holds at most [`engine::MEMORY_LIMIT`] bytes. Time is bounded as Redis bounds it:
 //!   a script past `busy-reply-threshold` runs on, the other threads answer commands on its
 //!   shards `-BUSY`, `SCRIPT KILL` stops it if it has not written, `SHUTDOWN NOSAVE` in any
@@ -58,6 +61,73 @@ pub trait Host {
 
     /// The script's shebang says `no-writes`: refuse write commands from now on, as `EVAL_RO`.
     fn forbid_writes(&mut self);
+
+    /// A native's direct lane: if each of `cmds` would run on the declared `keys` for this
+    /// client (its ACL, the node's role, slots and min-replicas; a script not killed), runs `f`
+    /// with the store, whose shards of `keys` the run holds, and the run's clock. `f` changes
+    /// the store as those commands would and returns the commands it stood for, which are
+    /// counted as called; or `None` having changed nothing. False (nothing ran, or `f` said
+    /// `None`): make the calls one by one through [`Host::call_declared`].
+    fn direct(
+        &mut self,
+        cmds: &[Cmd],
+        keys: &[&[u8]],
+        f: &mut dyn FnMut(&sluice_store::Store, sluice_core::Nanos) -> Option<&'static [Cmd]>,
+    ) -> bool;
+}
+
+/// The commands a native's direct lane stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmd {
+    Get,
+    Pttl,
+    Exists,
+    Set,
+    Incr,
+    IncrBy,
+    Expire,
+}
+
+impl Cmd {
+    pub const ALL: [Cmd; 7] = [
+        Cmd::Get,
+        Cmd::Pttl,
+        Cmd::Exists,
+        Cmd::Set,
+        Cmd::Incr,
+        Cmd::IncrBy,
+        Cmd::Expire,
+    ];
+
+    /// The command's name, as the command table has it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cmd::Get => "get",
+            Cmd::Pttl => "pttl",
+            Cmd::Exists => "exists",
+            Cmd::Set => "set",
+            Cmd::Incr => "incr",
+            Cmd::IncrBy => "incrby",
+            Cmd::Expire => "expire",
+        }
+    }
+
+    pub fn writes(self) -> bool {
+        matches!(self, Cmd::Set | Cmd::Incr | Cmd::IncrBy | Cmd::Expire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cmd;
+
+    /// A host indexes its tables of the commands by `Cmd as usize`.
+    #[test]
+    fn all_lists_the_commands_in_their_order() {
+        for (i, c) in Cmd::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i, "{}", c.name());
+        }
+    }
 }
 
 /// How a script was named.

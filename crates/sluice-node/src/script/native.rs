@@ -7,7 +7,16 @@
 //! same order, through the same [`Host::call`] as `redis.call`, and the same reply. Only the
 //! Lua around the calls is replaced by Rust. So the effects (journal records, replication,
 //! ACL checks, a replica's refusal, a cluster's slots) are the commands' own, as on the Lua
-//! path. Two reads are extra, and show only in the command and keyspace counters: the
+//! path.
+//!
+//! The four that limiters call on every request (`incr_expire`, rate-limit-redis's
+//! `increment`, rate-limiter-flexible's incr-and-TTL, and `acquire_sliding_window` while its
+//! window needs no shift) first try a direct lane ([`Host::direct`]): once the host has checked
+//! that each of their commands would run for this client (ACL, role, slots, min-replicas), they
+//! make the store operations those commands make (`incr_by`, `expire_at`, `try_set`, reads)
+//! without dispatching each command, and `INFO commandstats` counts the commands they stood
+//! for. A lane changes nothing until it can no longer fail (every deadline made, every value
+//! read, before the first write), and declines otherwise: the calls are then made one by one. Two reads are extra, and show only in the command and keyspace counters: the
 //! acquisition of a sliding window reads the current counter (`GET`) before it starts a new
 //! window, to know the value is a number before it writes; and a call a native hands to Lua
 //! has made its reads twice.
@@ -43,9 +52,13 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use bytes::BytesMut;
 use sluice_resp::reply::{self, Proto};
 
+use sluice_core::Nanos;
+use sluice_store::{SetCond, SetTtl, Store};
+
 use super::cache::{self, Sha};
 use super::convert::{self, g17};
-use super::{Host, Source};
+use super::{Cmd, Host, Source};
+use crate::cmd::{expire_deadline, pttl, set_deadline};
 
 /// A recognized script: its SHA1, its name in INFO, its byte length (an `EVAL` body of another
 /// length is not hashed), and its native.
@@ -233,6 +246,24 @@ impl Run<'_> {
     /// `redis.call(args...)` at `line`, for a command that writes.
     fn write(&mut self, line: u32, args: &[&[u8]]) -> Result<Reply, Stop> {
         self.call(line, args, true)
+    }
+
+    /// The direct lane ([`Host::direct`]): `f` changes the store as `cmds` would and returns its
+    /// result and the commands it stood for, or `None` having changed nothing. `None`: the
+    /// host refused the lane or `f` declined; make the calls one by one.
+    fn direct<T>(
+        &mut self,
+        cmds: &[Cmd],
+        keys: &[&[u8]],
+        mut f: impl FnMut(&Store, Nanos) -> Option<(T, &'static [Cmd])>,
+    ) -> Option<T> {
+        let mut result = None;
+        let ran = self.host.direct(cmds, keys, &mut |store, now| {
+            let (value, made) = f(store, now)?;
+            result = Some(value);
+            Some(made)
+        });
+        if ran { result } else { None }
     }
 
     fn call(&mut self, line: u32, args: &[&[u8]], writes: bool) -> Result<Reply, Stop> {
@@ -435,6 +466,23 @@ fn incr_expire(r: &mut Run<'_>, keys: &[&[u8]], argv: &[&[u8]]) -> Result<Ret, S
         return Err(Stop::Lua);
     };
     let amount_n = integer(amount).ok_or(Stop::Lua)?;
+    // Direct: INCRBY, then EXPIRE on a new window, with the store's own operations.
+    if let Some(expire_ms) = integer(expiry).and_then(|s| s.checked_mul(1000)) {
+        let direct = r.direct(&[Cmd::IncrBy, Cmd::Expire], &[key], |store, now| {
+            // (Within ±2^53 s no deadline leaves the i64 range: EXPIRE cannot fail after
+            // the INCRBY.)
+            let at = expire_deadline(now, expire_ms)?;
+            let current = store.incr_by(key, amount_n, now).ok()?;
+            if current as f64 != amount_n as f64 {
+                return Some((current, &[Cmd::IncrBy]));
+            }
+            store.expire_at(key, at, now);
+            Some((current, &[Cmd::IncrBy, Cmd::Expire]))
+        });
+        if let Some(current) = direct {
+            return Ok(Ret::Number(current as f64));
+        }
+    }
     let current = r.write(3, &[b"incrby", key, amount])?.int()?;
     if current as f64 == amount_n as f64 {
         r.write(6, &[b"expire", key, expiry])?;
@@ -581,6 +629,57 @@ fn acquire_sliding_window(r: &mut Run<'_>, keys: &[&[u8]], argv: &[&[u8]]) -> Re
     // Every argument the writes below take, made before the first write.
     let amount_text = num(amount as f64)?;
     let px = num(expiry * 2.0)?;
+    // Direct, when the current window needs no shift (a shift goes call by call): the two
+    // counters read once each, then INCRBY or SET PX of the current one.
+    // (SET PX takes a positive time only: a window of none goes call by call, to its error.)
+    let cmds = [Cmd::Pttl, Cmd::Get, Cmd::Exists, Cmd::IncrBy, Cmd::Set];
+    let made = r.direct(&cmds, &[previous, current], |store, now| {
+        if expiry <= 0.0 {
+            return None;
+        }
+        const READS: &[Cmd] = &[Cmd::Pttl, Cmd::Get, Cmd::Pttl, Cmd::Get, Cmd::Pttl];
+        const INCRBY: &[Cmd] = &[
+            Cmd::Pttl,
+            Cmd::Get,
+            Cmd::Pttl,
+            Cmd::Get,
+            Cmd::Pttl,
+            Cmd::Exists,
+            Cmd::IncrBy,
+        ];
+        const SET: &[Cmd] = &[
+            Cmd::Pttl,
+            Cmd::Get,
+            Cmd::Pttl,
+            Cmd::Get,
+            Cmd::Pttl,
+            Cmd::Exists,
+            Cmd::Set,
+        ];
+        let (current_count, current_ttl) = counter(store, current, now)?;
+        if current_ttl > 0 && (current_ttl as f64) < expiry {
+            return None;
+        }
+        let (previous_count, previous_ttl) = counter(store, previous, now)?;
+        let previous_ttl = (previous_ttl as f64).max(0.0);
+        let weighted = (previous_count.unwrap_or(0.0) * previous_ttl / expiry).floor()
+            + current_count.unwrap_or(0.0);
+        if weighted + amount as f64 > limit {
+            return Some((false, READS));
+        }
+        if current_count.is_some() {
+            store.incr_by(current, amount, now).ok()?;
+            return Some((true, INCRBY));
+        }
+        let at = SetTtl::At(set_deadline(now, (expiry * 2.0) as u64));
+        store
+            .try_set(current, amount_text.as_bytes(), SetCond::Always, at, now)
+            .ok()?;
+        Some((true, SET))
+    });
+    if let Some(allowed) = made {
+        return Ok(if allowed { Ret::True } else { Ret::Null });
+    }
     let current_ttl = r.read(11, &[b"pttl", current])?.int()? as f64;
     if current_ttl > 0.0 && current_ttl < expiry {
         // The current counter becomes the previous one, read below with `tonumber`: one that
@@ -613,6 +712,22 @@ fn acquire_sliding_window(r: &mut Run<'_>, keys: &[&[u8]], argv: &[&[u8]]) -> Re
     Ok(Ret::True)
 }
 
+/// A counter as `tonumber(GET key)` and `PTTL key` read it, for the direct lanes: its number
+/// (`None`: missing) and its PTTL. `None` when the two calls would not give that: a value
+/// outside the strict decimal form, or a key of another type.
+fn counter(store: &Store, key: &[u8], now: Nanos) -> Option<(Option<f64>, i64)> {
+    use sluice_store::{StrWrite, Ttl};
+    let read = store.string(key, now, |old| {
+        let read = old.map(|(value, deadline)| (decimal(value), deadline));
+        Ok((StrWrite::Keep, read))
+    });
+    match read.ok()? {
+        None => Some((None, pttl(Ttl::Missing))),
+        Some((Some(n), deadline)) => Some((Some(n), pttl(Ttl::of(deadline, now)))),
+        Some((None, _)) => None,
+    }
+}
+
 /// rate-limit-redis `increment`: a new window (`SET key 1 PX windowMs`) when the key has no
 /// time left, else `INCR`; returns the hits and the time left.
 fn rlr_increment(r: &mut Run<'_>, keys: &[&[u8]], argv: &[&[u8]]) -> Result<Ret, Stop> {
@@ -620,6 +735,25 @@ fn rlr_increment(r: &mut Run<'_>, keys: &[&[u8]], argv: &[&[u8]]) -> Result<Ret,
         return Err(Stop::Lua);
     };
     let window = int_arg(argv, 0)?;
+    // Direct: PTTL, then SET PX (a window of no time left) or INCR.
+    if window > 0 {
+        let direct = r.direct(&[Cmd::Pttl, Cmd::Set, Cmd::Incr], &[key], |store, now| {
+            let ttl = pttl(store.ttl(key, now));
+            if ttl <= 0 {
+                let at = SetTtl::At(set_deadline(now, window as u64));
+                store.try_set(key, b"1", SetCond::Always, at, now).ok()?;
+                return Some(((1, window), &[Cmd::Pttl, Cmd::Set]));
+            }
+            let hits = store.incr_by(key, 1, now).ok()?;
+            Some(((hits, ttl), &[Cmd::Pttl, Cmd::Incr]))
+        });
+        if let Some((hits, ttl)) = direct {
+            return Ok(Ret::Array(vec![
+                Ret::Number(hits as f64),
+                Ret::Number(ttl as f64),
+            ]));
+        }
+    }
     let ttl = r.read(2, &[b"PTTL", key])?.int()?;
     if ttl <= 0 {
         let px = num(window as f64)?;
@@ -657,7 +791,36 @@ fn rlf_incr_ttl(r: &mut Run<'_>, keys: &[&[u8]], argv: &[&[u8]]) -> Result<Ret, 
     };
     // `1000 * ARGV[2]` below coerces the string as `tonumber` would.
     let seconds = integer(duration).ok_or(Stop::Lua)?;
-    integer(points).ok_or(Stop::Lua)?;
+    let points_n = integer(points).ok_or(Stop::Lua)?;
+    // Direct: SET NX EX, INCRBY, PTTL and an EXPIRE if the key had none. (EX must be
+    // positive; within ±2^53 s no deadline leaves the i64 range. Once SET created the key, the
+    // INCRBY of a number within ±2^53 cannot fail.)
+    if seconds > 0 {
+        let ms = seconds * 1000;
+        let made = r.direct(
+            &[Cmd::Set, Cmd::IncrBy, Cmd::Pttl, Cmd::Expire],
+            &[key],
+            |store, now| {
+                let created = SetTtl::At(set_deadline(now, ms as u64));
+                let expired = expire_deadline(now, ms)?;
+                store.try_set(key, b"0", SetCond::Nx, created, now).ok()?;
+                let consumed = store.incr_by(key, points_n, now).ok()?;
+                let ttl = pttl(store.ttl(key, now));
+                if ttl == -1 {
+                    store.expire_at(key, expired, now);
+                    let all = &[Cmd::Set, Cmd::IncrBy, Cmd::Pttl, Cmd::Expire];
+                    return Some(((consumed, 1000.0 * seconds as f64), all));
+                }
+                Some(((consumed, ttl as f64), &[Cmd::Set, Cmd::IncrBy, Cmd::Pttl]))
+            },
+        );
+        if let Some((consumed, ttl)) = made {
+            return Ok(Ret::Array(vec![
+                Ret::Number(consumed as f64),
+                Ret::Number(ttl),
+            ]));
+        }
+    }
     r.write(1, &[b"set", key, b"0", b"EX", duration, b"NX"])?;
     let consumed = r.write(1, &[b"incrby", key, points])?.int()?;
     let mut ttl = r.read(1, &[b"pttl", key])?.int()? as f64;
