@@ -30,7 +30,7 @@ use crate::shared::Shared;
 /// The node as the gRPC service sees it.
 #[derive(Debug)]
 pub struct Front {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 /// Starts the gRPC server on `listener` (already bound).
@@ -128,6 +128,8 @@ impl sluice_grpc::Node for Front {
         if !user.may_touch(c.key, true) {
             return Checked::Decided(Err(cmd::NOPERM_KEY.into()));
         }
+        // From the slot check to the store, as a worker's batch: a slot pause waits for it.
+        let _batch = (shared.cluster.as_ref()).map(|cl| cl.batch(shared.stats.grpc_slot()));
         let decided: Result<Decision, String> =
             match cmd::may_serve(shared, view, false, std::iter::once(c.key), true) {
                 Err(cmd::Refusal::Redirect(_)) => return Checked::Elsewhere,

@@ -60,11 +60,22 @@ pub struct Cluster {
     tls_hints: Mutex<std::collections::HashMap<(String, u16), u16>>,
     /// Work for the control loop.
     pub jobs: crate::jobs::Jobs<Job>,
-    /// Per worker thread: set while it runs a batch of commands. A pause waits until every
-    /// other worker has been outside a batch once, so a write that passed the slot check just
-    /// before the pause is applied (and journaled) before the pause's offset is taken.
+    /// Per thread that checks keys: set while it runs a batch of commands (a worker) or one
+    /// check (a front). A pause, and a handover, wait until every other one has been outside
+    /// a batch once, so a write that passed the slot check just before is applied (and
+    /// journaled) before the pause's offset is taken or the feeds close. The workers come
+    /// first, then the [`FRONTS`], numbered as their stats slots are.
     in_batch: Box<[crossbeam_utils::CachePadded<AtomicBool>]>,
+    /// Tests only: runs after a command passed the slot check, before it is applied.
+    #[cfg(test)]
+    passed: Mutex<Option<tests::Hook>>,
 }
+
+/// The threads besides the workers whose checks reach the store: the HTTP front's
+/// (`Stats::http_slot`) and the gRPC front's (`Stats::grpc_slot`). Each takes
+/// [`Cluster::batch`] with its stats slot's number around a check, as a worker does around
+/// a batch.
+pub const FRONTS: usize = 2;
 
 /// A worker's batch, for [`Cluster::pause`]; clears the flag when dropped.
 #[derive(Debug)]
@@ -157,9 +168,11 @@ impl Cluster {
             installing: Mutex::new(()),
             tls_hints: Mutex::default(),
             jobs: crate::jobs::Jobs::default(),
-            in_batch: (0..threads.max(1))
+            in_batch: (0..threads.max(1) + FRONTS)
                 .map(|_| crossbeam_utils::CachePadded::new(AtomicBool::new(false)))
                 .collect(),
+            #[cfg(test)]
+            passed: Mutex::default(),
         };
         cluster.persist_table(table.as_ref())?;
         if let Some(t) = table {
@@ -337,7 +350,8 @@ impl Cluster {
         self.hold.release(ranges);
     }
 
-    /// Marks worker `thread` as running a batch until the guard drops.
+    /// Marks `thread` (a worker, or a front by its stats slot, see [`FRONTS`]) as running a
+    /// batch until the guard drops.
     pub fn batch(&self, thread: usize) -> Batch<'_> {
         let flag = &self.in_batch[thread % self.in_batch.len()];
         flag.store(true, Ordering::SeqCst);
@@ -365,8 +379,9 @@ impl Cluster {
         false
     }
 
-    /// Waits (100 ms at most) until each worker but `caller` has been seen outside a batch:
-    /// every command that passed the slot check before now has been applied and journaled.
+    /// Waits (100 ms at most) until each worker and front but `caller` has been seen outside
+    /// a batch: every command that passed the slot check before now has been applied and
+    /// journaled.
     pub fn settle(&self, caller: Option<usize>) {
         let deadline = Instant::now() + std::time::Duration::from_millis(100);
         let n = self.in_batch.len();
@@ -422,6 +437,10 @@ impl Cluster {
             if view.primary {
                 if self.hold.holds(slot) || (write && self.pause.holds(slot)) {
                     return Err(Redirect::TryAgain);
+                }
+                #[cfg(test)]
+                if let Some(hook) = self.passed.lock().clone() {
+                    (hook.0)(self);
                 }
                 return Ok(());
             }
@@ -535,6 +554,122 @@ pub fn format_ranges(ranges: &[(u16, u16)]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    /// What [`Cluster::check`] runs, in tests, once a command passed the slot check.
+    #[derive(Clone)]
+    pub struct Hook(pub Arc<dyn Fn(&Cluster) + Send + Sync>);
+
+    impl std::fmt::Debug for Hook {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Hook")
+        }
+    }
+
+    /// A node in cluster mode with one worker that serves every slot.
+    fn sole_node(dir: &std::path::Path) -> Arc<crate::shared::Shared> {
+        use clap::Parser as _;
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).unwrap();
+        let file = dir.join("nodes.conf");
+        let config = crate::config::Config::parse_from([
+            "sluice",
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            "--cluster",
+            "yes",
+            "--cluster-config-file",
+            file.to_str().unwrap(),
+        ]);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 7000));
+        let shared = crate::shared::Shared::new(
+            config,
+            addr,
+            crate::cmd::STATS_ROWS,
+            crate::cmd::acl_catalog(),
+        )
+        .unwrap();
+        let cluster = shared.cluster.as_ref().unwrap();
+        let me = sluice_cluster::Node::plain(cluster.myid.clone(), "127.0.0.1", 7000);
+        cluster
+            .install(sluice_cluster::create(1, vec![(me, vec![])]))
+            .unwrap();
+        cluster.loading.store(false, Ordering::Release);
+        Arc::new(shared)
+    }
+
+    /// A check of the HTTP front (`/v1/check`'s session) and of the gRPC front that passed
+    /// the slot check just before a pause is applied before the pause returns: the old owner's
+    /// offset, and the feeds it closes at the handover, hold it. Each front's check is held
+    /// after its slot check until the pause is open, then a little longer.
+    #[test]
+    fn a_pause_waits_for_the_fronts_checks() {
+        for front in ["http", "grpc"] {
+            let dir = std::env::temp_dir().join(format!(
+                "sluice-pause-fronts-{front}-{}",
+                std::process::id()
+            ));
+            let shared = sole_node(&dir);
+            let cluster = shared.cluster.as_ref().unwrap();
+            let passed = Arc::new(AtomicUsize::new(0));
+            let seen = passed.clone();
+            *cluster.passed.lock() = Some(Hook(Arc::new(move |c: &Cluster| {
+                seen.fetch_add(1, Ordering::SeqCst);
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while !c.pause.is_open() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            })));
+            let key = b"k";
+            let checker = {
+                let shared = shared.clone();
+                std::thread::spawn(move || {
+                    let user = shared.acl.default_user();
+                    match front {
+                        "http" => {
+                            let front = crate::http::Front::new(shared.clone());
+                            let reply = front.exec_as(&user, &["RL.CHECK", "k", "5", "3600"]);
+                            assert!(matches!(reply, sluice_resp::Value::Array(_)), "{reply:?}");
+                        }
+                        _ => {
+                            use sluice_grpc::Node as _;
+                            let front = crate::grpc::Front {
+                                shared: shared.clone(),
+                            };
+                            let check = sluice_envoy::service::Check {
+                                key: b"k",
+                                limit: 5,
+                                period: sluice_core::Nanos::from_secs(3600),
+                                cost: 1,
+                                algo: sluice_core::Algo::Fixed,
+                            };
+                            let now = shared.clock.now();
+                            let checked = front.check(&mut None, &user, &check, now);
+                            assert!(matches!(checked, sluice_grpc::Checked::Decided(Ok(_))));
+                        }
+                    }
+                })
+            };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while passed.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(passed.load(Ordering::SeqCst), 1, "{front}: no slot check");
+            let until = Instant::now() + Duration::from_secs(10);
+            cluster.pause(&[(0, 16383)], until, 0);
+            let applied = shared.store.exists(key, shared.clock.now());
+            checker.join().unwrap();
+            assert!(
+                applied,
+                "{front}: the pause returned before the check it let through was applied"
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 
     #[test]
     fn ranges_parse() {

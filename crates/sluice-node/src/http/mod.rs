@@ -96,23 +96,30 @@ impl Front {
 
     /// Runs one command as a RESP client logged in as `user` would, and decodes its reply.
     pub fn exec_as<A: AsRef<[u8]>>(&self, user: &Arc<User>, args: &[A]) -> Value {
-        self.exec_in(&self.session, user, args)
+        self.exec_in(&self.session, true, user, args)
     }
 
     /// [`Front::exec_as`] in the rule writers' session.
     pub fn exec_admin_as<A: AsRef<[u8]>>(&self, user: &Arc<User>, args: &[A]) -> Value {
-        self.exec_in(&self.admin, user, args)
+        self.exec_in(&self.admin, false, user, args)
     }
 
+    /// `checks`: the session is the checks' one, which holds this front's batch flag in a
+    /// cluster while its command runs, so a slot pause waits for a check that passed the slot
+    /// check (the rule writers' session touches no bucket).
     fn exec_in<A: AsRef<[u8]>>(
         &self,
         session: &Mutex<Session>,
+        checks: bool,
         user: &Arc<User>,
         args: &[A],
     ) -> Value {
         let request = sluice_resp::Request::from_args(args);
         let mut out = BytesMut::new();
         let mut session = session.lock();
+        let _batch = (self.shared.cluster.as_ref())
+            .filter(|_| checks)
+            .map(|c| c.batch(session.thread));
         // The session is this thread's, shared by every request: it takes each request's user
         // for its one command.
         session.user = user.clone();
