@@ -422,9 +422,10 @@ fn bad_targets_and_garbage_streams_leave_the_node_serving() {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 1024];
-    // PING, REPLCONF x2 and TIME answered (a TIME that is not one leaves the clocks taken as
-    // agreeing); PSYNC gets a full resync with a corrupt payload.
-    for reply in ["+PONG\r\n", "+OK\r\n", "+OK\r\n", "+OK\r\n"] {
+    // PING, REPLCONF x2, TIME and INFO answered (a TIME that is not one leaves the clocks
+    // taken as agreeing, an INFO that is not one says nothing of the primary's streams);
+    // PSYNC gets a full resync with a corrupt payload.
+    for reply in ["+PONG\r\n", "+OK\r\n", "+OK\r\n", "+OK\r\n", "+OK\r\n"] {
         let n = s.read(&mut buf).unwrap();
         seen.extend_from_slice(&buf[..n]);
         s.write_all(reply.as_bytes()).unwrap();
@@ -445,7 +446,7 @@ fn bad_targets_and_garbage_streams_leave_the_node_serving() {
     // Again, with a valid empty snapshot and then a garbage record in the stream.
     let (mut s, _) = fake.accept().unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    for reply in ["+PONG\r\n", "+OK\r\n", "+OK\r\n", "+OK\r\n"] {
+    for reply in ["+PONG\r\n", "+OK\r\n", "+OK\r\n", "+OK\r\n", "+OK\r\n"] {
         let _ = s.read(&mut buf).unwrap();
         s.write_all(reply.as_bytes()).unwrap();
     }

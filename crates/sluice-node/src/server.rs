@@ -100,10 +100,8 @@ impl Server {
                     loaded.entries,
                     started.elapsed().as_millis()
                 ));
-                if let Some(origin) = loaded.origin
-                    && shared.config.replicaof.is_none()
-                {
-                    shared.repl.restarted_from(origin);
+                if let Some(origin) = loaded.origin {
+                    shared.repl.loaded(origin);
                 }
             }
             Ok(None) => {

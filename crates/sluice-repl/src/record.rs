@@ -116,8 +116,9 @@ pub enum Record<'a> {
     Offset(u64),
     /// The writer's clock when it wrote what follows.
     Time(Nanos),
-    /// A snapshot saved by a primary: its replication id and its stream's end after the save,
-    /// which no entry of the snapshot is newer than.
+    /// Where a snapshot stands in a replication stream, whatever role saved it (a primary's
+    /// own, a replica's primary's): its id, and the offset when the save began, which every
+    /// entry of the snapshot is at least as new as.
     Origin { replid: &'a [u8], offset: u64 },
 }
 

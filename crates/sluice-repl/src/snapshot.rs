@@ -50,7 +50,8 @@ impl SnapshotWriter {
         self.count += 1;
     }
 
-    /// A primary's replication id and stream end (an ORIGIN record), after the entries.
+    /// Where the snapshot stands in a replication stream (an ORIGIN record, see
+    /// [`Record::Origin`]), after the entries.
     pub fn origin(&mut self, replid: &[u8], offset: u64) {
         Record::Origin { replid, offset }.encode(&mut self.out);
         self.count += 1;

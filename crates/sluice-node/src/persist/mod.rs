@@ -49,17 +49,20 @@ pub struct Persist {
     pub skip_shutdown_save: AtomicBool,
 }
 
-/// Where a primary's snapshot stands in its replication stream: its id, and the stream's
-/// position when the snapshot was begun. A node restarted from the snapshot knows its old
+/// Where a snapshot stands in a replication stream (Redis's `repl-id` and `repl-offset`): a
+/// primary's own, or a replica's primary's, and the position when the snapshot was begun,
+/// which every entry is at least as new as. A primary restarted from the snapshot knows that
 /// stream up to there, so it can tell a replica that holds more of it (which may hold newer
-/// buckets, and must not be wiped by a full sync) from one that holds less.
+/// buckets, and must not be wiped by a full sync) from one that holds less; a replica
+/// restarted from it asks its primary to continue from there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Origin {
     pub replid: String,
     pub offset: u64,
 }
 
-/// What a load found: entries loaded, and the origin if a primary saved it.
+/// What a load found: entries loaded, and the origin the snapshot recorded (none from a
+/// replica that had not synced yet).
 #[derive(Clone, Debug, Default)]
 pub struct Loaded {
     pub entries: u64,
@@ -116,8 +119,8 @@ impl Persist {
     }
 
     /// Writes the store to the snapshot file now (one save at a time). `origin` is asked
-    /// before the entries are read: a primary's replication id and stream position, which every
-    /// entry is at least as new as (see [`Origin`]).
+    /// before the entries are read: the replication id and stream position this node's state
+    /// stands at, whatever its role, which every entry is at least as new as (see [`Origin`]).
     pub fn save(
         &self,
         store: &Store,

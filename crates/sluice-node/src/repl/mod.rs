@@ -325,13 +325,18 @@ impl Repl {
         feeds.fold((0, u64::MAX), |(n, min), r| (n + 1, min.min(r.ack)))
     }
 
-    /// Where a snapshot begun now stands in this primary's stream (`None` on a replica): the
-    /// stream's end after the journals were flushed, which every entry read after is at least
-    /// as new as.
+    /// Where a snapshot begun now stands in a replication stream, whatever this node's role
+    /// (Redis's `repl-id` and `repl-offset`): a primary's own stream, at its end after the
+    /// journals were flushed; a replica's primary's stream, at the offset it has applied
+    /// (`None` before its first sync). Every entry read after is at least as new as that
+    /// offset: a replica bumps its offset only after it applied the records.
     pub fn origin(&self, store: &Store) -> Option<crate::persist::Origin> {
         let mut inner = self.inner.lock();
         if inner.master.is_some() {
-            return None;
+            return inner.synced.then(|| crate::persist::Origin {
+                replid: inner.replid.clone(),
+                offset: inner.offset,
+            });
         }
         let offset = self.flush_locked(&mut inner, store, false);
         Some(crate::persist::Origin {
@@ -340,9 +345,29 @@ impl Repl {
         })
     }
 
+    /// The node loaded a snapshot of `origin` at start. A replica (`--replicaof`) holds its
+    /// primary's stream up to there, and asks to continue it, as Redis's replica does with a
+    /// cached master: the records from there on are states, so those it already holds apply
+    /// again harmlessly. A primary goes on as [`Repl::restarted_from`] says.
+    pub fn loaded(&self, origin: crate::persist::Origin) {
+        let mut inner = self.inner.lock();
+        if inner.master.is_none() {
+            drop(inner);
+            return self.restarted_from(origin);
+        }
+        sluice_log::log(&format!(
+            "The snapshot stands at offset {} of stream {}: asking the primary to continue from there",
+            origin.offset, origin.replid
+        ));
+        inner.replid = origin.replid;
+        inner.offset = origin.offset;
+        inner.synced = true;
+    }
+
     /// A primary restarted from a snapshot of `origin`: it knows its old stream up to there
     /// (`master_replid2`, `second_repl_offset`), and goes on from there under a new id. A
-    /// replica holding more of the old stream sees that it is ahead of this node.
+    /// replica holding more of the old stream, or of a stream that continued it (a replica
+    /// promoted after it saved the snapshot), sees that it is ahead of this node.
     pub fn restarted_from(&self, origin: crate::persist::Origin) {
         let mut inner = self.inner.lock();
         sluice_log::log(&format!(

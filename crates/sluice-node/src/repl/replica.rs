@@ -134,7 +134,8 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     }
     let skew = super::skew::Skew::measure(&mut peer, &shared.clock, "MASTER").await;
     shared.repl.inner.lock().skew = skew;
-    refuse_a_primary_behind_us(shared, &mut peer).await?;
+    let primary = PrimaryInfo::read(&mut peer).await;
+    refuse_a_primary_behind_us(shared, &primary)?;
     let (replid, offset) = {
         let inner = shared.repl.inner.lock();
         if inner.synced {
@@ -166,6 +167,10 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
                 let reader =
                     SnapshotReader::new(&snapshot).map_err(|e| format!("snapshot refused: {e}"))?;
                 let now = shared.clock.now();
+                // From here until the sync ends the store holds part of a snapshot: no stream
+                // position describes it (a snapshot saved now records none, and a reconnect
+                // asks for a full sync).
+                shared.repl.inner.lock().synced = false;
                 shared.store.flush();
                 let mut n = 0u64;
                 for rec in reader.iter() {
@@ -179,6 +184,12 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
             inner.replid = id.to_string();
             inner.offset = off;
             inner.synced = true;
+            // The stream the primary's continues, as it said just before: a snapshot it
+            // saved of that one can then be told apart from what this replica holds.
+            (inner.replid2, inner.second_offset) = match &primary {
+                Some(p) if p.replid == id => (p.replid2.clone(), p.second_offset),
+                _ => ("0".repeat(40), -1),
+            };
             sluice_log::log(&format!(
                 "MASTER <-> REPLICA sync: loaded {loaded} entries ({len} bytes) in {} ms",
                 started.elapsed().as_millis()
@@ -186,7 +197,12 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
         }
         Some("CONTINUE") => {
             if let Some(id) = words.next().filter(|id| id.len() == 40) {
-                shared.repl.inner.lock().replid = id.to_string();
+                let mut inner = shared.repl.inner.lock();
+                // A new id continues the stream this replica held (Redis does the same).
+                if inner.replid != id {
+                    inner.replid2 = std::mem::replace(&mut inner.replid, id.to_string());
+                    inner.second_offset = inner.offset as i64 + 1;
+                }
             }
             sluice_log::log(&format!(
                 "MASTER <-> REPLICA sync: partial resynchronization accepted from offset {offset}"
@@ -208,35 +224,63 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     stream_from(shared, peer.stream, peer.buf).await
 }
 
+/// What a primary says of its streams in `INFO replication` before PSYNC: its id, the stream
+/// its own continues (`master_replid2`, up to `second_repl_offset` - 1), and, after a restart
+/// from a snapshot, where that snapshot stands (`snapshot_replid`, `snapshot_repl_offset`).
+#[derive(Debug)]
+struct PrimaryInfo {
+    replid: String,
+    replid2: String,
+    second_offset: i64,
+    snapshot: Option<(String, u64)>,
+}
+
+impl PrimaryInfo {
+    /// `None` when the primary does not answer INFO (a Redis that refuses it, say).
+    async fn read(peer: &mut Peer) -> Option<PrimaryInfo> {
+        let Ok(Value::Bulk(info)) = peer.call(&[b"INFO", b"replication"]).await else {
+            return None;
+        };
+        let info = String::from_utf8_lossy(&info);
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+        };
+        let snapshot_at = field("snapshot_repl_offset").and_then(|o| o.parse::<u64>().ok());
+        Some(PrimaryInfo {
+            replid: field("master_replid")?,
+            replid2: field("master_replid2").unwrap_or_else(|| "0".repeat(40)),
+            second_offset: field("second_repl_offset")
+                .and_then(|o| o.parse().ok())
+                .unwrap_or(-1),
+            snapshot: field("snapshot_replid").zip(snapshot_at),
+        })
+    }
+}
+
 /// Refuses to sync from a primary that restarted from a snapshot older than what this replica
-/// holds of the primary's previous stream: a full sync would wipe the newer buckets (every
-/// client spent since the snapshot would get that quota again). The primary says where its
-/// snapshot stands in `INFO replication` (`snapshot_replid`, `snapshot_repl_offset`). A
-/// replica ahead of a newly promoted one is not refused: Sentinel promotes the furthest.
-async fn refuse_a_primary_behind_us(shared: &Arc<Shared>, peer: &mut Peer) -> LinkResult<()> {
-    let (ours, applied) = {
-        let inner = shared.repl.inner.lock();
-        if !inner.synced {
-            return Ok(());
-        }
-        (inner.replid.clone(), inner.offset)
-    };
-    let Ok(Value::Bulk(info)) = peer.call(&[b"INFO", b"replication"]).await else {
+/// holds: a full sync would wipe the newer buckets (every client spent since the snapshot
+/// would get that quota again). The snapshot is older when it stands in the stream this
+/// replica holds, or in the one that stream continues up to where it forked (a replica that
+/// saved it, then was promoted: offsets run on across a promotion), at an offset this replica
+/// has passed. A replica ahead of a newly promoted one is not refused: Sentinel promotes the
+/// furthest.
+fn refuse_a_primary_behind_us(shared: &Shared, primary: &Option<PrimaryInfo>) -> LinkResult<()> {
+    let Some((snapshot_id, at)) = primary.as_ref().and_then(|p| p.snapshot.as_ref()) else {
         return Ok(());
     };
-    let info = String::from_utf8_lossy(&info);
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-    };
-    let snapshot_at = field("snapshot_repl_offset").and_then(|o| o.parse::<u64>().ok());
-    if field("snapshot_replid") == Some(ours.as_str())
-        && let Some(at) = snapshot_at
-        && applied > at
-    {
+    let at = *at;
+    let inner = shared.repl.inner.lock();
+    if !inner.synced {
+        return Ok(());
+    }
+    let ours = *snapshot_id == inner.replid
+        || (*snapshot_id == inner.replid2 && (at as i64) < inner.second_offset);
+    if ours && inner.offset > at {
         return Err(format!(
-            "refusing a full sync: the primary restarted from a snapshot at offset {at} of its previous stream, and this replica holds up to {applied}; keeping the newer buckets (promote this replica to keep them, or REPLICAOF NO ONE then REPLICAOF to take the primary's)"
+            "refusing a full sync: the primary restarted from a snapshot at offset {at} of stream {snapshot_id}, and this replica holds up to {}; keeping the newer buckets (promote this replica to keep them, or REPLICAOF NO ONE then REPLICAOF to take the primary's)",
+            inner.offset
         ));
     }
     Ok(())
