@@ -172,6 +172,17 @@ pub struct Config {
     #[arg(long = "min-replicas-max-lag", default_value_t = 10, value_parser = seconds())]
     pub min_replicas_max_lag: u64,
 
+    /// Sentinels to ask who the primary is before serving (`HOST:PORT`; repeat the flag, or
+    /// separate with commas; with `--master-name`). One that names another node makes this one
+    /// start as its replica; one that still names this node keeps it unreachable until the
+    /// Sentinels fail over or the wait ends (`docs/production.md`). Plain TCP, no AUTH.
+    #[arg(long, value_delimiter = ',', value_parser = parse_master, value_name = "HOST:PORT", requires = "master_name", conflicts_with = "cluster")]
+    pub sentinel: Vec<MasterAddr>,
+
+    /// The name the Sentinels monitor this node's primary under (`sentinel monitor NAME ...`).
+    #[arg(long = "master-name", value_name = "NAME", requires = "sentinel")]
+    pub master_name: Option<String>,
+
     /// Sentinel promotes the replica with the lowest priority first; 0 = never promote.
     #[arg(long = "replica-priority", default_value_t = 100)]
     pub replica_priority: u64,
@@ -556,6 +567,40 @@ mod tests {
         assert!(parse_master("host").is_err());
         assert!(parse_master("host:0").is_err());
         assert_eq!(parse_master("h 6379").unwrap().port, 6379);
+    }
+
+    #[test]
+    fn sentinel_flags_parse() {
+        let c = Config::parse_from([
+            "sluice",
+            "--sentinel",
+            "127.0.0.1:26379,127.0.0.1:26380",
+            "--sentinel",
+            "10.0.0.5 26381",
+            "--master-name",
+            "rl",
+        ]);
+        let ports: Vec<u16> = c.sentinel.iter().map(|s| s.port).collect();
+        assert_eq!(ports, [26379, 26380, 26381]);
+        assert_eq!(c.master_name.as_deref(), Some("rl"));
+        // Each needs the other, and a cluster node follows its table, not Sentinel.
+        assert!(Config::try_parse_from(["sluice", "--sentinel", "h:1"]).is_err());
+        assert!(Config::try_parse_from(["sluice", "--master-name", "rl"]).is_err());
+        assert!(
+            Config::try_parse_from([
+                "sluice",
+                "--sentinel",
+                "h:1",
+                "--master-name",
+                "rl",
+                "--cluster",
+                "yes"
+            ])
+            .is_err()
+        );
+        assert!(
+            Config::try_parse_from(["sluice", "--sentinel", "h:0", "--master-name", "rl"]).is_err()
+        );
     }
 
     #[test]

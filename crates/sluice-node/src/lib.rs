@@ -48,6 +48,8 @@
 //! - [`exec`]: the in-process executor (commands without a socket) for tests and fuzzing.
 //! - [`thread`]: [`runtime_thread`], the thread with a runtime of its own each task above runs
 //!   on.
+//! - [`sentinel_start`]: before the server exists, asks the Sentinels (`--sentinel`) who the
+//!   primary is and settles this node's role.
 //!
 //! The `sluice` binary (crate `sluice`) only parses flags and calls [`run`]; everything testable
 //! lives here. The sidecar and the admin tool are crates of their own (`sluice-proxy`,
@@ -77,6 +79,7 @@ pub mod regions;
 pub mod repl;
 pub mod rules;
 pub mod script;
+pub mod sentinel_start;
 pub mod server;
 pub mod shared;
 pub mod slowlog;
@@ -134,6 +137,8 @@ pub fn run(
         })?;
     let _ = armed_rx.recv();
     sluice_etcd::use_tls(&config.etcd_tls).map_err(io::Error::other)?;
+    let mut config = config;
+    sentinel_start::settle(&mut config);
     let server = Server::start(config)?;
     let _ = server_tx.send(server.shared.clone());
     let shared = server.shared.clone();
