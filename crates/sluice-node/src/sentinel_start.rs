@@ -57,7 +57,7 @@ pub struct Report {
     pub epoch: u64,
     /// `down-after-milliseconds` + `failover-timeout`: how long a failover may still take.
     pub failover_within: Duration,
-    /// Replicas the Sentinel could promote: not down, not disconnected, priority above 0.
+    /// Replicas the Sentinel could promote: not down, priority above 0.
     pub promotable: usize,
 }
 
@@ -202,9 +202,9 @@ pub fn report(addr: &Value, master: &Value, replicas: &Value) -> Option<Report> 
             .map(fields)
             .filter(|r| {
                 let flags = field(r, "flags").unwrap_or_default();
-                let up = !flags
-                    .split(',')
-                    .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"));
+                // Not `disconnected`: a Sentinel sets it on a replica it has just learned of
+                // until its link is up, which a failover may still use.
+                let up = !flags.split(',').any(|f| matches!(f, "s_down" | "o_down"));
                 let priority = field(r, "replica-priority").or_else(|| field(r, "slave-priority"));
                 up && priority.as_deref() != Some("0")
             })
@@ -268,6 +268,7 @@ mod tests {
                 ("slave-priority", "100"),
             ]),
             flat(&[("flags", "slave"), ("slave-priority", "0")]),
+            flat(&[("flags", "slave,disconnected"), ("slave-priority", "100")]),
         ]);
         let r = report(&addr, &master, &replicas).unwrap();
         assert_eq!(
@@ -276,7 +277,7 @@ mod tests {
         );
         assert_eq!(r.epoch, 3);
         assert_eq!(r.failover_within, Duration::from_millis(12_000));
-        assert_eq!(r.promotable, 1);
+        assert_eq!(r.promotable, 2);
         // A Sentinel that does not know the name answers nil.
         assert!(report(&Value::Nil, &Value::Error("ERR".into()), &Value::Nil).is_none());
         // One that reports no timings: Sentinel's defaults.
