@@ -15,6 +15,10 @@
 //!   P back before it counts it down, nothing fails over, and P serves its snapshot as the
 //!   primary: 6 allowed again, 16 in all against a limit of 10. This is the figure before the
 //!   fix; the test asserts the overshoot, so it notices if the scenario stops reproducing it.
+//! - **right away, with a Sentinel that cannot fail over** (quorum 2 of one): P waits the
+//!   Sentinel's `down-after-milliseconds` + `failover-timeout` (12 s), then serves as the
+//!   primary with a warning.
+//! - **with no Sentinel answering**: a node starts as configured, with a warning.
 //!
 //! Every process is stopped by its PID (the harness's guards); every wait is bounded.
 
@@ -76,6 +80,11 @@ fn remaining(node: &Sluice) -> Option<i64> {
 }
 
 fn up() -> Topology {
+    up_with_quorum(1)
+}
+
+/// [`up`] with the Sentinel's quorum: 2, with one Sentinel, never fails over.
+fn up_with_quorum(quorum: u32) -> Topology {
     let dir = TempDir::new("sentinel-start");
     let dir_arg = dir.path().to_str().unwrap().to_string();
     let primary =
@@ -97,7 +106,7 @@ fn up() -> Topology {
         role(&replica)
     );
     let sentinel = RedisSentinel::start(&format!(
-        "sentinel monitor {MASTER} 127.0.0.1 {} 1\n\
+        "sentinel monitor {MASTER} 127.0.0.1 {} {quorum}\n\
          sentinel down-after-milliseconds {MASTER} 2000\n\
          sentinel failover-timeout {MASTER} 10000\n\
          sentinel parallel-syncs {MASTER} 1",
@@ -240,6 +249,52 @@ fn restarted_before_down_after_it_waits_for_the_failover() {
         "P did not wait for the Sentinel's failover:\n{log}"
     );
     t.assert_primary_follows_replica();
+}
+
+#[test]
+fn with_no_failover_coming_it_serves_after_the_bounded_wait() {
+    if !have_tool("redis-sentinel") {
+        return;
+    }
+    // Quorum 2 with one Sentinel: it sees P down, and never fails over.
+    let mut t = up_with_quorum(2);
+    t.kill_primary();
+    let flags = t.sentinel_flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let took = t.restart_primary(&flags);
+    println!("no failover: P served as the primary after {took:?}");
+    let log = t.primary.log();
+    assert!(
+        log.contains("still names this node") && log.contains("did not fail over"),
+        "{log}"
+    );
+    // down-after-milliseconds 2000 + failover-timeout 10000.
+    assert!(took >= Duration::from_secs(12), "{took:?}");
+    assert!(
+        matches!(role(&t.primary), Some(redis::Role::Primary { .. })),
+        "P: {:?}",
+        role(&t.primary)
+    );
+}
+
+/// No Sentinel answers: the node starts as configured, and says so.
+#[test]
+fn with_no_sentinel_answering_it_starts_as_configured() {
+    let dead = format!("127.0.0.1:{}", free_port());
+    let node = Sluice::start_with(&[
+        "--threads",
+        "1",
+        "--sentinel",
+        &dead,
+        "--master-name",
+        MASTER,
+    ]);
+    assert!(
+        node.log().contains("no Sentinel of --sentinel answered"),
+        "{}",
+        node.log()
+    );
+    assert!(matches!(role(&node), Some(redis::Role::Primary { .. })));
 }
 
 #[test]
