@@ -18,6 +18,9 @@
 //! - **right away, with a Sentinel that cannot fail over** (quorum 2 of one): P waits the
 //!   Sentinel's `down-after-milliseconds` + `failover-timeout` (12 s), then serves as the
 //!   primary with a warning.
+//! - **after a graceful stop (SIGTERM), right away, with `--sentinel`**: R holds nothing past
+//!   P's last snapshot, so P serves as the primary at once, grants nothing again, and nothing
+//!   fails over.
 //! - **with no Sentinel answering**: a node starts as configured, with a warning.
 //!
 //! Every process is stopped by its PID (the harness's guards); every wait is bounded.
@@ -275,6 +278,47 @@ fn with_no_failover_coming_it_serves_after_the_bounded_wait() {
         "P: {:?}",
         role(&t.primary)
     );
+}
+
+#[test]
+fn restarted_after_a_graceful_stop_it_serves_at_once() {
+    if !have_tool("redis-sentinel") {
+        return;
+    }
+    let mut t = up();
+    // SIGTERM: the last snapshot holds everything R holds.
+    t.primary.signal(libc::SIGTERM);
+    assert!(
+        t.primary.wait_exit(Duration::from_secs(10)).is_some(),
+        "P did not stop"
+    );
+    let flags = t.sentinel_flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let took = t.restart_primary(&flags);
+    println!("after a graceful stop: P served as the primary after {took:?}");
+    assert!(
+        t.primary.log().contains("a clean stop"),
+        "{}",
+        t.primary.log()
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(
+        matches!(role(&t.primary), Some(redis::Role::Primary { .. })),
+        "P: {:?}",
+        role(&t.primary)
+    );
+    let again = spend(&t.primary, LIMIT);
+    assert_eq!(again, 0, "P granted quota again after a graceful stop");
+    assert_eq!(named_port(&t.sentinel), Some(t.primary.port), "no failover");
+    // R follows P again, its bucket still spent.
+    let port = t.primary.port;
+    let relinked = wait_until(Duration::from_secs(20), || {
+        matches!(role(&t.replica), Some(redis::Role::Replica { primary_port, replication_state, .. })
+            if primary_port == port && replication_state == "connected")
+        .then_some(())
+    });
+    assert!(relinked.is_some(), "R: {:?}", role(&t.replica));
+    assert_eq!(remaining(&t.replica), Some(0));
 }
 
 /// No Sentinel answers: the node starts as configured, and says so.

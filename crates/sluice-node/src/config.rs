@@ -174,8 +174,9 @@ pub struct Config {
 
     /// Sentinels to ask who the primary is before serving (`HOST:PORT`; repeat the flag, or
     /// separate with commas; with `--master-name`). One that names another node makes this one
-    /// start as its replica; one that still names this node keeps it unreachable until the
-    /// Sentinels fail over or the wait ends (`docs/production.md`). Plain TCP, no AUTH.
+    /// start as its replica; one that still names this node, while a replica holds more than
+    /// this node's snapshot, keeps it unreachable until the Sentinels fail over or the wait
+    /// ends (`docs/production.md`). Plain TCP, no AUTH.
     #[arg(long, value_delimiter = ',', value_parser = parse_master, value_name = "HOST:PORT", requires = "master_name", conflicts_with = "cluster")]
     pub sentinel: Vec<MasterAddr>,
 

@@ -19,13 +19,18 @@
 //!   [`POLL`] until they name another node, or until `down-after-milliseconds` +
 //!   `failover-timeout` (as the Sentinel reports them; at most [`MAX_WAIT`]) have passed: then
 //!   no failover is coming (no quorum, no replica fit), and the node starts as the primary
-//!   with a warning. If the Sentinel knows no replica it could promote, waiting cannot bring a
-//!   failover and the node starts as the primary at once.
+//!   with a warning. Two cases start it as the primary at once: the Sentinel knows no replica
+//!   it could promote (waiting cannot bring a failover), or every replica it lists answers
+//!   that it holds no more of this node's stream than the snapshot does (a graceful stop
+//!   writes a last snapshot: nothing would be granted twice, and a failover would only cost
+//!   its time).
 //! - **No Sentinel answers** (or none knows `NAME`): the node starts as configured, with a
 //!   warning.
 //!
 //! The Sentinels are reached over plain TCP without AUTH (a Sentinel with `requirepass` or
-//! TLS only is not asked: the node then starts as configured, with the warning).
+//! TLS only is not asked: the node then starts as configured, with the warning); the
+//! replicas over plain TCP with `--masteruser`/`--masterauth` (one on TLS only counts as
+//! ahead, so the node waits).
 //!
 //! This runs once, before the server exists: it reads and changes the [`Config`] only.
 
@@ -59,6 +64,8 @@ pub struct Report {
     pub failover_within: Duration,
     /// Replicas the Sentinel could promote: not down, priority above 0.
     pub promotable: usize,
+    /// Every replica the Sentinel knows of, promotable or not.
+    pub replicas: Vec<MasterAddr>,
 }
 
 /// Asks the Sentinels of `config` before the node serves, and settles its role: a replica of
@@ -90,6 +97,13 @@ pub fn settle(config: &mut Config) {
             (Some(r), None) if r.promotable == 0 => {
                 sluice_log::log(&format!(
                     "Sentinel names this node the primary of '{name}' and knows no replica it could promote: serving as the primary"
+                ));
+                config.replicaof = None;
+                return;
+            }
+            (Some(r), None) if snapshot_is_newest(config, &r.replicas) => {
+                sluice_log::log(&format!(
+                    "Sentinel names this node the primary of '{name}', and no replica holds more of its stream than its snapshot (a clean stop): serving as the primary"
                 ));
                 config.replicaof = None;
                 return;
@@ -139,22 +153,35 @@ fn is_local(ip: IpAddr) -> bool {
 
 /// Asks one Sentinel; `None` if it does not answer in time, or does not know `name`.
 fn ask(sentinel: &MasterAddr, name: &str) -> Option<Report> {
-    let addr = (sentinel.host.as_str(), sentinel.port)
-        .to_socket_addrs()
-        .ok()?
-        .next()?;
+    let name = name.as_bytes();
+    let replies = call(
+        sentinel,
+        &[
+            b"get-master-addr-by-name".as_slice(),
+            b"master",
+            b"replicas",
+        ]
+        .map(|cmd| vec![b"SENTINEL".as_slice(), cmd, name]),
+    )?;
+    report(&replies[0], &replies[1], &replies[2])
+}
+
+/// Sends `commands` to `to` in one write and reads their replies, all within
+/// [`ASK_TIMEOUT`]; `None` if it does not answer them all in time.
+fn call(to: &MasterAddr, commands: &[Vec<&[u8]>]) -> Option<Vec<Value>> {
+    let addr = (to.host.as_str(), to.port).to_socket_addrs().ok()?.next()?;
     let mut stream = TcpStream::connect_timeout(&addr, ASK_TIMEOUT).ok()?;
     stream.set_read_timeout(Some(ASK_TIMEOUT)).ok()?;
     stream.set_write_timeout(Some(ASK_TIMEOUT)).ok()?;
     let mut out = BytesMut::new();
-    for cmd in ["get-master-addr-by-name", "master", "replicas"] {
-        value::encode_command(&mut out, &["SENTINEL", cmd, name]);
+    for args in commands {
+        value::encode_command(&mut out, args);
     }
     stream.write_all(&out).ok()?;
     let deadline = Instant::now() + ASK_TIMEOUT;
     let mut buf = BytesMut::with_capacity(4096);
-    let mut replies = Vec::with_capacity(3);
-    while replies.len() < 3 {
+    let mut replies = Vec::with_capacity(commands.len());
+    while replies.len() < commands.len() {
         match value::decode(&mut buf).ok()? {
             Some(v) => replies.push(v),
             None => {
@@ -170,7 +197,7 @@ fn ask(sentinel: &MasterAddr, name: &str) -> Option<Report> {
             }
         }
     }
-    report(&replies[0], &replies[1], &replies[2])
+    Some(replies)
 }
 
 /// A [`Report`] from the replies to `get-master-addr-by-name`, `master` and `replicas`.
@@ -196,27 +223,90 @@ pub fn report(addr: &Value, master: &Value, replicas: &Value) -> Option<Report> 
             .min(MAX_WAIT.as_millis() as u64)
             .saturating_add(ms("failover-timeout", DEFAULT_FAILOVER_TIMEOUT_MS)),
     );
-    let promotable = match replicas {
-        Value::Array(list) => list
-            .iter()
-            .map(fields)
-            .filter(|r| {
-                let flags = field(r, "flags").unwrap_or_default();
-                // Not `disconnected`: a Sentinel sets it on a replica it has just learned of
-                // until its link is up, which a failover may still use.
-                let up = !flags.split(',').any(|f| matches!(f, "s_down" | "o_down"));
-                let priority = field(r, "replica-priority").or_else(|| field(r, "slave-priority"));
-                up && priority.as_deref() != Some("0")
-            })
-            .count(),
-        _ => 0,
+    let replicas: Vec<Vec<(String, String)>> = match replicas {
+        Value::Array(list) => list.iter().map(fields).collect(),
+        _ => Vec::new(),
     };
+    let promotable = replicas
+        .iter()
+        .filter(|r| {
+            let flags = field(r, "flags").unwrap_or_default();
+            // Not `disconnected`: a Sentinel sets it on a replica it has just learned of
+            // until its link is up, which a failover may still use.
+            let up = !flags.split(',').any(|f| matches!(f, "s_down" | "o_down"));
+            let priority = field(r, "replica-priority").or_else(|| field(r, "slave-priority"));
+            up && priority.as_deref() != Some("0")
+        })
+        .count();
+    let replicas = replicas
+        .iter()
+        .filter_map(|r| {
+            Some(MasterAddr {
+                host: field(r, "ip")?,
+                port: field(r, "port")?.parse().ok()?,
+            })
+        })
+        .collect();
     Some(Report {
         primary,
         epoch: ms("config-epoch", 0),
         failover_within,
         promotable,
+        replicas,
     })
+}
+
+/// Whether this node's snapshot holds all of its stream that any replica holds: it records
+/// the replication id and offset it was taken at (a graceful stop writes the last one), and
+/// every replica the Sentinel lists answers `INFO replication` within [`ASK_TIMEOUT`] with
+/// that id and an offset no further. Then no replica knows of quota this node would grant
+/// again, and a failover would only cost the time it takes. A replica that does not answer
+/// (down, TLS, another password than `--masterauth`) counts as ahead.
+fn snapshot_is_newest(config: &Config, replicas: &[MasterAddr]) -> bool {
+    let Some((replid, offset)) = snapshot_origin(config) else {
+        return false;
+    };
+    !replicas.is_empty()
+        && replicas.iter().all(|r| {
+            replica_position(r, config).is_some_and(|(id, at)| id == replid && at <= offset)
+        })
+}
+
+/// The replication id and offset `--dir`'s snapshot was taken at, if a primary saved it.
+fn snapshot_origin(config: &Config) -> Option<(String, u64)> {
+    let path = config.dir.as_ref()?.join(crate::persist::FILE_NAME);
+    let bytes = std::fs::read(path).ok()?;
+    let reader = sluice_repl::SnapshotReader::new(&bytes).ok()?;
+    reader.iter().find_map(|rec| match rec {
+        Ok(sluice_repl::Record::Origin { replid, offset }) => {
+            Some((String::from_utf8_lossy(replid).into_owned(), offset))
+        }
+        _ => None,
+    })
+}
+
+/// A replica's `master_replid` and `slave_repl_offset`, asked with the credentials this
+/// node's replication uses (`--masteruser`, `--masterauth`).
+fn replica_position(replica: &MasterAddr, config: &Config) -> Option<(String, u64)> {
+    let mut args: Vec<Vec<&[u8]>> = Vec::new();
+    if let Some(pass) = &config.masterauth {
+        let mut auth: Vec<&[u8]> = vec![b"AUTH"];
+        auth.extend(config.masteruser.as_deref().map(str::as_bytes));
+        auth.push(pass.as_bytes());
+        args.push(auth);
+    }
+    args.push(vec![b"INFO", b"replication"]);
+    let replies = call(replica, &args)?;
+    let info = replies.last()?.text();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    Some((
+        field("master_replid")?.to_string(),
+        field("slave_repl_offset")?.parse().ok()?,
+    ))
 }
 
 /// A Sentinel's flat `name value name value ...` reply (or a RESP3 map) as pairs.
@@ -262,7 +352,12 @@ mod tests {
             ("failover-timeout", "10000"),
         ]);
         let replicas = Value::Array(vec![
-            flat(&[("flags", "slave"), ("slave-priority", "100")]),
+            flat(&[
+                ("ip", "127.0.0.1"),
+                ("port", "7002"),
+                ("flags", "slave"),
+                ("slave-priority", "100"),
+            ]),
             flat(&[
                 ("flags", "s_down,slave,disconnected"),
                 ("slave-priority", "100"),
@@ -278,6 +373,8 @@ mod tests {
         assert_eq!(r.epoch, 3);
         assert_eq!(r.failover_within, Duration::from_millis(12_000));
         assert_eq!(r.promotable, 2);
+        let ports: Vec<u16> = r.replicas.iter().map(|a| a.port).collect();
+        assert_eq!(ports, [7002], "the replicas with an address");
         // A Sentinel that does not know the name answers nil.
         assert!(report(&Value::Nil, &Value::Error("ERR".into()), &Value::Nil).is_none());
         // One that reports no timings: Sentinel's defaults.
@@ -311,6 +408,7 @@ mod tests {
             epoch,
             failover_within: Duration::ZERO,
             promotable: 1,
+            replicas: Vec::new(),
         };
         let pick = |rs: Vec<Report>| newest(rs.into_iter(), &c).map(|r| r.primary.port);
         assert_eq!(pick(vec![r(7001, 1), r(7000, 2)]), Some(7000));
