@@ -202,6 +202,16 @@ pub fn gfmt(f: f64, precision: usize) -> String {
         return if f.is_sign_negative() { "-0" } else { "0" }.into();
     }
     let p = precision.clamp(1, 17);
+    // An integer of at most `p` digits is written as its digits (the common case: the counts
+    // and times limiter scripts pass), without formatting the float.
+    if f.fract() == 0.0 && f.abs() < 10f64.powi(p as i32) && f.abs() <= (1u64 << 53) as f64 {
+        return (f as i64).to_string();
+    }
+    formatted(f, p)
+}
+
+/// `gfmt` of a finite, non-zero `f` through the float's decimal expansion.
+fn formatted(f: f64, p: usize) -> String {
     let sci = format!("{f:.prec$e}", prec = p - 1);
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
@@ -383,6 +393,21 @@ mod tests {
         assert_eq!(truncate(3.99), 3);
         assert_eq!(truncate(-3.99), -3);
         assert_eq!(truncate(1e20), i64::MIN);
+    }
+
+    /// The integer shortcut writes what the decimal expansion writes, up to its edges.
+    #[test]
+    fn integers_print_alike_by_either_way() {
+        for p in [1, 6, 14, 16, 17] {
+            let top = 10f64.powi(p as i32);
+            for n in [1.0, 7.0, 42.0, 3600000.0, top - 1.0, top, top + 1.0, 9007199254740992.0] {
+                for f in [n, -n] {
+                    if f.abs() <= 9007199254740992.0 {
+                        assert_eq!(gfmt(f, p), formatted(f, p), "{f} at {p}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
