@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice_tests::{Sluice, rl_check};
+use sluice_client::{Client, Config, FailMode, Limit, Source, Topology};
+use sluice_tests::{Sluice, rl_check, runtime};
 
 /// The docs' bound for a gateway of one on a key spent by an eighth of its capacity or more
 /// (docs/gateways.md, "Fail mode local, bounded both ways"): over the exact count, at most one
@@ -63,7 +64,10 @@ fn checks_until(c: &mut redis::Connection, args: &[&str], until: Instant) -> u64
 /// `(capacity + rate × elapsed)`, rounded down and up.
 fn exact(capacity: u64, per: Duration, elapsed: Duration) -> (u64, u64) {
     let refill = capacity as f64 * elapsed.as_secs_f64() / per.as_secs_f64();
-    (capacity + refill.floor() as u64, capacity + refill.ceil() as u64)
+    (
+        capacity + refill.floor() as u64,
+        capacity + refill.ceil() as u64,
+    )
 }
 
 /// 100 per 10 s, drained, then an outage of 0.5 s, 5 s of service, and a second outage of
@@ -162,5 +166,69 @@ fn a_flapping_node_is_held_to_the_limit() {
     assert!(
         allowed + outages * PER_OUTAGE + 10 >= low,
         "{allowed} allowed against an exact {low}: the outages lost quota"
+    );
+}
+
+/// The same outages through the library (`Client::check`, fail mode `local`): its exact path
+/// charges the debt before the key's next check, and drops the outage's bucket at the node's
+/// first answer.
+#[test]
+fn the_library_charges_each_outage_back() {
+    let node = Sluice::start();
+    let mut admin = node.client();
+    let rt = runtime();
+    let config = Config::new(Topology::Single(format!("127.0.0.1:{}", node.port)));
+    let client = rt.block_on(Client::connect(config));
+    let limit = Limit::new(100, Duration::from_secs(10)).fail_mode(FailMode::Local);
+    let checks_until = |until: Instant, local: bool| {
+        rt.block_on(async {
+            let mut allowed = 0u64;
+            while Instant::now() < until {
+                let d = client.check(b"library", &limit, 1).await.unwrap();
+                if local {
+                    assert_ne!(d.source, Source::FailOpen, "{d:?}");
+                }
+                allowed += u64::from(d.allowed);
+            }
+            allowed
+        })
+    };
+    let start = Instant::now();
+    let mut drained = 0u64;
+    rt.block_on(async {
+        for _ in 0..10_000 {
+            if !client.check(b"library", &limit, 1).await.unwrap().allowed {
+                break;
+            }
+            drained += 1;
+        }
+    });
+    assert!(drained < 10_000, "the key was not drained");
+    outage(&mut admin, true);
+    let first = checks_until(Instant::now() + Duration::from_millis(500), true);
+    outage(&mut admin, false);
+    let served = checks_until(Instant::now() + Duration::from_secs(5), false);
+    outage(&mut admin, true);
+    let second = checks_until(Instant::now() + Duration::from_millis(500), true);
+    let elapsed = start.elapsed();
+    outage(&mut admin, false);
+    let total = drained + first + served + second;
+    let (low, high) = exact(100, Duration::from_secs(10), elapsed);
+    println!(
+        "library, 100/10s: drained {drained}, first outage {first}, served {served}, second \
+         outage {second}: {total} in {:.2} s against an exact {low}-{high}",
+        elapsed.as_secs_f64()
+    );
+    assert!(
+        second <= 5 + PER_OUTAGE,
+        "the second outage allowed {second}: the node had nothing left, 0.5 s refills 5"
+    );
+    assert!(
+        total <= high + 2 * PER_OUTAGE,
+        "{total} allowed against an exact {high}"
+    );
+    assert!(
+        total + 2 * PER_OUTAGE + 2 >= low,
+        "{total} allowed against an exact {low}: the outages lost quota"
     );
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::{Mutex, RwLock};
-use sluice_core::{Algo, Nanos, Params, State};
+use sluice_core::{Algo, Nanos, State};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -17,9 +17,12 @@ use crate::local::Expiring;
 use crate::node::{BreakerState, CallError, Credentials, Node, NodeOptions, Secure, cannot_answer};
 
 mod approx;
+mod outage;
 
 use approx::Approx;
 pub use approx::{Later, Quick};
+pub use outage::{Debt, Settled};
+use outage::{LEFT_WORTH_KEEPING, Left, local_share, local_start};
 
 use sluice_resp::value::{self, Value};
 
@@ -140,9 +143,11 @@ struct Inner {
     local: Mutex<Expiring<Option<State>>>,
     blocked: Mutex<Expiring<i64>>,
     approx: Mutex<Expiring<Approx>>,
-    /// What the node last said a spent key had left (`remaining`, at that instant), until the
-    /// key would be full again: fail mode `local` starts its bucket from it.
-    last: Mutex<Expiring<(u64, Instant)>>,
+    /// What the node last said a spent key had left, until the key would be full again: fail
+    /// mode `local` starts each outage's bucket from it.
+    last: Mutex<Expiring<Left>>,
+    /// What fail mode `local` admitted and no node has been charged for yet (`outage`).
+    debts: Mutex<Expiring<Debt>>,
     decisions: [AtomicU64; 6],
     /// RL.CHECK calls sent to a node (checks and syncs).
     node_calls: AtomicU64,
@@ -170,6 +175,7 @@ impl Client {
             blocked: Mutex::new(Expiring::new(cap)),
             approx: Mutex::new(Expiring::new(cap)),
             last: Mutex::new(Expiring::new(cap)),
+            debts: Mutex::new(Expiring::new(cap)),
             decisions: Default::default(),
             node_calls: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -272,9 +278,16 @@ impl Client {
     ) -> Result<Decision, ReplyError> {
         let inner = &self.inner;
         let limit = *limit;
-        let result = inner
-            .call_key(key, rl_check_frame(key, &limit, cost), deadline)
-            .await;
+        // What an outage admitted here is charged first, so the node decides this check with
+        // it counted; a node that does not take it cannot answer the check either.
+        let result = match inner.charge_debt(key, deadline).await {
+            true => {
+                inner
+                    .call_key(key, rl_check_frame(key, &limit, cost), deadline)
+                    .await
+            }
+            false => Err(CallError::Unavailable),
+        };
         inner.node_calls.fetch_add(1, Ordering::Relaxed);
         let decided = match result {
             Ok((v, addr)) => decision_from(&v, Source::Node(addr)).map(Some),
@@ -287,7 +300,7 @@ impl Client {
         match decided? {
             Some(d) => {
                 inner.learn_denial(key, &limit, &d, now);
-                inner.learn_left(key, d.limit, d.remaining, d.reset_after_ms, now);
+                inner.answered(key, d.fields(), now);
                 Ok(d)
             }
             None => Ok(inner.fail(key, &limit, cost)),
@@ -375,10 +388,11 @@ impl Client {
 
     /// A node's answer to a check sent outside [`Client::check`] (with the blocked cache on):
     /// counted as the node's decision, a denial kept in the blocked cache until
-    /// `retry_after_ms`, and what a spent key has left kept for fail mode `local`. The reply's
-    /// five integers, read in place by the caller.
+    /// `retry_after_ms`, what a spent key has left kept for fail mode `local`, and the key's
+    /// local bucket, if an outage left one, dropped. The reply's five integers, read in place
+    /// by the caller.
     pub fn learn(&self, key: &[u8], reply: [i64; 5]) {
-        let [allowed, limit, remaining, retry_after_ms, reset_after_ms] = reply;
+        let [allowed, _, _, retry_after_ms, _] = reply;
         let inner = &self.inner;
         inner.node_calls.fetch_add(1, Ordering::Relaxed);
         inner.decisions[0].fetch_add(1, Ordering::Relaxed);
@@ -388,8 +402,20 @@ impl Client {
             let key = Bytes::copy_from_slice(key);
             inner.blocked.lock().insert(key, 0, until, now);
         }
-        let (limit, remaining) = (limit.max(0) as u64, remaining.max(0) as u64);
-        inner.learn_left(key, limit, remaining, reset_after_ms, now);
+        inner.answered(key, reply, now);
+    }
+
+    /// Takes `key`'s debt, what fail mode `local` admitted while no node could answer, to
+    /// charge it: the caller sends [`Debt::frame`] ahead of the key's next check, on the same
+    /// connection, and reports how it ended with [`Client::settled`]. `None`: nothing owed.
+    pub fn take_debt(&self, key: &[u8]) -> Option<Debt> {
+        self.inner.take_debt(key)
+    }
+
+    /// How a debt's settle ended ([`Settled`] says what each case does with the debt); a
+    /// reply is learned as any answer of the node's.
+    pub fn settled(&self, key: &[u8], debt: Debt, how: Settled<'_>) {
+        self.inner.settled(key, debt, how);
     }
 
     /// Whether `key` is in the blocked cache now (the sidecar asks before it parses a check).
@@ -505,40 +531,123 @@ impl Inner {
         })
     }
 
-    /// Keeps what the node said a spent key has left, until it would be full again: only for a
-    /// key spent by an eighth of its capacity or more ([`LEFT_WORTH_KEEPING`]), so that a stream
-    /// of keys checked once costs the request path nothing here.
-    fn learn_left(
-        &self,
-        key: &[u8],
-        limit: u64,
-        remaining: u64,
-        reset_after_ms: i64,
-        now: Instant,
-    ) {
+    /// A node's answer for `key` (RL.CHECK's or RL.SETTLE's five integers): the key's local
+    /// bucket, if an outage left one, is dropped, so the next outage starts from this answer;
+    /// and what a spent key has left is kept until it would be full again: only for a key spent
+    /// by an eighth of its capacity or more ([`LEFT_WORTH_KEEPING`]), so that a stream of keys
+    /// checked once costs the request path nothing here.
+    fn answered(&self, key: &[u8], reply: [i64; 5], now: Instant) {
+        let [_, limit, remaining, retry_after_ms, reset_after_ms] = reply;
+        {
+            let mut local = self.local.lock();
+            if local.len() > 0 {
+                local.remove(key);
+            }
+        }
+        let (limit, remaining) = (limit.max(0) as u64, remaining.max(0) as u64);
         let spent = limit.saturating_sub(remaining);
         if spent == 0 || spent < limit / LEFT_WORTH_KEEPING || reset_after_ms <= 0 {
             return;
         }
         let full_at = now + Duration::from_millis(reset_after_ms as u64);
+        let left = Left::from_reply(remaining, retry_after_ms, now);
         let mut last = self.last.lock();
         match last.get_mut(key, now) {
-            Some((left, until)) => {
-                *left = (remaining, now);
+            Some((was, until)) => {
+                *was = left;
                 *until = full_at;
             }
-            None => last.insert(Bytes::copy_from_slice(key), (remaining, now), full_at, now),
+            None => last.insert(Bytes::copy_from_slice(key), left, full_at, now),
         }
     }
 
-    /// What the node last said `key` had left, and when; `None` if it said nothing lately or
-    /// the key has refilled since.
-    fn left(&self, key: &[u8], now: Instant) -> Option<(u64, Instant)> {
+    /// What the node last said `key` had left; `None` if it said nothing lately or the key
+    /// has refilled since.
+    fn left(&self, key: &[u8], now: Instant) -> Option<Left> {
         let mut last = self.last.lock();
         if last.len() == 0 {
             return None;
         }
         last.get_mut(key, now).map(|(v, _)| *v)
+    }
+
+    /// `debt` added to what `key` owes, all of it forgotten at the later of the two `until`s.
+    fn owe(&self, key: &[u8], debt: Debt, now: Instant) {
+        if debt.units == 0 || debt.until <= now {
+            return;
+        }
+        let mut debts = self.debts.lock();
+        match debts.get_mut(key, now) {
+            Some((owed, until)) => {
+                owed.units = owed.units.saturating_add(debt.units);
+                owed.limit = debt.limit;
+                owed.until = owed.until.max(debt.until);
+                *until = owed.until;
+            }
+            None => debts.insert(Bytes::copy_from_slice(key), debt, debt.until, now),
+        }
+    }
+
+    /// What `key` owes now, left owed.
+    fn owed(&self, key: &[u8], now: Instant) -> u64 {
+        let mut debts = self.debts.lock();
+        if debts.len() == 0 {
+            return 0;
+        }
+        debts.get_mut(key, now).map_or(0, |(d, _)| d.units)
+    }
+
+    /// Takes what `key` owes, to charge it.
+    fn take_debt(&self, key: &[u8]) -> Option<Debt> {
+        let mut debts = self.debts.lock();
+        if debts.len() == 0 {
+            return None;
+        }
+        let debt = debts.get_mut(key, Instant::now()).map(|(d, _)| *d)?;
+        debts.remove(key);
+        Some(debt)
+    }
+
+    /// Charges what `key` owes, if anything and if its node answered its last call, ahead of
+    /// its check: `false` if the node did not take it now (it cannot answer, or not in time),
+    /// and so would not answer the check either.
+    async fn charge_debt(&self, key: &[u8], deadline: Instant) -> bool {
+        let answering = self.owner(key).is_some_and(|a| self.node(&a).answering());
+        let Some(debt) = answering.then(|| self.take_debt(key)).flatten() else {
+            return true;
+        };
+        let reply = self.call_key(key, debt.frame(key), deadline).await;
+        let unexpected;
+        let how = match &reply {
+            Ok((Value::Error(e), _)) => Settled::Refused(e),
+            Ok((v, _)) => match v.ints().as_deref() {
+                Some(&[a, b, c, d, e]) => Settled::Charged([a, b, c, d, e]),
+                _ => {
+                    unexpected = format!("ERR unexpected RL.SETTLE reply: {v:?}");
+                    Settled::Refused(&unexpected)
+                }
+            },
+            // `call_key` turns NOREPLICAS, READONLY... into this.
+            Err(CallError::Unavailable) => Settled::Refused("NOREPLICAS"),
+            Err(CallError::Timeout) => Settled::Late,
+            Err(_) => Settled::Lost,
+        };
+        self.settled(key, debt, how)
+    }
+
+    /// See [`Client::settled`]; `false` when the node did not take the settle now.
+    fn settled(&self, key: &[u8], debt: Debt, how: Settled<'_>) -> bool {
+        let now = Instant::now();
+        match how {
+            Settled::Charged(reply) => self.answered(key, reply, now),
+            Settled::Refused(e) if !cannot_answer(e) => {}
+            Settled::Late => return false,
+            Settled::Refused(_) | Settled::Lost => {
+                self.owe(key, debt, now);
+                return false;
+            }
+        }
+        true
     }
 
     /// Keeps a node's denial of `key` in the blocked cache until its `retry_after`.
@@ -685,27 +794,37 @@ impl Inner {
     }
 
     /// Fail mode `local`: an in-process token bucket of this gateway's share of the limit
-    /// ([`local_share`]), started from what the node last said the key had left
-    /// ([`local_start`]).
+    /// ([`local_share`]), started at an outage's first check from what the node last said the
+    /// key had left, less what this gateway still owes it ([`local_start`]). What it admits is
+    /// owed to the node until charged (`outage`).
     fn local_bucket(&self, key: &[u8], limit: &Limit, cost: u64) -> Decision {
         let g = self.config.gateways;
         let params = local_share(limit, g, cost);
         let now = Instant::now();
-        let left = self.left(key, now);
+        let (left, owed) = (self.left(key, now), self.owed(key, now));
+        let clock = self.now_nanos();
         let mut table = self.local.lock();
         let mut slot = table.get_mut(key, now).and_then(|(s, _)| s.take());
         if slot.is_none() {
-            let known = left.map(|(r, at)| (r, now.saturating_duration_since(at)));
-            slot = Some(local_start(limit, &params, g, known, self.now_nanos()));
+            slot = Some(local_start(limit, &params, g, left, owed, now, clock));
         }
-        let result = sluice_core::check(&mut slot, Algo::Token, &params, self.now_nanos(), false);
+        let result = sluice_core::check(&mut slot, Algo::Token, &params, clock, false);
         match result {
             Ok(d) => {
+                let full_at = now + Duration::from_nanos(d.reset_after.0);
                 if let Some(s) = slot {
-                    let ttl = Duration::from_nanos(d.reset_after.0);
-                    table.insert(Bytes::copy_from_slice(key), Some(s), now + ttl, now);
+                    table.insert(Bytes::copy_from_slice(key), Some(s), full_at, now);
                 } else {
                     table.remove(key);
+                }
+                drop(table);
+                if d.allowed && Debt::chargeable(limit) {
+                    let debt = Debt {
+                        limit: *limit,
+                        units: cost,
+                        until: full_at,
+                    };
+                    self.owe(key, debt, now);
                 }
                 Decision {
                     allowed: d.allowed,
@@ -845,56 +964,6 @@ fn fresh_seed() -> u64 {
     static CLIENTS: AtomicU64 = AtomicU64::new(0);
     std::collections::hash_map::RandomState::new()
         .hash_one(CLIENTS.fetch_add(1, Ordering::Relaxed) ^ u64::from(std::process::id()))
-}
-
-/// A key's `remaining` is kept for fail mode `local` once it is spent by at least
-/// `capacity ÷ LEFT_WORTH_KEEPING`: a key spent by less starts its local bucket as a full one,
-/// at most an eighth of the capacity above what the node had left, across the fleet.
-const LEFT_WORTH_KEEPING: u64 = 8;
-
-/// Fail mode `local`'s token bucket on one gateway of `gateways`, whatever the limit's
-/// algorithm: the limit's rate divided exactly (the limit over `gateways` periods, so the
-/// fleet's rate is the limit's however small the limit is next to the fleet), and a capacity of
-/// `capacity ÷ gateways`, at least one unit.
-pub(crate) fn local_share(limit: &Limit, gateways: u32, cost: u64) -> Params {
-    let g = u64::from(gateways.max(1));
-    let period = u64::try_from(limit.period.as_nanos()).unwrap_or(u64::MAX);
-    Params {
-        limit: limit.limit.max(1),
-        period: Nanos(period.saturating_mul(g)),
-        burst: (limit.capacity() / g).max(1),
-        cost,
-    }
-}
-
-/// A new local bucket holds this gateway's share of what the node last said the key had left,
-/// plus the share's refill since (`known`: remaining, and how long ago), at most its capacity;
-/// for a key the node said nothing about lately (so full), `capacity ÷ gateways`, a fraction of
-/// a unit when the capacity is smaller than the fleet (the first unit then comes once the rest
-/// has refilled). Either way the fleet starts with at most what the node had.
-pub(crate) fn local_start(
-    limit: &Limit,
-    params: &Params,
-    gateways: u32,
-    known: Option<(u64, Duration)>,
-    now: Nanos,
-) -> State {
-    let g = u128::from(gateways.max(1));
-    // One unit of the share, in nanoseconds: `t`; everything below counts in 1/g units.
-    let t = u128::from(params.period.0) / u128::from(params.limit.max(1));
-    let capacity_g = u128::from(params.burst) * g;
-    let held_g = match known {
-        Some((remaining, ago)) => {
-            let refilled_g = (ago.as_nanos() * g).checked_div(t).unwrap_or(capacity_g);
-            u128::from(remaining) + refilled_g
-        }
-        None => u128::from(limit.capacity()),
-    }
-    .min(capacity_g);
-    let missing = (capacity_g - held_g) * t / g;
-    State::Token {
-        tat: Nanos(u64::try_from(u128::from(now.0) + missing).unwrap_or(u64::MAX)),
-    }
 }
 
 /// `CLUSTER SLOTS` as 16384 owners.

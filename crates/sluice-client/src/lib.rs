@@ -32,7 +32,8 @@
 //! - [`client`]: [`Client`]: routing (single node, cluster slots and MOVED, Sentinel), the
 //!   check path, and its pieces for the sidecar's batches; `client::approx` (private):
 //!   approximate mode's shares, syncs and waits, and the check's first step taken without
-//!   waiting ([`Quick`]).
+//!   waiting ([`Quick`]); `client::outage` (private): fail mode `local` across outages, the
+//!   bucket each outage starts from and the [`Debt`] charged to the node after it.
 //! - [`tls`]: the TLS client config for nodes' `--tls-port` (CA, and a client certificate).
 //! - [`rules`]: the named rules as a gateway learns them from the nodes (`RL.RULE LIST`/`GET`),
 //!   each with its fail mode, scope, tier and route.
@@ -62,7 +63,7 @@ pub mod rules;
 pub mod tls;
 
 pub use allow::{AllowRequest, Allowed};
-pub use client::{Client, Config, Later, Quick, ReplyError, Topology, Upstream};
+pub use client::{Client, Config, Debt, Later, Quick, ReplyError, Settled, Topology, Upstream};
 pub use lease::{Concurrency, Lease, LeaseDecision, LocalLeases};
 pub use limit::{Approximate, Decision, FailMode, Limit, Source};
 pub use node::{

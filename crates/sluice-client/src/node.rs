@@ -316,6 +316,13 @@ impl Node {
         }
     }
 
+    /// Whether the node is connected and answered the last call made to it, none failing since:
+    /// a call sent now is most likely answered, not left to time out.
+    pub fn answering(&self) -> bool {
+        self.reachable() == Some(true)
+            && matches!(*self.breaker.lock(), Breaker::Closed { failures: 0 })
+    }
+
     /// Times the node became unreachable (the first failed dial counts).
     pub fn went_down(&self) -> u64 {
         self.health.went_down.load(Ordering::Relaxed)

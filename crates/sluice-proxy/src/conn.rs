@@ -9,7 +9,9 @@
 //! node (one channel message, one wake-up), the node's replies come back as bytes and are
 //! copied to the client as they are; only RL.CHECK's `allowed` and `retry_after_ms` are read,
 //! in place, for the blocked cache. What needs the library's full check path (APPROX, SPLIT, a
-//! key whose owner is not known yet, a MOVED) goes through [`Client::check`] in a task.
+//! key whose owner is not known yet, a MOVED) goes through [`Client::check`] in a task. A key
+//! that fail mode `local` admitted for while its node could not answer has that debt charged
+//! (`RL.SETTLE`) ahead of its next check in the same batch, with no reply to the client.
 //!
 //! # Invariants
 //! - Replies leave in request order; a connection waits only on its own batches.
@@ -23,7 +25,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use sluice_client::raw::{error_text, five_ints};
-use sluice_client::{Limit, Node, cannot_answer};
+use sluice_client::{CallError, Debt, Limit, Node, Settled, cannot_answer};
 use sluice_resp::reply::{self, Proto};
 use sluice_resp::value::{self, Value};
 use sluice_resp::{Limits, Parser, Request};
@@ -45,6 +47,9 @@ pub enum Then {
     Raw { req: Request },
     /// RL.RULE GET: a map for a RESP3 client.
     RuleGet { req: Request },
+    /// The sidecar's own `RL.SETTLE` of a key's debt (what fail mode `local` admitted while
+    /// the node could not answer), sent ahead of the key's check: no reply to the client.
+    Settle { key: Bytes, debt: Debt },
 }
 
 /// A plain RL.CHECK's arguments: parsed, or kept as the frame they came in, to be parsed only
@@ -107,7 +112,25 @@ impl Batch {
 
     /// A request for `node`: its frame as it came (or encoded again, if it came inline).
     pub fn upstream(&mut self, node: Arc<Node>, req: &Request, then: Then) {
-        let send = match self.sends.iter().position(|s| Arc::ptr_eq(&s.node, &node)) {
+        let s = self.send_for(node);
+        let frames = &mut self.sends[s].frames;
+        match req.wire_frame() {
+            Some(frame) => frames.extend_from_slice(frame),
+            None => encode_args(frames, req.args()),
+        }
+        self.queued(s, then);
+    }
+
+    /// A request of the sidecar's own for `node`, as a frame.
+    pub fn upstream_frame(&mut self, node: Arc<Node>, frame: &[u8], then: Then) {
+        let s = self.send_for(node);
+        self.sends[s].frames.extend_from_slice(frame);
+        self.queued(s, then);
+    }
+
+    /// The index of `node`'s send in this batch, added if new.
+    fn send_for(&mut self, node: Arc<Node>) -> usize {
+        match self.sends.iter().position(|s| Arc::ptr_eq(&s.node, &node)) {
             Some(i) => i,
             None => {
                 self.sends.push(Send {
@@ -117,13 +140,12 @@ impl Batch {
                 });
                 self.sends.len() - 1
             }
-        };
-        let s = &mut self.sends[send];
-        match req.wire_frame() {
-            Some(frame) => s.frames.extend_from_slice(frame),
-            None => encode_args(&mut s.frames, req.args()),
         }
-        s.n += 1;
+    }
+
+    /// One more request in send `send`, answered by `then`.
+    fn queued(&mut self, send: usize, then: Then) {
+        self.sends[send].n += 1;
         self.items.push(Item::Node { send, then });
     }
 
@@ -175,7 +197,7 @@ impl Batch {
                             *i += 1;
                             Ok(batch.bytes.slice(start..end))
                         }
-                        Err(_) => Err(()),
+                        Err(e) => Err(*e),
                     };
                     answer(proxy, then, reply, proto, out).await;
                 }
@@ -204,7 +226,7 @@ fn encode_args<'a>(out: &mut BytesMut, args: impl ExactSizeIterator<Item = &'a [
 async fn answer(
     proxy: &Arc<Proxy>,
     then: Then,
-    reply: Result<Bytes, ()>,
+    reply: Result<Bytes, CallError>,
     proto: Proto,
     out: &mut BytesMut,
 ) {
@@ -257,6 +279,17 @@ async fn answer(
                 }
             }
         },
+        Then::Settle { key, debt } => {
+            let how = match &reply {
+                Ok(r) => match five_ints(r) {
+                    Some(fields) => Settled::Charged(fields),
+                    None => Settled::Refused(error_text(r).unwrap_or("ERR unexpected reply")),
+                },
+                Err(CallError::Timeout) => Settled::Late,
+                Err(_) => Settled::Lost,
+            };
+            client.settled(&key, debt, how);
+        }
         Then::Raw { req } | Then::RuleGet { req } if moved => {
             forward_slowly(proxy, &req, proto, true, out).await
         }

@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sluice_client::{
-    Client, Config, Credentials, Decision, FailMode, Limit, Quick, Source, Topology,
+    Client, Config, Credentials, Decision, FailMode, Limit, Node, Quick, Source, Topology,
 };
 use sluice_log::service;
 use sluice_resp::Request;
@@ -517,7 +517,7 @@ impl Proxy {
             && let Some(node) = batch.node_for(&self.client, &key)
         {
             let check = PlainCheck::Frame(frame.clone());
-            return batch.upstream(node, req, Then::Check { key, check });
+            return self.check_upstream(node, req, key, check, batch);
         }
         let (key, limit, cost, dry) = match parse_rl_check(req, self.default_mode) {
             Ok(p) => p,
@@ -533,7 +533,7 @@ impl Proxy {
             }
             if let Some(node) = batch.node_for(&self.client, &key) {
                 let check = PlainCheck::Parsed(limit, cost);
-                return batch.upstream(node, req, Then::Check { key, check });
+                return self.check_upstream(node, req, key, check, batch);
             }
         }
         // APPROX, SPLIT, or no owner known yet: the library's path, on a task only if it waits.
@@ -556,6 +556,32 @@ impl Proxy {
             }
             out
         }));
+    }
+
+    /// A plain check for `node`, the key's debt first: what fail mode `local` admitted for it
+    /// while the node could not answer is charged (`RL.SETTLE`) ahead of it on the same
+    /// connection, so the node decides this check with the outage counted. Only to a node that
+    /// answered its last call: a settle whose reply is late is taken as charged, so none is
+    /// sent where it is likely to be (the debt stays owed until the node answers again).
+    fn check_upstream(
+        &self,
+        node: Arc<Node>,
+        req: &Request,
+        key: Bytes,
+        check: PlainCheck,
+        batch: &mut Batch,
+    ) {
+        if node.answering()
+            && let Some(debt) = self.client.take_debt(&key)
+        {
+            let frame = debt.frame(&key);
+            let then = Then::Settle {
+                key: key.clone(),
+                debt,
+            };
+            batch.upstream_frame(node.clone(), &frame, then);
+        }
+        batch.upstream(node, req, Then::Check { key, check });
     }
 
     /// `RL.HIT name subject [COST n]`, `RL.HITS subject rule... [COST n]`, `RL.HITS KEYS key
