@@ -289,6 +289,7 @@ impl Client {
             false => Err(CallError::Unavailable),
         };
         inner.node_calls.fetch_add(1, Ordering::Relaxed);
+        let late = matches!(result, Err(CallError::Timeout));
         let decided = match result {
             Ok((v, addr)) => decision_from(&v, Source::Node(addr)).map(Some),
             Err(_) => Ok(None),
@@ -303,7 +304,7 @@ impl Client {
                 inner.answered(key, d.fields(), now);
                 Ok(d)
             }
-            None => Ok(inner.fail(key, &limit, cost)),
+            None => Ok(inner.fail(key, &limit, cost, late)),
         }
     }
 
@@ -430,7 +431,16 @@ impl Client {
         if unavailable {
             self.inner.refresh.notify_one();
         }
-        let d = self.inner.fail(key, limit, cost);
+        let d = self.inner.fail(key, limit, cost, false);
+        self.count(&d);
+        d
+    }
+
+    /// The limit's fail mode for a check whose reply missed its deadline: the node may still
+    /// apply it, so what fail mode `local` admits for it is not owed to the node (charging it
+    /// too would count the request twice).
+    pub fn fail_mode_late(&self, key: &[u8], limit: &Limit, cost: u64) -> Decision {
+        let d = self.inner.fail(key, limit, cost, true);
         self.count(&d);
         d
     }
@@ -768,8 +778,9 @@ impl Inner {
         Err(CallError::Down)
     }
 
-    /// The fail-mode answer.
-    fn fail(&self, key: &[u8], limit: &Limit, cost: u64) -> Decision {
+    /// The fail-mode answer; `late`: the check was sent and its reply missed the deadline (see
+    /// [`Client::fail_mode_late`]).
+    fn fail(&self, key: &[u8], limit: &Limit, cost: u64, late: bool) -> Decision {
         let capacity = limit.capacity();
         let period_ms = limit.period_ms() as i64;
         match limit.fail_mode {
@@ -789,15 +800,15 @@ impl Inner {
                 reset_after_ms: period_ms,
                 source: Source::FailClosed,
             },
-            FailMode::Local => self.local_bucket(key, limit, cost),
+            FailMode::Local => self.local_bucket(key, limit, cost, late),
         }
     }
 
     /// Fail mode `local`: an in-process token bucket of this gateway's share of the limit
     /// ([`local_share`]), started at an outage's first check from what the node last said the
     /// key had left, less what this gateway still owes it ([`local_start`]). What it admits is
-    /// owed to the node until charged (`outage`).
-    fn local_bucket(&self, key: &[u8], limit: &Limit, cost: u64) -> Decision {
+    /// owed to the node until charged (`outage`), unless the check was sent and is `late`.
+    fn local_bucket(&self, key: &[u8], limit: &Limit, cost: u64, late: bool) -> Decision {
         let g = self.config.gateways;
         let params = local_share(limit, g, cost);
         let now = Instant::now();
@@ -818,7 +829,7 @@ impl Inner {
                     table.remove(key);
                 }
                 drop(table);
-                if d.allowed && Debt::chargeable(limit) {
+                if d.allowed && !late && Debt::chargeable(limit) {
                     let debt = Debt {
                         limit: *limit,
                         units: cost,

@@ -257,6 +257,8 @@ async fn answer(
                     Ok(d) => d,
                     Err(e) => return reply::error(out, &e.0),
                 }
+            } else if matches!(reply, Err(CallError::Timeout)) {
+                client.fail_mode_late(&key, &limit, cost)
             } else {
                 client.fail_mode(&key, &limit, cost, unavailable)
             };

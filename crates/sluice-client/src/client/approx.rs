@@ -108,7 +108,7 @@ impl Client {
             Some(d) => d,
             None if limit.approximate.is_some() => match self.approximate(key, limit, cost, now) {
                 Step::Answer(d) => d,
-                Step::Fail => self.inner.fail(key, limit, cost),
+                Step::Fail => self.inner.fail(key, limit, cost, false),
                 step => return Quick::Later(Later(Some(step))),
             },
             None => return Quick::Later(Later(None)),
@@ -154,7 +154,7 @@ impl Client {
         loop {
             match step {
                 Step::Answer(d) => return Some(d),
-                Step::Fail => return Some(self.inner.fail(key, limit, cost)),
+                Step::Fail => return Some(self.inner.fail(key, limit, cost, false)),
                 Step::Exact => return None,
                 Step::Wait(mut synced) => {
                     // A sync that ends (or an entry that goes: the sender drops) wakes us. A

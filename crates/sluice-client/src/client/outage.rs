@@ -12,9 +12,11 @@
 //! - A local bucket lives only while the node cannot answer: the node's next answer for the
 //!   key drops it (`Inner::answered`), so no outage starts from a bucket that kept refilling
 //!   while the node answered.
-//! - Every unit a local bucket admits is owed until a node has been charged for it, or until
-//!   the bucket that admitted it would be full again (on one gateway the node, which started
-//!   no lower and refills as fast, is full by then too, so the charge would change nothing).
+//! - Every unit a local bucket admits for a check the node refused (`NOREPLICAS`, ...) or was
+//!   never sent is owed until a node has been charged for it, or until the bucket that admitted
+//!   it would be full again (on one gateway the node, which started no lower and refills as
+//!   fast, is full by then too, so the charge would change nothing). A unit admitted for a
+//!   check whose reply was late is not owed: the node may still apply that check itself.
 //! - Nothing here reads a clock or does I/O: the instants come in as arguments.
 
 use std::time::Duration;
