@@ -3,7 +3,7 @@
 //! The outages are made with `CONFIG SET min-replicas-to-write 1` on a node with no replica: it
 //! answers every check `-NOREPLICAS` at once, so the sidecar's fail mode applies at once, and
 //! `CONFIG SET min-replicas-to-write 0` ends the outage. One client checks one key as fast as
-//! it can through the sidecar (one gateway), so the exact limiter would have admitted the
+//! it can through the sidecar, or through the library (one gateway either way), so the exact limiter would have admitted the
 //! capacity plus the refill over the run, and no more. Each outage's local bucket must start
 //! from what the node last said the key had left (not from a bucket kept refilling while the
 //! node answered), and what it admitted must be charged to the node when it answers again.
@@ -17,11 +17,13 @@ use std::time::{Duration, Instant};
 use sluice_client::{Client, Config, FailMode, Limit, Source, Topology};
 use sluice_tests::{Sluice, rl_check, runtime};
 
-/// The docs' bound for a gateway of one on a key spent by an eighth of its capacity or more
-/// (docs/gateways.md, "Fail mode local, bounded both ways"): over the exact count, at most one
-/// unit per outage (the part of a unit the node's reply does not say); under it, at most one
-/// unit per outage, plus what the client's own round trips leave unasked.
-const PER_OUTAGE: u64 = 1;
+/// The docs' bounds for one gateway on a key spent by an eighth of its capacity or more
+/// (docs/gateways.md, "Fail mode local, bounded both ways"): over the exact count, nothing;
+/// under it, less than one unit per outage (the part of a unit the node's reply does not say).
+/// Besides that, the checks leave a little unasked: one client's round trips, and the refill of
+/// the run's last moments.
+const UNDER_PER_OUTAGE: u64 = 1;
+const UNASKED: u64 = 2;
 
 /// A node, and the sidecar in front of it with `--fail-mode local --gateways 1`.
 fn node_and_sidecar() -> (Sluice, Sluice) {
@@ -71,8 +73,9 @@ fn exact(capacity: u64, per: Duration, elapsed: Duration) -> (u64, u64) {
 }
 
 /// 100 per 10 s, drained, then an outage of 0.5 s, 5 s of service, and a second outage of
-/// 0.5 s in which the node has nothing left. On main the second outage allowed the 5 s of
-/// refill the local bucket had kept (55; 211 in 6.0 s against an exact 160).
+/// 0.5 s in which the node has nothing left. A bucket kept across outages and never charged
+/// allowed in the second outage the 5 s of refill it had kept (55; 214 in 6.0 s against an
+/// exact 160-161).
 #[test]
 fn every_outage_starts_from_what_the_node_last_said() {
     let (node, proxy) = node_and_sidecar();
@@ -104,22 +107,19 @@ fn every_outage_starts_from_what_the_node_last_said() {
         elapsed.as_secs_f64()
     );
     assert!(
-        second <= 5 + PER_OUTAGE,
+        second <= 5,
         "the second outage allowed {second}: the node had nothing left, 0.5 s refills 5"
     );
+    assert!(total <= high, "{total} allowed against an exact {high}");
     assert!(
-        total <= high + 2 * PER_OUTAGE,
-        "{total} allowed against an exact {high} (+{} per outage at most)",
-        PER_OUTAGE
-    );
-    assert!(
-        total + 2 * PER_OUTAGE + 2 >= low,
+        total + 2 * UNDER_PER_OUTAGE + UNASKED >= low,
         "{total} allowed against an exact {low}: the outages lost quota"
     );
 }
 
 /// 100 per second, the node down for 150 ms and up for 150 ms in turn for 6 s (20 outages),
-/// checked as fast as one client can. On main: 1,269 allowed against 701 (+81%).
+/// checked as fast as one client can. A bucket kept across outages and never charged allowed
+/// 1,257 here against 701.
 #[test]
 fn a_flapping_node_is_held_to_the_limit() {
     let (node, proxy) = node_and_sidecar();
@@ -159,19 +159,17 @@ fn a_flapping_node_is_held_to_the_limit() {
         elapsed.as_secs_f64()
     );
     assert!(outages >= 15, "only {outages} outages were made");
+    assert!(allowed <= high, "{allowed} allowed against an exact {high}");
     assert!(
-        allowed <= high + outages * PER_OUTAGE,
-        "{allowed} allowed against an exact {high} (+{PER_OUTAGE} per outage at most)"
-    );
-    assert!(
-        allowed + outages * PER_OUTAGE + 10 >= low,
+        allowed + outages * UNDER_PER_OUTAGE + UNASKED >= low,
         "{allowed} allowed against an exact {low}: the outages lost quota"
     );
 }
 
 /// The same outages through the library (`Client::check`, fail mode `local`): its exact path
 /// charges the debt before the key's next check, and drops the outage's bucket at the node's
-/// first answer.
+/// first answer. A bucket kept across outages and never charged allowed 214 here (the second
+/// outage 55).
 #[test]
 fn the_library_charges_each_outage_back() {
     let node = Sluice::start();
@@ -220,15 +218,12 @@ fn the_library_charges_each_outage_back() {
         elapsed.as_secs_f64()
     );
     assert!(
-        second <= 5 + PER_OUTAGE,
+        second <= 5,
         "the second outage allowed {second}: the node had nothing left, 0.5 s refills 5"
     );
+    assert!(total <= high, "{total} allowed against an exact {high}");
     assert!(
-        total <= high + 2 * PER_OUTAGE,
-        "{total} allowed against an exact {high}"
-    );
-    assert!(
-        total + 2 * PER_OUTAGE + 2 >= low,
+        total + 2 * UNDER_PER_OUTAGE + UNASKED >= low,
         "{total} allowed against an exact {low}: the outages lost quota"
     );
 }
