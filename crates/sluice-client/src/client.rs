@@ -622,10 +622,14 @@ impl Inner {
     /// its check: `false` if the node did not take it now (it cannot answer, or not in time),
     /// and so would not answer the check either.
     async fn charge_debt(&self, key: &[u8], deadline: Instant) -> bool {
-        let answering = self.owner(key).is_some_and(|a| self.node(&a).answering());
-        let Some(debt) = answering.then(|| self.take_debt(key)).flatten() else {
+        let Some(debt) = self.take_debt(key) else {
             return true;
         };
+        if !self.owner(key).is_some_and(|a| self.node(&a).answering()) {
+            // Not sent: owed still, and the check goes on (it finds out what the node says).
+            self.owe(key, debt, Instant::now());
+            return true;
+        }
         let reply = self.call_key(key, debt.frame(key), deadline).await;
         let unexpected;
         let how = match &reply {

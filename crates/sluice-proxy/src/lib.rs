@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sluice_client::{
-    Client, Config, Credentials, Decision, FailMode, Limit, Node, Quick, Source, Topology,
+    Client, Config, Credentials, Decision, FailMode, Limit, Node, Quick, Settled, Source, Topology,
 };
 use sluice_log::service;
 use sluice_resp::Request;
@@ -571,15 +571,17 @@ impl Proxy {
         check: PlainCheck,
         batch: &mut Batch,
     ) {
-        if node.answering()
-            && let Some(debt) = self.client.take_debt(&key)
-        {
-            let frame = debt.frame(&key);
-            let then = Then::Settle {
-                key: key.clone(),
-                debt,
-            };
-            batch.upstream_frame(node.clone(), &frame, then);
+        if let Some(debt) = self.client.take_debt(&key) {
+            if node.answering() {
+                let frame = debt.frame(&key);
+                let then = Then::Settle {
+                    key: key.clone(),
+                    debt,
+                };
+                batch.upstream_frame(node.clone(), &frame, then);
+            } else {
+                self.client.settled(&key, debt, Settled::Lost);
+            }
         }
         batch.upstream(node, req, Then::Check { key, check });
     }
