@@ -24,9 +24,9 @@
 //! by slot with `RULES`: a `DRY` call per slot first, then, if all allow, the consuming call
 //! per slot (see `sluice_client::allow` for the race that leaves).
 
-use sluice_core::Decision;
 use sluice_core::scope::{MAX_ATTR_LEN, Request};
 use sluice_core::spec::SpecError;
+use sluice_core::{Decision, Nanos};
 use sluice_resp::reply;
 use sluice_store::Check;
 
@@ -123,7 +123,7 @@ impl<'a> Command<'a> for RlAllow<'a> {
                         .as_ref()
                         .is_none_or(|o| o.contains(&live.name.as_bytes()))
                 })
-                .filter_map(|live| resolve(live, &self.request, self.cost))
+                .filter_map(|live| resolve(live, &self.request, self.cost, ctx.now))
                 .collect::<Vec<_>>()
         });
         if applies.is_empty() {
@@ -199,9 +199,9 @@ fn parse_rules<'a>(args: &mut Args<'a>) -> Result<Vec<&'a [u8]>, CmdError> {
 }
 
 /// The check `live` asks of `request`, if it applies.
-fn resolve(live: &Live, request: &Request<'_>, cost: u64) -> Option<Applies> {
+fn resolve(live: &Live, request: &Request<'_>, cost: u64, now: Nanos) -> Option<Applies> {
     let subject = live.current.spec.selector.subject(request)?;
-    let spec = live.spec_for(subject);
+    let spec = live.spec_for(subject, now);
     Some(Applies {
         name: live.name.clone(),
         subject: subject.to_vec(),
@@ -217,7 +217,7 @@ fn count(ctx: &Ctx<'_>, applies: &[Applies], decisions: &[Decision]) {
     for (a, d) in applies.iter().zip(decisions) {
         ctx.shared.rules.with(a.name.as_bytes(), |live| {
             if let Some(live) = live {
-                let spec = live.spec_for(&a.subject);
+                let spec = live.spec_for(&a.subject, ctx.now);
                 if !d.allowed {
                     count_denial(live, spec);
                 }

@@ -177,7 +177,7 @@ impl<'a> Command<'a> for RlHit<'a> {
         // One lookup; the bucket key was built on the stack at parse.
         shared.rules.with(self.name, |live| {
             let live = live.ok_or_else(|| no_rule(self.name))?;
-            let spec = live.spec_for(self.subject);
+            let spec = live.spec_for(self.subject, ctx.now);
             let params = spec.params(self.cost);
             if params.cost > params.burst {
                 return Err(SpecError::CostExceedsCapacity {
@@ -306,7 +306,7 @@ impl<'a> Command<'a> for RlHits<'a> {
                 for (name, bucket) in rules.iter().zip(buckets) {
                     let one = shared.rules.with(name, |live| {
                         let live = live?;
-                        let spec = live.spec_for(subject);
+                        let spec = live.spec_for(subject, ctx.now);
                         Some(Pending {
                             key: bucket,
                             algo: spec.algo,
@@ -363,7 +363,7 @@ impl<'a> Command<'a> for RlHits<'a> {
             for (name, d) in rules.iter().zip(&decisions) {
                 shared.rules.with(name, |live| {
                     if let Some(live) = live {
-                        let spec = live.spec_for(subject);
+                        let spec = live.spec_for(subject, ctx.now);
                         if !d.allowed {
                             count_denial(live, spec);
                         }

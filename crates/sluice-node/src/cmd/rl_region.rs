@@ -5,9 +5,10 @@
 //! `unreachable`), `members` (regions registered), `min_share`, `valid_until_ms` (Unix ms
 //! until which the shares hold without etcd), `last_rebalance_ms`, `learning_until_ms` (0
 //! when not learning), then `rules`: one map per GLOBAL rule with `rule`, `share` (enforced
-//! here), `limit` (the regional limit enforced), `demand` (this region's requests per second,
-//! smoothed) and `regions`: one map per region that publishes it, with `region`, `share` and
-//! `demand`. Shares and demands are decimal strings. Without `--region`: an error.
+//! here now: past `valid_until_ms`, at most `min_share`), `limit` (the regional limit
+//! enforced now), `demand` (this region's requests per second, smoothed) and `regions`: one
+//! map per region that publishes it, with `region`, `share` and `demand`. Shares and demands
+//! are decimal strings. Without `--region`: an error.
 
 use bytes::BytesMut;
 use sluice_resp::reply::{self, Proto};
@@ -36,19 +37,24 @@ impl Command<'_> for RlRegion {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let status = ctx.shared.regions.status().ok_or_else(|| {
+        let mut status = ctx.shared.regions.status().ok_or_else(|| {
             CmdError::msg(
                 "ERR regions are off: start the node with --region NAME --regions-etcd URL",
             )
         })?;
+        // What the checks of this moment enforce: a share past its deadline has lapsed here
+        // already, whether or not the region thread has run since.
+        let rules = &ctx.shared.rules;
         let limits: Vec<u64> = status
             .rules
-            .iter()
+            .iter_mut()
             .map(|r| {
-                ctx.shared
-                    .rules
+                if let Some(share) = rules.region_share(&r.name, ctx.now) {
+                    r.share = share;
+                }
+                rules
                     .get(&r.name)
-                    .map_or(0, |l| l.current.spec.limit)
+                    .map_or(0, |l| l.current_at(ctx.now).limit)
             })
             .collect();
         write_status(ctx.out, ctx.session.proto, &status, &limits);
@@ -165,6 +171,7 @@ mod tests {
         e.shared.rules.set_region_shares(
             250_000,
             std::collections::HashMap::from([("g".to_string(), 600_000)]),
+            Nanos::from_millis(2_000),
         );
         e.shared.regions.set(Status {
             region: "mumbai".into(),
@@ -210,5 +217,15 @@ mod tests {
             "{get}"
         );
         assert!(get.contains("GLOBAL"), "{get}");
+        // Past the share's deadline the checks enforce the minimum, and INFO says so before
+        // the region thread does.
+        let late = e.exec_at(Nanos::from_millis(2_000), &[b"RL.REGION", b"INFO"]);
+        let late = String::from_utf8_lossy(&late);
+        assert!(
+            late.contains("0.250000") && late.contains(":250\r\n") && !late.contains(":600\r\n"),
+            "{late}"
+        );
+        let hit = e.exec_at(Nanos::from_millis(2_000), &[b"RL.HIT", b"g", b"u"]);
+        assert!(String::from_utf8_lossy(&hit).starts_with("*5\r\n:1\r\n:250\r\n"));
     }
 }

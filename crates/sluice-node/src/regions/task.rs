@@ -9,13 +9,16 @@
 //!
 //! Without etcd a node keeps what it enforces until its lease (or, for a node that is not the
 //! coordinator, its coordinator's lease) would have expired, then falls to the minimum share.
-//! A node that becomes coordinator learns for one lease length: it publishes at once and
-//! enforces at most its minimum.
+//! That deadline travels with the shares into the rules table, and every check compares it
+//! with its own clock reading: a share lapses on time even when this thread is paused, hung
+//! or gone. A node that becomes coordinator learns for one lease length: it publishes at
+//! once and enforces at most its minimum.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sluice_core::Nanos;
 use sluice_etcd::{Client, Txn};
 
 use super::share::{self, Published, Record, Situation};
@@ -43,7 +46,9 @@ pub fn start(shared: Arc<Shared>) -> std::io::Result<Option<std::thread::JoinHan
         )));
     }
     let min_flag = shared.config.region_min_share.map(to_ppm);
-    shared.rules.set_region_shares(0, HashMap::new());
+    shared
+        .rules
+        .set_region_shares(0, HashMap::new(), Nanos::ZERO);
     let node = format!("{}-{}", shared.local_addr, &shared.run_id[..8]);
     let state = Node {
         region,
@@ -84,7 +89,8 @@ struct Node {
     /// Whether this region is registered (`members/REGION`): until then the others reserve
     /// nothing for it, and it enforces a share of 0.
     registered: bool,
-    /// What is enforced now holds until then without etcd.
+    /// What is enforced now holds until then without etcd; the rules table holds the same
+    /// deadline, and the request path enforces it.
     valid_until: Option<Instant>,
     lease_expires_ms: u64,
     /// When the last renewal of the lease was sent.
@@ -189,8 +195,14 @@ impl Node {
             self.follow(shared, &view);
             return Ok(());
         }
+        if self.coordinator_since.is_none() {
+            // A new coordinator learns: what it enforced came from another lease (its old
+            // one, or its former coordinator's), which this one does not extend.
+            self.cap_at_minimum();
+        }
         let since = *self.coordinator_since.get_or_insert_with(Instant::now);
         self.valid_until = Some(self.lease_deadline());
+        self.apply(shared);
         if full || self.status.last_rebalance_ms == 0 {
             let learning = since.elapsed() < self.lease;
             self.status.learning_until_ms =
@@ -415,7 +427,8 @@ impl Node {
         }
     }
 
-    /// Hands the enforced shares to the rules table (a no-op when nothing changed).
+    /// Hands the enforced shares to the rules table with their deadline (a no-op when
+    /// nothing changed): past it, every check enforces at most the fallback.
     fn apply(&self, shared: &Shared) {
         let min = self.fallback_share();
         let shares = self
@@ -423,7 +436,8 @@ impl Node {
             .iter()
             .map(|(n, s)| (n.clone(), (*s).min(SHARE_WHOLE)))
             .collect();
-        shared.rules.set_region_shares(min, shares);
+        let valid_until = self.valid_until.map_or(Nanos::ZERO, |t| shared.clock.at(t));
+        shared.rules.set_region_shares(min, shares, valid_until);
     }
 
     /// The per-rule part of the status, from `view`.

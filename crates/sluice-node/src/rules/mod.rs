@@ -351,22 +351,51 @@ pub struct Live {
     pub current: Version,
     /// The version before `current`, for the subjects outside a staged rollout.
     pub previous: Option<RuleSpec>,
+    /// A GLOBAL rule whose region enforces more than it may keep without etcd: what it falls
+    /// to when that share lapses. `None` for every other rule.
+    pub lapsed: Option<Box<Lapsed>>,
     pub counters: Arc<Counters>,
 }
 
+/// A GLOBAL rule's specs once its region's share has lapsed: at the share a region keeps
+/// without etcd (its minimum), from the deadline its region thread last renewed on.
+#[derive(Debug)]
+pub struct Lapsed {
+    /// From this instant on (the server clock, as a check's `now`), these specs apply.
+    pub from: Nanos,
+    pub current: RuleSpec,
+    pub previous: Option<RuleSpec>,
+}
+
 impl Live {
-    /// The version that applies to `subject`: under `ROLLOUT pct`, the `pct`% of subjects
-    /// whose stable hash falls below it get the current version, the others the previous one.
-    pub fn spec_for(&self, subject: &[u8]) -> &RuleSpec {
-        match &self.previous {
-            Some(prev) if self.current.spec.rollout < 100 => {
-                if rollout_bucket(subject) < u32::from(self.current.spec.rollout) {
-                    &self.current.spec
+    /// The version that applies to `subject` at `now`: under `ROLLOUT pct`, the `pct`% of
+    /// subjects whose stable hash falls below it get the current version, the others the
+    /// previous one; a GLOBAL rule past its share's deadline, at the minimum share.
+    pub fn spec_for(&self, subject: &[u8], now: Nanos) -> &RuleSpec {
+        let (current, previous) = self.versions_at(now);
+        match previous {
+            Some(prev) if current.rollout < 100 => {
+                if rollout_bucket(subject) < u32::from(current.rollout) {
+                    current
                 } else {
                     prev
                 }
             }
-            _ => &self.current.spec,
+            _ => current,
+        }
+    }
+
+    /// The current version's spec as checks at `now` see it.
+    pub fn current_at(&self, now: Nanos) -> &RuleSpec {
+        self.versions_at(now).0
+    }
+
+    /// The current and previous specs at `now`. The request path's one test of a share's
+    /// deadline: a rule that is not GLOBAL pays for a `None`.
+    fn versions_at(&self, now: Nanos) -> (&RuleSpec, Option<&RuleSpec>) {
+        match &self.lapsed {
+            Some(l) if now >= l.from => (&l.current, l.previous.as_ref()),
+            _ => (&self.current.spec, self.previous.as_ref()),
         }
     }
 }
@@ -402,14 +431,26 @@ pub struct Rules {
 /// This region's shares of the GLOBAL rules, in parts per million of [`SHARE_WHOLE`].
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct RegionShares {
-    /// The share of a GLOBAL rule with none of its own; `None` (no regions): the whole limit.
+    /// The share of a GLOBAL rule with none of its own, and the most any share keeps past
+    /// `valid_until`; `None` (no regions): the whole limit, for ever.
     default: Option<u32>,
     by_rule: HashMap<String, u32>,
+    /// Until when `by_rule` holds (the server clock): from then on each check enforces at
+    /// most `default`, until the region thread renews the deadline. So no pause, hang or
+    /// dead thread can stretch a share past the lease that claims it in etcd.
+    valid_until: Nanos,
 }
 
 impl RegionShares {
     fn of(&self, name: &str) -> Option<u32> {
         self.by_rule.get(name).copied().or(self.default)
+    }
+
+    /// When `name`'s share lapses and to what, if it is above what it lapses to.
+    fn lapse(&self, name: &str) -> Option<(Nanos, u32)> {
+        let floor = self.default?;
+        let share = *self.by_rule.get(name)?;
+        (share > floor).then_some((self.valid_until, floor))
     }
 }
 
@@ -462,13 +503,20 @@ impl Rules {
     }
 
     /// Sets this region's shares of its GLOBAL rules (parts per million): `by_rule` for the
-    /// rules named, `default` for every other GLOBAL rule. The live rules are rebuilt only if
-    /// a share changed, so the request path sees the new regional limits at its next check,
-    /// and a bucket keeps its state (capped), as for any limit change.
-    pub fn set_region_shares(&self, default: u32, by_rule: HashMap<String, u32>) {
+    /// rules named until `valid_until` (the server clock), `default` for every other GLOBAL
+    /// rule and for every rule from `valid_until` on, if it is less. The live rules are
+    /// rebuilt only if something changed, so the request path sees the new regional limits
+    /// at its next check, and a bucket keeps its state (capped), as for any limit change.
+    pub fn set_region_shares(
+        &self,
+        default: u32,
+        by_rule: HashMap<String, u32>,
+        valid_until: Nanos,
+    ) {
         let next = RegionShares {
             default: Some(default.min(SHARE_WHOLE)),
             by_rule,
+            valid_until,
         };
         let histories = self.histories.lock();
         {
@@ -481,6 +529,15 @@ impl Rules {
         self.publish(&histories);
     }
 
+    /// The share of GLOBAL rule `name` the checks at `now` enforce (`None` without regions).
+    pub fn region_share(&self, name: &str, now: Nanos) -> Option<u32> {
+        let shares = self.shares.lock();
+        match shares.lapse(name) {
+            Some((from, floor)) if now >= from => Some(floor),
+            _ => shares.of(name),
+        }
+    }
+
     /// The GLOBAL rules' names, sorted.
     pub fn global_names(&self) -> Vec<String> {
         let histories = self.histories.lock();
@@ -491,9 +548,9 @@ impl Rules {
             .collect()
     }
 
-    /// The spec `spec` of rule `name` as this region enforces it.
-    fn effective(shares: &RegionShares, name: &str, spec: &RuleSpec) -> RuleSpec {
-        match shares.of(name) {
+    /// `spec` as a region holding `share` of it enforces it.
+    fn effective(share: Option<u32>, spec: &RuleSpec) -> RuleSpec {
+        match share {
             Some(share) if spec.global => spec.regional(share),
             _ => spec.clone(),
         }
@@ -513,21 +570,28 @@ impl Rules {
             .filter(|(_, h)| !h.deleted)
             .filter_map(|(name, h)| {
                 let last = h.versions.last()?;
+                let before = h.versions.len().checked_sub(2).map(|i| &h.versions[i].spec);
+                let share = shares.of(name);
                 let current = Version {
                     version: last.version,
-                    spec: Self::effective(&shares, name, &last.spec),
+                    spec: Self::effective(share, &last.spec),
                 };
-                let previous = h
-                    .versions
-                    .len()
-                    .checked_sub(2)
-                    .map(|i| Self::effective(&shares, name, &h.versions[i].spec));
+                let previous = before.map(|spec| Self::effective(share, spec));
+                let global = last.spec.global || before.is_some_and(|s| s.global);
+                let lapsed = shares.lapse(name).filter(|_| global).map(|(from, floor)| {
+                    Box::new(Lapsed {
+                        from,
+                        current: Self::effective(Some(floor), &last.spec),
+                        previous: before.map(|spec| Self::effective(Some(floor), spec)),
+                    })
+                });
                 Some((
                     name.as_bytes().into(),
                     Arc::new(Live {
                         name: name.as_str().into(),
                         current,
                         previous,
+                        lapsed,
                         counters: h.counters.clone(),
                     }),
                 ))
@@ -764,7 +828,8 @@ mod tests {
         rules.install("l", spec("LIMIT 1000 PERIOD 1m").unwrap(), None);
         // No regions: the whole limit.
         assert_eq!(rules.get("g").unwrap().current.spec.limit, 1000);
-        rules.set_region_shares(250_000, HashMap::from([("g".to_string(), 600_000)]));
+        let until = Nanos::from_secs(100);
+        rules.set_region_shares(250_000, HashMap::from([("g".to_string(), 600_000)]), until);
         let g = rules.get("g").unwrap();
         assert_eq!(
             (g.current.spec.limit, g.current.spec.burst),
@@ -772,14 +837,68 @@ mod tests {
         );
         // A rule that is not GLOBAL is untouched by shares.
         assert_eq!(rules.get("l").unwrap().current.spec.limit, 1000);
+        assert!(rules.get("l").unwrap().lapsed.is_none());
         // floor(limit × share), at least 1; the default share for rules not named.
-        rules.set_region_shares(333_333, HashMap::new());
+        rules.set_region_shares(333_333, HashMap::new(), until);
         assert_eq!(rules.get("g").unwrap().current.spec.limit, 333);
-        rules.set_region_shares(0, HashMap::new());
+        rules.set_region_shares(0, HashMap::new(), until);
         assert_eq!(rules.get("g").unwrap().current.spec.limit, 1);
         // The declared spec is unchanged in the history.
         assert_eq!(rules.history("g").unwrap()[0].spec.limit, 1000);
         assert_eq!(rules.global_names(), vec!["g".to_string()]);
+    }
+
+    #[test]
+    fn a_share_past_its_deadline_falls_to_the_minimum_on_the_request_path() {
+        let rules = Rules::new(Source::Memory);
+        rules.install("g", spec("LIMIT 1000 PERIOD 1m GLOBAL").unwrap(), None);
+        rules.install("l", spec("LIMIT 1000 PERIOD 1m").unwrap(), None);
+        let until = Nanos::from_secs(100);
+        let shares = |g| HashMap::from([("g".to_string(), g), ("l".to_string(), 600_000)]);
+        rules.set_region_shares(250_000, shares(600_000), until);
+        let g = rules.get("g").unwrap();
+        let just_before = Nanos(until.0 - 1);
+        assert_eq!(g.spec_for(b"u", just_before).limit, 600);
+        // From the deadline on, with no word from the region thread: the minimum.
+        assert_eq!(g.spec_for(b"u", until).limit, 250);
+        assert_eq!(g.current_at(Nanos::MAX).limit, 250);
+        // Renewed: the share again, to the new deadline.
+        let renewed = Nanos::from_secs(200);
+        rules.set_region_shares(250_000, shares(600_000), renewed);
+        let g = rules.get("g").unwrap();
+        assert_eq!(g.spec_for(b"u", until).limit, 600);
+        assert_eq!(g.spec_for(b"u", renewed).limit, 250);
+        // A share at or below the minimum has nothing to lapse; a rule that is not GLOBAL
+        // never lapses.
+        rules.set_region_shares(250_000, shares(100_000), until);
+        assert!(rules.get("g").unwrap().lapsed.is_none());
+        assert_eq!(
+            rules.get("g").unwrap().spec_for(b"u", Nanos::MAX).limit,
+            100
+        );
+        assert!(rules.get("l").unwrap().lapsed.is_none());
+        assert_eq!(
+            rules.get("l").unwrap().spec_for(b"u", Nanos::MAX).limit,
+            1000
+        );
+        // Both versions of a staged rollout lapse.
+        rules.install(
+            "g",
+            spec("LIMIT 500 PERIOD 1m GLOBAL ROLLOUT 50").unwrap(),
+            None,
+        );
+        rules.set_region_shares(250_000, shares(600_000), until);
+        let g = rules.get("g").unwrap();
+        let limits = |now| {
+            let mut l: Vec<u64> = (0..200)
+                .map(|i| g.spec_for(format!("u{i}").as_bytes(), now).limit)
+                .collect();
+            l.sort_unstable();
+            l.dedup();
+            l
+        };
+        assert_eq!(limits(just_before), vec![300, 600]);
+        assert_eq!(limits(until), vec![125, 250]);
     }
 
     #[test]
@@ -789,18 +908,22 @@ mod tests {
         rules.install("r", spec("LIMIT 5 PERIOD 1m ROLLOUT 20").unwrap(), None);
         let live = rules.get("r").unwrap();
         let on_new = (0..10_000)
-            .filter(|i| live.spec_for(format!("user:{i}").as_bytes()).limit == 5)
+            .filter(|i| {
+                live.spec_for(format!("user:{i}").as_bytes(), Nanos::ZERO)
+                    .limit
+                    == 5
+            })
             .count();
         assert!((1_700..2_300).contains(&on_new), "{on_new} of 10000");
         // The same subject always lands on the same side.
         for i in 0..100 {
             let s = format!("user:{i}");
             assert_eq!(
-                live.spec_for(s.as_bytes()).limit,
-                live.spec_for(s.as_bytes()).limit
+                live.spec_for(s.as_bytes(), Nanos::ZERO).limit,
+                live.spec_for(s.as_bytes(), Nanos::ZERO).limit
             );
             assert_eq!(
-                live.spec_for(s.as_bytes()).limit == 5,
+                live.spec_for(s.as_bytes(), Nanos::ZERO).limit == 5,
                 rollout_bucket(s.as_bytes()) < 20
             );
         }
