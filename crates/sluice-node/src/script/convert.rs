@@ -400,7 +400,16 @@ mod tests {
     fn integers_print_alike_by_either_way() {
         for p in [1, 6, 14, 16, 17] {
             let top = 10f64.powi(p as i32);
-            for n in [1.0, 7.0, 42.0, 3600000.0, top - 1.0, top, top + 1.0, 9007199254740992.0] {
+            for n in [
+                1.0,
+                7.0,
+                42.0,
+                3600000.0,
+                top - 1.0,
+                top,
+                top + 1.0,
+                9007199254740992.0,
+            ] {
                 for f in [n, -n] {
                     if f.abs() <= 9007199254740992.0 {
                         assert_eq!(gfmt(f, p), formatted(f, p), "{f} at {p}");

@@ -7,19 +7,18 @@
 //! same order, through the same [`Host::call`] as `redis.call`, and the same reply. Only the
 //! Lua around the calls is replaced by Rust. So the effects (journal records, replication,
 //! ACL checks, a replica's refusal, a cluster's slots) are the commands' own, as on the Lua
-//! path.
+//! path. Two reads are extra, and show only in the command counters: the acquisition of a
+//! sliding window reads the current counter (`GET`) before it starts a new window, to know the
+//! value is a number before it writes; and a call a native hands to Lua has made its reads
+//! twice.
 //!
-//! The four that limiters call on every request (`incr_expire`, rate-limit-redis's
-//! `increment`, rate-limiter-flexible's incr-and-TTL, and `acquire_sliding_window` while its
-//! window needs no shift) first try a direct lane ([`Host::direct`]): once the host has checked
-//! that each of their commands would run for this client (ACL, role, slots, min-replicas), they
-//! make the store operations those commands make (`incr_by`, `expire_at`, `try_set`, reads)
-//! without dispatching each command, and `INFO commandstats` counts the commands they stood
-//! for. A lane changes nothing until it can no longer fail (every deadline made, every value
-//! read, before the first write), and declines otherwise: the calls are then made one by one. Two reads are extra, and show only in the command and keyspace counters: the
-//! acquisition of a sliding window reads the current counter (`GET`) before it starts a new
-//! window, to know the value is a number before it writes; and a call a native hands to Lua
-//! has made its reads twice.
+//! All but the two moving windows (list scripts) first try a direct lane ([`Host::direct`]);
+//! the sliding windows, while their window needs no shift. Once the host has checked that
+//! each of their commands would run for this client (ACL, role, slots, min-replicas), they make
+//! the store operations those commands make (`incr_by`, `expire_at`, `try_set`, reads) without
+//! dispatching each command, and `INFO commandstats` counts the commands they stood for. A
+//! lane changes nothing until it can no longer fail (every deadline made, every value read,
+//! before the first write), and declines otherwise: the calls are then made one by one.
 //!
 //! # Invariants
 //! - **Bytes, not meaning.** A script is recognized only by the SHA1 of its exact bytes: one
@@ -615,6 +614,28 @@ fn sliding_window(r: &mut Run<'_>, keys: &[&[u8]], argv: &[&[u8]]) -> Result<Ret
         return Err(Stop::Lua);
     };
     let expiry = int_arg(argv, 0)? as f64 * 1000.0;
+    // Direct, when the current window needs no shift (a shift goes call by call).
+    let made = r.direct(
+        &[Cmd::Get, Cmd::Pttl],
+        &[previous, current],
+        |store, now| {
+            let (current_value, current_ttl) = string(store, current, now, <[u8]>::to_vec)?;
+            if current_ttl > 0 && (current_ttl as f64) < expiry {
+                return None;
+            }
+            let (previous_value, previous_ttl) = string(store, previous, now, <[u8]>::to_vec)?;
+            let got = Ret::Array(vec![
+                bulk(previous_value),
+                Ret::Number(previous_ttl as f64),
+                bulk(current_value),
+                Ret::Number(current_ttl as f64),
+            ]);
+            Some((got, &[Cmd::Get, Cmd::Pttl, Cmd::Get, Cmd::Pttl]))
+        },
+    );
+    if let Some(got) = made {
+        return Ok(got);
+    }
     let mut got = windows(r, previous, current, [2, 3, 4, 5])?;
     let current_ttl = got[3].int()? as f64;
     if current_ttl > 0.0 && current_ttl < expiry {
@@ -727,16 +748,34 @@ fn acquire_sliding_window(r: &mut Run<'_>, keys: &[&[u8]], argv: &[&[u8]]) -> Re
 /// (`None`: missing) and its PTTL. `None` when the two calls would not give that: a value
 /// outside the strict decimal form, or a key of another type.
 fn counter(store: &Store, key: &[u8], now: Nanos) -> Option<(Option<f64>, i64)> {
-    use sluice_store::{StrWrite, Ttl};
-    let read = store.string(key, now, |old| {
-        let read = old.map(|(value, deadline)| (decimal(value), deadline));
-        Ok((StrWrite::Keep, read))
-    });
-    match read.ok()? {
-        None => Some((None, pttl(Ttl::Missing))),
-        Some((Some(n), deadline)) => Some((Some(n), pttl(Ttl::of(deadline, now)))),
-        Some((None, _)) => None,
+    match string(store, key, now, decimal)? {
+        (Some(None), _) => None,
+        (number, ttl) => Some((number.flatten(), ttl)),
     }
+}
+
+/// A string key as `GET key` and `PTTL key` read it, for the direct lanes: `read` of its value
+/// (`None`: missing) and its PTTL; `None` for a key of another type (GET's `WRONGTYPE`).
+fn string<T>(
+    store: &Store,
+    key: &[u8],
+    now: Nanos,
+    read: impl FnOnce(&[u8]) -> T,
+) -> Option<(Option<T>, i64)> {
+    use sluice_store::{StrWrite, Ttl};
+    let found = store.string(key, now, |old| {
+        let found = old.map(|(value, deadline)| (read(value), deadline));
+        Ok((StrWrite::Keep, found))
+    });
+    match found.ok()? {
+        None => Some((None, pttl(Ttl::Missing))),
+        Some((value, deadline)) => Some((Some(value), pttl(Ttl::of(deadline, now)))),
+    }
+}
+
+/// A `GET` reply as the script returns it: the string, or `false` (a null) for none.
+fn bulk(value: Option<Vec<u8>>) -> Ret {
+    value.map_or(Ret::Null, Ret::Str)
 }
 
 /// rate-limit-redis `increment`: a new window (`SET key 1 PX windowMs`) when the key has no
@@ -777,6 +816,14 @@ fn rlr_get(r: &mut Run<'_>, keys: &[&[u8]], _argv: &[&[u8]]) -> Result<Ret, Stop
     let [key, ..] = keys else {
         return Err(Stop::Lua);
     };
+    let made = r.direct(&[Cmd::Get, Cmd::Pttl], &[key], |store, now| {
+        let (hits, ttl) = string(store, key, now, <[u8]>::to_vec)?;
+        let got = Ret::Array(vec![bulk(hits), Ret::Number(ttl as f64)]);
+        Some((got, &[Cmd::Get, Cmd::Pttl]))
+    });
+    if let Some(got) = made {
+        return Ok(got);
+    }
     let hits = r.read(1, &[b"GET", key])?;
     let ttl = r.read(2, &[b"PTTL", key])?;
     Ok(Ret::Array(vec![hits.ret(), ttl.ret()]))
