@@ -163,3 +163,86 @@ fn a_replica_restarted_from_its_snapshot_continues_its_primary_stream() {
     );
     assert_eq!(remaining(&mut r), 39);
 }
+
+/// A primary stopped and restarted from its own snapshot goes on under a new id, naming the
+/// snapshot's place in its old stream. A replica that followed it since holds only what it
+/// sent: when its link drops later, it links again (it is not ahead of the primary, however
+/// far it has come in the new stream). And a replica that was ahead, refused the restarted
+/// primary, and was told `REPLICAOF NO ONE` then `REPLICAOF` takes the primary's state, as
+/// the refusal's message says.
+#[test]
+fn a_replica_relinks_to_a_restarted_primary_and_follows_one_it_was_told_to_take() {
+    let dir = sluice_tests::TempDir::new("origin-relink");
+    let dir_arg = dir.path().to_str().unwrap().to_string();
+    let mut primary = Sluice::start_with(&["--dir", &dir_arg]);
+    let p_port = primary.port;
+    let mut p = primary.client();
+    let r_node = replica_of(p_port, &[]);
+    let mut r = r_node.client();
+    assert!(wait_until(20, || link_up(&mut r)), "{}", r_node.log());
+    rl_check(&mut p, &["k", "100", "1d", "COST", "10"]).unwrap();
+    assert_eq!(wait(&mut p, 1), 1);
+
+    // A planned restart: SIGTERM saves, the restart loads it.
+    primary.signal(libc::SIGTERM);
+    assert!(primary.wait_exit(Duration::from_secs(10)).is_some());
+    let primary = Sluice::start_on(p_port, &["--dir", &dir_arg]);
+    let mut p = primary.client();
+    assert!(wait_until(20, || link_up(&mut r)), "{}", r_node.log());
+    for _ in 0..5 {
+        rl_check(&mut p, &["k", "100", "1d", "COST", "1"]).unwrap();
+    }
+    assert_eq!(wait(&mut p, 1), 1);
+    assert_eq!(remaining(&mut r), 84);
+    // The link drops; the replica is past the snapshot's offset, in the primary's new stream.
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut p)
+        .unwrap();
+    assert!(
+        wait_until(20, || link_up(&mut r) && wait(&mut p, 1) == 1),
+        "the replica did not link again: {}",
+        r_node.log()
+    );
+    assert!(
+        !r_node.log().contains("refusing a full sync"),
+        "{}",
+        r_node.log()
+    );
+
+    // Now the replica ahead: the primary spends more, is killed, and comes back from its
+    // older snapshot; the replica refuses it, then is told to take it.
+    let () = redis::cmd("SAVE").query(&mut p).unwrap();
+    rl_check(&mut p, &["k", "100", "1d", "COST", "20"]).unwrap();
+    assert_eq!(wait(&mut p, 1), 1);
+    let mut primary = primary;
+    primary.signal(libc::SIGKILL);
+    assert!(primary.wait_exit(Duration::from_secs(10)).is_some());
+    let primary = Sluice::start_on(p_port, &["--dir", &dir_arg]);
+    let mut p = primary.client();
+    assert_eq!(remaining(&mut p), 84);
+    let refused = "refusing a full sync: the primary restarted from a snapshot";
+    assert!(
+        wait_until(20, || r_node.log().contains(refused)),
+        "{}",
+        r_node.log()
+    );
+    assert_eq!(remaining(&mut r), 64);
+    let () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut r)
+        .unwrap();
+    let _: String = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(p_port)
+        .query(&mut r)
+        .unwrap();
+    assert!(
+        wait_until(20, || link_up(&mut r) && remaining(&mut r) == 84),
+        "the replica told to follow did not take the primary's state: {}",
+        r_node.log()
+    );
+}

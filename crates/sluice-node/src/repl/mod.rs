@@ -98,6 +98,11 @@ pub struct Inner {
     /// The id we replicated from before a promotion (INFO `master_replid2`).
     pub replid2: String,
     pub second_offset: i64,
+    /// `replid2` is the stream this node itself left when it was promoted (`REPLICAOF NO
+    /// ONE`), not one a primary said its stream continues: a replica refuses a primary's older
+    /// snapshot of that stream only in the second case (promoting it is how an operator
+    /// chooses to take another primary's state).
+    pub second_is_own: bool,
     /// As a primary: the stream's end (master_repl_offset). As a replica: bytes applied.
     pub offset: u64,
     /// Created when the first replica connects; from then on every change is journaled.
@@ -228,6 +233,7 @@ impl Repl {
                 replid: random_id(),
                 replid2: "0".repeat(40),
                 second_offset: -1,
+                second_is_own: false,
                 offset: 0,
                 backlog: None,
                 replicas: Vec::new(),
@@ -416,6 +422,7 @@ impl Repl {
                 );
                 inner.replid2 = std::mem::replace(&mut inner.replid, random_id());
                 inner.second_offset = inner.offset as i64 + 1;
+                inner.second_is_own = true;
                 inner.link_up_since = None;
                 inner.link_down_since = None;
             }

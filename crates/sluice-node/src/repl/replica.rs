@@ -190,6 +190,7 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
                 Some(p) if p.replid == id => (p.replid2.clone(), p.second_offset),
                 _ => ("0".repeat(40), -1),
             };
+            inner.second_is_own = false;
             sluice_log::log(&format!(
                 "MASTER <-> REPLICA sync: loaded {loaded} entries ({len} bytes) in {} ms",
                 started.elapsed().as_millis()
@@ -202,6 +203,7 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
                 if inner.replid != id {
                     inner.replid2 = std::mem::replace(&mut inner.replid, id.to_string());
                     inner.second_offset = inner.offset as i64 + 1;
+                    inner.second_is_own = false;
                 }
             }
             sluice_log::log(&format!(
@@ -265,18 +267,25 @@ impl PrimaryInfo {
 /// replica holds, or in the one that stream continues up to where it forked (a replica that
 /// saved it, then was promoted: offsets run on across a promotion), at an offset this replica
 /// has passed. A replica ahead of a newly promoted one is not refused: Sentinel promotes the
-/// furthest.
+/// furthest. Nor is one that follows the primary's stream since its restart (it holds only
+/// what that primary sent), nor one that left the stream by its own promotion (`REPLICAOF NO
+/// ONE`, then `REPLICAOF`: the operator's way to take this primary's state).
 fn refuse_a_primary_behind_us(shared: &Shared, primary: &Option<PrimaryInfo>) -> LinkResult<()> {
-    let Some((snapshot_id, at)) = primary.as_ref().and_then(|p| p.snapshot.as_ref()) else {
+    let Some(p) = primary.as_ref() else {
+        return Ok(());
+    };
+    let Some((snapshot_id, at)) = p.snapshot.as_ref() else {
         return Ok(());
     };
     let at = *at;
     let inner = shared.repl.inner.lock();
-    if !inner.synced {
+    if !inner.synced || p.replid == inner.replid {
         return Ok(());
     }
     let ours = *snapshot_id == inner.replid
-        || (*snapshot_id == inner.replid2 && (at as i64) < inner.second_offset);
+        || (!inner.second_is_own
+            && *snapshot_id == inner.replid2
+            && (at as i64) < inner.second_offset);
     if ours && inner.offset > at {
         return Err(format!(
             "refusing a full sync: the primary restarted from a snapshot at offset {at} of stream {snapshot_id}, and this replica holds up to {}; keeping the newer buckets (promote this replica to keep them, or REPLICAOF NO ONE then REPLICAOF to take the primary's)",

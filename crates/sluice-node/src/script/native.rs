@@ -435,7 +435,7 @@ pub fn run(
 }
 
 fn known(sha: &Sha) -> Option<(usize, &'static Known)> {
-    // The first byte tells the eight apart: one full comparison at most.
+    // A first byte that differs rules a script out before the full comparison.
     KNOWN
         .iter()
         .enumerate()
