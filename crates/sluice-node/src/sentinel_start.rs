@@ -223,21 +223,29 @@ pub fn report(addr: &Value, master: &Value, replicas: &Value) -> Option<Report> 
             .min(MAX_WAIT.as_millis() as u64)
             .saturating_add(ms("failover-timeout", DEFAULT_FAILOVER_TIMEOUT_MS)),
     );
+    // A Sentinel that does not answer `SENTINEL replicas` (an error: an old Sentinel, an ACL)
+    // may still have one to promote: it counts as one, so the node waits for the failover
+    // (bounded) rather than serve its snapshot at once.
+    let listed = matches!(replicas, Value::Array(_));
     let replicas: Vec<Vec<(String, String)>> = match replicas {
         Value::Array(list) => list.iter().map(fields).collect(),
         _ => Vec::new(),
     };
-    let promotable = replicas
-        .iter()
-        .filter(|r| {
-            let flags = field(r, "flags").unwrap_or_default();
-            // Not `disconnected`: a Sentinel sets it on a replica it has just learned of
-            // until its link is up, which a failover may still use.
-            let up = !flags.split(',').any(|f| matches!(f, "s_down" | "o_down"));
-            let priority = field(r, "replica-priority").or_else(|| field(r, "slave-priority"));
-            up && priority.as_deref() != Some("0")
-        })
-        .count();
+    let promotable = if !listed {
+        1
+    } else {
+        replicas
+            .iter()
+            .filter(|r| {
+                let flags = field(r, "flags").unwrap_or_default();
+                // Not `disconnected`: a Sentinel sets it on a replica it has just learned of
+                // until its link is up, which a failover may still use.
+                let up = !flags.split(',').any(|f| matches!(f, "s_down" | "o_down"));
+                let priority = field(r, "replica-priority").or_else(|| field(r, "slave-priority"));
+                up && priority.as_deref() != Some("0")
+            })
+            .count()
+    };
     let replicas = replicas
         .iter()
         .filter_map(|r| {
@@ -381,6 +389,9 @@ mod tests {
         let r = report(&addr, &Value::Nil, &Value::Array(vec![])).unwrap();
         assert_eq!(r.failover_within, Duration::from_millis(210_000));
         assert_eq!(r.promotable, 0);
+        // One that refuses to list its replicas may have one to promote.
+        let r = report(&addr, &Value::Nil, &Value::Error("ERR unknown".into())).unwrap();
+        assert_eq!((r.promotable, r.replicas.len()), (1, 0));
     }
 
     #[test]
