@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """The fault-injection soak (run by scripts/soak.sh; see its opening comment).
 
-Clients check keys with known limits, over every algorithm, on a replicated pair under the real
-redis-sentinel, directly (a Sentinel-aware client) and through two sidecars (`sluice proxy`,
-fail mode `local` and `closed`). A nemesis injects faults picked from a seed. Every client
+Clients check keys with known limits, over every algorithm, in three cells with keys of their
+own: a replicated pair under the real redis-sentinel, directly (a Sentinel-aware client) and
+through two sidecars (`sluice proxy`, fail mode `local` and `closed`); a cluster of three
+primaries with one replica each and its table in etcd (a client following MOVED); two regions
+sharing GLOBAL rules through the same etcd. One nemesis injects faults picked from a seed among
+every enabled kind of every cell. Every client
 records each check: when it was sent, when it was answered, the key, allowed or not. A checker
 then holds what was allowed against what one exact limiter allows, plus the bound the docs
 state for the faults of that span, and prints a table: fault kind, faults injected, the worst
@@ -23,12 +26,51 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 MASTER = "mymaster"
 # Clocks within 100 ms count as agreeing for a bucket (docs/failure-matrix.md): a failover to a
 # node whose clock differs can refill a bucket by at most 100 ms.
 SKEW_REFILL = 0.1
+# The paths clients take, by cell: the replicated pair (Sentinel-aware, and the two sidecars),
+# the cluster (a slot-map client following MOVED) and the two regions (GLOBAL rules).
+PATHS = {"pair": ("direct", "local", "closed"), "cluster": ("cluster",), "regions": ("regions",)}
+CELL_OF = {path: cell for cell, paths in PATHS.items() for path in paths}
+REGIONS = ("mumbai", "hyderabad")
+REBALANCE_INTERVAL = 1.0  # --rebalance-interval of the regions, in seconds
+ETCD_CLUSTER_PREFIX = "/soak/cluster/"
+ETCD_RULES_PREFIX = "/soak/rules/"
+
+
+def region_bound(limit, period_s, regions=len(REGIONS), interval_s=REBALANCE_INTERVAL):
+    """What rebalancing may cost a GLOBAL rule over any span (docs/regions.md, "What overshoot
+    remains"): one rebalance interval's worth of the limit per region, `regions x limit x
+    interval / period`. The one place to change when the doc's bound changes."""
+    return regions * limit * interval_s / period_s
+
+
+# CRC16 (XMODEM) for Redis Cluster's key slots.
+CRC16 = []
+for _i in range(256):
+    _c = _i << 8
+    for _ in range(8):
+        _c = ((_c << 1) ^ 0x1021) if _c & 0x8000 else (_c << 1)
+    CRC16.append(_c & 0xFFFF)
+
+
+def key_slot(key):
+    """The key's slot: CRC16 of the key, or of its first non-empty {hash tag}, mod 16384."""
+    k = key.encode()
+    a = k.find(b"{")
+    if a >= 0:
+        b = k.find(b"}", a + 1)
+        if b > a + 1:
+            k = k[a + 1:b]
+    crc = 0
+    for x in k:
+        crc = ((crc << 8) & 0xFFFF) ^ CRC16[(crc >> 8) ^ x]
+    return crc & 16383
 
 
 def log(*args):
@@ -234,6 +276,17 @@ class Soak:
 
     def start(self):
         self.t0 = time.time()
+        if "pair" in self.args.cells:
+            self.start_pair()
+        if "cluster" in self.args.cells or "regions" in self.args.cells:
+            self.start_etcd()
+        if "cluster" in self.args.cells:
+            self.start_cluster()
+        if "regions" in self.args.cells:
+            self.start_regions()
+        log("work dir", self.work)
+
+    def start_pair(self):
         self.nodes = [Node(self, "node-%d" % i) for i in range(3)]
         self.nodes[0].start()
         for n in self.nodes[1:]:
@@ -269,7 +322,6 @@ class Soak:
             self.procs.start("sidecar-" + mode, argv)
             wait_for("sidecar " + mode, lambda port=port: call(port, "PING") == "PONG", 20)
             self.sidecars[mode] = port
-        log("work dir", self.work)
         log("nodes", [n.port for n in self.nodes], "sentinels", self.sentinels,
             "sidecars", self.sidecars)
 
@@ -300,17 +352,159 @@ class Soak:
         except (OSError, RespError, ConnectionError):
             return None
 
+    # -- the etcd the cluster and the regions share ------------------------------------------
+
+    def start_etcd(self):
+        """One etcd (the Debian etcd-server's) on free ports, its data under the work dir; the
+        cluster keeps its table under one prefix, the regions their shares and rules under
+        others. Restarted by the `etcd` fault on the same data dir and ports."""
+        self.etcd_port, peer = free_port(), free_port()
+        client = "http://127.0.0.1:%d" % self.etcd_port
+        peer_url = "http://127.0.0.1:%d" % peer
+        self.etcd_url = client
+        self.etcd_argv = ["etcd", "--name", "soak", "--data-dir", os.path.join(self.work, "etcd"),
+                          "--listen-client-urls", client, "--advertise-client-urls", client,
+                          "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls",
+                          peer_url, "--initial-cluster", "soak=" + peer_url]
+        self.etcd = self.procs.start("etcd", self.etcd_argv)
+        wait_for("etcd to be healthy", self.etcd_healthy, 30)
+        log("etcd", client)
+
+    def etcd_healthy(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/health" % self.etcd_port,
+                                    timeout=1) as r:
+            return b"true" in r.read()
+
+    def etcdctl(self, *args):
+        env = dict(os.environ, ETCDCTL_API="3")
+        r = subprocess.run(["etcdctl", "--endpoints", self.etcd_url] + list(args), env=env,
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise RuntimeError("etcdctl %s: %s" % (" ".join(args), r.stderr.strip()))
+        return r.stdout
+
+    # -- the cluster: three primaries with one replica each, and a spare ---------------------
+
+    def start_cluster(self):
+        """Seven cluster nodes (`--cluster yes --etcd`); `sluice cluster create` of six with
+        `--replicas 1` (three primaries, one replica each); the seventh, a spare, is added and
+        removed by the slot-move fault."""
+        self.cnodes = []
+        for i in range(7):
+            port = free_port()
+            d = os.path.join(self.work, "cluster-%d" % i)
+            os.makedirs(d, exist_ok=True)
+            argv = [self.sluice, "--port", str(port), "--bind", "127.0.0.1", "--threads", "1",
+                    "--cluster", "yes", "--cluster-config-file", os.path.join(d, "nodes.conf"),
+                    "--etcd", self.etcd_url, "--etcd-prefix", ETCD_CLUSTER_PREFIX]
+            self.procs.start("cluster-%d" % i, argv)
+            self.cnodes.append(port)
+        for port in self.cnodes:
+            wait_for("cluster node :%d" % port, lambda port=port: call(port, "PING") == "PONG",
+                     20)
+        self.admin("create", *["127.0.0.1:%d" % p for p in self.cnodes[:6]],
+                   "--replicas", "1")
+        self.spare_in = False
+        wait_for("the cluster to cover every slot", lambda: all(
+            call(p, "CLUSTER", "INFO").find("cluster_state:ok") >= 0
+            for p in self.cnodes[:6]), 30)
+        log("cluster", self.cnodes[:6], "spare", self.cnodes[6])
+
+    def admin(self, *args):
+        """`sluice cluster ARGS --etcd ...`; its output, or RuntimeError when it fails."""
+        argv = [self.sluice, "cluster"] + list(args) + ["--etcd", self.etcd_url,
+                                                       "--etcd-prefix", ETCD_CLUSTER_PREFIX]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=180,
+                           stdin=subprocess.DEVNULL)
+        with open(os.path.join(self.work, "admin.log"), "a") as f:
+            f.write("$ %s\n%s%s(exit %d)\n" % (" ".join(argv), r.stdout, r.stderr,
+                                                 r.returncode))
+        if r.returncode != 0:
+            raise RuntimeError("sluice cluster %s failed: %s" % (
+                args[0], (r.stdout + r.stderr).strip().splitlines()[-1:]))
+        return r.stdout
+
+    def slot_map(self):
+        """owner[slot] = the port of its primary, from the first node that answers CLUSTER
+        SLOTS."""
+        ports = list(self.cnodes)
+        random.shuffle(ports)
+        for p in ports:
+            try:
+                owner = [None] * 16384
+                for r in call(p, "CLUSTER", "SLOTS", timeout=0.5):
+                    for s in range(r[0], r[1] + 1):
+                        owner[s] = int(r[2][1])
+                if None not in owner:
+                    return owner
+            except (OSError, RespError, ConnectionError, TypeError, IndexError):
+                continue
+        return None
+
+    # -- the regions: two single-node regions sharing GLOBAL rules through etcd --------------
+
+    def start_regions(self):
+        """Two regions, one node each (`--region NAME --regions-etcd --rebalance-interval 1s`,
+        rules from etcd); the GLOBAL rules written through one of them (RL.RULE SET)."""
+        self.rnodes = {}
+        self.rprocs = {}
+        self.split = {r: 1.0 / len(REGIONS) for r in REGIONS}
+        for name in REGIONS:
+            port = free_port()
+            argv = [self.sluice, "--port", str(port), "--bind", "127.0.0.1", "--threads", "1",
+                    "--region", name, "--regions-etcd", self.etcd_url,
+                    "--rebalance-interval", "%gs" % REBALANCE_INTERVAL,
+                    "--rules-etcd", self.etcd_url, "--rules-prefix", ETCD_RULES_PREFIX]
+            self.rprocs[name] = self.procs.start("region-" + name, argv)
+            self.rnodes[name] = port
+        for name, port in self.rnodes.items():
+            wait_for("region " + name, lambda port=port: call(port, "PING") == "PONG", 20)
+        first = self.rnodes[REGIONS[0]]
+        for rule, limit, period, algo in self.region_rules():
+            call(first, "RL.RULE", "SET", rule, "LIMIT", limit, "WINDOW", "%ds" % period,
+                 "ALGO", algo, "GLOBAL", timeout=10)
+        for name, port in self.rnodes.items():
+            for rule, *_ in self.region_rules():
+                wait_for("rule %s in %s" % (rule, name), lambda port=port, rule=rule: call(
+                    port, "RL.RULE", "GET", rule) is not None, 20)
+
+        def learned():
+            for port in self.rnodes.values():
+                info = call(port, "INFO", "regions")
+                for rule, *_ in self.region_rules():
+                    line = [x for x in info.splitlines()
+                            if x.startswith("global_rule_%s:share=" % rule)]
+                    if not line or float(line[0].split("share=")[1].split(",")[0]) <= 0:
+                        return False
+            return True
+        wait_for("both regions to hold a share of every rule", learned, 40)
+        log("regions", self.rnodes)
+
+    def region_rules(self):
+        """(rule, limit, period_s, algo): GLOBAL rules of the token family, the one whose
+        rebalancing bound docs/regions.md states."""
+        return [("g-%s-%d" % (algo.lower(), i), limit, period, algo)
+                for algo in ("TOKEN", "GCRA")
+                for i, (limit, period) in enumerate(((20, 2), (50, 10)))]
+
     # -- clients ----------------------------------------------------------------------------
 
     def keys(self):
         """(path, name, limit, period_s, algo) for every key the clients check."""
         out = []
-        for path in ("direct", "local", "closed"):
+        paths = [p for c in ("pair", "cluster") if c in self.args.cells for p in PATHS[c]]
+        for path in paths:
             for algo in ("TOKEN", "GCRA", "FIXED", "SLIDING", "LOG"):
                 for i in range(self.args.keys):
                     limit, period = (20, 2) if i % 2 == 0 else (50, 10)
                     out.append((path, "%s:%s:%d" % (path, algo.lower(), i), limit, period,
                                 algo))
+        if "regions" in self.args.cells:
+            # A GLOBAL rule's bucket `rule:subject`, checked in both regions: held against the
+            # rule's global limit.
+            for rule, limit, period, algo in self.region_rules():
+                for i in range(max(1, self.args.keys // 2)):
+                    out.append(("regions", "%s:s%d" % (rule, i), limit, period, algo))
         return out
 
     def client(self, path, keys, out):
@@ -359,6 +553,101 @@ class Soak:
                 conn = None
         with self.lock:
             self.errors[path] = self.errors.get(path, 0) + errors
+
+    def client_cluster(self, keys, out):
+        """A cluster-aware client: a slot map from CLUSTER SLOTS, one connection per node; it
+        follows MOVED (and ASK, with ASKING), waits and retries on TRYAGAIN and CLUSTERDOWN.
+        Only the attempt that was answered is recorded (a redirect allowed nothing)."""
+        rng = random.Random(self.rng.random())
+        conns = {}
+        owner = None
+        errors = 0
+        gap = 1.0 / self.args.rate
+        next_at = time.time()
+        while not self.stop.is_set():
+            next_at += gap
+            pause = next_at - time.time()
+            if pause > 0:
+                time.sleep(pause)
+            elif pause < -1.0:
+                next_at = time.time()
+            if owner is None:
+                owner = self.slot_map()
+                if owner is None:
+                    time.sleep(0.1)
+                    continue
+            k = rng.randrange(len(keys))
+            _, name, limit, period, algo = keys[k][1]
+            port, ask = owner[key_slot(name)], False
+            for _ in range(10):
+                try:
+                    conn = conns.get(port)
+                    if conn is None:
+                        conn = conns[port] = Conn(port, timeout=1.0)
+                    if ask:
+                        conn.call("ASKING")
+                    send = time.time()
+                    r = conn.call("RL.CHECK", name, limit, "%ds" % period, "ALGO", algo)
+                    out.append((send, time.time(), keys[k][0], r[0], port))
+                    break
+                except RespError as e:
+                    words = str(e).split()
+                    if words[0] in ("MOVED", "ASK"):
+                        port, ask = int(words[2].rsplit(":", 1)[1]), words[0] == "ASK"
+                        if not ask:
+                            owner[int(words[1])] = port
+                        continue
+                    errors += 1
+                    if words[0] == "CLUSTERDOWN":
+                        owner = None
+                        break
+                    time.sleep(0.01)  # TRYAGAIN: a moving slot's writes pause for a moment
+                except (OSError, ConnectionError):
+                    errors += 1
+                    c = conns.pop(port, None)
+                    if c:
+                        c.close()
+                    owner = None
+                    break
+        for c in conns.values():
+            c.close()
+        with self.lock:
+            self.errors["cluster"] = self.errors.get("cluster", 0) + errors
+
+    def client_region(self, region, keys, out):
+        """A client of one region: `RL.HIT rule subject` at the region's part of the traffic
+        (self.split, which the `shares` fault moves). A long timeout: a check sent to a paused
+        node is answered, and recorded, when it resumes."""
+        rng = random.Random(self.rng.random())
+        conn = None
+        errors = 0
+        next_at = time.time()
+        while not self.stop.is_set():
+            next_at += 1.0 / max(1.0, self.args.rate * self.split[region])
+            pause = next_at - time.time()
+            if pause > 0:
+                time.sleep(pause)
+            elif pause < -1.0:
+                next_at = time.time()
+            port = self.rnodes[region]
+            try:
+                if conn is None:
+                    conn = Conn(port, timeout=15.0)
+                k = rng.randrange(len(keys))
+                rule, subject = keys[k][1][1].split(":", 1)
+                send = time.time()
+                r = conn.call("RL.HIT", rule, subject)
+                out.append((send, time.time(), keys[k][0], r[0], port))
+            except (OSError, RespError, ConnectionError):
+                errors += 1
+                if conn:
+                    conn.close()
+                conn = None
+                time.sleep(0.05)
+        if conn:
+            conn.close()
+        with self.lock:
+            self.errors["regions"] = self.errors.get("regions", 0) + errors
 
     def lag_probe(self):
         """The replication lag under load: WAIT 1 round trips on the primary, every 100 ms (the
@@ -519,20 +808,114 @@ class Soak:
         t1 = self.event("partition-done")
         self.faults.append(dict(kind="partition", t0=t0, t1=t1, charges=["local"]))
 
-    KINDS = ("kill", "pause", "stop", "clock", "outage", "flap", "sidecar", "partition")
+    # -- faults of the cluster and the regions ----------------------------------------------
+
+    def fault_slotmove(self):
+        """Slots move under load: `sluice cluster add-node` of the spare (it takes about a
+        quarter of the slots, with their buckets), or `remove-node` of it (they go back)."""
+        spare, seed = "127.0.0.1:%d" % self.cnodes[6], "127.0.0.1:%d" % self.cnodes[0]
+        if not self.spare_in:
+            # A removed node drops what it handed over in the background: add it back empty.
+            wait_for("the spare to be empty", lambda: call(self.cnodes[6], "DBSIZE") == 0, 15)
+        what = "remove-node" if self.spare_in else "add-node"
+        t0 = self.event("slotmove", "sluice cluster %s %s" % (what, spare))
+        try:
+            out = self.admin(what, spare, seed)
+        finally:
+            t1 = time.time()
+            self.faults.append(dict(kind="slotmove", t0=t0, t1=t1, charges=[],
+                                    cells=["cluster"]))
+        self.spare_in = not self.spare_in
+        self.event("slotmove-done", " ".join(
+            (out.strip().splitlines() or [""])[-1].split()[:12]))
+
+    def fault_compact(self):
+        """etcd compacted at its current revision (`etcdctl compact`): a watch that must resume
+        from an older revision is cancelled by etcd."""
+        rev = json.loads(self.etcdctl("put", "/soak/compact", str(time.time()), "-w", "json"))
+        rev = rev["header"]["revision"]
+        t0 = self.event("compact", "etcdctl compact %d" % rev)
+        self.etcdctl("compact", str(rev))
+        self.faults.append(dict(kind="compact", t0=t0, t1=time.time(), charges=[],
+                                cells=["cluster", "regions"]))
+
+    def fault_etcd(self):
+        """kill -9 of etcd, down for 0.2-3 s, restarted on the same data dir and ports."""
+        d = self.rng.uniform(0.2, 3.0)
+        t0 = self.event("etcd", "kill -9 of etcd, restarted after %.2f s" % d)
+        try:
+            self.procs.kill(self.etcd)
+            time.sleep(d)
+        finally:
+            self.etcd = self.procs.start("etcd", self.etcd_argv)
+            wait_for("etcd to be healthy", self.etcd_healthy, 30)
+            t1 = self.event("etcd-done")
+            self.faults.append(dict(kind="etcd", t0=t0, t1=t1, charges=[],
+                                    cells=["cluster", "regions"]))
+
+    SPLITS = ((0.5, 0.5), (0.8, 0.2), (0.2, 0.8), (0.65, 0.35), (0.35, 0.65))
+
+    def fault_shares(self):
+        """The traffic moves between the regions (a new split of the region clients' rate):
+        their demands change and the coordinators rebalance the shares, shrinking at once and
+        growing into what is free. The span it acts on: until the smoothed demand has followed
+        (97% after three intervals) and one more rebalance."""
+        now = tuple(self.split[r] for r in REGIONS)
+        split = self.rng.choice([x for x in self.SPLITS if x != now])
+        t0 = self.event("shares", "traffic split %s" % ":".join("%.2f" % x for x in split))
+        for r, x in zip(REGIONS, split):
+            self.split[r] = x
+        self.faults.append(dict(kind="shares", t0=t0, t1=t0 + 4 * REBALANCE_INTERVAL,
+                                charges=[], cells=["regions"]))
+
+    def fault_regionpause(self):
+        """SIGSTOP of one region's node for 1-6 s, then SIGCONT: its peer grows into what it
+        stops claiming; its clients' checks wait and are answered when it resumes."""
+        region = self.rng.choice(REGIONS)
+        d = self.rng.uniform(1.0, 6.0)
+        pid = self.rprocs[region].pid
+        t0 = self.event("regionpause", "SIGSTOP of region %s for %.2f s" % (region, d))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(d)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        t1 = self.event("regionpause-done")
+        self.faults.append(dict(kind="regionpause", t0=t0, t1=t1, charges=[],
+                                cells=["regions"]))
+
+    KINDS = ("kill", "pause", "stop", "clock", "outage", "flap", "sidecar", "partition",
+             "slotmove", "compact", "etcd", "shares", "regionpause")
+    # The cells each kind acts on (the etcd is the cluster's and the regions').
+    KIND_CELLS = dict({k: ("pair",) for k in KINDS[:8]}, slotmove=("cluster",),
+                      compact=("cluster", "regions"), etcd=("cluster", "regions"),
+                      shares=("regions",), regionpause=("regions",))
 
     def nemesis(self, end):
-        kinds = [k for k in self.KINDS if k in self.args.faults]
+        """Every 1-3 s, the next kind from a bag of every enabled kind, shuffled by the seed
+        and refilled when empty: each kind is injected about as often as any other, whatever
+        the cells' faults cost in time."""
+        kinds = [k for k in self.KINDS if k in self.args.faults
+                 and set(self.KIND_CELLS[k]) & set(self.args.cells)]
+        bag = []
         while time.time() < end and not self.stop.is_set():
             time.sleep(self.rng.uniform(1.0, 3.0))
             if time.time() >= end:
                 break
-            kind = self.rng.choice(kinds)
+            if not bag:
+                bag = list(kinds)
+                self.rng.shuffle(bag)
+            kind = bag.pop()
             try:
                 getattr(self, "fault_" + kind)()
             except Exception as e:  # a fault that could not be made is reported, not fatal
                 self.event("nemesis-error", "%s: %r" % (kind, e))
-                for n in self.nodes:
+                if kind == "etcd" and self.etcd.poll() is not None:
+                    try:
+                        self.etcd = self.procs.start("etcd", self.etcd_argv)
+                    except Exception as e2:
+                        self.event("nemesis-error", "restart etcd: %r" % e2)
+                for n in getattr(self, "nodes", []):
                     if n.proc is None:
                         try:
                             self.restart_as_replica(n)
@@ -544,7 +927,7 @@ class Soak:
         promoted replica was told to stop following (its state diverges from there), the old
         primary's port and the new one's."""
         out = {}
-        for i in range(len(self.sentinels)):
+        for i in range(len(getattr(self, "sentinels", []))):
             with open(os.path.join(self.work, "sentinel-%d.log" % i), errors="replace") as f:
                 for line in f:
                     if "+failover-state-send-slaveof-noone" not in line:
@@ -563,13 +946,25 @@ class Soak:
         self.start()
         keys = self.keys()
         threads = []
-        for path in ("direct", "local", "closed"):
+
+        def add(target, *args):
+            out = []
+            self.records.append(out)
+            threads.append(threading.Thread(target=target, args=args + (out,)))
+        for path in ("direct", "local", "closed", "cluster", "regions"):
             mine = [(i, k) for i, k in enumerate(keys) if k[0] == path]
+            if not mine:
+                continue
             for _ in range(self.args.clients):
-                out = []
-                self.records.append(out)
-                threads.append(threading.Thread(target=self.client, args=(path, mine, out)))
-        threads.append(threading.Thread(target=self.lag_probe))
+                if path == "cluster":
+                    add(self.client_cluster, mine)
+                elif path == "regions":
+                    for region in REGIONS:
+                        add(self.client_region, region, mine)
+                else:
+                    add(self.client, path, mine)
+        if "pair" in self.args.cells:
+            threads.append(threading.Thread(target=self.lag_probe))
         for t in threads:
             t.daemon = True
             t.start()
@@ -674,7 +1069,13 @@ def check(soak, keys):
         a, b = ev[i][0], ev[j][1]
         bound = 0.0
         kinds = set()
+        cell = CELL_OF[path]
+        if cell == "regions":
+            # Rebalancing, at any time: the bound docs/regions.md states over any span.
+            bound += region_bound(limit, period)
         for sp in splits:
+            if cell != "pair":
+                break
             if sp["lo"] > b or sp["end"] < a:
                 continue
             kinds.add(sp["kind"] or "failover, no fault")
@@ -686,7 +1087,7 @@ def check(soak, keys):
             if soak.skewed and algo in ("TOKEN", "GCRA"):
                 bound += limit * SKEW_REFILL / period
         for f in soak.faults:
-            if f["t0"] > b or f["t1"] + period < a:
+            if f["t0"] > b or f["t1"] + period < a or cell not in f.get("cells", ["pair"]):
                 continue
             kinds.add(f["kind"])
             if "local" in f["charges"] and path == "local":
@@ -716,9 +1117,12 @@ def main():
     ap.add_argument("--clients", type=int, default=2, help="client threads per path")
     ap.add_argument("--rate", type=float, default=400.0, help="checks a second per client")
     ap.add_argument("--faults", default=",".join(Soak.KINDS))
+    ap.add_argument("--cells", default=",".join(PATHS),
+                    help="the topologies to run: pair, cluster, regions")
     ap.add_argument("--work")
     args = ap.parse_args()
     args.faults = args.faults.split(",")
+    args.cells = args.cells.split(",")
     soak = Soak(args)
 
     def on_signal(signum, frame):
@@ -741,10 +1145,15 @@ def main():
     print("path, against the bound the docs state for the faults of that span (the bound of that")
     print("span; - : no overshoot at all).")
     print()
-    print("| fault | injected | path | worst overshoot | its bound | result |")
+    print("| fault | injected | path/cell | worst overshoot | its bound | result |")
     print("|---|---|---|---|---|---|")
+    paths_of = dict({k: [p for c in Soak.KIND_CELLS[k] for p in PATHS[c]] for k in Soak.KINDS},
+                    **{"failover, no fault": list(PATHS["pair"]),
+                       "none": [p for c in PATHS for p in PATHS[c]]})
     for kind in [k for k in Soak.KINDS if k in args.faults] + ["failover, no fault", "none"]:
-        for path in ("direct", "local", "closed"):
+        for path in paths_of[kind]:
+            if CELL_OF[path] not in args.cells:
+                continue
             r = rows.get((kind, path))
             worst = "-" if r is None else "%.1f" % r["worst"]
             bound = "-" if r is None else "%.1f" % r["bound"]
