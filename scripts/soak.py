@@ -6,11 +6,11 @@ own: a replicated pair under the real redis-sentinel, directly (a Sentinel-aware
 through two sidecars (`sluice proxy`, fail mode `local` and `closed`); a cluster of three
 primaries with one replica each and its table in etcd (a client following MOVED); two regions
 sharing GLOBAL rules through the same etcd. One nemesis injects faults picked from a seed among
-every enabled kind of every cell. Every client
-records each check: when it was sent, when it was answered, the key, allowed or not. A checker
-then holds what was allowed against what one exact limiter allows, plus the bound the docs
-state for the faults of that span, and prints a table: fault kind, faults injected, the worst
-overshoot seen, the bound, pass or fail.
+every enabled kind of every cell. Every client records each check: when it was sent, when it
+was answered, the key, allowed or not. A checker then holds what was allowed against what one
+exact limiter allows (a GLOBAL rule's bucket: both regions together against the global limit),
+plus the bound the docs state for the faults of that span, and prints a table: fault kind,
+faults injected, path or cell, the worst overshoot seen, the bound, pass or fail.
 
 Standard library only. Every process it starts is stopped by its PID on exit.
 """

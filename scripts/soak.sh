@@ -21,13 +21,15 @@
 #     TOKEN, GCRA, FIXED, SLIDING and LOG, 20 per 2 s and 50 per 10 s (the regions: the GLOBAL
 #     rules' buckets, checked in both), far above their limits; every check recorded (sent,
 #     answered, key, allowed, the node that answered);
-#   - the nemesis, every 1-3 s, one of: kill -9 of the primary (Sentinel fails over, the node
-#     comes back as a replica of the one the Sentinels name), SIGSTOP of the primary for
-#     0.1-0.6 s, SIGSTOP until Sentinel fails over, a replica's wall clock stepped (50 ms to
-#     2 min, either way) and the replica restarted under it, NOREPLICAS on the primary for
-#     0.3-2 s (the sidecars' fail modes), NOREPLICAS flapping 150 ms x 10, kill -9 of a sidecar
-#     and its restart; the primary cut off from everyone for 0.5-5 s (iptables DROP on its port,
-#     in a network namespace of the soak's own: the script runs itself under `unshare -n`);
+#   - the nemesis, every 1-3 s, the next kind from a bag of every enabled kind, shuffled by the
+#     seed (so each kind comes about as often as any other), one of: kill -9 of the primary
+#     (Sentinel fails over, the node comes back as a replica of the one the Sentinels name),
+#     SIGSTOP of the primary for 0.1-0.6 s, SIGSTOP until Sentinel fails over, a replica's wall
+#     clock stepped (50 ms to 2 min, either way) and the replica restarted under it, NOREPLICAS
+#     on the primary for 0.3-2 s (the sidecars' fail modes), NOREPLICAS flapping 150 ms x 10,
+#     kill -9 of a sidecar and its restart; the primary cut off from everyone for 0.5-5 s
+#     (iptables DROP on its port, in a network namespace of the soak's own: the script runs
+#     itself under `unshare -n`);
 #     slot moves under load (`sluice cluster add-node` of the spare, or `remove-node` of it);
 #     `etcdctl compact` at etcd's current revision; kill -9 of etcd, restarted on the same data
 #     dir and ports after 0.2-3 s; the traffic split between the regions moved (0.8:0.2 to
