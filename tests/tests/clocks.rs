@@ -372,3 +372,47 @@ fn have_libfaketime() -> bool {
     eprintln!("SKIPPED: libfaketime not installed");
     false
 }
+
+/// A replica restarted from its own snapshot under a clock stepped two hours forwards while it
+/// was down asks for a full sync instead of continuing its primary's stream: the snapshot's
+/// times are on the clock it was saved under, so continuing from them would hold every bucket
+/// two hours refilled, and a failover would hand them out. The full sync moves the primary's
+/// times by the difference it measures, and the spent bucket stays spent.
+#[test]
+fn a_replica_restarted_under_a_stepped_clock_takes_a_full_sync() {
+    let dir = TempDir::new("clocks-replica-step");
+    let dir_arg = dir.path().to_str().unwrap().to_string();
+    let primary = Sluice::start();
+    let mut p = primary.client();
+    let to = format!("127.0.0.1:{}", primary.port);
+    let mut replica = Sluice::start_with(&["--replicaof", &to, "--dir", &dir_arg]);
+    let port = replica.port;
+    synced(&mut p, &replica);
+    assert_eq!(
+        rl_check(&mut p, &["b", "10", "1h", "COST", "10"]).unwrap()[0],
+        1
+    );
+    synced(&mut p, &replica);
+    replica.signal(libc::SIGTERM);
+    assert!(replica.wait_exit(Duration::from_secs(10)).is_some());
+    let replica = Sluice::start_on_env(
+        port,
+        &["--replicaof", &to, "--dir", &dir_arg],
+        &[("SLUICE_CLOCK_OFFSET_MS", "7200000")],
+    );
+    synced(&mut p, &replica);
+    let mut c = promote(&replica);
+    assert_eq!(
+        rl_check(&mut c, &["b", "10", "1h"]).unwrap()[0],
+        0,
+        "the bucket spent on the primary came back refilled by the clock step:\n{}",
+        replica.log()
+    );
+    assert!(
+        replica
+            .log()
+            .contains("asking for a full sync instead of continuing"),
+        "{}",
+        replica.log()
+    );
+}

@@ -103,6 +103,9 @@ pub struct Inner {
     /// snapshot of that stream only in the second case (promoting it is how an operator
     /// chooses to take another primary's state).
     pub second_is_own: bool,
+    /// This replica's buckets were loaded from its own snapshot at start and no sync has
+    /// followed: they are on the clock the snapshot was saved under.
+    pub state_from_snapshot: bool,
     /// As a primary: the stream's end (master_repl_offset). As a replica: bytes applied.
     pub offset: u64,
     /// Created when the first replica connects; from then on every change is journaled.
@@ -234,6 +237,7 @@ impl Repl {
                 replid2: "0".repeat(40),
                 second_offset: -1,
                 second_is_own: false,
+                state_from_snapshot: false,
                 offset: 0,
                 backlog: None,
                 replicas: Vec::new(),
@@ -368,6 +372,7 @@ impl Repl {
         inner.replid = origin.replid;
         inner.offset = origin.offset;
         inner.synced = true;
+        inner.state_from_snapshot = true;
     }
 
     /// A primary restarted from a snapshot of `origin`: it knows its old stream up to there

@@ -137,7 +137,21 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
     let primary = PrimaryInfo::read(&mut peer).await;
     refuse_a_primary_behind_us(shared, &primary)?;
     let (replid, offset) = {
-        let inner = shared.repl.inner.lock();
+        let mut inner = shared.repl.inner.lock();
+        // Buckets loaded from this replica's snapshot are on the clock it was saved under. A
+        // wall clock stepped while the node was down leaves each of their times off by the
+        // step, which no snapshot can show: continue from them only where this clock and the
+        // primary's agree, else take a full sync, whose times are moved by the difference
+        // just measured.
+        let agree = skew
+            .ahead_ns()
+            .is_some_and(|a| a.unsigned_abs() < super::skew::WINDOW_AGREE_NS.unsigned_abs());
+        if std::mem::take(&mut inner.state_from_snapshot) && inner.synced && !agree {
+            sluice_log::log(
+                "The clocks of MASTER and this replica disagree: asking for a full sync instead of continuing from the snapshot, whose times are on the clock it was saved under",
+            );
+            inner.synced = false;
+        }
         if inner.synced {
             (inner.replid.clone(), inner.offset.to_string())
         } else {
