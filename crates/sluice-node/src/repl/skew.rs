@@ -17,17 +17,18 @@
 //! a new link measures again.
 //!
 //! Moving a bucket by even a millisecond takes a whole unit from one spent exactly on a unit's
-//! boundary, so for a bucket (TOKEN, GCRA, LEAKY, LOG, leases) a difference under
+//! boundary, so for a bucket (TOKEN, GCRA, LEAKY, leases) a difference under
 //! [`AGREE_NS`] (100 ms) counts as none: clocks that close are taken to agree, and that much
 //! disagreement stays uncorrected. Both ways it is bounded by 100 ms of refill: a receiver up
 //! to 100 ms ahead refills a bucket up to 100 ms early (allows at most `limit × 0.1 s ÷ period`
 //! more, once), one up to 100 ms behind refills it up to 100 ms late (allows that much less,
 //! once).
 //!
-//! A FIXED or SLIDING window is moved by a difference of [`WINDOW_AGREE_NS`] (1 ms) or more:
-//! moving it keeps its count and its age (`State::shifted`), so a small correction takes
-//! nothing, while none would end a spent window early on a receiver ahead, with a whole limit
-//! back at once. The window then ends on the receiver when it ends on the sender, to within
+//! A FIXED or SLIDING window, and a LOG's entries, are moved by a difference of
+//! [`WINDOW_AGREE_NS`] (1 ms) or more: moving them keeps their counts and ages
+//! (`State::shifted`), so a small correction takes nothing, while none would end a spent
+//! window early on a receiver ahead, with a whole limit back at once (a LOG's burst of entries
+//! admitted together would all expire early). The window then ends on the receiver when it ends on the sender, to within
 //! half the measuring round trip (or 1 ms, below which it is not moved). A moved start is no
 //! multiple of the period, so the store keeps such a window boxed (a 32-byte allocation
 //! besides its slot) rather than packed, for as long as it holds the sender's window; clocks
@@ -47,8 +48,8 @@ const WORTH_LOGGING_NS: i64 = 1_000_000_000;
 /// Clocks closer than this are taken to agree (see the module docs).
 pub const AGREE_NS: i64 = 100_000_000;
 
-/// Clocks closer than this are taken to agree for a FIXED or SLIDING window (see the module
-/// docs): about what three `TIME` calls can tell apart.
+/// Clocks closer than this are taken to agree for a FIXED or SLIDING window or a LOG (see the
+/// module docs): about what three `TIME` calls can tell apart.
 pub const WINDOW_AGREE_NS: i64 = 1_000_000;
 
 /// How far this node's clock is ahead of a sender's, once measured.
@@ -115,9 +116,12 @@ impl Skew {
 
     /// Applies `rec` to `store`, its times moved onto our clock.
     pub fn apply(self, store: &Store, rec: Record<'_>, now: Nanos) {
+        // A LOG's entries are instants each admission is counted until, like a window's start:
+        // left 50 ms off, a burst admitted at once would expire 50 ms early on this clock, all
+        // of it. Buckets keep the 100 ms threshold (see `correction`).
         let by = match &rec {
             Record::Limiter {
-                state: State::Fixed(_) | State::Sliding(_),
+                state: State::Fixed(_) | State::Sliding(_) | State::Log(_),
                 ..
             } => self.window_correction(),
             _ => self.correction(),
@@ -225,6 +229,41 @@ mod tests {
         assert!(
             !d.allowed,
             "the window ended on our grid, before the sender's"
+        );
+    }
+
+    /// A LOG's entries move by the same small difference: a burst spent on a sender 50 ms behind
+    /// us is still spent 40 ms after it would have ended on our clock unmoved.
+    #[test]
+    fn log_entries_move_by_a_difference_too_small_for_buckets() {
+        use sluice_core::log::LogRing;
+        use sluice_core::{Algo, Params};
+        let store = Store::new(sluice_store::StoreConfig::default());
+        let period = Nanos::from_secs(2);
+        let spent = Nanos::from_secs(1_700_000_000);
+        let ring = LogRing::from_timestamps(3, &[spent, spent, spent]).unwrap();
+        let skew = Skew {
+            ahead: Some(50_000_000),
+        };
+        let end = spent.saturating_add(period);
+        let rec = Record::Limiter {
+            key: b"l",
+            deadline: end,
+            state: State::Log(ring),
+        };
+        skew.apply(&store, rec, spent);
+        let params = Params {
+            limit: 3,
+            period,
+            burst: 3,
+            cost: 1,
+        };
+        let d = store
+            .check(b"l", Algo::Log, &params, Nanos(end.0 + 40_000_000), true)
+            .unwrap();
+        assert!(
+            !d.allowed,
+            "the burst expired on our clock before the sender's"
         );
     }
 
