@@ -109,9 +109,8 @@ STATUS=0
 # soak.py stops every process it started by its PID, on any exit.
 timeout $(( ${MINUTES%.*} * 60 + 600 )) python3 "$ROOT/scripts/soak.py" --sluice "$SLUICE" \
   --minutes "$MINUTES" --seed "$SEED" --work "$WORK" "${EXTRA[@]}" || STATUS=$?
-if [ "$STATUS" = 0 ] && [ "${KEEP_LOGS:-0}" != 1 ]; then
-  rm -rf "$WORK"
-else
-  log "logs kept in $WORK"
+# lib.sh's exit trap removes WORK unless KEEP_LOGS=1: a failure keeps it, with its event log.
+if [ "$STATUS" != 0 ]; then
+  KEEP_LOGS=1
 fi
 exit "$STATUS"

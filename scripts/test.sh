@@ -3,7 +3,8 @@
 # arguments, only `cargo test --workspace ARGS`).
 #
 # The tests drive real programs: redis-cli and redis-benchmark as clients, redis-server and
-# redis-sentinel for the Sentinel tests, etcd for the cluster table and the rules, nginx and
+# redis-sentinel for the Sentinel tests, etcd (and etcdctl, which the soak compacts it with)
+# for the cluster table and the rules, nginx and
 # iptables for the gateway tests, unshare, ip and iptables for the partition tests (each in a
 # network namespace of its own), libfaketime (package faketime) to jump a node's wall clock,
 # redis-py 8 (pip) and ioredis, rate-limiter-flexible, express, express-rate-limit and
@@ -29,6 +30,7 @@ redis-cli redis-tools
 redis-benchmark redis-tools
 redis-sentinel redis-sentinel
 etcd etcd-server
+etcdctl etcd-client
 nginx nginx
 iptables iptables
 ip iproute2
@@ -103,6 +105,12 @@ if [ $# -eq 0 ]; then
     # node, then a Redis Cluster of three); its sdist and test dependencies come from PyPI.
     # Every test that passes against Redis must pass against Sluice.
     scripts/limits-tests.sh --sluice "$PWD/target/release/sluice" --require-equal
+    # The fault-injection soak, two minutes on a fixed seed against the release build: a
+    # replicated pair under redis-sentinel with two sidecars, a cluster with etcd, two
+    # regions, and a nemesis drawing every fault kind; each key's allowed checks held to one
+    # exact limiter plus the bound the docs state for the faults of its span
+    # (`scripts/soak.sh --minutes 30` for the long run).
+    scripts/soak.sh --minutes 2 --seed 1 --sluice "$PWD/target/release/sluice"
     # The wire, the hostile clients, the command surface, replication (WAIT, PSYNC), the
     # checks, operations and ACLs (CLIENT KILL USER) again, every node on the epoll connection
     # loop (--io epoll; the suite above ran on the default, io_uring where it is permitted).
