@@ -546,6 +546,11 @@ pub fn wait_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Opt
     }
 }
 
+/// Polls `f` every 20 ms until it holds (true) or `secs` pass (false).
+pub fn holds_within(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    wait_until(Duration::from_secs(secs), || f().then_some(())).is_some()
+}
+
 /// A real redis-server on a free loopback port, with no persistence (`--save '' --appendonly
 /// no`): the reference the differential and comparison tests hold Sluice to. Stopped by its PID
 /// on drop.

@@ -6,19 +6,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use redis::Connection;
-use sluice_tests::{Sluice, rl_check};
-
-/// Polls `f` every 20 ms until it holds or `secs` pass.
-fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
+use sluice_tests::{Sluice, holds_within, rl_check};
 
 fn info(c: &mut Connection, section: &str) -> String {
     redis::cmd("INFO").arg(section).query(c).unwrap()
@@ -102,7 +90,7 @@ fn full_sync_then_stream_keeps_replica_equal() {
     let replica = replica_of(&primary, &[]);
     let mut r = replica.client();
     assert!(
-        wait_until(60, || link_up(&mut r) && dbsize(&mut r) == 100_001),
+        holds_within(60, || link_up(&mut r) && dbsize(&mut r) == 100_001),
         "full sync of 100k buckets did not complete: {}",
         replica.log()
     );
@@ -151,7 +139,7 @@ fn full_sync_then_stream_keeps_replica_equal() {
     let gone: i64 = redis::cmd("EXISTS").arg("pre:1").query(&mut r).unwrap();
     assert_eq!(gone, 0, "DEL replicated");
     // The deadline travels as an absolute time: the replica drops pre:2 on its own.
-    assert!(wait_until(5, || {
+    assert!(holds_within(5, || {
         redis::cmd("EXISTS")
             .arg("pre:2")
             .query::<i64>(&mut r)
@@ -217,7 +205,7 @@ fn replica_serves_reads_and_refuses_writes() {
     let _: () = redis::cmd("SET").arg("c").arg(1).query(&mut p).unwrap();
     let replica = replica_of(&primary, &[]);
     let mut r = replica.client();
-    assert!(wait_until(20, || link_up(&mut r) && dbsize(&mut r) == 2));
+    assert!(holds_within(20, || link_up(&mut r) && dbsize(&mut r) == 2));
 
     assert_eq!(rl_check(&mut r, &["k", "5", "1h", "DRY"]).unwrap()[2], 2);
     assert_eq!(
@@ -265,7 +253,7 @@ fn short_disconnect_resyncs_partially_and_overrun_resyncs_fully() {
     let mut p = primary.client();
     let replica = replica_of(&primary, &[]);
     let mut r = replica.client();
-    assert!(wait_until(20, || link_up(&mut r)));
+    assert!(holds_within(20, || link_up(&mut r)));
     preload(&mut p, "a", 100);
     assert_eq!(wait(&mut p, 1), 1);
 
@@ -278,7 +266,7 @@ fn short_disconnect_resyncs_partially_and_overrun_resyncs_fully() {
         .unwrap();
     assert_eq!(killed, 1);
     preload(&mut p, "b", 100);
-    assert!(wait_until(20, || {
+    assert!(holds_within(20, || {
         field(&info(&mut p, "stats"), "sync_partial_ok").as_deref() == Some("1") && link_up(&mut r)
     }));
     assert_eq!(wait(&mut p, 1), 1);
@@ -304,7 +292,7 @@ fn short_disconnect_resyncs_partially_and_overrun_resyncs_fully() {
         field(&info(c, "stats"), name).map_or(0, |v| v.parse().unwrap_or(0))
     };
     assert!(
-        wait_until(30, || count(&mut p, "sync_full") >= 2 && link_up(&mut r)),
+        holds_within(30, || count(&mut p, "sync_full") >= 2 && link_up(&mut r)),
         "no full resync after the backlog was overrun: {}\n{}",
         primary.log(),
         replica.log()
@@ -326,7 +314,7 @@ fn promotion_keeps_buckets_and_old_primary_rejoins() {
     rl_check(&mut p, &["hot", "10", "1d", "COST", "4"]).unwrap();
     let replica = replica_of(&primary, &[]);
     let mut r = replica.client();
-    assert!(wait_until(20, || link_up(&mut r) && dbsize(&mut r) == 1));
+    assert!(holds_within(20, || link_up(&mut r) && dbsize(&mut r) == 1));
     let old_replid = field(&info(&mut r, "replication"), "master_replid").unwrap();
 
     let ok: String = redis::cmd("REPLICAOF")
@@ -361,7 +349,7 @@ fn promotion_keeps_buckets_and_old_primary_rejoins() {
         .query(&mut p)
         .unwrap();
     assert_eq!(again, "OK Already connected to specified master");
-    assert!(wait_until(20, || link_up(&mut p)), "{}", primary.log());
+    assert!(holds_within(20, || link_up(&mut p)), "{}", primary.log());
     assert_eq!(wait(&mut r, 1), 1);
     // 10 - 4 - 1 taken; DRY shows what would be left after one more.
     assert_eq!(rl_check(&mut p, &["hot", "10", "1d", "DRY"]).unwrap()[2], 4);
@@ -402,7 +390,7 @@ fn bad_targets_and_garbage_streams_leave_the_node_serving() {
         .arg(dead_port)
         .query(&mut c)
         .unwrap();
-    assert!(wait_until(10, || {
+    assert!(holds_within(10, || {
         let i = info(&mut c, "replication");
         field(&i, "master_link_status").as_deref() == Some("down")
             && field(&i, "master_link_down_since_seconds").is_some()
@@ -490,7 +478,7 @@ fn replica_that_stops_reading_is_cut_and_resyncs() {
     let mut p = primary.client();
     let replica = replica_of(&primary, &[]);
     let mut r = replica.client();
-    assert!(wait_until(20, || link_up(&mut r)));
+    assert!(holds_within(20, || link_up(&mut r)));
     replica.signal(libc::SIGSTOP);
     // More than the kernel's socket buffers and the limit together.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -506,7 +494,7 @@ fn replica_that_stops_reading_is_cut_and_resyncs() {
         primary.log()
     );
     // The primary never stalled, and the replica comes back whole.
-    assert!(wait_until(60, || link_up(&mut r) && dbsize(&mut r) == dbsize(&mut p)));
+    assert!(holds_within(60, || link_up(&mut r) && dbsize(&mut r) == dbsize(&mut p)));
 }
 
 #[test]
@@ -562,7 +550,7 @@ fn pubsub_fans_out_across_connections_in_both_protocols() {
     let want = "*3\r\n$11\r\nunsubscribe\r\n$18\r\n__sentinel__:hello\r\n:1\r\n*3\r\n$11\r\nunsubscribe\r\n$5\r\nother\r\n:0\r\n+PONG\r\n";
     assert_eq!(sluice_tests::read_exact_str(&mut sub2, want.len()), want);
     drop(sub3);
-    assert!(wait_until(5, || {
+    assert!(holds_within(5, || {
         redis::cmd("PUBLISH")
             .arg("__sentinel__:hello")
             .arg("x")
@@ -577,7 +565,7 @@ fn sentinel_reconfiguration_block_is_queued_whole() {
     let primary = Sluice::start();
     let replica = replica_of(&primary, &[]);
     let mut r = replica.client();
-    assert!(wait_until(20, || link_up(&mut r)));
+    assert!(holds_within(20, || link_up(&mut r)));
     // What Sentinel pipelines at a failover; every command must be QUEUED, none refused.
     let mut s = replica.raw();
     s.write_all(
@@ -586,7 +574,7 @@ fn sentinel_reconfiguration_block_is_queued_whole() {
     .unwrap();
     let want = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n+OK\r\n-ERR The server is running without a config file\r\n:1\r\n:0\r\n";
     assert_eq!(sluice_tests::read_exact_str(&mut s, want.len()), want);
-    assert!(wait_until(5, || {
+    assert!(holds_within(5, || {
         let mut c = replica.client();
         field(&info(&mut c, "replication"), "role").as_deref() == Some("master")
     }));
@@ -609,7 +597,7 @@ fn replica_authenticates_with_masterauth() {
     );
     let right = replica_of(&primary, &["--masterauth", "s3cret"]);
     let mut r = right.client();
-    assert!(wait_until(20, || link_up(&mut r)), "{}", right.log());
+    assert!(holds_within(20, || link_up(&mut r)), "{}", right.log());
 }
 
 /// A primary killed and restarted from a snapshot older than what its replica holds: the
@@ -625,7 +613,7 @@ fn a_primary_restarted_from_an_old_snapshot_does_not_wipe_a_replica_ahead_of_it(
     let replica = replica_of(&primary, &[]);
     let mut p = primary.client();
     let mut r = replica.client();
-    assert!(wait_until(20, || link_up(&mut r)));
+    assert!(holds_within(20, || link_up(&mut r)));
     rl_check(&mut p, &["k", "100", "1d", "COST", "10"]).unwrap();
     assert_eq!(wait(&mut p, 1), 1);
     let () = redis::cmd("SAVE").query(&mut p).unwrap();
@@ -668,6 +656,6 @@ fn a_primary_restarted_from_an_old_snapshot_does_not_wipe_a_replica_ahead_of_it(
         .arg(replica.port)
         .query(&mut p)
         .unwrap();
-    assert!(wait_until(20, || link_up(&mut p)), "{}", restarted.log());
+    assert!(holds_within(20, || link_up(&mut p)), "{}", restarted.log());
     assert_eq!(rl_check(&mut p, &["k", "100", "1d", "DRY"]).unwrap()[2], 39);
 }

@@ -2,22 +2,10 @@
 //! by full sync and by the stream (small ones and ones past the compact encodings, with their
 //! TTLs), a promoted replica serves them, and a restart from a snapshot keeps them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{Connection, Value};
-use sluice_tests::{Sluice, TempDir};
-
-/// Polls `f` every 20 ms until it holds or `secs` pass.
-fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
+use sluice_tests::{Sluice, TempDir, holds_within};
 
 fn cmd(c: &mut Connection, args: &[&str]) -> Value {
     let mut command = redis::cmd(args[0]);
@@ -127,7 +115,7 @@ fn collections_reach_a_replica_by_sync_and_stream_and_survive_promotion() {
     let replica = Sluice::start_with(&["--replicaof", &to]);
     let mut r = replica.client();
     assert!(
-        wait_until(60, || states(&mut r) == want),
+        holds_within(60, || states(&mut r) == want),
         "full sync: the replica differs\nprimary {:?}\nreplica {:?}",
         want.iter()
             .map(|s| &s[..s.len().min(80)])
@@ -161,7 +149,7 @@ fn collections_reach_a_replica_by_sync_and_stream_and_survive_promotion() {
     keys.push("set:renamed");
     let want: Vec<String> = keys.iter().map(|k| state(&mut p, k)).collect();
     assert!(
-        wait_until(10, || keys
+        holds_within(10, || keys
             .iter()
             .map(|k| state(&mut r, k))
             .collect::<Vec<_>>()

@@ -3,22 +3,10 @@
 //! on loopback; every wait has a deadline; every process is stopped by its PID when its guard
 //! drops.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Connection;
-use sluice_tests::{Sluice, rl_check};
-
-/// Polls `f` every 20 ms until it holds or `secs` pass.
-fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
+use sluice_tests::{Sluice, holds_within, rl_check};
 
 fn field(c: &mut Connection, name: &str) -> Option<String> {
     let info: String = redis::cmd("INFO").arg("replication").query(c).ok()?;
@@ -64,7 +52,7 @@ fn a_promoted_replica_restarted_from_its_replica_snapshot_does_not_wipe_its_repl
     let mut r_node = replica_of(primary.port, &["--dir", &dir_arg]);
     let r_port = r_node.port;
     let mut r = r_node.client();
-    assert!(wait_until(20, || link_up(&mut r)), "{}", r_node.log());
+    assert!(holds_within(20, || link_up(&mut r)), "{}", r_node.log());
     rl_check(&mut p, &["k", "100", "1d", "COST", "10"]).unwrap();
     assert_eq!(wait(&mut p, 1), 1);
     // Saved as a replica: 10 spent.
@@ -76,7 +64,7 @@ fn a_promoted_replica_restarted_from_its_replica_snapshot_does_not_wipe_its_repl
         .unwrap();
     let r2_node = replica_of(r_port, &[]);
     let mut r2 = r2_node.client();
-    assert!(wait_until(20, || link_up(&mut r2)), "{}", r2_node.log());
+    assert!(holds_within(20, || link_up(&mut r2)), "{}", r2_node.log());
     rl_check(&mut r, &["k", "100", "1d", "COST", "50"]).unwrap();
     assert_eq!(wait(&mut r, 1), 1);
     assert_eq!(remaining(&mut r2), 39);
@@ -90,7 +78,7 @@ fn a_promoted_replica_restarted_from_its_replica_snapshot_does_not_wipe_its_repl
     // R2 either refuses R (it holds more) or takes a full sync from it: wait for either.
     let refused = "refusing a full sync: the primary restarted from a snapshot";
     assert!(
-        wait_until(20, || r2_node.log().contains(refused)
+        holds_within(20, || r2_node.log().contains(refused)
             || r2_node
                 .log()
                 .matches("MASTER <-> REPLICA sync: loaded")
@@ -117,7 +105,7 @@ fn a_promoted_replica_restarted_from_its_replica_snapshot_does_not_wipe_its_repl
         .arg(r2_node.port)
         .query(&mut r)
         .unwrap();
-    assert!(wait_until(20, || link_up(&mut r)), "{}", restarted.log());
+    assert!(holds_within(20, || link_up(&mut r)), "{}", restarted.log());
     assert_eq!(remaining(&mut r), 39);
 }
 
@@ -141,7 +129,7 @@ fn a_replica_restarted_from_its_snapshot_continues_its_primary_stream() {
     let mut r_node = replica_of(primary.port, &["--dir", &dir_arg]);
     let r_port = r_node.port;
     let mut r = r_node.client();
-    assert!(wait_until(20, || link_up(&mut r)), "{}", r_node.log());
+    assert!(holds_within(20, || link_up(&mut r)), "{}", r_node.log());
     rl_check(&mut p, &["k", "100", "1d", "COST", "10"]).unwrap();
     assert_eq!(wait(&mut p, 1), 1);
     let () = redis::cmd("SAVE").query(&mut r).unwrap();
@@ -154,7 +142,7 @@ fn a_replica_restarted_from_its_snapshot_continues_its_primary_stream() {
     let to = format!("127.0.0.1:{}", primary.port);
     let restarted = Sluice::start_on(r_port, &["--replicaof", &to, "--dir", &dir_arg]);
     let mut r = restarted.client();
-    assert!(wait_until(20, || link_up(&mut r)), "{}", restarted.log());
+    assert!(holds_within(20, || link_up(&mut r)), "{}", restarted.log());
     assert_eq!(
         (stat(&mut p, "sync_full"), stat(&mut p, "sync_partial_ok")),
         (full, partial + 1),
@@ -179,7 +167,7 @@ fn a_replica_relinks_to_a_restarted_primary_and_follows_one_it_was_told_to_take(
     let mut p = primary.client();
     let r_node = replica_of(p_port, &[]);
     let mut r = r_node.client();
-    assert!(wait_until(20, || link_up(&mut r)), "{}", r_node.log());
+    assert!(holds_within(20, || link_up(&mut r)), "{}", r_node.log());
     rl_check(&mut p, &["k", "100", "1d", "COST", "10"]).unwrap();
     assert_eq!(wait(&mut p, 1), 1);
 
@@ -188,7 +176,7 @@ fn a_replica_relinks_to_a_restarted_primary_and_follows_one_it_was_told_to_take(
     assert!(primary.wait_exit(Duration::from_secs(10)).is_some());
     let primary = Sluice::start_on(p_port, &["--dir", &dir_arg]);
     let mut p = primary.client();
-    assert!(wait_until(20, || link_up(&mut r)), "{}", r_node.log());
+    assert!(holds_within(20, || link_up(&mut r)), "{}", r_node.log());
     for _ in 0..5 {
         rl_check(&mut p, &["k", "100", "1d", "COST", "1"]).unwrap();
     }
@@ -202,7 +190,7 @@ fn a_replica_relinks_to_a_restarted_primary_and_follows_one_it_was_told_to_take(
         .query(&mut p)
         .unwrap();
     assert!(
-        wait_until(20, || link_up(&mut r) && wait(&mut p, 1) == 1),
+        holds_within(20, || link_up(&mut r) && wait(&mut p, 1) == 1),
         "the replica did not link again: {}",
         r_node.log()
     );
@@ -225,7 +213,7 @@ fn a_replica_relinks_to_a_restarted_primary_and_follows_one_it_was_told_to_take(
     assert_eq!(remaining(&mut p), 84);
     let refused = "refusing a full sync: the primary restarted from a snapshot";
     assert!(
-        wait_until(20, || r_node.log().contains(refused)),
+        holds_within(20, || r_node.log().contains(refused)),
         "{}",
         r_node.log()
     );
@@ -241,7 +229,7 @@ fn a_replica_relinks_to_a_restarted_primary_and_follows_one_it_was_told_to_take(
         .query(&mut r)
         .unwrap();
     assert!(
-        wait_until(20, || link_up(&mut r) && remaining(&mut r) == 84),
+        holds_within(20, || link_up(&mut r) && remaining(&mut r) == 84),
         "the replica told to follow did not take the primary's state: {}",
         r_node.log()
     );
