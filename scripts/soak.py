@@ -1093,6 +1093,19 @@ def check(soak, keys):
         for sp in splits:
             if cell != "pair":
                 break
+            # Failing over between clocks that differ: a bucket may refill by 100 ms (clocks
+            # that close count as agreeing); a FIXED or SLIDING key's window after the moved
+            # one follows the new clock's multiples of the period and can be short, so one
+            # limit more (docs/failure-matrix.md, nodes whose clocks disagree). Either shows
+            # within two periods of the failover: the moved window's rest, then the short one.
+            skew = abs(soak.offset_at(sp["old"], sp["t"]) - soak.offset_at(sp["new"], sp["t"]))
+            if skew > 0 and sp["t"] <= b and a <= sp["t"] + 2 * period:
+                if algo in ("TOKEN", "GCRA"):
+                    kinds.add(sp["kind"] or "failover, no fault")
+                    bound += limit * min(skew, SKEW_REFILL) / period
+                if skew >= 0.001 and algo in ("FIXED", "SLIDING"):
+                    kinds.add(sp["kind"] or "failover, no fault")
+                    bound += limit
             if sp["lo"] > b or sp["end"] < a:
                 continue
             kinds.add(sp["kind"] or "failover, no fault")
@@ -1101,15 +1114,6 @@ def check(soak, keys):
                 bound += sum(1 for s, r, p in ev if p == sp["old"] and lo <= r <= sp["end"])
             else:
                 bound += sum(1 for s, r, p in ev if lo <= r and s <= sp["end"])
-            # Failing over between clocks that differ: a bucket may refill by 100 ms (clocks
-            # that close count as agreeing); a FIXED or SLIDING key's window after the moved
-            # one follows the new clock's multiples of the period and can be short, so one
-            # limit more (docs/failure-matrix.md, nodes whose clocks disagree).
-            skew = abs(soak.offset_at(sp["old"], sp["t"]) - soak.offset_at(sp["new"], sp["t"]))
-            if skew > 0 and algo in ("TOKEN", "GCRA"):
-                bound += limit * min(skew, SKEW_REFILL) / period
-            if skew >= 0.001 and algo in ("FIXED", "SLIDING"):
-                bound += limit
         for f in soak.faults:
             if f["t0"] > b or f["t1"] + period < a or cell not in f.get("cells", ["pair"]):
                 continue
