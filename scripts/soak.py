@@ -518,19 +518,25 @@ class Soak:
                     out.append(("regions", "%s:s%d" % (rule, i), limit, period, algo))
         return out
 
-    def client(self, path, keys, out):
-        rng = random.Random(self.rng.random())
-        conn = None
-        errors = 0
-        gap = 1.0 / self.args.rate
+    def ticks(self, rate=None):
+        """Yields at `rate()` a second (default `--rate`) until the soak stops; a client that
+        fell more than a second behind starts over from now instead of bursting."""
+        rate = rate or (lambda: self.args.rate)
         next_at = time.time()
         while not self.stop.is_set():
-            next_at += gap
+            next_at += 1.0 / rate()
             pause = next_at - time.time()
             if pause > 0:
                 time.sleep(pause)
             elif pause < -1.0:
                 next_at = time.time()
+            yield
+
+    def client(self, path, keys, out):
+        rng = random.Random(self.rng.random())
+        conn = None
+        errors = 0
+        for _ in self.ticks():
             if conn is None:
                 port = self.sidecars[path] if path != "direct" else self.primary_port()
                 if port is None:
@@ -573,15 +579,7 @@ class Soak:
         conns = {}
         owner = None
         errors = 0
-        gap = 1.0 / self.args.rate
-        next_at = time.time()
-        while not self.stop.is_set():
-            next_at += gap
-            pause = next_at - time.time()
-            if pause > 0:
-                time.sleep(pause)
-            elif pause < -1.0:
-                next_at = time.time()
+        for _ in self.ticks():
             if owner is None:
                 owner = self.slot_map()
                 if owner is None:
@@ -632,14 +630,7 @@ class Soak:
         rng = random.Random(self.rng.random())
         conn = None
         errors = 0
-        next_at = time.time()
-        while not self.stop.is_set():
-            next_at += 1.0 / max(1.0, self.args.rate * self.split[region])
-            pause = next_at - time.time()
-            if pause > 0:
-                time.sleep(pause)
-            elif pause < -1.0:
-                next_at = time.time()
+        for _ in self.ticks(lambda: max(1.0, self.args.rate * self.split[region])):
             port = self.rnodes[region]
             try:
                 if conn is None:

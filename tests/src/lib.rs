@@ -176,6 +176,16 @@ impl Sluice {
         self.child.id()
     }
 
+    /// `ROLE` of this node, or `None` if it does not answer within a few seconds.
+    pub fn try_role(&self) -> Option<redis::Role> {
+        let mut c = redis::Client::open(self.url())
+            .ok()?
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        redis::cmd("ROLE").query(&mut c).ok()
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }

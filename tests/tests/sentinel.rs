@@ -49,15 +49,6 @@ fn try_info(node: &Sluice, section: &str) -> Option<String> {
     redis::cmd("INFO").arg(section).query(&mut c).ok()
 }
 
-fn try_role(node: &Sluice) -> Option<redis::Role> {
-    let mut c = redis::Client::open(node.url())
-        .ok()?
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .ok()?;
-    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    redis::cmd("ROLE").query(&mut c).ok()
-}
-
 /// Whether `replica`'s INFO says it streams from `primary_port` with the link up.
 fn follows(replica: &Sluice, primary_port: u16) -> bool {
     try_info(replica, "replication").is_some_and(|i| {
@@ -296,12 +287,14 @@ fn sentinel_fails_over_under_load() {
     let restarted = Instant::now();
 
     let role = wait_until(Duration::from_secs(10), || {
-        try_role(new_primary).filter(|r| matches!(r, redis::Role::Primary { .. }))
+        new_primary
+            .try_role()
+            .filter(|r| matches!(r, redis::Role::Primary { .. }))
     });
     assert!(
         role.is_some(),
         "ROLE on the promoted node: {:?}",
-        try_role(new_primary)
+        new_primary.try_role()
     );
 
     // Sentinel repoints the other replica.
@@ -385,7 +378,7 @@ fn old_primary_rejoins(
     println!(
         "Sentinel converted the restarted old primary into a replica {converted:?} after its restart"
     );
-    match try_role(old) {
+    match old.try_role() {
         Some(redis::Role::Replica { primary_port, .. }) => assert_eq!(primary_port, new_port),
         other => panic!("ROLE on the old primary: {other:?}"),
     }

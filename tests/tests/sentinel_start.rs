@@ -44,15 +44,6 @@ struct Topology {
     allowed: i64,
 }
 
-fn role(node: &Sluice) -> Option<redis::Role> {
-    let mut c = redis::Client::open(node.url())
-        .ok()?
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .ok()?;
-    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    redis::cmd("ROLE").query(&mut c).ok()
-}
-
 /// The primary's port the Sentinel names.
 fn named_port(sentinel: &RedisSentinel) -> Option<u16> {
     let mut c = sentinel.client();
@@ -99,14 +90,14 @@ fn up_with_quorum(quorum: u32) -> Topology {
         &format!("127.0.0.1:{}", primary.port),
     ]);
     let linked = wait_until(Duration::from_secs(20), || {
-        matches!(role(&replica), Some(redis::Role::Replica { primary_port, replication_state, .. })
+        matches!(replica.try_role(), Some(redis::Role::Replica { primary_port, replication_state, .. })
             if primary_port == primary.port && replication_state == "connected")
         .then_some(())
     });
     assert!(
         linked.is_some(),
         "R did not link to P: {:?}",
-        role(&replica)
+        replica.try_role()
     );
     let sentinel = RedisSentinel::start(&format!(
         "sentinel monitor {MASTER} 127.0.0.1 {} {quorum}\n\
@@ -177,7 +168,7 @@ impl Topology {
     /// P's first answer to ROLE names R as its primary; P admits no check; R's bucket stays
     /// spent; the total allowed stays at the limit.
     fn assert_primary_follows_replica(&mut self) {
-        match role(&self.primary) {
+        match self.primary.try_role() {
             Some(redis::Role::Replica { primary_port, .. }) => {
                 assert_eq!(primary_port, self.replica.port, "P follows R")
             }
@@ -274,9 +265,9 @@ fn with_no_failover_coming_it_serves_after_the_bounded_wait() {
     // down-after-milliseconds 2000 + failover-timeout 10000.
     assert!(took >= Duration::from_secs(12), "{took:?}");
     assert!(
-        matches!(role(&t.primary), Some(redis::Role::Primary { .. })),
+        matches!(t.primary.try_role(), Some(redis::Role::Primary { .. })),
         "P: {:?}",
-        role(&t.primary)
+        t.primary.try_role()
     );
 }
 
@@ -303,9 +294,9 @@ fn restarted_after_a_graceful_stop_it_serves_at_once() {
     );
     assert!(took < Duration::from_secs(2), "{took:?}");
     assert!(
-        matches!(role(&t.primary), Some(redis::Role::Primary { .. })),
+        matches!(t.primary.try_role(), Some(redis::Role::Primary { .. })),
         "P: {:?}",
-        role(&t.primary)
+        t.primary.try_role()
     );
     let again = spend(&t.primary, LIMIT);
     assert_eq!(again, 0, "P granted quota again after a graceful stop");
@@ -313,11 +304,11 @@ fn restarted_after_a_graceful_stop_it_serves_at_once() {
     // R follows P again, its bucket still spent.
     let port = t.primary.port;
     let relinked = wait_until(Duration::from_secs(20), || {
-        matches!(role(&t.replica), Some(redis::Role::Replica { primary_port, replication_state, .. })
+        matches!(t.replica.try_role(), Some(redis::Role::Replica { primary_port, replication_state, .. })
             if primary_port == port && replication_state == "connected")
         .then_some(())
     });
-    assert!(relinked.is_some(), "R: {:?}", role(&t.replica));
+    assert!(relinked.is_some(), "R: {:?}", t.replica.try_role());
     assert_eq!(remaining(&t.replica), Some(0));
 }
 
@@ -338,7 +329,7 @@ fn with_no_sentinel_answering_it_starts_as_configured() {
         "{}",
         node.log()
     );
-    assert!(matches!(role(&node), Some(redis::Role::Primary { .. })));
+    assert!(matches!(node.try_role(), Some(redis::Role::Primary { .. })));
 }
 
 #[test]
@@ -352,9 +343,9 @@ fn without_sentinel_a_primary_restarted_within_down_after_serves_its_snapshot_ag
     std::thread::sleep(Duration::from_secs(1));
     t.restart_primary(&[]);
     assert!(
-        matches!(role(&t.primary), Some(redis::Role::Primary { .. })),
+        matches!(t.primary.try_role(), Some(redis::Role::Primary { .. })),
         "P: {:?}",
-        role(&t.primary)
+        t.primary.try_role()
     );
     let again = spend(&t.primary, LIMIT);
     t.allowed += again;
