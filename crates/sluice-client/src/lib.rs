@@ -35,6 +35,8 @@
 //!   waiting ([`Quick`]); `client::outage` (private): fail mode `local` across outages, the
 //!   bucket each outage starts from and the [`Debt`] charged to the node after it.
 //! - [`tls`]: the TLS client config for nodes' `--tls-port` (CA, and a client certificate).
+//! - [`top`]: `RL.TOP` and `RL.RATES` replies read and merged across nodes (`sluice top`, the
+//!   sidecar's `/dashboard`).
 //! - [`rules`]: the named rules as a gateway learns them from the nodes (`RL.RULE LIST`/`GET`),
 //!   each with its fail mode, scope, tier and route.
 //! - [`allow`]: [`Client::allow`], `RL.ALLOW` with the rules' fail modes, split by slot in a
@@ -61,6 +63,7 @@ pub mod node;
 pub mod raw;
 pub mod rules;
 pub mod tls;
+pub mod top;
 
 pub use allow::{AllowRequest, Allowed};
 pub use client::{Client, Config, Debt, Later, Quick, ReplyError, Settled, Topology, Upstream};

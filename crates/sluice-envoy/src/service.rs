@@ -52,6 +52,8 @@ pub struct Check<'a> {
 pub struct Verdict {
     /// The limit's stats key (`domain.key_value.key`), the metrics' `rule` label.
     pub rule: String,
+    /// The bucket the descriptor was checked in (`RL.TOP` names it).
+    pub key: Vec<u8>,
     pub algo: Algo,
     pub decision: Decision,
     pub shadow: bool,
@@ -181,6 +183,7 @@ where
         statuses.push(limited_status(limit, unit, code, &decision, now_secs));
         verdicts.push(Verdict {
             rule: limit.full_key.clone(),
+            key: key.clone(),
             algo: limit.algo,
             decision,
             shadow: limit.shadow_mode,

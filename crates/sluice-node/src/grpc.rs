@@ -166,10 +166,12 @@ impl sluice_grpc::Node for Front {
     fn counted(&self, verdicts: Option<&[Verdict]>) {
         let stats = &self.shared.stats;
         let slot = stats.slot(stats.grpc_slot());
+        let now = self.shared.clock.now();
         match verdicts {
             Some(verdicts) => {
                 for v in verdicts {
-                    slot.check(stats.rule_id(&v.rule), v.algo, &v.decision, v.shadow);
+                    let rule = stats.rule_id(&v.rule);
+                    slot.check(rule, v.algo, &v.decision, v.shadow, &v.key, now);
                 }
             }
             None => slot.fail(cmd::SHOULD_RATE_LIMIT_ROW),

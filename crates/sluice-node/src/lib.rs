@@ -86,6 +86,7 @@ pub mod slowlog;
 pub mod stats;
 pub mod thread;
 pub mod tls;
+pub mod top;
 pub mod uring;
 pub mod wire;
 

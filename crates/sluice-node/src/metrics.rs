@@ -38,6 +38,9 @@
 //!   `sluice_replica_lag_bytes{replica}`, `sluice_replica_ack_age_seconds{replica}`,
 //!   `sluice_master_link_up`, `sluice_master_last_io_seconds`.
 //! - `sluice_cluster_enabled`, `sluice_cluster_slots_owned`, `sluice_cluster_epoch`.
+//! - `sluice_top_denied_requests{rule,key}`: the 5 keys denied most in the last minute and
+//!   their denials, as `RL.TOP` counts them (an upper estimate, within `N / 33` of the truth
+//!   for `N` denials): a handful of series whatever the traffic.
 //! - `sluice_etcd_watch_restarts_total{watch}`: etcd watches re-established from a fresh read
 //!   (`table`: the cluster table's, `--etcd`; `rules`: the rules', `--rules-etcd`).
 //! - With `--region`: `sluice_region_share{rule}` (the share enforced here, 0 to 1),
@@ -69,9 +72,13 @@ use crate::shared::Shared;
 use sluice_core::Algo;
 
 use crate::stats::{CmdTotals, Outcome, latency_bucket};
+use crate::top::{Kind, Window};
 
 /// The RESP commands that check a limit: `sluice_check_duration_seconds{api="resp"}` sums them.
 pub const CHECK_COMMANDS: &[&str] = &["rl.check", "rl.hit", "rl.hits", "cl.throttle", "gcra"];
+
+/// How many keys `sluice_top_denied_requests` shows: few, so its cardinality stays bounded.
+const TOP_DENIED: usize = 5;
 
 /// The histogram's upper bounds: 2^k ns for k in this range (256 ns to about 1.07 s), each
 /// the start of a latency bucket, so the counts are exact.
@@ -430,6 +437,20 @@ static FAMILIES: &[Family] = &[
     gauge("sluice_cluster_epoch", "The slot table's epoch", |r| {
         one(Value::Gauge(r.cluster?.epoch))
     }),
+    gauge(
+        "sluice_top_denied_requests",
+        "The keys denied most in the last minute (the top 5, as RL.TOP counts them): each key's denials",
+        |r| {
+            let rows = r.top_denied.iter();
+            Some(Samples::Labelled(
+                rows.map(|(rule, key, n)| {
+                    let labels = vec![("rule", rule.clone()), ("key", key.clone())];
+                    (labels, Value::Gauge(*n))
+                })
+                .collect(),
+            ))
+        },
+    ),
     counter(
         "sluice_etcd_watch_restarts",
         "etcd watches re-established from a fresh read (cancelled by a compaction, ended, failed, or behind a periodic read)",
@@ -513,6 +534,8 @@ struct Reading {
     regions: Option<crate::regions::Status>,
     /// With `--etcd` or `--rules-etcd`: each watch's restarts.
     watch_restarts: Vec<(&'static str, u64)>,
+    /// `(rule, key, denials)` of the keys denied most in the last minute.
+    top_denied: Vec<(String, String, i64)>,
     now_ms: u64,
 }
 
@@ -609,6 +632,15 @@ impl Reading {
             .filter(|(_, on, _)| *on)
             .map(|(watch, _, n)| (watch, n.load(Relaxed)))
             .collect(),
+            top_denied: shared
+                .stats
+                .top(Kind::Denied, Window::Minute, None, TOP_DENIED, now)
+                .into_iter()
+                .map(|e| {
+                    let key = String::from_utf8_lossy(&e.key).into_owned();
+                    (shared.stats.rule_name(e.rule), key, clamp(e.count))
+                })
+                .collect(),
             now_ms: now.as_nanos() / 1_000_000,
         }
     }

@@ -36,7 +36,9 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock};
-use sluice_core::{Algo, Decision};
+use sluice_core::{Algo, Decision, Nanos};
+
+use crate::top::{Kind, Merged, Rates, RuleRates, RuleTotals, SlotTop, TopEntry, Window};
 
 /// How many samples of the command counter `instantaneous_ops_per_sec` averages over (as Redis).
 const OPS_SAMPLES: usize = 16;
@@ -123,6 +125,8 @@ pub struct ThreadStats {
     cmds: Box<[CmdCounters]>,
     /// Inline and of a constant length, so an index the type bounds needs no check.
     checks: [AtomicU64; CHECKS],
+    /// The keys this thread denied and allowed most (`RL.TOP`).
+    pub top: SlotTop,
 }
 
 fn check_index(rule: RuleId, algo: Algo, outcome: Outcome) -> usize {
@@ -131,10 +135,11 @@ fn check_index(rule: RuleId, algo: Algo, outcome: Outcome) -> usize {
 }
 
 impl ThreadStats {
-    fn new(commands: usize) -> ThreadStats {
+    fn new(commands: usize, seed: u64) -> ThreadStats {
         ThreadStats {
             cmds: (0..commands).map(|_| CmdCounters::new()).collect(),
             checks: [const { AtomicU64::new(0) }; CHECKS],
+            top: SlotTop::new(seed),
         }
     }
 
@@ -164,10 +169,21 @@ impl ThreadStats {
         }
     }
 
-    /// Counts one check of `rule` with `algo`: allowed or denied from `decision`, denied ones as
-    /// shadow-denied when the rule is in shadow mode.
+    /// Counts one check of `key` under `rule` with `algo`: allowed or denied from `decision`,
+    /// denied ones as shadow-denied when the rule is in shadow mode; and notes the key in the
+    /// heavy hitters (`RL.TOP`).
     #[inline]
-    pub fn check(&self, rule: RuleId, algo: Algo, decision: &Decision, shadow: bool) {
+    pub fn check(
+        &self,
+        rule: RuleId,
+        algo: Algo,
+        decision: &Decision,
+        shadow: bool,
+        key: &[u8],
+        now: Nanos,
+    ) {
+        self.top
+            .note(rule, key, !decision.allowed, now.as_millis_floor());
         let outcome = match (decision.allowed, shadow) {
             (true, _) => Outcome::Allowed,
             (false, false) => Outcome::Denied,
@@ -283,6 +299,8 @@ pub struct Stats {
     /// CONFIG RESETSTAT's baseline of [`TLS_HANDSHAKES_REFUSED`].
     tls_refused_base: AtomicU64,
     ops: Mutex<OpsSampler>,
+    /// Per-rule check counts, step by step (`RL.RATES`).
+    rates: Mutex<Rates>,
 }
 
 #[derive(Debug, Default)]
@@ -302,7 +320,7 @@ impl Stats {
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
             slots: (0..threads + 2)
-                .map(|_| CachePadded::new(ThreadStats::new(commands)))
+                .map(|i| CachePadded::new(ThreadStats::new(commands, 0x5eed + i as u64)))
                 .collect(),
             rules: RwLock::new(RuleNames {
                 ids: HashMap::new(),
@@ -318,6 +336,7 @@ impl Stats {
             rules_watch_restarts: AtomicU64::new(0),
             tls_refused_base: AtomicU64::new(0),
             ops: Mutex::new(OpsSampler::default()),
+            rates: Mutex::new(Rates::default()),
         }
     }
 
@@ -517,8 +536,73 @@ impl Stats {
             .saturating_sub(self.tls_refused_base.load(Relaxed))
     }
 
-    /// Takes one sample of the command rate; called every 100 ms by one thread.
+    /// The keys most `kind` over `window`, every slot merged, of `rule` only when given: at
+    /// most `count`, largest first (`RL.TOP`).
+    pub fn top(
+        &self,
+        kind: Kind,
+        window: Window,
+        rule: Option<RuleId>,
+        count: usize,
+        now: Nanos,
+    ) -> Vec<TopEntry> {
+        let mut merged = Merged::default();
+        for slot in self.slots.iter() {
+            slot.top
+                .merge_into(kind, window, now.as_millis_floor(), &mut merged);
+        }
+        merged.top(rule, count)
+    }
+
+    /// The id `name` already has, without interning it: `None` for a name never counted.
+    pub fn known_rule(&self, name: &str) -> Option<RuleId> {
+        if name.is_empty() {
+            return Some(RuleId::UNNAMED);
+        }
+        if name == "other" {
+            return Some(RuleId::OTHER);
+        }
+        self.rules.read().ids.get(name).copied()
+    }
+
+    /// The name of rule `id` (empty for the unnamed rule, `other` past the bound).
+    pub fn rule_name(&self, id: RuleId) -> String {
+        if id == RuleId::OTHER {
+            return "other".to_string();
+        }
+        let rules = self.rules.read();
+        match rules.names.get(usize::from(id.0)) {
+            Some(Some(name)) => name.clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// Per rule name, `[allowed, denied, shadow-denied]` summed over algorithms.
+    fn rule_totals(&self) -> RuleTotals {
+        let mut t = RuleTotals::new();
+        for (name, _, outcome, n) in self.checks() {
+            let i = match outcome {
+                Outcome::Allowed => 0,
+                Outcome::Denied => 1,
+                Outcome::ShadowDenied => 2,
+                Outcome::NearLimit => continue,
+            };
+            t.entry(name).or_default()[i] += n;
+        }
+        t
+    }
+
+    /// Per-rule checks in steps over the last 15 minutes (`RL.RATES`): the end of the newest
+    /// step (the one in progress) and each rule's counts.
+    pub fn rates(&self, now: Nanos) -> (u64, Vec<RuleRates>) {
+        let current = self.rule_totals();
+        self.rates.lock().report(now.as_millis_floor(), &current)
+    }
+
+    /// Takes one sample of the command rate, and at each `RL.RATES` step one of the rules'
+    /// counters; called every 100 ms by one thread.
     pub fn sample_ops(&self, now_ms: u64) {
+        self.rates.lock().sample(now_ms, || self.rule_totals());
         let total = self.total_commands();
         let mut s = self.ops.lock();
         if s.last_at_ms != 0 && now_ms > s.last_at_ms {
@@ -591,7 +675,6 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::Nanos;
 
     fn decision(allowed: bool, remaining: u64, limit: u64) -> Decision {
         Decision {
@@ -680,14 +763,38 @@ mod tests {
         let login = s.rule_id("login");
         assert_eq!(s.rule_id("login"), login);
         assert_ne!(login, RuleId::UNNAMED);
-        s.slot(0)
-            .check(RuleId::UNNAMED, Algo::Token, &decision(true, 9, 10), false);
-        s.slot(1)
-            .check(RuleId::UNNAMED, Algo::Token, &decision(true, 1, 10), false);
-        s.slot(0)
-            .check(login, Algo::Fixed, &decision(false, 0, 10), true);
-        s.slot(0)
-            .check(login, Algo::Fixed, &decision(false, 0, 10), false);
+        s.slot(0).check(
+            RuleId::UNNAMED,
+            Algo::Token,
+            &decision(true, 9, 10),
+            false,
+            b"k",
+            Nanos(0),
+        );
+        s.slot(1).check(
+            RuleId::UNNAMED,
+            Algo::Token,
+            &decision(true, 1, 10),
+            false,
+            b"k",
+            Nanos(0),
+        );
+        s.slot(0).check(
+            login,
+            Algo::Fixed,
+            &decision(false, 0, 10),
+            true,
+            b"k",
+            Nanos(0),
+        );
+        s.slot(0).check(
+            login,
+            Algo::Fixed,
+            &decision(false, 0, 10),
+            false,
+            b"k",
+            Nanos(0),
+        );
         let mut got = s.checks();
         got.sort_by_key(|(r, a, o, _)| (r.clone(), a.name(), *o as u8));
         assert_eq!(
@@ -708,10 +815,22 @@ mod tests {
         assert_eq!(s.rule_names(), MAX_RULES - 2);
         assert!(ids[MAX_RULES..].iter().all(|&id| id == RuleId::OTHER));
         let r1 = s.rule_id("r1");
-        s.slot(0)
-            .check(r1, Algo::Fixed, &decision(true, 0, 10), false);
-        s.slot(0)
-            .check(RuleId::OTHER, Algo::Fixed, &decision(true, 0, 10), false);
+        s.slot(0).check(
+            r1,
+            Algo::Fixed,
+            &decision(true, 0, 10),
+            false,
+            b"k",
+            Nanos(0),
+        );
+        s.slot(0).check(
+            RuleId::OTHER,
+            Algo::Fixed,
+            &decision(true, 0, 10),
+            false,
+            b"k",
+            Nanos(0),
+        );
         s.set_envoy_rules(["r2".to_string()].into());
         // r1 and r2 remain: one exists, one is Envoy's.
         s.retire_rules(|n| n == "r1");
@@ -727,8 +846,14 @@ mod tests {
         assert_ne!(fresh, RuleId::OTHER);
         assert_eq!(s.rule_checks("fresh"), 0);
         assert!(s.checks().iter().all(|c| c.0 == "other"));
-        s.slot(0)
-            .check(fresh, Algo::Fixed, &decision(false, 0, 10), false);
+        s.slot(0).check(
+            fresh,
+            Algo::Fixed,
+            &decision(false, 0, 10),
+            false,
+            b"k",
+            Nanos(0),
+        );
         assert_eq!(s.rule_checks("fresh"), 1);
     }
 

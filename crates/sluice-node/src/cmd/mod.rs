@@ -75,6 +75,7 @@ mod rl_lease;
 mod rl_region;
 mod rl_rule;
 mod rl_settle;
+mod rl_top;
 mod role;
 mod sample;
 mod save;

@@ -221,7 +221,7 @@ fn count(ctx: &Ctx<'_>, applies: &[Applies], decisions: &[Decision]) {
                 if !d.allowed {
                     count_denial(live, spec);
                 }
-                count_metric(ctx, live, spec, d);
+                count_metric(ctx, live, spec, d, &a.key);
             }
         });
     }

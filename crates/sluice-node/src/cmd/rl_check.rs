@@ -80,7 +80,14 @@ impl<'a> Command<'a> for RlCheck<'a> {
             .map_err(|e| check_error(e, self.algo, &self.params))?;
         if !self.dry {
             let stats = ctx.shared.stats.slot(ctx.session.thread);
-            stats.check(crate::stats::RuleId::UNNAMED, self.algo, &decision, false);
+            stats.check(
+                crate::stats::RuleId::UNNAMED,
+                self.algo,
+                &decision,
+                false,
+                self.key,
+                ctx.now,
+            );
         }
         let limit = clamp(decision.limit);
         let fresh;

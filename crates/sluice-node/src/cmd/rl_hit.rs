@@ -109,7 +109,7 @@ fn no_rule(name: &[u8]) -> CmdError {
 /// Counts a denial by `spec`, a version of `live`: would-be for a shadow version.
 /// Counts one decision under the rule in the metrics (`sluice_checks_total{rule=...}`): the
 /// rule's metrics id is interned once and kept with its counters.
-pub(super) fn count_metric(ctx: &Ctx<'_>, live: &Live, spec: &RuleSpec, d: &Decision) {
+pub(super) fn count_metric(ctx: &Ctx<'_>, live: &Live, spec: &RuleSpec, d: &Decision, key: &[u8]) {
     use std::sync::atomic::Ordering::Relaxed;
     let stats = &ctx.shared.stats;
     let id = match live.counters.metric.load(Relaxed) {
@@ -122,7 +122,7 @@ pub(super) fn count_metric(ctx: &Ctx<'_>, live: &Live, spec: &RuleSpec, d: &Deci
     };
     stats
         .slot(ctx.session.thread)
-        .check(id, spec.algo, d, spec.shadow);
+        .check(id, spec.algo, d, spec.shadow, key, ctx.now);
 }
 
 pub(super) fn count_denial(live: &Live, spec: &RuleSpec) {
@@ -193,7 +193,7 @@ impl<'a> Command<'a> for RlHit<'a> {
             if !d.allowed {
                 count_denial(live, spec);
             }
-            count_metric(ctx, live, spec, &d);
+            count_metric(ctx, live, spec, &d, self.bucket.as_bytes());
             reply_decision(ctx, &d, d.allowed || spec.shadow, 5);
             Ok(())
         })
@@ -360,21 +360,21 @@ impl<'a> Command<'a> for RlHits<'a> {
             .store
             .check_all(&store_checks, ctx.now, &mut decisions)?;
         if let Form::Rules { subject, rules, .. } = &self.form {
-            for (name, d) in rules.iter().zip(&decisions) {
+            for ((name, d), c) in rules.iter().zip(&decisions).zip(&checks) {
                 shared.rules.with(name, |live| {
                     if let Some(live) = live {
                         let spec = live.spec_for(subject, ctx.now);
                         if !d.allowed {
                             count_denial(live, spec);
                         }
-                        count_metric(ctx, live, spec, d);
+                        count_metric(ctx, live, spec, d, c.key);
                     }
                 });
             }
         } else {
             let stats = shared.stats.slot(ctx.session.thread);
-            for d in &decisions {
-                stats.check(RuleId::UNNAMED, Algo::Token, d, false);
+            for (d, c) in decisions.iter().zip(&checks) {
+                stats.check(RuleId::UNNAMED, Algo::Token, d, false, c.key, ctx.now);
             }
         }
         let enforced: Vec<bool> = checks.iter().map(|c| c.enforced).collect();

@@ -1351,6 +1351,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         rl_hit::RlHits
     ),
     spec!(
+        "rl.rates",
+        1,
+        [ADMIN, NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Returns each rule's allowed, denied and shadow-denied checks in 10 s steps over 15 minutes.",
+        "",
+        rl_top::RlRates
+    ),
+    spec!(
         "rl.region",
         -2,
         [NOSCRIPT, LOADING, STALE],
@@ -1404,6 +1415,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Corrects a check of an estimated cost by the actual cost.",
         "key limit period reserved actual [BURST burst] [ALGO algo]",
         rl_settle::RlSettle
+    ),
+    spec!(
+        "rl.top",
+        -1,
+        [ADMIN, NOSCRIPT, LOADING, STALE],
+        (0, 0, 0),
+        "ratelimit",
+        "0.1.0",
+        "Returns the keys denied or allowed most in the last minute or 15 minutes.",
+        "[DENIED|ALLOWED] [COUNT count] [RULE name] [WINDOW 1m|15m]",
+        rl_top::RlTop
     ),
     spec!(
         "role",
