@@ -225,4 +225,23 @@ fn named_rules_are_labelled_by_name(c: &mut redis::Connection, metrics: u16) {
     assert_eq!(ruled("probe", "token", "denied"), None);
     // The unnamed series did not move.
     assert_eq!(unnamed_checks(&s, "token", "allowed"), Some(10.0));
+
+    // The keys denied most, with their rules: a shadow denial counts under its rule. Four keys
+    // were denied (t twice; f, login:user:1 and probe:user:1 once), within the top 5.
+    let top = |rule, key| {
+        value(
+            &s,
+            "sluice_top_denied_requests",
+            &[("rule", rule), ("key", key)],
+        )
+    };
+    assert_eq!(top("", "t"), Some(2.0));
+    assert_eq!(top("", "f"), Some(1.0));
+    assert_eq!(top("login", "login:user:1"), Some(1.0));
+    assert_eq!(top("probe", "probe:user:1"), Some(1.0));
+    let series = s
+        .iter()
+        .filter(|x| x.metric == "sluice_top_denied_requests")
+        .count();
+    assert_eq!(series, 4);
 }

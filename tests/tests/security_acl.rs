@@ -95,6 +95,9 @@ fn admin_and_subcommand_denials_stop_rule_writes() {
     assert_eq!(run(&mut u, &["ACL", "SETUSER", "x"]), noperm("acl|setuser"));
     assert_eq!(run(&mut u, &["ACL", "LOG"]), noperm("acl|log"));
     assert_eq!(run(&mut u, &["FLUSHALL"]), noperm("flushall"));
+    // RL.TOP shows other clients' keys and RL.RATES every rule's traffic: admin, as SLOWLOG.
+    assert_eq!(run(&mut u, &["RL.TOP"]), noperm("rl.top"));
+    assert_eq!(run(&mut u, &["RL.RATES"]), noperm("rl.rates"));
     // What is not admin still runs, as in Redis.
     assert_eq!(run(&mut u, &["RL.RULE", "LIST"]), "[0 items]");
     assert_eq!(run(&mut u, &["RL.RULE", "GET", "x"]), "nil");
