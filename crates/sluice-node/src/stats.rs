@@ -172,7 +172,7 @@ impl ThreadStats {
     /// Counts one check of `key` under `rule` with `algo`: allowed or denied from `decision`,
     /// denied ones as shadow-denied when the rule is in shadow mode; and notes the key in the
     /// heavy hitters (`RL.TOP`).
-    #[inline]
+    #[inline(always)]
     pub fn check(
         &self,
         rule: RuleId,
@@ -182,8 +182,7 @@ impl ThreadStats {
         key: &[u8],
         now: Nanos,
     ) {
-        self.top
-            .note(rule, key, !decision.allowed, now.as_millis_floor());
+        self.top.note(rule, key, !decision.allowed, now);
         let outcome = match (decision.allowed, shadow) {
             (true, _) => Outcome::Allowed,
             (false, false) => Outcome::Denied,

@@ -31,6 +31,8 @@ use foldhash::fast::FixedState;
 use parking_lot::Mutex;
 use std::hash::BuildHasher;
 
+use sluice_core::Nanos;
+
 use crate::stats::RuleId;
 
 /// Counters a summary keeps after a reduction: its bound is `N / (KEEP + 1)`.
@@ -274,8 +276,8 @@ impl SlotTop {
     }
 
     /// Notes one check of `key` under `rule`: every denied one, one allowed in [`SAMPLE`].
-    #[inline]
-    pub fn note(&self, rule: RuleId, key: &[u8], denied: bool, now_ms: u64) {
+    #[inline(always)]
+    pub fn note(&self, rule: RuleId, key: &[u8], denied: bool, now: Nanos) {
         use std::sync::atomic::Ordering::Relaxed;
         if !denied {
             let skip = self.skip.load(Relaxed);
@@ -284,12 +286,13 @@ impl SlotTop {
                 return;
             }
         }
-        self.enter(rule, key, denied, now_ms);
+        self.enter(rule, key, denied, now);
     }
 
     #[cold]
     #[inline(never)]
-    fn enter(&self, rule: RuleId, key: &[u8], denied: bool, now_ms: u64) {
+    fn enter(&self, rule: RuleId, key: &[u8], denied: bool, now: Nanos) {
+        let now_ms = now.as_millis_floor();
         let h = hash(key);
         let mut r = self.rings.lock();
         if denied {
@@ -460,6 +463,10 @@ impl Rates {
 mod tests {
     use super::*;
 
+    fn ms(n: u64) -> Nanos {
+        Nanos::from_millis(n)
+    }
+
     fn top_of(s: &SlotTop, kind: Kind, now_ms: u64) -> Vec<TopEntry> {
         let mut m = Merged::default();
         s.merge_into(kind, Window::Minute, now_ms, &mut m);
@@ -473,10 +480,15 @@ mod tests {
         // 20,000 distinct quiet keys denied once each, one key denied 3,000 times among them.
         let mut n = 0u64;
         for i in 0..20_000u32 {
-            s.note(RuleId::UNNAMED, format!("quiet:{i}").as_bytes(), true, now);
+            s.note(
+                RuleId::UNNAMED,
+                format!("quiet:{i}").as_bytes(),
+                true,
+                ms(now),
+            );
             n += 1;
             if i % 7 == 0 {
-                s.note(RuleId::UNNAMED, b"hot", true, now);
+                s.note(RuleId::UNNAMED, b"hot", true, ms(now));
                 n += 1;
             }
         }
@@ -493,7 +505,7 @@ mod tests {
         let s = SlotTop::new(42);
         let now = 1_000_000_000;
         for _ in 0..160_000 {
-            s.note(RuleId(3), b"k", false, now);
+            s.note(RuleId(3), b"k", false, ms(now));
         }
         let top = top_of(&s, Kind::Allowed, now);
         assert_eq!(top[0].key, b"k");
@@ -509,10 +521,10 @@ mod tests {
         let s = SlotTop::new(1);
         let t0 = 10 * STEP_MS * 1_000;
         for _ in 0..5 {
-            s.note(RuleId::UNNAMED, b"old", true, t0);
+            s.note(RuleId::UNNAMED, b"old", true, ms(t0));
         }
         let later = t0 + 6 * STEP_MS;
-        s.note(RuleId::UNNAMED, b"new", true, later);
+        s.note(RuleId::UNNAMED, b"new", true, ms(later));
         let minute = top_of(&s, Kind::Denied, later);
         assert_eq!(minute.len(), 1);
         assert_eq!(minute[0].key, b"new");
@@ -531,9 +543,9 @@ mod tests {
     fn rule_filters_and_long_keys_are_cut() {
         let s = SlotTop::new(1);
         let long = vec![b'x'; 500];
-        s.note(RuleId(2), &long, true, 5);
-        s.note(RuleId(2), b"a", true, 5);
-        s.note(RuleId(4), b"a", true, 5);
+        s.note(RuleId(2), &long, true, ms(5));
+        s.note(RuleId(2), b"a", true, ms(5));
+        s.note(RuleId(4), b"a", true, ms(5));
         let mut m = Merged::default();
         s.merge_into(Kind::Denied, Window::Minute, 5, &mut m);
         let top = m.top(Some(RuleId(2)), 10);
@@ -558,7 +570,7 @@ mod tests {
             rng ^= rng << 17;
             let k = format!("k{}", (rng % 1000) * (rng % 1000) / 1000);
             *exact.entry(k.clone().into_bytes()).or_default() += 1;
-            s.note(RuleId::UNNAMED, k.as_bytes(), true, 1);
+            s.note(RuleId::UNNAMED, k.as_bytes(), true, ms(1));
         }
         let mut m = Merged::default();
         s.merge_into(Kind::Denied, Window::Minute, 1, &mut m);

@@ -109,6 +109,7 @@ fn no_rule(name: &[u8]) -> CmdError {
 /// Counts a denial by `spec`, a version of `live`: would-be for a shadow version.
 /// Counts one decision under the rule in the metrics (`sluice_checks_total{rule=...}`): the
 /// rule's metrics id is interned once and kept with its counters.
+#[inline]
 pub(super) fn count_metric(ctx: &Ctx<'_>, live: &Live, spec: &RuleSpec, d: &Decision, key: &[u8]) {
     use std::sync::atomic::Ordering::Relaxed;
     let stats = &ctx.shared.stats;
