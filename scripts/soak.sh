@@ -44,7 +44,8 @@
 #     restart nothing (docs/cluster.md, docs/failure-matrix.md); a GLOBAL rule's bucket is
 #     counted over both regions against the global limit, with the bound docs/regions.md
 #     states for rebalancing over any span (regions x limit x interval / period).
-# It prints a table (fault, injected, path or cell, worst overshoot, its bound, pass or fail)
+# It prints a table (fault, injected, path or cell, keys over the exact limiter, worst
+# overshoot, its bound, pass or fail)
 # and, on a failure, the seed and the event log that reproduce it; exits 1 then.
 #
 # Usage: scripts/soak.sh [--minutes M] [--seed N] [--sluice PATH] [--build] [-- soak.py args]
