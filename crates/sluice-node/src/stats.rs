@@ -281,6 +281,17 @@ struct RuleNames {
     envoy: std::collections::HashSet<String>,
 }
 
+impl RuleNames {
+    /// The name of `id`: empty for the unnamed rule, `other` past the bound, `None` for a
+    /// free id.
+    fn name(&self, id: RuleId) -> Option<&str> {
+        if id == RuleId::OTHER {
+            return Some("other");
+        }
+        self.names.get(usize::from(id.0))?.as_deref()
+    }
+}
+
 #[derive(Debug)]
 pub struct Stats {
     commands: Box<[CachePadded<AtomicU64>]>,
@@ -495,13 +506,8 @@ impl Stats {
         let rules = self.rules.read();
         let mut out = Vec::new();
         for rule in 0..MAX_RULES {
-            let name = if rule == usize::from(RuleId::OTHER.0) {
-                "other"
-            } else {
-                match rules.names.get(rule) {
-                    Some(Some(name)) => name.as_str(),
-                    _ => continue,
-                }
+            let Some(name) = rules.name(RuleId(rule as u16)) else {
+                continue;
             };
             for algo in ALGOS {
                 for outcome in Outcome::ALL {
@@ -566,14 +572,7 @@ impl Stats {
 
     /// The name of rule `id` (empty for the unnamed rule, `other` past the bound).
     pub fn rule_name(&self, id: RuleId) -> String {
-        if id == RuleId::OTHER {
-            return "other".to_string();
-        }
-        let rules = self.rules.read();
-        match rules.names.get(usize::from(id.0)) {
-            Some(Some(name)) => name.clone(),
-            _ => String::new(),
-        }
+        self.rules.read().name(id).unwrap_or_default().to_string()
     }
 
     /// Per rule name, `[allowed, denied, shadow-denied]` summed over algorithms.
