@@ -223,10 +223,31 @@ fn the_metrics_port_takes_the_same_credentials() {
             .is_some_and(|h| h.contains("Basic"))
     );
     assert_eq!(scrape(Some("Bearer wrong")).status, 401);
+    // A denied key: the admin sees it in sluice_top_denied_requests (it may run RL.TOP); a
+    // user allowed INFO only scrapes every other metric, without the keys.
+    let mut c = redis::Client::open(format!("redis://:s3cret@127.0.0.1:{}", _server.port))
+        .and_then(|c| c.get_connection())
+        .expect("connects");
+    for _ in 0..3 {
+        let _: Vec<i64> = redis::cmd("RL.CHECK")
+            .arg(&["secret:key", "1", "60"])
+            .query(&mut c)
+            .expect("RL.CHECK");
+    }
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "watcher", "on", ">w", "+info"])
+        .query(&mut c)
+        .expect("ACL SETUSER");
     let r = scrape(Some("Bearer s3cret"));
     assert_eq!(r.status, 200);
     assert!(r.body.contains("sluice_connected_clients"));
+    assert!(r.body.contains("key=\"secret:key\""), "{}", r.body);
     assert_eq!(scrape(Some(DEFAULT_BASIC)).status, 200);
+    // Basic base64("watcher:w").
+    let r = scrape(Some("Basic d2F0Y2hlcjp3"));
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("sluice_connected_clients"));
+    assert!(!r.body.contains("secret:key"), "{}", r.body);
 }
 
 #[test]

@@ -2,11 +2,13 @@
 //! `sluice top` and the sidecar's `/dashboard`.
 //!
 //! A node's `RL.TOP` gives each key an upper estimate `count` and how much it may over-estimate
-//! (`error`, the same for every key of one reply: the node's summaries' bound). Across the
-//! primaries of a cluster a key's count is the sum of its counts; a node that does not list a
-//! key may still have counted up to its own `error` of it, so the merged error is the sum of
-//! every node's error, and the merged count adds the error of the nodes that did not list it.
-//! The bound stays `N / 33` for `N` checks of the fleet.
+//! (`error`). Across the primaries of a cluster a key's count is the sum of its counts. A node
+//! that does not list a key may still have counted some of it: at most its smallest listed
+//! count (every listed count is at least the node's error, and a list cut at `COUNT` leaves out
+//! only keys counted no more than the last one listed). So the merged count adds that allowance
+//! for each node that does not list the key, and the merged error adds the listing nodes' errors
+//! and the others' allowances: the truth stays in `[count - error, count]`. A node that lists
+//! nothing adds nothing (it counted no key of the window, unless a `RULE` filter hid them).
 
 use std::collections::HashMap;
 
@@ -88,32 +90,37 @@ pub fn parse_top(v: &Value) -> Result<Vec<TopEntry>, String> {
 /// Merges the `RL.TOP` replies of several nodes (see the module docs): largest first, at most
 /// `count`.
 pub fn merge_top(nodes: &[Vec<TopEntry>], count: usize) -> Vec<TopEntry> {
-    let node_error: Vec<u64> = nodes
+    // What a node that does not list a key may hold of it: its smallest listed count.
+    let allowance: Vec<u64> = nodes
         .iter()
-        .map(|n| n.iter().map(|e| e.error).max().unwrap_or(0))
+        .map(|n| n.iter().map(|e| e.count).min().unwrap_or(0))
         .collect();
-    let total_error: u64 = node_error.iter().sum();
-    // Per (key, rule): the count summed over the nodes that list it, and their errors.
-    let mut merged: HashMap<(&[u8], &str), (u64, u64, u64)> = HashMap::new();
-    for (node, err) in nodes.iter().zip(&node_error) {
+    let total_allowance: u64 = allowance.iter().sum();
+    // Per (key, rule): the count and error summed over the nodes that list it, their
+    // allowances, and the last time seen.
+    let mut merged: HashMap<(&[u8], &str), [u64; 4]> = HashMap::new();
+    for (node, allow) in nodes.iter().zip(&allowance) {
         for e in node {
             let m = merged
                 .entry((e.key.as_slice(), e.rule.as_str()))
                 .or_default();
-            m.0 += e.count;
-            m.1 += err;
-            m.2 = m.2.max(e.last_seen_ms);
+            m[0] += e.count;
+            m[1] += e.error;
+            m[2] += allow;
+            m[3] = m[3].max(e.last_seen_ms);
         }
     }
     let mut out: Vec<TopEntry> = merged
         .into_iter()
-        .map(|((key, rule), (sum, listed_error, last))| TopEntry {
-            key: key.to_vec(),
-            rule: rule.to_string(),
-            // The nodes that did not list the key may each hold up to their error of it.
-            count: sum + (total_error - listed_error),
-            error: total_error,
-            last_seen_ms: last,
+        .map(|((key, rule), [count, error, listed, last])| {
+            let unlisted = total_allowance - listed;
+            TopEntry {
+                key: key.to_vec(),
+                rule: rule.to_string(),
+                count: count + unlisted,
+                error: error + unlisted,
+                last_seen_ms: last,
+            }
         })
         .collect();
     out.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
@@ -224,16 +231,27 @@ mod tests {
     }
 
     #[test]
-    fn counts_add_across_nodes_and_a_missing_key_carries_that_nodes_error() {
+    fn counts_add_across_nodes_and_a_missing_key_carries_that_nodes_smallest_count() {
         let a = vec![e("hot", 100, 2), e("x", 10, 2)];
         let b = vec![e("hot", 50, 3), e("y", 20, 3)];
         let m = merge_top(&[a, b], 10);
         assert_eq!(m[0].key, b"hot");
         assert_eq!((m[0].count, m[0].error), (150, 5));
-        // y: 20 on b, and up to 2 on a, which did not list it.
+        // y: 20 on b, and up to 10 on a, which did not list it (a may have cut its list at x).
         let y = m.iter().find(|t| t.key == b"y").unwrap();
-        assert_eq!((y.count, y.error), (22, 5));
+        assert_eq!((y.count, y.error), (30, 13));
         assert_eq!(merge_top(&[vec![e("a", 1, 0)]], 0), vec![]);
+    }
+
+    #[test]
+    fn a_key_a_node_cut_from_its_list_stays_within_the_merged_bound() {
+        // Node a holds y = 90 but lists only hot (COUNT 1); b lists y = 95. The truth, 185,
+        // is within the merged [count - error, count].
+        let a = vec![e("hot", 100, 0)];
+        let b = vec![e("y", 95, 0)];
+        let m = merge_top(&[a, b], 10);
+        let y = m.iter().find(|t| t.key == b"y").unwrap();
+        assert!(y.count >= 185 && y.count - y.error <= 185, "{y:?}");
     }
 
     #[test]

@@ -40,7 +40,8 @@
 //! - `sluice_cluster_enabled`, `sluice_cluster_slots_owned`, `sluice_cluster_epoch`.
 //! - `sluice_top_denied_requests{rule,key}`: the 5 keys denied most in the last minute and
 //!   their denials, as `RL.TOP` counts them (an upper estimate, within `N / 33` of the truth
-//!   for `N` denials): a handful of series whatever the traffic.
+//!   for `N` denials): five series a scrape. Only for a user who may run `RL.TOP` (its labels
+//!   are clients' keys).
 //! - `sluice_etcd_watch_restarts_total{watch}`: etcd watches re-established from a fresh read
 //!   (`table`: the cluster table's, `--etcd`; `rules`: the rules', `--rules-etcd`).
 //! - With `--region`: `sluice_region_share{rule}` (the share enforced here, 0 to 1),
@@ -98,17 +99,27 @@ async fn serve(listener: StdListener, shared: Arc<Shared>) {
         Ok(l) => l,
         Err(e) => return sluice_log::log(&format!("metrics: cannot register its listener: {e}")),
     };
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(Scrape(shared.clone())));
-    let registry = Arc::new(registry);
+    // Two registries: the keys of `sluice_top_denied_requests` only for a user who may run
+    // RL.TOP, which shows them.
+    let registry = |keys| {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Scrape {
+            shared: shared.clone(),
+            keys,
+        }));
+        Arc::new(registry)
+    };
+    let (full, keyless) = (registry(true), registry(false));
     let guard = shared.clone();
     let app = Router::new()
         .route(
             "/metrics",
-            get(move || {
-                let registry = registry.clone();
-                async move { render(&registry) }
-            }),
+            get(
+                move |axum::Extension(SeesKeys(keys)): axum::Extension<SeesKeys>| {
+                    let registry = if keys { full.clone() } else { keyless.clone() };
+                    async move { render(&registry) }
+                },
+            ),
         )
         .route_layer(axum::middleware::from_fn(move |req, next| {
             require_info(guard.clone(), req, next)
@@ -133,16 +144,25 @@ async fn serve(listener: StdListener, shared: Arc<Shared>) {
     }
 }
 
+/// Whether the scraping user may run `RL.TOP`, and so see the keys it names.
+#[derive(Debug, Clone, Copy)]
+struct SeesKeys(bool);
+
 /// A scrape's login ([`crate::http::login`]) and its user's permission to run `INFO`.
-async fn require_info(shared: Arc<Shared>, req: Request, next: Next) -> Response {
+async fn require_info(shared: Arc<Shared>, mut req: Request, next: Next) -> Response {
     let value = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
     let Some(user) = crate::http::login(&shared, value) else {
         return sluice_http::auth::unauthorized().into_response();
     };
-    let info = cmd::lookup(b"info").map(cmd::row);
-    if !info.is_some_and(|row| user.allows(row)) {
+    let may = |name: &[u8]| {
+        cmd::lookup(name)
+            .map(cmd::row)
+            .is_some_and(|row| user.allows(row))
+    };
+    if !may(b"info") {
         return sluice_http::auth::forbidden(&cmd::noperm("info")).into_response();
     }
+    req.extensions_mut().insert(SeesKeys(may(b"rl.top")));
     next.run(req).await
 }
 
@@ -181,15 +201,19 @@ fn render(registry: &Registry) -> axum::response::Response {
 /// Builds every metric family from the server's state at scrape time: one [`Reading`], then
 /// each row of [`FAMILIES`] in order.
 #[derive(Debug)]
-struct Scrape(Arc<Shared>);
+struct Scrape {
+    shared: Arc<Shared>,
+    /// Whether `sluice_top_denied_requests` is written (its labels are clients' keys).
+    keys: bool,
+}
 
 impl Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
-        let shared = &self.0;
+        let shared = &self.shared;
         shared
             .stats
             .retire_rules(|name| shared.rules.get(name).is_some());
-        let reading = Reading::read(shared);
+        let reading = Reading::read(shared, self.keys);
         for family in FAMILIES {
             let Some(samples) = (family.read)(&reading) else {
                 continue;
@@ -441,7 +465,7 @@ static FAMILIES: &[Family] = &[
         "sluice_top_denied_requests",
         "The keys denied most in the last minute (the top 5, as RL.TOP counts them): each key's denials",
         |r| {
-            let rows = r.top_denied.iter();
+            let rows = r.top_denied.as_ref()?.iter();
             Some(Samples::Labelled(
                 rows.map(|(rule, key, n)| {
                     let labels = vec![("rule", rule.clone()), ("key", key.clone())];
@@ -534,8 +558,9 @@ struct Reading {
     regions: Option<crate::regions::Status>,
     /// With `--etcd` or `--rules-etcd`: each watch's restarts.
     watch_restarts: Vec<(&'static str, u64)>,
-    /// `(rule, key, denials)` of the keys denied most in the last minute.
-    top_denied: Vec<(String, String, i64)>,
+    /// `(rule, key, denials)` of the keys denied most in the last minute; `None` for a
+    /// scraping user who may not run `RL.TOP`.
+    top_denied: Option<Vec<(String, String, i64)>>,
     now_ms: u64,
 }
 
@@ -562,7 +587,7 @@ struct ClusterReading {
 }
 
 impl Reading {
-    fn read(shared: &Shared) -> Reading {
+    fn read(shared: &Shared, keys: bool) -> Reading {
         let resp_checks = CHECK_COMMANDS
             .iter()
             .filter_map(|name| cmd::lookup(name.as_bytes()))
@@ -632,15 +657,17 @@ impl Reading {
             .filter(|(_, on, _)| *on)
             .map(|(watch, _, n)| (watch, n.load(Relaxed)))
             .collect(),
-            top_denied: shared
-                .stats
-                .top(Kind::Denied, Window::Minute, None, TOP_DENIED, now)
-                .into_iter()
-                .map(|e| {
-                    let key = String::from_utf8_lossy(&e.key).into_owned();
-                    (shared.stats.rule_name(e.rule), key, clamp(e.count))
-                })
-                .collect(),
+            top_denied: keys.then(|| {
+                let top = shared
+                    .stats
+                    .top(Kind::Denied, Window::Minute, None, TOP_DENIED, now);
+                top.into_iter()
+                    .map(|e| {
+                        let key = String::from_utf8_lossy(&e.key).into_owned();
+                        (shared.stats.rule_name(e.rule), key, clamp(e.count))
+                    })
+                    .collect()
+            }),
             now_ms: now.as_nanos() / 1_000_000,
         }
     }

@@ -47,6 +47,10 @@ const OPS_SAMPLES: usize = 16;
 /// two (at most 12.5% wide), up to 2^34 ns (17 s); longer lands in the last bucket.
 pub const LATENCY_BUCKETS: usize = 256;
 
+/// How long a retired rule id keeps its name before a new rule may take it: longer than
+/// `RL.TOP`'s longest window, which names the rules of the keys it counted.
+const REUSE_AFTER: Duration = Duration::from_secs(16 * 60);
+
 /// Rule ids: the unnamed rule, up to `MAX_RULES - 2` names, and `other`.
 pub const MAX_RULES: usize = 256;
 
@@ -135,11 +139,11 @@ fn check_index(rule: RuleId, algo: Algo, outcome: Outcome) -> usize {
 }
 
 impl ThreadStats {
-    fn new(commands: usize, seed: u64) -> ThreadStats {
+    fn new(commands: usize) -> ThreadStats {
         ThreadStats {
             cmds: (0..commands).map(|_| CmdCounters::new()).collect(),
             checks: [const { AtomicU64::new(0) }; CHECKS],
-            top: SlotTop::new(seed),
+            top: SlotTop::new(),
         }
     }
 
@@ -274,7 +278,9 @@ struct RuleNames {
     /// By id, `None` for a free one; never longer than [`RuleId::OTHER`].
     names: Vec<Option<String>>,
     /// Ids whose names were retired, for the next new names.
-    free: Vec<RuleId>,
+    /// With when each left: an id is reused once `RL.TOP`'s windows have forgotten it
+    /// ([`REUSE_AFTER`]), sooner only when no other id is left; until then it keeps its name.
+    free: Vec<(RuleId, std::time::Instant)>,
     /// Per check counter: what it held, summed over the slots, when its id's name was retired.
     base: Box<[u64]>,
     /// The rule names Envoy's config may count under ([`Stats::set_envoy_rules`]).
@@ -330,7 +336,7 @@ impl Stats {
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
             slots: (0..threads + 2)
-                .map(|i| CachePadded::new(ThreadStats::new(commands, 0x5eed + i as u64)))
+                .map(|_| CachePadded::new(ThreadStats::new(commands)))
                 .collect(),
             rules: RwLock::new(RuleNames {
                 ids: HashMap::new(),
@@ -379,13 +385,19 @@ impl Stats {
         if let Some(id) = rules.ids.get(name) {
             return *id;
         }
-        let id = match rules.free.pop() {
-            Some(id) => id,
-            None if rules.names.len() < usize::from(RuleId::OTHER.0) => {
-                rules.names.push(None);
-                RuleId(rules.names.len() as u16 - 1)
-            }
-            None => return RuleId::OTHER,
+        let forgotten = rules
+            .free
+            .iter()
+            .position(|(_, at)| at.elapsed() >= REUSE_AFTER);
+        let id = if let Some(i) = forgotten {
+            rules.free.swap_remove(i).0
+        } else if rules.names.len() < usize::from(RuleId::OTHER.0) {
+            rules.names.push(None);
+            RuleId(rules.names.len() as u16 - 1)
+        } else if let Some(i) = (0..rules.free.len()).min_by_key(|&i| rules.free[i].1) {
+            rules.free.swap_remove(i).0
+        } else {
+            return RuleId::OTHER;
         };
         rules.names[usize::from(id.0)] = Some(name.to_string());
         rules.ids.insert(name.to_string(), id);
@@ -424,8 +436,8 @@ impl Stats {
                     rules.base[i] = self.check_sum(i);
                 }
             }
-            rules.names[usize::from(id.0)] = None;
-            rules.free.push(id);
+            // The name stays until the id is reused: RL.TOP's windows still name it.
+            rules.free.push((id, std::time::Instant::now()));
         }
     }
 

@@ -15,7 +15,7 @@
 //!
 //! # What it costs a check
 //! A denied check always enters the DENIED summary (a hit is a probe of a 128-slot index and an
-//! add, under an uncontended lock). An allowed check enters the ALLOWED summary with probability
+//! add, under the slot's lock, which a reader takes one step at a time). An allowed check enters the ALLOWED summary with probability
 //! 1 in [`SAMPLE`], with weight [`SAMPLE`]: between two samples a check costs one countdown in
 //! the slot. The gaps between samples are geometric, so every check is sampled independently
 //! (Bernoulli) and a scaled count is unbiased; its noise is stated in the README. A denied check
@@ -23,8 +23,9 @@
 //!
 //! # Memory
 //! At most `ROOM` counters per summary (48 bytes each, and the key's allocation), keys cut to
-//! [`KEY_MAX`] bytes: a slot holds at most `2 × STEPS × ROOM` counters (5,856), about 590 KB
-//! with 32-byte keys; 20 KB while quiet (each summary's index).
+//! [`KEY_MAX`] bytes: a slot holds at most `2 × STEPS × ROOM` counters (5,856), about 580 KB
+//! with 32-byte keys and 1.1 MB with keys of `KEY_MAX` bytes. A summary frees its counters when
+//! its step leaves the window, so a quiet slot holds 20 KB (the indexes).
 
 use std::collections::HashMap;
 
@@ -104,14 +105,15 @@ impl Summary {
         }
     }
 
+    /// Empties the summary and hands its counters' memory back.
     fn clear(&mut self) {
-        self.counters.clear();
+        self.counters = Vec::new();
         self.index = [0; INDEX];
         self.cut = 0;
     }
 
-    /// Where `hash` and `rule` are in the index, or the empty slot where they would go.
-    fn probe(&self, hash: u64, rule: RuleId) -> (usize, Option<usize>) {
+    /// Where `key` (as kept) under `rule` is in the index, or the empty slot where it would go.
+    fn probe(&self, hash: u64, rule: RuleId, key: &[u8]) -> (usize, Option<usize>) {
         let mut i = hash as usize & (INDEX - 1);
         loop {
             match self.index[i] {
@@ -119,7 +121,7 @@ impl Summary {
                 n => {
                     let at = usize::from(n) - 1;
                     let c = &self.counters[at];
-                    if c.hash == hash && c.rule == rule {
+                    if c.hash == hash && c.rule == rule && c.key.as_ref() == key {
                         return (i, Some(at));
                     }
                 }
@@ -128,8 +130,9 @@ impl Summary {
         }
     }
 
+    /// Counts `key` (as kept: see [`kept`]), whose hash is `hash`.
     fn add(&mut self, hash: u64, rule: RuleId, key: &[u8], weight: u64, now_ms: u64) {
-        let (mut slot, found) = self.probe(hash, rule);
+        let (mut slot, found) = self.probe(hash, rule, key);
         if let Some(at) = found {
             let c = &mut self.counters[at];
             c.count += weight;
@@ -138,7 +141,7 @@ impl Summary {
         }
         if self.counters.len() == ROOM {
             self.reduce();
-            slot = self.probe(hash, rule).0;
+            slot = self.probe(hash, rule, key).0;
         }
         if self.counters.capacity() == 0 {
             self.counters.reserve_exact(ROOM);
@@ -148,7 +151,7 @@ impl Summary {
             rule,
             count: weight,
             last_ms: now_ms,
-            key: kept(key),
+            key: key.into(),
         });
         self.index[slot] = self.counters.len() as u8;
     }
@@ -161,28 +164,29 @@ impl Summary {
         }
         let counts = &mut counts[..self.counters.len()];
         let (_, &mut by, _) = counts.select_nth_unstable_by(KEEP, |a, b| b.cmp(a));
+        // The (KEEP+1) largest lose `by` each; a smaller counter loses what it has.
         self.counters.retain_mut(|c| {
-            c.count -= by;
+            c.count = c.count.saturating_sub(by);
             c.count > 0
         });
         self.cut += by;
         self.index = [0; INDEX];
         for at in 0..self.counters.len() {
             let c = &self.counters[at];
-            let slot = self.probe(c.hash, c.rule).0;
+            let slot = self.probe(c.hash, c.rule, &c.key).0;
             self.index[slot] = at as u8 + 1;
         }
     }
 }
 
 /// A key as a summary keeps it: at most [`KEY_MAX`] bytes, a cut one ending in `...`.
-fn kept(key: &[u8]) -> Box<[u8]> {
+fn kept(key: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     if key.len() <= KEY_MAX {
         return key.into();
     }
     let mut k = key[..KEY_MAX - 3].to_vec();
     k.extend_from_slice(b"...");
-    k.into_boxed_slice()
+    k.into()
 }
 
 /// One outcome's ring of summaries.
@@ -222,16 +226,16 @@ impl Ring {
         self.steps[self.head].add(hash, rule, key, weight, now_ms);
     }
 
-    /// Adds the window's steps into `into`.
-    fn merge_into(&mut self, window: Window, now_ms: u64, into: &mut Merged) {
+    /// Adds the step `back` steps before `now_ms`'s into `into`.
+    fn merge_step(&mut self, back: usize, now_ms: u64, into: &mut Merged) {
         self.advance(now_ms);
-        for back in 0..window.steps() {
+        {
             let s = &self.steps[(self.head + STEPS - back) % STEPS];
             into.cut += s.cut;
             for c in &s.counters {
                 let e = into
                     .counters
-                    .entry((c.hash, c.rule))
+                    .entry((c.rule, c.key.clone()))
                     .or_insert_with(|| TopEntry {
                         key: c.key.to_vec(),
                         rule: c.rule,
@@ -251,8 +255,6 @@ impl Ring {
 struct Rings {
     denied: Ring,
     allowed: Ring,
-    /// xorshift64 state for the gaps between allowed samples.
-    rng: u64,
 }
 
 /// The heavy hitters one stats slot writes. One writer; readers lock.
@@ -267,13 +269,18 @@ fn hash(key: &[u8]) -> u64 {
     FixedState::with_seed(0x9e37_79b9_7f4a_7c15).hash_one(key)
 }
 
+impl Default for SlotTop {
+    fn default() -> SlotTop {
+        SlotTop::new()
+    }
+}
+
 impl SlotTop {
-    pub fn new(seed: u64) -> SlotTop {
+    pub fn new() -> SlotTop {
         SlotTop {
             rings: Mutex::new(Rings {
                 denied: Ring::new(),
                 allowed: Ring::new(),
-                rng: seed | 1,
             }),
             skip: std::sync::atomic::AtomicU64::new(0),
         }
@@ -297,36 +304,36 @@ impl SlotTop {
     #[inline(never)]
     fn enter(&self, rule: RuleId, key: &[u8], denied: bool, now: Nanos) {
         let now_ms = now.as_millis_floor();
-        let h = hash(key);
+        let key = kept(key);
+        let h = hash(&key);
         let mut r = self.rings.lock();
         if denied {
-            r.denied.add(h, rule, key, 1, now_ms);
+            r.denied.add(h, rule, &key, 1, now_ms);
         } else {
-            r.allowed.add(h, rule, key, SAMPLE, now_ms);
-            let gap = geometric(&mut r.rng);
-            self.skip.store(gap, std::sync::atomic::Ordering::Relaxed);
+            r.allowed.add(h, rule, &key, SAMPLE, now_ms);
+            self.skip
+                .store(geometric(), std::sync::atomic::Ordering::Relaxed);
         }
     }
 
-    /// Adds this slot's `kind` summaries over `window` into `into`.
+    /// Adds this slot's `kind` summaries over `window` into `into`, taking the lock for one
+    /// step at a time so the slot's own checks wait at most one step's merge.
     pub fn merge_into(&self, kind: Kind, window: Window, now_ms: u64, into: &mut Merged) {
-        let mut r = self.rings.lock();
-        match kind {
-            Kind::Denied => r.denied.merge_into(window, now_ms, into),
-            Kind::Allowed => r.allowed.merge_into(window, now_ms, into),
+        for back in 0..window.steps() {
+            let mut r = self.rings.lock();
+            let ring = match kind {
+                Kind::Denied => &mut r.denied,
+                Kind::Allowed => &mut r.allowed,
+            };
+            ring.merge_step(back, now_ms, into);
         }
     }
 }
 
 /// Failures before the next success of a 1-in-[`SAMPLE`] trial: the allowed checks to skip.
-fn geometric(rng: &mut u64) -> u64 {
-    let mut x = *rng;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *rng = x;
+fn geometric() -> u64 {
     // A uniform in (0, 1], then inversion: floor(ln u / ln(1 - p)).
-    let u = ((x >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    let u = ((crate::cmd::sample::next() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
     let p = 1.0 / SAMPLE as f64;
     (u.ln() / (1.0 - p).ln()).floor() as u64
 }
@@ -346,7 +353,7 @@ pub struct TopEntry {
 /// Summaries added together: a window, then every slot of a node.
 #[derive(Debug, Default)]
 pub struct Merged {
-    counters: HashMap<(u64, RuleId), TopEntry>,
+    counters: HashMap<(RuleId, Box<[u8]>), TopEntry>,
     cut: u64,
 }
 
@@ -410,25 +417,22 @@ impl Rates {
     }
 
     /// `(end of the newest step, per rule)`: the newest step is the one in progress, counted up
-    /// to `now` from `current`; a step with no snapshot on both ends counts 0.
+    /// to `now` from `current`. A step boundary passed but not yet sampled (the sampler runs
+    /// every 100 ms) reads `current`; a step with no snapshot at either end counts 0. Rules are
+    /// those with a count in the 15 minutes, retired ones included.
     pub fn report(&self, now_ms: u64, current: &RuleTotals) -> (u64, Vec<RuleRates>) {
-        let newest = now_ms - now_ms % RATE_STEP_MS + RATE_STEP_MS;
-        // Each step's end, oldest first; the newest ends in the future.
-        let ends: Vec<u64> = (0..RATE_STEPS as u64)
-            .rev()
-            .map(|back| newest.saturating_sub(back * RATE_STEP_MS))
+        let passed = now_ms - now_ms % RATE_STEP_MS;
+        let newest = passed + RATE_STEP_MS;
+        let mut at: HashMap<u64, &RuleTotals> =
+            self.snapshots.iter().map(|(t, m)| (*t, m)).collect();
+        at.entry(passed).or_insert(current);
+        at.insert(newest, current);
+        let mut names: Vec<&String> = current
+            .keys()
+            .chain(self.snapshots.iter().flat_map(|(_, m)| m.keys()))
             .collect();
-        let at = |end: u64| -> Option<&RuleTotals> {
-            if end == newest {
-                return Some(current);
-            }
-            self.snapshots
-                .iter()
-                .find(|(t, _)| *t == end)
-                .map(|(_, m)| m)
-        };
-        let mut names: Vec<&String> = current.keys().collect();
         names.sort();
+        names.dedup();
         let mut out = Vec::new();
         for name in names {
             let mut r = RuleRates {
@@ -437,8 +441,10 @@ impl Rates {
                 denied: Vec::with_capacity(RATE_STEPS),
                 shadow: Vec::with_capacity(RATE_STEPS),
             };
-            for &end in &ends {
-                let step = match (at(end.saturating_sub(RATE_STEP_MS)), at(end)) {
+            for back in (0..RATE_STEPS as u64).rev() {
+                let end = newest.saturating_sub(back * RATE_STEP_MS);
+                let start = end.saturating_sub(RATE_STEP_MS);
+                let step = match (at.get(&start), at.get(&end)) {
                     (Some(a), Some(b)) => {
                         let a = a.get(name).copied().unwrap_or_default();
                         let b = b.get(name).copied().unwrap_or_default();
@@ -471,6 +477,14 @@ mod tests {
         Nanos::from_millis(n)
     }
 
+    fn top_of_all(s: &SlotTop) -> Vec<TopEntry> {
+        let mut m = Merged::default();
+        s.merge_into(Kind::Denied, Window::Minute, 1, &mut m);
+        m.top(None, MAX_ALL)
+    }
+
+    const MAX_ALL: usize = 100_000;
+
     fn top_of(s: &SlotTop, kind: Kind, now_ms: u64) -> Vec<TopEntry> {
         let mut m = Merged::default();
         s.merge_into(kind, Window::Minute, now_ms, &mut m);
@@ -479,7 +493,7 @@ mod tests {
 
     #[test]
     fn a_hammered_key_leads_and_its_count_is_within_the_bound() {
-        let s = SlotTop::new(7);
+        let s = SlotTop::new();
         let now = 1_000_000_000;
         // 20,000 distinct quiet keys denied once each, one key denied 3,000 times among them.
         let mut n = 0u64;
@@ -506,7 +520,7 @@ mod tests {
 
     #[test]
     fn allowed_checks_are_sampled_and_scaled_without_bias() {
-        let s = SlotTop::new(42);
+        let s = SlotTop::new();
         let now = 1_000_000_000;
         for _ in 0..160_000 {
             s.note(RuleId(3), b"k", false, ms(now));
@@ -522,7 +536,7 @@ mod tests {
 
     #[test]
     fn the_window_forgets_old_steps_and_the_quarter_keeps_them() {
-        let s = SlotTop::new(1);
+        let s = SlotTop::new();
         let t0 = 10 * STEP_MS * 1_000;
         for _ in 0..5 {
             s.note(RuleId::UNNAMED, b"old", true, ms(t0));
@@ -545,7 +559,7 @@ mod tests {
 
     #[test]
     fn rule_filters_and_long_keys_are_cut() {
-        let s = SlotTop::new(1);
+        let s = SlotTop::new();
         let long = vec![b'x'; 500];
         s.note(RuleId(2), &long, true, ms(5));
         s.note(RuleId(2), b"a", true, ms(5));
@@ -564,7 +578,7 @@ mod tests {
     fn the_bound_holds_against_exact_counts_under_churn() {
         // Zipf-like traffic over many keys: every reported count is an upper bound within
         // `error` of the truth, and error stays at most N / (KEEP + 1).
-        let s = SlotTop::new(9);
+        let s = SlotTop::new();
         let mut exact: HashMap<Vec<u8>, u64> = HashMap::new();
         let mut rng = 12345u64;
         let n = 50_000u64;
@@ -594,6 +608,88 @@ mod tests {
     }
 
     #[test]
+    fn a_reduction_never_takes_more_than_a_counter_holds() {
+        // 33 keys twice, 15 once, then a new key: the 33rd largest count (2) is more than the
+        // 15 small counters hold, which leave instead of wrapping below zero.
+        let s = SlotTop::new();
+        for round in 0..2 {
+            for i in 0..33 {
+                s.note(RuleId::UNNAMED, format!("big{i}").as_bytes(), true, ms(1));
+            }
+            if round == 0 {
+                for i in 0..15 {
+                    s.note(RuleId::UNNAMED, format!("small{i}").as_bytes(), true, ms(1));
+                }
+            }
+        }
+        s.note(RuleId::UNNAMED, b"new", true, ms(1));
+        let top = top_of(&s, Kind::Denied, 1);
+        let n = 33 * 2 + 15 + 1;
+        for e in &top {
+            assert!(e.count <= n, "{e:?}");
+            assert!(e.error <= n / (KEEP as u64 + 1), "{e:?}");
+        }
+        assert_eq!(
+            top.iter().find(|e| e.key == b"new").map(|e| e.count),
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn the_bound_holds_under_adversarial_orders() {
+        // Orders that churn the table: bursts of fresh keys between repeats, sorted and
+        // reversed runs, and one key that appears only after everything else.
+        let orders: Vec<Vec<String>> = vec![
+            (0..5000)
+                .map(|i| format!("k{}", i % 97 + (i / 97) % 3 * 1000))
+                .collect(),
+            (0..5000)
+                .map(|i| format!("k{}", if i % 3 == 0 { i } else { i % 40 }))
+                .collect(),
+            (0..5000).rev().map(|i| format!("k{}", i / 50)).collect(),
+            (0..5000)
+                .map(|i| {
+                    if i < 4000 {
+                        format!("u{i}")
+                    } else {
+                        "late".to_string()
+                    }
+                })
+                .collect(),
+        ];
+        for keys in orders {
+            let s = SlotTop::new();
+            let mut exact: HashMap<&str, u64> = HashMap::new();
+            for k in &keys {
+                *exact.entry(k).or_default() += 1;
+                s.note(RuleId::UNNAMED, k.as_bytes(), true, ms(1));
+            }
+            let n = keys.len() as u64;
+            let top = top_of_all(&s);
+            for e in &top {
+                let t = exact[std::str::from_utf8(&e.key).unwrap()];
+                assert!(e.count >= t && e.count - e.error <= t, "{e:?} true {t}");
+                assert!(e.error <= n / (KEEP as u64 + 1), "{e:?}");
+            }
+            for (k, &t) in &exact {
+                if t > n / (KEEP as u64 + 1) {
+                    assert!(top.iter().any(|e| e.key == k.as_bytes()), "{k} {t}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn colliding_hashes_keep_their_keys_apart() {
+        let mut s = Summary::new();
+        s.add(7, RuleId::UNNAMED, b"a", 1, 0);
+        s.add(7, RuleId::UNNAMED, b"b", 1, 0);
+        s.add(7, RuleId::UNNAMED, b"a", 1, 0);
+        assert_eq!(s.counters.len(), 2);
+        assert_eq!(s.counters[0].count, 2);
+    }
+
+    #[test]
     fn a_counter_is_the_48_bytes_the_docs_count() {
         assert_eq!(std::mem::size_of::<Counter>(), 48);
         let mut s = Summary::new();
@@ -617,5 +713,14 @@ mod tests {
         assert_eq!(api.denied[RATE_STEPS - 1], 4);
         assert_eq!(api.allowed[RATE_STEPS - 2], 50);
         assert_eq!(api.allowed[RATE_STEPS - 3], 0);
+        // Just past a boundary the sampler has not reached yet: the step before it still
+        // reads its counts (current stands in for the missing snapshot), not 0.
+        let (_, rules) = r.report(120_050, &mk(75, 9));
+        assert_eq!(rules[0].allowed[RATE_STEPS - 2], 25);
+        assert_eq!(rules[0].allowed[RATE_STEPS - 1], 0);
+        // A rule whose counters are gone (retired) keeps its history.
+        let (_, rules) = r.report(115_000, &RuleTotals::new());
+        assert_eq!(rules[0].name, "api");
+        assert_eq!(rules[0].allowed[RATE_STEPS - 2], 50);
     }
 }

@@ -18,6 +18,7 @@
 
 use sluice_resp::reply;
 
+use super::rl_check::clamp;
 use super::{Args, CmdError, Command, Ctx};
 use crate::top::{Kind, RATE_STEP_MS, Window};
 
@@ -129,8 +130,4 @@ impl Command<'_> for RlRates {
         }
         Ok(())
     }
-}
-
-fn clamp(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }

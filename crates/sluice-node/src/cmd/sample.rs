@@ -16,16 +16,22 @@ fn seed() -> u64 {
     (t ^ (&local as *const u8 as u64)) | 1
 }
 
-/// A random number below `n` (`n > 0`), from a xorshift generator per thread.
-pub fn below(n: usize) -> usize {
+/// A random 64-bit number from a xorshift generator per thread (seeded from the time and the
+/// thread's stack address).
+pub fn next() -> u64 {
     STATE.with(|s| {
         let mut x = s.get();
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         s.set(x);
-        (x % n as u64) as usize
+        x
     })
+}
+
+/// A random number below `n` (`n > 0`).
+pub fn below(n: usize) -> usize {
+    (next() % n as u64) as usize
 }
 
 /// Indexes into `len` entries: `count >= 0` distinct ones (all of them, in order, if `count`
