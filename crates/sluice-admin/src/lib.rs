@@ -1,6 +1,7 @@
-//! # sluice-admin — `sluice cluster ...`, the admin tool. It talks RESP to the nodes (`conn`,
-//! a small synchronous client over `sluice_resp::value`), computes tables with `sluice-cluster`,
-//! and drives slot migrations step by step, printing each step.
+//! # sluice-admin — `sluice cluster ...`, the admin tool, and `sluice top` ([`top`]), the live
+//! screen of who is being limited. It talks RESP to the nodes (`conn`, a small synchronous
+//! client over `sluice_resp::value`), computes tables with `sluice-cluster`, and drives slot
+//! migrations step by step, printing each step.
 //!
 //! Every command checks that every node it needs answers before it changes anything. A step
 //! that fails leaves the old table in force and says what to rerun.
@@ -14,6 +15,7 @@ use sluice_cluster::{Move, Node, SlotTable};
 use conn::{Conn, Fallible, split_addr};
 
 mod conn;
+pub mod top;
 
 /// `sluice cluster <command>`
 #[derive(Debug, Args)]

@@ -1,10 +1,11 @@
 //! # sluice — the binary
 //!
-//! One program, three modes, as clap subcommands:
+//! One program, four modes, as clap subcommands:
 //! - `sluice [CONFIG-FILE] [flags]`: a node ([`sluice_node`]), until SIGTERM, SIGINT or
 //!   `SHUTDOWN` (SIGHUP is logged and ignored, as Redis does);
 //! - `sluice proxy [flags]`: the gateway sidecar ([`sluice_proxy`]);
-//! - `sluice cluster <command>`: the cluster admin tool ([`sluice_admin`]).
+//! - `sluice cluster <command>`: the cluster admin tool ([`sluice_admin`]);
+//! - `sluice top HOST:PORT`: the live screen of who is being limited ([`sluice_admin::top`]).
 //!
 //! It parses flags and hands them to the crate that runs the mode; nothing else lives here but
 //! the allocator.
@@ -35,8 +36,8 @@ pub static malloc_conf: Option<&'static std::ffi::c_char> = Some(
     unsafe { &*c"background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0".as_ptr() },
 );
 
-/// `sluice [CONFIG-FILE] [flags]` runs a node; `sluice proxy` and `sluice cluster` run the
-/// other two modes.
+/// `sluice [CONFIG-FILE] [flags]` runs a node; `sluice proxy`, `sluice cluster` and
+/// `sluice top` run the other three modes.
 #[derive(Debug, Parser)]
 #[command(
     name = "sluice",
@@ -58,12 +59,14 @@ struct Cli {
 
 const USAGE: &str = "sluice [CONFIG-FILE] [OPTIONS]
        sluice proxy [OPTIONS]
-       sluice cluster <COMMAND>";
+       sluice cluster <COMMAND>
+       sluice top HOST:PORT [OPTIONS]";
 
 const LONG_ABOUT: &str = "A rate-limiter server that speaks the Redis protocol: any Redis client \
     sends it RL.CHECK (and the Redis commands clients send), and it answers from buckets kept in \
     sharded memory. With no subcommand it runs a node; `proxy` runs the sidecar a gateway talks \
-    to on localhost, `cluster` the tool that creates and changes a cluster. Every flag is also \
+    to on localhost, `cluster` the tool that creates and changes a cluster, `top` a live screen \
+    of the keys being limited. Every flag is also \
     read from the environment variable SLUICE_<FLAG> (the sidecar's from SLUICE_PROXY_<FLAG>); \
     a flag on the command line wins.";
 
@@ -117,6 +120,9 @@ enum Mode {
     /// Create and change a Sluice cluster: create, add-node, remove-node, show.
     // Boxed too: with its etcd TLS paths it is larger than a box.
     Cluster(Box<sluice_admin::Admin>),
+    /// Who is being limited right now: rates per rule, the top denied and allowed keys and
+    /// the nodes, merged over a cluster's primaries, redrawn every second (or `--once`).
+    Top(sluice_admin::top::Top),
 }
 
 fn main() {
@@ -124,6 +130,7 @@ fn main() {
     let code = match cli.mode {
         Some(Mode::Proxy(config)) => sluice_proxy::main(*config),
         Some(Mode::Cluster(admin)) => sluice_admin::main(*admin),
+        Some(Mode::Top(top)) => sluice_admin::top::main(top),
         None => {
             let mut config = cli.node;
             config.config_file = config_file;
@@ -141,15 +148,17 @@ fn parse() -> (Cli, Option<PathBuf>) {
     let argv: Vec<OsString> = std::env::args_os().collect();
     // A first word that names no file, is not shaped like a path and is no subcommand is a
     // mistyped subcommand (`sluice proxi`), not a config file: clap says so, with its
-    // suggestion.
-    let (argv, file) = if names_nothing(&command, &argv) {
-        (argv, None)
-    } else {
-        sluice_node::conffile::expand(argv).unwrap_or_else(|e| {
-            eprintln!("sluice: {e}");
-            std::process::exit(1);
-        })
-    };
+    // suggestion. A subcommand is never a config file, even where a file has its name.
+    let first = argv.get(1).and_then(|a| a.to_str());
+    let (argv, file) =
+        if names_nothing(&command, &argv) || first.is_some_and(|w| is_mode(&command, w)) {
+            (argv, None)
+        } else {
+            sluice_node::conffile::expand(argv).unwrap_or_else(|e| {
+                eprintln!("sluice: {e}");
+                std::process::exit(1);
+            })
+        };
     let matches = command
         .try_get_matches_from_mut(argv)
         .unwrap_or_else(|e| explain(&mut command, e).exit());
@@ -194,12 +203,19 @@ fn names_nothing(command: &Command, argv: &[OsString]) -> bool {
     let Some(word) = argv.get(1).and_then(|a| a.to_str()) else {
         return false;
     };
-    let mode = command
+    let path_like = word.contains(['/', '.']);
+    !word.starts_with('-')
+        && !is_mode(command, word)
+        && !path_like
+        && !std::path::Path::new(word).exists()
+}
+
+/// Whether `word` names a subcommand (`proxy`, `cluster`, `top`, `help`).
+fn is_mode(command: &Command, word: &str) -> bool {
+    command
         .get_subcommands()
         .any(|m| m.get_name().eq_ignore_ascii_case(word))
-        || word.eq_ignore_ascii_case("help");
-    let path_like = word.contains(['/', '.']);
-    !word.starts_with('-') && !mode && !path_like && !std::path::Path::new(word).exists()
+        || word.eq_ignore_ascii_case("help")
 }
 
 /// clap's error, said in the node's terms where clap's would mislead: a word after the
