@@ -451,8 +451,11 @@ impl Watch {
     }
 
     fn refresh(&mut self, wait: Duration) -> Screen {
-        let deadline = Instant::now() + wait;
-        let stale_table = self.read_table(deadline).err();
+        let started = Instant::now();
+        let deadline = started + wait;
+        // Half the wait at most for the table: a node that hangs on it leaves the other half
+        // to the rest (and at the next refresh, its thread still busy, another node is asked).
+        let stale_table = self.read_table(started + wait / 2).err();
         // (address, role, slots); out of a cluster the node given, its role from INFO.
         let nodes: Vec<(String, Option<&'static str>, Option<usize>)> = match &self.table {
             Some(t) => table_nodes(t).collect(),
@@ -485,9 +488,8 @@ impl Watch {
                 }
                 Some(Ok(Got::Table(_))) => Err("internal: a table for a node's question".into()),
                 Some(Err(e)) => Err(e),
-                None if id.is_none() => {
-                    Err(format!("{addr} is still answering an earlier refresh"))
-                }
+                // Its thread may still wait for an earlier question's answer: the node has not
+                // answered for longer still.
                 None => Err(format!("{addr} did not answer within {wait:?}")),
             };
             let role = role.unwrap_or(match &state {
