@@ -70,8 +70,15 @@ pub struct Top {
     /// The key lists' window: the last minute or the last 15 minutes.
     #[arg(long, default_value = "1m", value_parser = ["1m", "15m"])]
     window: String,
-    /// Password of the nodes (their --requirepass, or `--user`'s).
-    #[arg(short = 'a', long, visible_alias = "pass")]
+    /// Password of the nodes (their --requirepass, or `--user`'s); from the environment, it
+    /// stays out of `ps`.
+    #[arg(
+        short = 'a',
+        long,
+        visible_alias = "pass",
+        env = "SLUICE_TOP_PASSWORD",
+        hide_env_values = true
+    )]
     password: Option<String>,
     /// The ACL user to log in as, with `--password` (default: `default`); it needs RL.TOP,
     /// RL.RATES, INFO and CLUSTER GETTABLE.
