@@ -237,25 +237,27 @@ fn a_cluster_is_merged_from_every_primary() {
     );
 }
 
-/// A tmux server on a socket of its own (`tmux -L`), killed when dropped.
+/// A tmux server on a socket of its own (`tmux -S`, in a directory of its own), killed when
+/// dropped, its socket removed with the directory.
 struct Tmux {
-    socket: String,
+    dir: TempDir,
 }
 
 impl Tmux {
     fn new(name: &str) -> Tmux {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
         Tmux {
-            socket: format!("sluice-{name}-{}-{nanos}", std::process::id()),
+            dir: TempDir::new(name),
         }
+    }
+
+    fn socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("tmux.sock")
     }
 
     fn run(&self, args: &[&str]) -> std::process::Output {
         Command::new("tmux")
-            .args(["-L", &self.socket])
+            .arg("-S")
+            .arg(self.socket())
             .args(args)
             .output()
             .expect("run tmux")
