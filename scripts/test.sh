@@ -9,7 +9,8 @@
 # network namespace of its own), libfaketime (package faketime) to jump a node's wall clock,
 # redis-py 8 (pip) and ioredis, rate-limiter-flexible, express, express-rate-limit and
 # rate-limit-redis (npm) for the sidecar's clients and the Node limiter libraries, openssl
-# (test certificates and s_client) and curl (HTTPS metrics, gRPC over TLS) for the TLS tests, python3-venv for the
+# (test certificates and s_client) and curl (HTTPS metrics, gRPC over TLS) for the TLS tests, tmux
+# (a real terminal for `sluice top`'s live screen), chromium (headless, to load `/dashboard`), python3-venv for the
 # `limits` library's own tests (from PyPI, in a virtualenv). Whichever is missing is
 # installed from Debian packages (as root, or through sudo), after saying which. Then `cargo test --workspace` runs with CI=true,
 # so a test whose tool is still missing fails instead of skipping and passing.
@@ -41,6 +42,8 @@ npm npm
 pip3 python3-pip
 openssl openssl
 curl curl
+tmux tmux
+chromium chromium
 TOOLS
 # The `limits` library's tests run in a virtualenv of their own (scripts/limits-tests.sh).
 if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
