@@ -134,14 +134,17 @@ impl Conn {
             buf: BytesMut::with_capacity(4096),
             broken: false,
         };
-        match auth {
-            Some((Some(user), pass)) => {
-                let _: String = conn.query(&["AUTH", user, pass])?;
+        let login = match auth {
+            Some((Some(user), pass)) => Some(vec!["AUTH", user, pass]),
+            Some((None, pass)) => Some(vec!["AUTH", pass]),
+            None => None,
+        };
+        if let Some(args) = login {
+            // Not through `query`, whose error repeats its arguments: never the password.
+            match conn.call(&args) {
+                Ok(Value::Error(e)) | Err(e) => return Err(format!("{addr} AUTH: {e}")),
+                Ok(_) => {}
             }
-            Some((None, pass)) => {
-                let _: String = conn.query(&["AUTH", pass])?;
-            }
-            None => {}
         }
         Ok(conn)
     }

