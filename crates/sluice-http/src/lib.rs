@@ -3,13 +3,15 @@
 //! ([`body`]), a command's reply as a status, JSON body and rate limit headers ([`reply`],
 //! [`verdict`]), Bearer authentication, the listener that bounds connections and idle time
 //! ([`guard`]), the server loop with its header-read timeout ([`serve`]), what a gateway's
-//! subrequest is believed about the client ([`trust`]), and the OpenAPI document both serve.
+//! subrequest is believed about the client ([`trust`]), the OpenAPI document both serve, and
+//! the live page `/dashboard` with the pieces of its JSON ([`dashboard`]).
 //!
 //! Each program keeps its own handlers: the node runs the words through its command table,
 //! the sidecar through the gateway library with each rule's fail mode.
 
 pub mod auth;
 pub mod body;
+pub mod dashboard;
 pub mod guard;
 pub mod reply;
 pub mod rule;

@@ -8,6 +8,8 @@
 //!   as the node combines them; a request no known rule applies to is allowed with no headers.
 //! - `/rules` reads and writes are forwarded as `RL.RULE` to the node that owns the rule's name.
 //! - `/healthz`: alive. `/readyz`: a node answers `PING`.
+//! - `GET /v1/dashboard`: the live page's JSON (`sluice_http::dashboard`), `RL.RATES` and
+//!   `RL.TOP` of every primary merged; `GET /dashboard`: the page, which holds no data.
 //!
 //! With `--requirepass`, every route but `/healthz` wants the sidecar's password, in the
 //! node's credential scheme ([`sluice_http::auth`]): `Authorization: Bearer <password>` or
@@ -73,13 +75,17 @@ fn router(front: Arc<Front>) -> Router {
         .route("/rules/{id}", get(get_one).put(put).delete(delete))
         .route("/rules/{id}/history", get(history))
         .route("/rules/{id}/rollback", post(rollback))
+        .route("/v1/dashboard", get(dashboard))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(sluice_http::openapi))
         .route_layer(axum::middleware::from_fn_with_state(
             front.clone(),
             require_password,
         ));
-    sluice_http::routes(guarded).with_state(front)
+    // The page holds no data: it gives the password when it asks `/v1/dashboard`.
+    sluice_http::routes(guarded)
+        .route("/dashboard", get(sluice_http::dashboard::page))
+        .with_state(front)
 }
 
 async fn require_password(State(front): State<Arc<Front>>, req: Request, next: Next) -> Response {
@@ -334,4 +340,174 @@ async fn rollback(
     let mut words = vec!["ROLLBACK", id.as_str()];
     words.extend(version.as_deref());
     versioned(&id, rule_command(&front, &id, &words).await)
+}
+
+/// One command to `key`'s owner; an error reply or no answer as text.
+async fn ask(front: &Front, key: &[u8], args: &[&[u8]]) -> Result<Value, String> {
+    match front.proxy.client.command(key, args).await {
+        Ok(Value::Error(e)) => Err(e),
+        Ok(v) => Ok(v),
+        Err(e) => Err(format!("no node answered ({e:?})")),
+    }
+}
+
+/// One key for each of `primaries` (addresses as the client routes to them): a key whose slot
+/// that primary serves, so a call on it reaches that primary. Two-byte keys hash whole (no
+/// room for a `{tag}`), and CRC16 maps the 65536 of them onto every 16-bit value, so every
+/// slot has four of them: a primary with any slot is found.
+fn key_on_each(front: &Front, primaries: &[String]) -> Vec<(String, Vec<u8>)> {
+    let mut found: Vec<(String, Vec<u8>)> = Vec::new();
+    for n in 0..=u16::MAX {
+        if found.len() == primaries.len() {
+            break;
+        }
+        let key = n.to_be_bytes().to_vec();
+        let Some(owner) = front.proxy.client.owner(&key) else {
+            continue;
+        };
+        if primaries.iter().any(|p| **p == *owner) && !found.iter().any(|(a, _)| **a == *owner) {
+            found.push((owner.to_string(), key));
+        }
+    }
+    found
+}
+
+/// `GET /v1/dashboard` (see `sluice_http::dashboard`): `RL.RATES` and both `RL.TOP` lists of
+/// every primary, merged; the rules as `GET /rules` reads them; the nodes of `CLUSTER NODES`
+/// with each primary's `INFO`. The sidecar reaches primaries only: a replica's offset and lag
+/// are what its primary lists of it, and its memory is not shown.
+async fn dashboard(State(front): State<Arc<Front>>) -> Response {
+    use sluice_client::top;
+    use sluice_http::dashboard::{
+        Dashboard, INFO_ARGS, Rates, Rule, RuleRates, TOP_COUNT, TopKey, cluster_rows, fill,
+        globals, regions_off, standalone_rows, top_args,
+    };
+    let mut d = Dashboard {
+        now_ms: now_ms(),
+        ..Dashboard::default()
+    };
+    let words = |args: &[&'static str]| -> Vec<&'static [u8]> {
+        args.iter().map(|a| a.as_bytes()).collect()
+    };
+    let info_args = words(&INFO_ARGS);
+    let cluster = ask(&front, b"", &[b"CLUSTER", b"NODES"]).await;
+    let mut rows = match &cluster {
+        Ok(v) => cluster_rows(&v.text()),
+        Err(_) => Vec::new(),
+    };
+    let primaries: Vec<String> = match &cluster {
+        Ok(_) => (rows.iter())
+            .filter(|r| r.role == "primary" && !r.slots.is_empty())
+            .map(|r| r.addr.clone())
+            .collect(),
+        Err(_) => front
+            .proxy
+            .client
+            .owner(b"")
+            .map(|a| a.to_string())
+            .into_iter()
+            .collect(),
+    };
+    let (mut rates, mut denied, mut allowed, mut infos) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        std::collections::HashMap::new(),
+    );
+    let (denied_args, allowed_args) = (words(&top_args("DENIED")), words(&top_args("ALLOWED")));
+    for (addr, key) in key_on_each(&front, &primaries) {
+        let (r, dn, al, info) = tokio::join!(
+            ask(&front, &key, &[b"RL.RATES"]),
+            ask(&front, &key, &denied_args),
+            ask(&front, &key, &allowed_args),
+            ask(&front, &key, &info_args),
+        );
+        match r.and_then(|v| top::parse_rates(&v)) {
+            Ok(r) => rates.push(r),
+            Err(e) => d.fail("rules_rates", format!("{e} ({addr})")),
+        }
+        match dn.and_then(|v| top::parse_top(&v)) {
+            Ok(t) => denied.push(t),
+            Err(e) => d.fail("top_denied", format!("{e} ({addr})")),
+        }
+        match al.and_then(|v| top::parse_top(&v)) {
+            Ok(t) => allowed.push(t),
+            Err(e) => d.fail("top_allowed", format!("{e} ({addr})")),
+        }
+        infos.insert(addr, info.map(|v| v.text()));
+    }
+    let merged = top::merge_rates(&rates);
+    d.rules_rates = Rates {
+        step_ms: merged.step_ms,
+        end_ms: merged.end_ms,
+        rules: (merged.rules.into_iter())
+            .map(|r| RuleRates {
+                rule: r.name,
+                allowed: r.allowed,
+                denied: r.denied,
+                shadow_denied: r.shadow,
+            })
+            .collect(),
+    };
+    let json = |keys: Vec<top::TopEntry>| -> Vec<TopKey> {
+        keys.iter()
+            .map(|k| TopKey::new(&k.key, &k.rule, k.count, k.error, k.last_seen_ms))
+            .collect()
+    };
+    d.top_denied = json(top::merge_top(&denied, TOP_COUNT));
+    d.top_allowed = json(top::merge_top(&allowed, TOP_COUNT));
+    // The rules.
+    let shares = match ask(&front, b"", &[b"RL.REGION", b"INFO"]).await {
+        Ok(v) => globals(&v),
+        Err(e) if regions_off(&e) => Default::default(),
+        Err(e) => {
+            d.fail("regions", e);
+            Default::default()
+        }
+    };
+    match ask(&front, b"", &[b"RL.RULE", b"LIST"]).await {
+        Ok(Value::Array(names)) => {
+            for n in names {
+                let id = n.text();
+                let get: [&[u8]; 3] = [b"RL.RULE", b"GET", id.as_bytes()];
+                match ask(&front, id.as_bytes(), &get).await {
+                    Ok(v) => d.rules.extend(RuleJson::from_get(&v).map(|rule| Rule {
+                        global: shares.get(&rule.id).cloned(),
+                        rule,
+                    })),
+                    Err(e) => d.fail("rules", e),
+                }
+            }
+        }
+        Ok(_) => {}
+        Err(e) => d.fail("rules", e),
+    }
+    // The nodes.
+    if cluster.is_ok() {
+        fill(&mut rows, &infos);
+        for r in &mut rows {
+            // The node that answered CLUSTER NODES is not the sidecar.
+            r.myself = false;
+            if r.role == "replica" {
+                r.error = None;
+            }
+        }
+        d.nodes = rows;
+        d.notes.push(
+            "The sidecar reaches primaries only: a replica's offset and lag are as its primary \
+             lists them, and its memory is not shown."
+                .into(),
+        );
+    } else {
+        match primaries.first().and_then(|a| Some((a, infos.remove(a)?))) {
+            Some((addr, Ok(info))) => d.nodes = standalone_rows(addr, &info),
+            Some((_, Err(e))) => d.fail("nodes", e),
+            None => d.fail("nodes", "no node answered"),
+        }
+    }
+    if d.all_refused() {
+        let first = d.errors.values().next().cloned().unwrap_or_default();
+        return resp_error(&first);
+    }
+    axum::Json(d).into_response()
 }

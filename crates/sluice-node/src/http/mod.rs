@@ -8,6 +8,7 @@
 //! - `GET /v1/auth`: `RL.ALLOW` for gateway subrequests (nginx `auth_request`, Traefik
 //!   `forwardAuth`, Envoy `ext_authz`), subjects from headers or the query ([`check`]).
 //! - `/rules` CRUD, history and rollback: `RL.RULE` underneath ([`rules`]).
+//! - `GET /v1/dashboard`: the live page's JSON ([`dashboard`]); `GET /dashboard`: the page.
 //! - `GET /healthz`, `GET /readyz`, `GET /openapi.json`.
 //!
 //! # How a request is served
@@ -25,7 +26,7 @@
 //! not arrive within [`sluice_http::BODY_DEADLINE`] is `408`; JSON is parsed with unknown fields
 //! refused by name.
 //!
-//! Every route but `/healthz` logs in as RESP's `AUTH` does ([`sluice_http::auth`]):
+//! Every route but `/healthz` and `/dashboard` (a page without data) logs in as RESP's `AUTH` does ([`sluice_http::auth`]):
 //! `Authorization: Bearer <password>` is the `default` user, `Basic base64(user:password)` a
 //! named one. Without the header a request runs as `default` when that user is on and `nopass`
 //! (no password anywhere, as a RESP connection is logged in), and is `401` otherwise (a
@@ -34,6 +35,7 @@
 //! `NOPERM` text.
 
 pub mod check;
+pub mod dashboard;
 pub mod forward;
 pub mod rules;
 
@@ -187,13 +189,17 @@ pub fn router(front: Arc<Front>) -> Router {
         )
         .route("/rules/{id}/history", get(rules::history))
         .route("/rules/{id}/rollback", post(rules::rollback))
+        .route("/v1/dashboard", get(dashboard::get))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(sluice_http::openapi))
         .route_layer(axum::middleware::from_fn_with_state(
             front.clone(),
             require_login,
         ));
-    sluice_http::routes(guarded).with_state(front)
+    // The page holds no data: it logs in when it asks `/v1/dashboard`.
+    sluice_http::routes(guarded)
+        .route("/dashboard", get(sluice_http::dashboard::page))
+        .with_state(front)
 }
 
 /// The user a request logs in as ([`login`]), put in its extensions for the handlers; `401`
