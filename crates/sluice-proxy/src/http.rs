@@ -415,7 +415,14 @@ async fn dashboard(State(front): State<Arc<Front>>) -> Response {
         std::collections::HashMap::new(),
     );
     let (denied_args, allowed_args) = (words(&top_args("DENIED")), words(&top_args("ALLOWED")));
-    for (addr, key) in key_on_each(&front, &primaries) {
+    let keys = key_on_each(&front, &primaries);
+    for p in primaries.iter().filter(|p| !keys.iter().any(|(a, _)| a == *p)) {
+        // A cluster behind one `--upstream` is routed to that node alone (Topology::Single).
+        let why = "not routed to: give the sidecar two or more of the cluster's nodes";
+        d.fail("nodes", format!("{why} ({p})"));
+        infos.insert(p.clone(), Err(why.to_owned()));
+    }
+    for (addr, key) in keys {
         let (r, dn, al, info) = tokio::join!(
             ask(&front, &key, &[b"RL.RATES"]),
             ask(&front, &key, &denied_args),
