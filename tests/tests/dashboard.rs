@@ -215,6 +215,42 @@ fn the_page_shows_the_hammered_key_and_the_rules_denials_only_with_the_password(
     }
 }
 
+/// Each part runs as the request's user: one the ACL refuses `RL.TOP` (it shows keys) sees the
+/// rest and no key; one refused every part gets `403`.
+#[test]
+fn a_user_refused_rl_top_sees_the_rates_but_no_key() {
+    const VIEWER: &str = "Basic dmlld2VyOnZwdw=="; // viewer:vpw
+    const NOBODY: &str = "Basic bm9ib2R5Om5wdw=="; // nobody:npw
+    let (server, port) = node();
+    let mut conn = connect(&server);
+    rules(&mut conn);
+    round(&mut conn, 0);
+    hammered_first(port);
+    for user in [
+        &["viewer", "on", ">vpw", "+@all", "-rl.top"][..],
+        &["nobody", "on", ">npw", "+ping"],
+    ] {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(user)
+            .query(&mut conn)
+            .expect("ACL SETUSER");
+    }
+    let (status, d) = dashboard(port, Some(VIEWER));
+    assert_eq!(status, 200, "{d:#}");
+    for part in ["top_denied", "top_allowed"] {
+        let refused = d["errors"][part].as_str().unwrap_or_default();
+        assert!(refused.starts_with("NOPERM"), "{d:#}");
+        assert!(d[part].as_array().unwrap().is_empty());
+    }
+    assert!(!d.to_string().contains(HAMMERED), "{d:#}");
+    assert!(!d["rules_rates"]["rules"].as_array().unwrap().is_empty());
+    assert_eq!(d["rules"].as_array().unwrap().len(), 2);
+    let (status, d) = dashboard(port, Some(NOBODY));
+    assert_eq!(status, 403, "{d:#}");
+    assert!(!d.to_string().contains(HAMMERED));
+}
+
 #[test]
 fn the_sidecar_merges_what_the_node_saw() {
     let (server, node_http) = node();
@@ -244,4 +280,54 @@ fn the_sidecar_merges_what_the_node_saw() {
     let page = http(port, "GET", "/dashboard", &[], None).unwrap();
     assert_eq!(page.status, 200);
     assert!(page.body.contains("/v1/dashboard"));
+}
+
+/// In a cluster every node is listed with its slots and role, its memory from its own `INFO`
+/// (the node behind the page asks the others), and each replica's lag behind its primary.
+#[test]
+fn in_a_cluster_every_node_shows_its_memory_and_each_replica_its_lag() {
+    use sluice_tests::{cluster_node, sluice_cluster, wait_cluster_ok};
+    let dir = TempDir::new("dashboard-cluster");
+    let http_port = free_port();
+    let nodes: Vec<Sluice> = (0..4)
+        .map(|i| {
+            let config = dir.path().join(format!("nodes-{i}.conf"));
+            let p = http_port.to_string();
+            let http: &[&str] = if i == 0 { &["--http-port", &p] } else { &[] };
+            cluster_node(0, &config, http)
+        })
+        .collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let mut args = vec!["create", "--replicas", "1"];
+    args.extend(addrs.iter().map(String::as_str));
+    let out = sluice_cluster(&args);
+    assert!(out.status.success(), "{out:?}");
+    wait_cluster_ok(&nodes);
+    let d = wait_until(Duration::from_secs(10), || {
+        let (status, d) = dashboard(http_port, None);
+        let rows = d["nodes"].as_array()?;
+        let replicas_in_step = rows
+            .iter()
+            .filter(|n| n["role"] == "replica")
+            .all(|n| n["lag_bytes"].is_u64() && n["link"] == "up");
+        (status == 200 && rows.len() == 4 && replicas_in_step).then_some(d)
+    })
+    .unwrap_or_else(|| panic!("{:#}", dashboard(http_port, None).1));
+    let rows = d["nodes"].as_array().unwrap();
+    for addr in &addrs {
+        let row = rows
+            .iter()
+            .find(|n| n["addr"] == addr.as_str())
+            .unwrap_or_else(|| panic!("{addr} missing: {d:#}"));
+        assert!(row["used_memory"].as_u64().unwrap() > 0, "{row}");
+        assert!(row["error"].is_null(), "{row}");
+        match row["role"].as_str().unwrap() {
+            "primary" => assert!(!row["slots"].as_str().unwrap().is_empty()),
+            _ => assert!(row["primary"].is_string(), "{row}"),
+        }
+    }
+    assert_eq!(rows.iter().filter(|n| n["myself"] == true).count(), 1);
 }

@@ -416,7 +416,10 @@ async fn dashboard(State(front): State<Arc<Front>>) -> Response {
     );
     let (denied_args, allowed_args) = (words(&top_args("DENIED")), words(&top_args("ALLOWED")));
     let keys = key_on_each(&front, &primaries);
-    for p in primaries.iter().filter(|p| !keys.iter().any(|(a, _)| a == *p)) {
+    for p in primaries
+        .iter()
+        .filter(|p| !keys.iter().any(|(a, _)| a == *p))
+    {
         // A cluster behind one `--upstream` is routed to that node alone (Topology::Single).
         let why = "not routed to: give the sidecar two or more of the cluster's nodes";
         d.fail("nodes", format!("{why} ({p})"));
