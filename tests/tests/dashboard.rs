@@ -312,10 +312,12 @@ fn the_sidecar_merges_what_the_node_saw() {
 }
 
 /// In a cluster every node is listed with its slots and role, its memory from its own `INFO`
-/// (the node behind the page asks the others), and each replica's lag behind its primary.
+/// (the node behind the page asks the others), and each replica's lag behind its primary; the
+/// top keys and rates are the whole cluster's: a key hammered on the other primary comes first,
+/// on the node's page and on a sidecar's in front of the cluster.
 #[test]
-fn in_a_cluster_every_node_shows_its_memory_and_each_replica_its_lag() {
-    use sluice_tests::{cluster_node, sluice_cluster, wait_cluster_ok};
+fn in_a_cluster_every_node_shows_its_memory_and_the_top_keys_are_the_clusters() {
+    use sluice_tests::{cluster_node, cluster_slots, key_slot, owner_of, sluice_cluster};
     let dir = TempDir::new("dashboard-cluster");
     let http_port = free_port();
     let nodes: Vec<Sluice> = (0..4)
@@ -330,11 +332,42 @@ fn in_a_cluster_every_node_shows_its_memory_and_each_replica_its_lag() {
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port))
         .collect();
+    // The first two nodes are the primaries, the others their replicas.
     let mut args = vec!["create", "--replicas", "1"];
     args.extend(addrs.iter().map(String::as_str));
     let out = sluice_cluster(&args);
     assert!(out.status.success(), "{out:?}");
-    wait_cluster_ok(&nodes);
+    sluice_tests::wait_cluster_ok(&nodes);
+
+    // Plain checks, each on its key's owner: quiet keys everywhere, one key of the other
+    // primary's hammered.
+    let slots = cluster_slots(nodes[0].port).expect("CLUSTER SLOTS");
+    let owner = |key: &str| owner_of(&slots, key_slot(key.as_bytes())).expect("an owner");
+    let hot = (0..)
+        .map(|i| format!("hot:{i}"))
+        .find(|k| owner(k) == nodes[1].port)
+        .unwrap();
+    let mut conns: Vec<(u16, redis::Connection)> =
+        nodes[..2].iter().map(|n| (n.port, n.client())).collect();
+    let mut pipes = [redis::pipe(), redis::pipe()];
+    for i in 0..2000 {
+        let key = format!("quiet:{i}");
+        let at = usize::from(owner(&key) == nodes[1].port);
+        pipes[at]
+            .cmd("RL.CHECK")
+            .arg(&[&key, "100", "60"][..])
+            .ignore();
+    }
+    for _ in 0..300 {
+        pipes[1]
+            .cmd("RL.CHECK")
+            .arg(&[&hot, "5", "60"][..])
+            .ignore();
+    }
+    for (pipe, (_, conn)) in pipes.iter().zip(&mut conns) {
+        pipe.query::<()>(conn).expect("the traffic");
+    }
+
     let d = wait_until(Duration::from_secs(10), || {
         let (status, d) = dashboard(http_port, None);
         let rows = d["nodes"].as_array()?;
@@ -342,7 +375,8 @@ fn in_a_cluster_every_node_shows_its_memory_and_each_replica_its_lag() {
             .iter()
             .filter(|n| n["role"] == "replica")
             .all(|n| n["lag_bytes"].is_u64() && n["link"] == "up");
-        (status == 200 && rows.len() == 4 && replicas_in_step).then_some(d)
+        let hot_first = d["top_denied"][0]["key"] == hot.as_str();
+        (status == 200 && rows.len() == 4 && replicas_in_step && hot_first).then_some(d)
     })
     .unwrap_or_else(|| panic!("{:#}", dashboard(http_port, None).1));
     let rows = d["nodes"].as_array().unwrap();
@@ -359,4 +393,22 @@ fn in_a_cluster_every_node_shows_its_memory_and_each_replica_its_lag() {
         }
     }
     assert_eq!(rows.iter().filter(|n| n["myself"] == true).count(), 1);
+    assert_eq!(d["top_denied"][0]["count"], 295, "{d:#}");
+    assert!(d["errors"].as_object().unwrap().is_empty(), "{d:#}");
+
+    // A sidecar given two of the nodes asks both primaries.
+    let port = free_port();
+    let _proxy = Sluice::start_proxy(&[
+        "--upstream",
+        &format!("{},{}", addrs[0], addrs[1]),
+        "--http-port",
+        &port.to_string(),
+    ]);
+    let d = wait_until(Duration::from_secs(10), || {
+        let (status, d) = dashboard(port, None);
+        (status == 200 && d["top_denied"][0]["key"] == hot.as_str()).then_some(d)
+    })
+    .unwrap_or_else(|| panic!("{:#}", dashboard(port, None).1));
+    assert_eq!(d["top_denied"][0]["count"], 295, "{d:#}");
+    assert_eq!(d["nodes"].as_array().unwrap().len(), 4, "{d:#}");
 }

@@ -19,9 +19,9 @@
 //! - `errors`: a part that could not be read, by part name, with the reason (a `NOPERM`,
 //!   a node that did not answer); the part is then empty. `notes`: what a figure means.
 //!
-//! The node runs each part as the logged-in user through its command table; the sidecar
-//! asks every primary over its upstream connection and merges. Both read the replies with
-//! the functions here, which do no I/O.
+//! The node runs each part as the logged-in user through its command table (and, in a
+//! cluster, asks the other nodes and merges); the sidecar asks every primary over its upstream
+//! connection and merges. Both read the replies with the functions here, which do no I/O.
 
 use std::collections::{BTreeMap, HashMap};
 
