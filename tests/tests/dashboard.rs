@@ -1,8 +1,10 @@
 //! The live page (`/dashboard`) in a real browser: headless Chromium loads it from a node with a
 //! password while one key is hammered far past its rule among thousands of quiet keys, and the
 //! rendered DOM shows that key first among the denied and the rule's denied rate above zero;
-//! loaded without the password, the page shows no data and `/v1/dashboard` answers `401`. The
-//! sidecar's `/v1/dashboard` finds the same key through the node.
+//! loaded without the password, the page shows no data and `/v1/dashboard` answers `401`.
+//! `/v1/dashboard` also: runs each part as the request's user (ACL), finds the key through a
+//! sidecar, shows a whole cluster from one node (every node's memory, each replica's lag, a
+//! key hammered on another primary) and each region's share of a GLOBAL rule.
 //!
 //! The screenshot docs/http.md shows is this test's, saved into the repository by
 //! `SLUICE_DASHBOARD_SCREENSHOT=$PWD/docs/img/dashboard.png cargo test -p sluice-tests --test
@@ -411,4 +413,64 @@ fn in_a_cluster_every_node_shows_its_memory_and_the_top_keys_are_the_clusters() 
     .unwrap_or_else(|| panic!("{:#}", dashboard(port, None).1));
     assert_eq!(d["top_denied"][0]["count"], 295, "{d:#}");
     assert_eq!(d["nodes"].as_array().unwrap().len(), 4, "{d:#}");
+}
+
+/// A GLOBAL rule shows each region's share, as `RL.REGION INFO` on the node behind the page.
+#[test]
+fn a_global_rule_shows_each_regions_share() {
+    let etcd = sluice_tests::Etcd::start();
+    let dir = TempDir::new("dashboard-regions");
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[g]\nlimit = 1000\nperiod = \"1m\"\nglobal = true\n",
+    )
+    .unwrap();
+    let (url, rules) = (etcd.url(), rules.to_str().unwrap().to_owned());
+    let http_port = free_port();
+    let p = http_port.to_string();
+    let _regions: Vec<Sluice> = ["eu", "us"]
+        .iter()
+        .map(|region| {
+            let mut args = vec![
+                "--region",
+                region,
+                "--regions-etcd",
+                &url,
+                "--rebalance-interval",
+                "1s",
+                "--rules",
+                &rules,
+            ];
+            if *region == "eu" {
+                args.extend(["--http-port", &p]);
+            }
+            Sluice::start_with(&args)
+        })
+        .collect();
+    let d = wait_until(Duration::from_secs(20), || {
+        let (status, d) = dashboard(http_port, None);
+        let g = d["rules"]
+            .as_array()?
+            .iter()
+            .find(|r| r["rule"]["id"] == "g")?;
+        let regions = g["global"]["regions"].as_array()?;
+        (status == 200 && regions.len() == 2).then(|| g["global"].clone())
+    })
+    .unwrap_or_else(|| panic!("{:#}", dashboard(http_port, None).1));
+    assert_eq!(d["region"], "eu", "{d:#}");
+    let mut regions: Vec<(&str, f64)> = d["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["region"].as_str().unwrap(), r["share"].as_f64().unwrap()))
+        .collect();
+    regions.sort_by(|a, b| a.0.cmp(b.0));
+    assert_eq!(
+        regions.iter().map(|r| r.0).collect::<Vec<_>>(),
+        ["eu", "us"]
+    );
+    // While the regions learn their demand, each holds at least the minimum share.
+    assert!(regions.iter().all(|r| r.1 > 0.0 && r.1 <= 1.0), "{d:#}");
+    assert!(d["limit"].as_u64().unwrap() > 0, "{d:#}");
 }
