@@ -379,8 +379,8 @@ fn key_on_each(front: &Front, primaries: &[String]) -> Vec<(String, Vec<u8>)> {
 async fn dashboard(State(front): State<Arc<Front>>) -> Response {
     use sluice_client::top;
     use sluice_http::dashboard::{
-        Dashboard, INFO_ARGS, Rates, Rule, RuleRates, TOP_COUNT, TopKey, cluster_rows, fill,
-        globals, regions_off, standalone_rows, top_args,
+        Dashboard, INFO_ARGS, Rates, RuleRates, TOP_COUNT, TopKey, cluster_rows, fill,
+        standalone_rows, top_args,
     };
     let mut d = Dashboard {
         now_ms: now_ms(),
@@ -466,32 +466,7 @@ async fn dashboard(State(front): State<Arc<Front>>) -> Response {
     };
     d.top_denied = json(top::merge_top(&denied, TOP_COUNT));
     d.top_allowed = json(top::merge_top(&allowed, TOP_COUNT));
-    // The rules.
-    let shares = match ask(&front, b"", &[b"RL.REGION", b"INFO"]).await {
-        Ok(v) => globals(&v),
-        Err(e) if regions_off(&e) => Default::default(),
-        Err(e) => {
-            d.fail("regions", e);
-            Default::default()
-        }
-    };
-    match ask(&front, b"", &[b"RL.RULE", b"LIST"]).await {
-        Ok(Value::Array(names)) => {
-            for n in names {
-                let id = n.text();
-                let get: [&[u8]; 3] = [b"RL.RULE", b"GET", id.as_bytes()];
-                match ask(&front, id.as_bytes(), &get).await {
-                    Ok(v) => d.rules.extend(RuleJson::from_get(&v).map(|rule| Rule {
-                        global: shares.get(&rule.id).cloned(),
-                        rule,
-                    })),
-                    Err(e) => d.fail("rules", e),
-                }
-            }
-        }
-        Ok(_) => {}
-        Err(e) => d.fail("rules", e),
-    }
+    dashboard_rules(&front, &mut d).await;
     // The nodes.
     if cluster.is_ok() {
         fill(&mut rows, &infos);
@@ -520,4 +495,34 @@ async fn dashboard(State(front): State<Arc<Front>>) -> Response {
         return resp_error(&first);
     }
     axum::Json(d).into_response()
+}
+
+/// The dashboard's rules as `GET /rules` reads them, with GLOBAL rules' shares.
+async fn dashboard_rules(front: &Front, d: &mut sluice_http::dashboard::Dashboard) {
+    use sluice_http::dashboard::{Rule, globals, regions_off};
+    let shares = match ask(front, b"", &[b"RL.REGION", b"INFO"]).await {
+        Ok(v) => globals(&v),
+        Err(e) if regions_off(&e) => Default::default(),
+        Err(e) => {
+            d.fail("regions", e);
+            Default::default()
+        }
+    };
+    match ask(front, b"", &[b"RL.RULE", b"LIST"]).await {
+        Ok(Value::Array(names)) => {
+            for n in names {
+                let id = n.text();
+                let get: [&[u8]; 3] = [b"RL.RULE", b"GET", id.as_bytes()];
+                match ask(front, id.as_bytes(), &get).await {
+                    Ok(v) => d.rules.extend(RuleJson::from_get(&v).map(|rule| Rule {
+                        global: shares.get(&rule.id).cloned(),
+                        rule,
+                    })),
+                    Err(e) => d.fail("rules", e),
+                }
+            }
+        }
+        Ok(_) => {}
+        Err(e) => d.fail("rules", e),
+    }
 }
