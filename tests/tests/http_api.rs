@@ -761,6 +761,7 @@ fn answers_as_documented(port: u16) {
         ("/rules/{id}", "delete", "/rules/r2", None, 200),
         ("/rules/{id}", "delete", "/rules/r2", None, 404),
         ("/healthz", "get", "/healthz", None, 200),
+        ("/v1/dashboard", "get", "/v1/dashboard", None, 200),
         ("/readyz", "get", "/readyz", None, 200),
         ("/openapi.json", "get", "/openapi.json", None, 200),
     ];

@@ -405,12 +405,19 @@ pub struct RuleRates {
 
 impl Rates {
     /// Takes a snapshot when `now_ms` is past the newest one's step; `totals` is called then only.
+    /// The first is of zeros (the counters start at zero with the node, up to a tick before),
+    /// so the checks of the node's first moments count in its first step.
     pub fn sample(&mut self, now_ms: u64, totals: impl FnOnce() -> RuleTotals) {
         let end = now_ms - now_ms % RATE_STEP_MS;
         if self.snapshots.back().is_some_and(|(at, _)| *at >= end) {
             return;
         }
-        self.snapshots.push_back((end, totals()));
+        let totals = if self.snapshots.is_empty() {
+            RuleTotals::new()
+        } else {
+            totals()
+        };
+        self.snapshots.push_back((end, totals));
         while self.snapshots.len() > RATE_STEPS + 1 {
             self.snapshots.pop_front();
         }
@@ -701,7 +708,8 @@ mod tests {
     fn rates_are_differences_of_snapshots_per_step() {
         let mut r = Rates::default();
         let mk = |a: u64, d: u64| -> RuleTotals { [("api".to_string(), [a, d, 0])].into() };
-        r.sample(100_000, || mk(0, 0));
+        // The first snapshot is zeros whatever the counters say: they counted since start.
+        r.sample(100_000, || mk(7, 0));
         r.sample(110_000, || mk(50, 5));
         r.sample(115_000, || panic!("one snapshot per step"));
         let (end, rules) = r.report(115_000, &mk(70, 9));
