@@ -139,6 +139,31 @@ impl TopKey {
             last_seen_ms,
         }
     }
+
+    /// A top list (`RL.TOP`'s, or one merged over nodes) as the page's JSON.
+    pub fn list(keys: &[sluice_client::top::TopEntry]) -> Vec<TopKey> {
+        keys.iter()
+            .map(|k| TopKey::new(&k.key, &k.rule, k.count, k.error, k.last_seen_ms))
+            .collect()
+    }
+}
+
+impl From<sluice_client::top::Rates> for Rates {
+    /// `RL.RATES` (one node's, or merged over nodes) as the page's JSON.
+    fn from(r: sluice_client::top::Rates) -> Rates {
+        Rates {
+            step_ms: r.step_ms,
+            end_ms: r.end_ms,
+            rules: (r.rules.into_iter())
+                .map(|r| RuleRates {
+                    rule: r.name,
+                    allowed: r.allowed,
+                    denied: r.denied,
+                    shadow_denied: r.shadow,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A rule as `GET /rules` shows it, and its regions' shares when it is GLOBAL.

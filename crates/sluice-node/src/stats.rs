@@ -686,6 +686,11 @@ impl Batch {
 mod tests {
     use super::*;
 
+    /// Counts one check of key `k` in slot `slot`.
+    fn count(s: &Stats, slot: usize, rule: RuleId, algo: Algo, d: Decision, shadow: bool) {
+        s.slot(slot).check(rule, algo, &d, shadow, b"k", Nanos(0));
+    }
+
     fn decision(allowed: bool, remaining: u64, limit: u64) -> Decision {
         Decision {
             allowed,
@@ -773,38 +778,24 @@ mod tests {
         let login = s.rule_id("login");
         assert_eq!(s.rule_id("login"), login);
         assert_ne!(login, RuleId::UNNAMED);
-        s.slot(0).check(
+        count(
+            &s,
+            0,
             RuleId::UNNAMED,
             Algo::Token,
-            &decision(true, 9, 10),
+            decision(true, 9, 10),
             false,
-            b"k",
-            Nanos(0),
         );
-        s.slot(1).check(
+        count(
+            &s,
+            1,
             RuleId::UNNAMED,
             Algo::Token,
-            &decision(true, 1, 10),
+            decision(true, 1, 10),
             false,
-            b"k",
-            Nanos(0),
         );
-        s.slot(0).check(
-            login,
-            Algo::Fixed,
-            &decision(false, 0, 10),
-            true,
-            b"k",
-            Nanos(0),
-        );
-        s.slot(0).check(
-            login,
-            Algo::Fixed,
-            &decision(false, 0, 10),
-            false,
-            b"k",
-            Nanos(0),
-        );
+        count(&s, 0, login, Algo::Fixed, decision(false, 0, 10), true);
+        count(&s, 0, login, Algo::Fixed, decision(false, 0, 10), false);
         let mut got = s.checks();
         got.sort_by_key(|(r, a, o, _)| (r.clone(), a.name(), *o as u8));
         assert_eq!(
@@ -825,21 +816,14 @@ mod tests {
         assert_eq!(s.rule_names(), MAX_RULES - 2);
         assert!(ids[MAX_RULES..].iter().all(|&id| id == RuleId::OTHER));
         let r1 = s.rule_id("r1");
-        s.slot(0).check(
-            r1,
-            Algo::Fixed,
-            &decision(true, 0, 10),
-            false,
-            b"k",
-            Nanos(0),
-        );
-        s.slot(0).check(
+        count(&s, 0, r1, Algo::Fixed, decision(true, 0, 10), false);
+        count(
+            &s,
+            0,
             RuleId::OTHER,
             Algo::Fixed,
-            &decision(true, 0, 10),
+            decision(true, 0, 10),
             false,
-            b"k",
-            Nanos(0),
         );
         s.set_envoy_rules(["r2".to_string()].into());
         // r1 and r2 remain: one exists, one is Envoy's.
@@ -856,14 +840,7 @@ mod tests {
         assert_ne!(fresh, RuleId::OTHER);
         assert_eq!(s.rule_checks("fresh"), 0);
         assert!(s.checks().iter().all(|c| c.0 == "other"));
-        s.slot(0).check(
-            fresh,
-            Algo::Fixed,
-            &decision(false, 0, 10),
-            false,
-            b"k",
-            Nanos(0),
-        );
+        count(&s, 0, fresh, Algo::Fixed, decision(false, 0, 10), false);
         assert_eq!(s.rule_checks("fresh"), 1);
     }
 

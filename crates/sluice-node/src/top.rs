@@ -394,14 +394,9 @@ pub const RATE_STEPS: usize = 90;
 /// Per-rule totals `[allowed, denied, shadow-denied]` from the check counters.
 pub type RuleTotals = HashMap<String, [u64; 3]>;
 
-/// What `RL.RATES` reports of one rule: checks per step, oldest first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleRates {
-    pub name: String,
-    pub allowed: Vec<u64>,
-    pub denied: Vec<u64>,
-    pub shadow: Vec<u64>,
-}
+/// What `RL.RATES` reports of one rule: checks per step, oldest first (the type its readers
+/// parse the reply into).
+pub use sluice_client::top::RuleRates;
 
 impl Rates {
     /// Takes a snapshot when `now_ms` is past the newest one's step; `totals` is called then only.

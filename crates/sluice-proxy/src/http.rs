@@ -379,8 +379,8 @@ fn key_on_each(front: &Front, primaries: &[String]) -> Vec<(String, Vec<u8>)> {
 async fn dashboard(State(front): State<Arc<Front>>) -> Response {
     use sluice_client::top;
     use sluice_http::dashboard::{
-        Dashboard, INFO_ARGS, Rates, RuleRates, TOP_COUNT, TopKey, cluster_rows, fill,
-        standalone_rows, top_args,
+        Dashboard, INFO_ARGS, Rates, TOP_COUNT, TopKey, cluster_rows, fill, standalone_rows,
+        top_args,
     };
     let mut d = Dashboard {
         now_ms: now_ms(),
@@ -447,25 +447,9 @@ async fn dashboard(State(front): State<Arc<Front>>) -> Response {
         infos.insert(addr, info.map(|v| v.text()));
     }
     let merged = top::merge_rates(&rates);
-    d.rules_rates = Rates {
-        step_ms: merged.step_ms,
-        end_ms: merged.end_ms,
-        rules: (merged.rules.into_iter())
-            .map(|r| RuleRates {
-                rule: r.name,
-                allowed: r.allowed,
-                denied: r.denied,
-                shadow_denied: r.shadow,
-            })
-            .collect(),
-    };
-    let json = |keys: Vec<top::TopEntry>| -> Vec<TopKey> {
-        keys.iter()
-            .map(|k| TopKey::new(&k.key, &k.rule, k.count, k.error, k.last_seen_ms))
-            .collect()
-    };
-    d.top_denied = json(top::merge_top(&denied, TOP_COUNT));
-    d.top_allowed = json(top::merge_top(&allowed, TOP_COUNT));
+    d.rules_rates = Rates::from(merged);
+    d.top_denied = TopKey::list(&top::merge_top(&denied, TOP_COUNT));
+    d.top_allowed = TopKey::list(&top::merge_top(&allowed, TOP_COUNT));
     dashboard_rules(&front, &mut d).await;
     // The nodes.
     if cluster.is_ok() {

@@ -21,8 +21,8 @@ use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use sluice_client::top::{self, TopEntry};
 use sluice_http::dashboard::{
-    Dashboard, INFO_ARGS, NodeRow, Rates, Rule, RuleRates, TOP_COUNT, TopKey, cluster_rows, fill,
-    globals, regions_off, standalone_rows, top_args,
+    Dashboard, INFO_ARGS, NodeRow, Rates, Rule, TOP_COUNT, TopKey, cluster_rows, fill, globals,
+    regions_off, standalone_rows, top_args,
 };
 use sluice_http::reply::resp_error;
 use sluice_http::rule::RuleJson;
@@ -65,13 +65,13 @@ pub async fn get(State(front): State<Arc<Front>>, Extension(user): LoggedIn) -> 
     rules(&front, &user, &mut d);
     nodes(&front, &user, &mut d, &mut merged).await;
     if let Some(rates) = &merged.rates {
-        d.rules_rates = rates_json(top::merge_rates(rates));
+        d.rules_rates = Rates::from(top::merge_rates(rates));
     }
     if let Some(denied) = &merged.denied {
-        d.top_denied = top_json(&top::merge_top(denied, TOP_COUNT));
+        d.top_denied = TopKey::list(&top::merge_top(denied, TOP_COUNT));
     }
     if let Some(allowed) = &merged.allowed {
-        d.top_allowed = top_json(&top::merge_top(allowed, TOP_COUNT));
+        d.top_allowed = TopKey::list(&top::merge_top(allowed, TOP_COUNT));
     }
     if d.all_refused() {
         let first = d.errors.values().next().cloned().unwrap_or_default();
@@ -86,29 +86,6 @@ fn exec(front: &Front, user: &Arc<User>, args: &[&str]) -> Result<Value, String>
         Value::Error(e) => Err(e),
         v => Ok(v),
     }
-}
-
-/// `RL.RATES` as the page's JSON.
-fn rates_json(r: top::Rates) -> Rates {
-    Rates {
-        step_ms: r.step_ms,
-        end_ms: r.end_ms,
-        rules: (r.rules.into_iter())
-            .map(|r| RuleRates {
-                rule: r.name,
-                allowed: r.allowed,
-                denied: r.denied,
-                shadow_denied: r.shadow,
-            })
-            .collect(),
-    }
-}
-
-/// A top list as the page's JSON.
-fn top_json(keys: &[TopEntry]) -> Vec<TopKey> {
-    keys.iter()
-        .map(|k| TopKey::new(&k.key, &k.rule, k.count, k.error, k.last_seen_ms))
-        .collect()
 }
 
 /// Every rule as `GET /rules/{id}` shows it, and GLOBAL rules' shares.
