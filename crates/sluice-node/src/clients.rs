@@ -19,6 +19,9 @@ pub struct ClientHandle {
     pub id: u64,
     pub addr: SocketAddr,
     pub laddr: SocketAddr,
+    /// The socket's path for a client of `--unixsocket` (whose `addr` and `laddr` are then
+    /// unspecified): CLIENT LIST shows both as `PATH:0`, as Redis does.
+    pub unix: Option<Arc<str>>,
     pub created: Instant,
     /// The ACL user the connection runs as (`ACL DELUSER` closes its connections).
     pub user: Mutex<String>,
@@ -116,11 +119,27 @@ pub struct Clients {
 
 impl Clients {
     pub fn register(&self, addr: SocketAddr, laddr: SocketAddr) -> Arc<ClientHandle> {
+        self.register_as(addr, laddr, None)
+    }
+
+    /// A client of the Unix socket at `path`.
+    pub fn register_unix(&self, path: Arc<str>) -> Arc<ClientHandle> {
+        let none = SocketAddr::from(([0, 0, 0, 0], 0));
+        self.register_as(none, none, Some(path))
+    }
+
+    fn register_as(
+        &self,
+        addr: SocketAddr,
+        laddr: SocketAddr,
+        unix: Option<Arc<str>>,
+    ) -> Arc<ClientHandle> {
         let id = self.next_id.fetch_add(1, Relaxed) + 1;
         let handle = Arc::new(ClientHandle {
             id,
             addr,
             laddr,
+            unix,
             created: Instant::now(),
             user: Mutex::new("default".into()),
             name: Mutex::new(None),
@@ -222,6 +241,23 @@ impl ClientHandle {
         self.psubs.store(patterns as u32, Relaxed);
     }
 
+    /// The client's address as CLIENT LIST's `addr=` shows it: `IP:PORT`, or `PATH:0` on the
+    /// Unix socket.
+    pub fn addr_text(&self) -> String {
+        match &self.unix {
+            Some(path) => format!("{path}:0"),
+            None => self.addr.to_string(),
+        }
+    }
+
+    /// The address the client reached, as `laddr=` shows it.
+    pub fn laddr_text(&self) -> String {
+        match &self.unix {
+            Some(path) => format!("{path}:0"),
+            None => self.laddr.to_string(),
+        }
+    }
+
     /// One `CLIENT LIST` line, in Redis's field order (the fields that mean something here).
     pub fn list_line(&self, current_cmd: &str) -> String {
         let age = self.created.elapsed().as_secs();
@@ -236,8 +272,8 @@ impl ClientHandle {
         format!(
             "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub={} psub={} ssub=0 multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem=0 obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.id,
-            self.addr,
-            self.laddr,
+            self.addr_text(),
+            self.laddr_text(),
             self.fd.load(Relaxed),
             self.name.lock().as_deref().unwrap_or(""),
             age,

@@ -21,6 +21,17 @@ pub struct Config {
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
 
+    /// Also listen on this Unix socket, as Redis's `unixsocket`: a client on the same host
+    /// skips TCP. A file left there by a crash is replaced; one a live process listens on
+    /// refuses the start. Removed at a clean shutdown.
+    #[arg(long, value_name = "PATH")]
+    pub unixsocket: Option<std::path::PathBuf>,
+
+    /// The permissions of `--unixsocket`'s file, in octal as redis.conf writes them (`770`:
+    /// the owner and its group); 0 leaves them as the umask makes them.
+    #[arg(long, default_value = "0", value_parser = parse_perm, value_name = "MODE")]
+    pub unixsocketperm: u32,
+
     /// Worker threads, each with its own listener and runtime (default: number of cores;
     /// at most 1024).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
@@ -419,6 +430,14 @@ pub fn parse_master(s: &str) -> Result<MasterAddr, String> {
     })
 }
 
+/// Parses `--unixsocketperm`: octal, at most 777.
+pub fn parse_perm(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s.trim(), 8)
+        .ok()
+        .filter(|&mode| mode <= 0o777)
+        .ok_or_else(|| format!("'{s}' is not a file mode (octal, 0 to 777)"))
+}
+
 /// Parses a Redis-style boolean setting.
 pub fn parse_yes_no(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -535,6 +554,26 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unixsocket_flags_parse() {
+        let c = Config::parse_from([
+            "sluice",
+            "--unixsocket",
+            "/tmp/s.sock",
+            "--unixsocketperm",
+            "770",
+        ]);
+        assert_eq!(
+            c.unixsocket.as_deref(),
+            Some(std::path::Path::new("/tmp/s.sock"))
+        );
+        assert_eq!(c.unixsocketperm, 0o770);
+        assert_eq!(Config::default_for_tests().unixsocketperm, 0);
+        for bad in ["778", "1777", "rw", ""] {
+            assert!(parse_perm(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn defaults_match_redis_limits() {

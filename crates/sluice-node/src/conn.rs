@@ -22,6 +22,7 @@
 use sluice_store::Ahead;
 use std::io::ErrorKind::WouldBlock;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -36,7 +37,7 @@ use crate::clients::ClientHandle;
 use crate::cmd::{self, Ctx, Session};
 use crate::repl::{Handoff, Job};
 use crate::shared::Shared;
-use crate::wire::Wire;
+use crate::wire::{Stream, Wire};
 
 /// Read buffer growth step; a pipelined batch of small commands fits in one.
 const READ_CHUNK: usize = 16 * 1024;
@@ -52,7 +53,8 @@ pub(crate) enum Close {
     HandOff,
 }
 
-pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, thread: usize) {
+/// A plain connection: TCP (from `peer`), or the Unix socket (`peer` is unspecified).
+pub async fn serve(stream: Stream, peer: SocketAddr, shared: Arc<Shared>, thread: usize) {
     serve_wire(stream, peer, shared, thread, Wire::Plain).await;
 }
 
@@ -65,13 +67,16 @@ pub async fn serve_tls(
     config: Arc<rustls::ServerConfig>,
 ) {
     match rustls::ServerConnection::new(config) {
-        Ok(tls) => serve_wire(stream, peer, shared, thread, Wire::Tls(Box::new(tls))).await,
+        Ok(tls) => {
+            let wire = Wire::Tls(Box::new(tls));
+            serve_wire(Stream::Tcp(stream), peer, shared, thread, wire).await;
+        }
         Err(e) => sluice_log::log(&format!("TLS: cannot start a session for {peer}: {e}")),
     }
 }
 
 async fn serve_wire(
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     shared: Arc<Shared>,
     thread: usize,
@@ -86,12 +91,12 @@ async fn serve_wire(
 /// it (unexecuted requests in its read buffer, replies owed in its output buffer), and
 /// `handoff` if a PSYNC in its last batch hands the socket to the replication thread once the
 /// owed replies are written.
-pub(crate) async fn resume(stream: TcpStream, core: Core, handoff: bool) {
+pub(crate) async fn resume(stream: Stream, core: Core, handoff: bool) {
     drive(stream, Wire::Plain, core, handoff).await;
 }
 
 /// Runs the connection to its end, then closes it (or hands a replica over).
-async fn drive(stream: TcpStream, mut wire: Wire, mut core: Core, handoff: bool) {
+async fn drive(stream: Stream, mut wire: Wire, mut core: Core, handoff: bool) {
     let why = if handoff {
         // As in the batch that ran PSYNC: held until its owed replies are written.
         let shared = core.shared.clone();
@@ -108,14 +113,18 @@ async fn drive(stream: TcpStream, mut wire: Wire, mut core: Core, handoff: bool)
         && let Some(request) = session.handoff.take()
     {
         client.set_kind(crate::clients::ClientKind::Replica);
-        let stream = match wire {
-            Wire::Plain => Ok(stream),
-            tls => tls.relay(stream).await,
+        // The replication thread feeds a plain TCP socket: anything else goes through a relay.
+        let stream = match (wire, stream) {
+            (Wire::Plain, Stream::Tcp(stream)) => Ok(stream),
+            (wire, stream) => wire.relay(stream).await,
         };
         match stream.and_then(TcpStream::into_std) {
             Ok(stream) => shared.repl.submit(Job::Feed(Handoff { stream, request })),
             Err(e) => {
-                sluice_log::log(&format!("cannot hand replica {} over: {e}", client.addr));
+                sluice_log::log(&format!(
+                    "cannot hand replica {} over: {e}",
+                    client.addr_text()
+                ));
                 shared.clients.unregister(client.id);
             }
         }
@@ -129,7 +138,7 @@ async fn drive(stream: TcpStream, mut wire: Wire, mut core: Core, handoff: bool)
 
 /// The log line a close that matters to an operator gets, and the client's unregistering.
 pub(crate) fn closed(shared: &Shared, client: &ClientHandle, why: Close) {
-    let (peer, id) = (client.addr, client.id);
+    let (peer, id) = (client.addr_text(), client.id);
     match why {
         Close::Quietly => {}
         Close::QueryBufferLimit => sluice_log::log(&format!(
@@ -143,7 +152,7 @@ pub(crate) fn closed(shared: &Shared, client: &ClientHandle, why: Close) {
     shared.clients.unregister(id);
 }
 
-async fn serve_session(stream: &TcpStream, wire: &mut Wire, core: &mut Core) -> Close {
+async fn serve_session(stream: &Stream, wire: &mut Wire, core: &mut Core) -> Close {
     let shared = core.shared.clone();
     let thread = core.thread;
     let mut conn = Conn::new(stream, wire, core);
@@ -178,7 +187,7 @@ async fn serve_session(stream: &TcpStream, wire: &mut Wire, core: &mut Core) -> 
 /// The tokio loop's hold on a connection: its socket, its wire and the signals it waits on,
 /// around the connection's [`Core`].
 struct Conn<'s> {
-    stream: &'s TcpStream,
+    stream: &'s Stream,
     wire: &'s mut Wire,
     core: &'s mut Core,
     shutdown: watch::Receiver<bool>,
@@ -230,7 +239,7 @@ pub(crate) struct Ran {
 }
 
 impl<'s> Conn<'s> {
-    fn new(stream: &'s TcpStream, wire: &'s mut Wire, core: &'s mut Core) -> Conn<'s> {
+    fn new(stream: &'s Stream, wire: &'s mut Wire, core: &'s mut Core) -> Conn<'s> {
         Conn {
             stream,
             wire,
@@ -244,20 +253,28 @@ impl<'s> Conn<'s> {
 impl Core {
     /// A new client on `stream`: its socket options, its registration and its session.
     pub(crate) fn open(
-        stream: &TcpStream,
+        stream: &Stream,
         peer: SocketAddr,
         shared: Arc<Shared>,
         thread: usize,
     ) -> Core {
-        let _ = stream.set_nodelay(true);
-        let keepalive = crate::live::Live::get(&shared.live.tcp_keepalive);
-        if keepalive > 0 {
-            let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive));
-            let _ = socket2::SockRef::from(stream).set_tcp_keepalive(&ka);
-        }
         shared.stats.connections_received.fetch_add(1, Relaxed);
-        let laddr = stream.local_addr().unwrap_or(shared.local_addr);
-        let client = shared.clients.register(peer, laddr);
+        let client = match stream {
+            Stream::Tcp(tcp) => {
+                let _ = tcp.set_nodelay(true);
+                let keepalive = crate::live::Live::get(&shared.live.tcp_keepalive);
+                if keepalive > 0 {
+                    let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive));
+                    let _ = socket2::SockRef::from(tcp).set_tcp_keepalive(&ka);
+                }
+                let laddr = tcp.local_addr().unwrap_or(shared.local_addr);
+                shared.clients.register(peer, laddr)
+            }
+            Stream::Unix(_) => {
+                let path = shared.config.unixsocket.as_deref().unwrap_or(Path::new(""));
+                shared.clients.register_unix(path.to_string_lossy().into())
+            }
+        };
         client
             .fd
             .store(std::os::fd::AsRawFd::as_raw_fd(stream), Relaxed);
@@ -431,7 +448,7 @@ impl Core {
             at_unix_secs,
             micros,
             args,
-            client_addr: self.client.addr.to_string(),
+            client_addr: self.client.addr_text(),
             client_name: if executed > 1 {
                 format!("{name} pipelined={executed}")
             } else {

@@ -6,22 +6,32 @@
 //! connection is ever shared between threads; what is shared ([`Shared`]) is the store (sharded
 //! locks), counters (per-thread cache lines) and the client registry (touched on connect only).
 //!
+//! `--unixsocket` adds one Unix listener, accepted on thread 0 and handed round-robin to every
+//! thread's loop (Linux has no SO_REUSEPORT spreading for Unix sockets, and a listener that
+//! every thread polled would leave each connection with whichever thread woke first: a burst
+//! of clients could all land on one). Its connections then live like TCP ones, epoll or
+//! io_uring.
+//!
 //! Each thread also runs the timing wheels of its own subset of store shards every few
 //! milliseconds, so expiry needs no extra thread and no lock another thread holds for long.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
+use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::config::Config;
 use crate::conn;
 use crate::shared::Shared;
+use crate::wire::Stream;
 
 /// How often each thread runs its shards' timing wheels.
 use sluice_store::EXPIRE_BUDGET;
@@ -37,6 +47,8 @@ pub struct Server {
     threads: Vec<std::thread::JoinHandle<()>>,
     /// This process's claims on its ports (plain and TLS), held for its life (see [`bind_all`]).
     _claim: [Option<std::os::unix::net::UnixListener>; 2],
+    /// `--unixsocket`'s file, removed by [`Server::join`].
+    unix_file: Option<SocketFile>,
 }
 
 impl Server {
@@ -79,6 +91,11 @@ impl Server {
             port.map(|p| bind_one(SocketAddr::new(config.bind, p)))
                 .transpose()
         };
+        let unix = config
+            .unixsocket
+            .as_deref()
+            .map(|path| bind_unix(path, config.unixsocketperm))
+            .transpose()?;
         let metrics = side_port(config.metrics_port)?;
         let grpc = side_port(config.grpc_port)?;
         let http = side_port(config.http_port)?;
@@ -140,18 +157,37 @@ impl Server {
         // it fails to start: the node is ready, and INFO names its loops, only once all are
         // gone.
         let (chosen_tx, chosen) = std::sync::mpsc::channel::<()>();
+        let (unix_listener, unix_file, mut handed) = match unix {
+            Some((listener, file)) => {
+                sluice_log::log(&format!("Unix socket {}", file.path.display()));
+                let (senders, receivers): (Vec<_>, Vec<_>) =
+                    (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
+                let receivers = receivers.into_iter().map(Some).collect();
+                (Some((listener, senders)), Some(file), receivers)
+            }
+            None => (None, None, (0..threads).map(|_| None).collect::<Vec<_>>()),
+        };
+        let mut unix_listener = unix_listener;
         let mut handles = listeners
             .into_iter()
             .zip(tls_listeners)
             .enumerate()
-            .map(|(index, (listener, tls))| {
+            .map(|(index, (tcp, tls))| {
                 let shared = shared.clone();
                 let chosen = chosen_tx.clone();
+                let listeners = Listeners {
+                    tcp,
+                    tls,
+                    unix: if index == 0 {
+                        unix_listener.take()
+                    } else {
+                        None
+                    },
+                    handed: handed[index].take(),
+                };
                 std::thread::Builder::new()
                     .name(format!("sluice-{index}"))
-                    .spawn(move || {
-                        thread_main(index, threads, (listener, tls), shared, uring, chosen)
-                    })
+                    .spawn(move || thread_main(index, threads, listeners, shared, uring, chosen))
             })
             .collect::<io::Result<Vec<_>>>()?;
         drop(chosen_tx);
@@ -191,6 +227,7 @@ impl Server {
             shared,
             threads: handles,
             _claim: [claim, tls_claim],
+            unix_file,
         })
     }
 
@@ -204,6 +241,9 @@ impl Server {
     pub fn join(self) {
         for t in self.threads {
             let _ = t.join();
+        }
+        if let Some(file) = &self.unix_file {
+            file.remove();
         }
         sluice_log::service::notify(&self.shared.config.service, "STOPPING=1");
         let persist = &self.shared.persist;
@@ -291,9 +331,14 @@ fn bind_all(
 
 /// The abstract Unix socket `sluice-listen-ADDR`, bound: this process's claim on `addr`.
 fn claim(addr: SocketAddr) -> io::Result<std::os::unix::net::UnixListener> {
+    claim_name(&format!("sluice-listen-{addr}")).map_err(|e| bind_error(addr, e))
+}
+
+/// The abstract Unix socket `name`, bound (`AddrInUse` if another process holds it).
+fn claim_name(name: &str) -> io::Result<StdUnixListener> {
     use std::os::linux::net::SocketAddrExt;
-    let name = std::os::unix::net::SocketAddr::from_abstract_name(format!("sluice-listen-{addr}"))?;
-    std::os::unix::net::UnixListener::bind_addr(&name).map_err(|e| bind_error(addr, e))
+    let name = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+    StdUnixListener::bind_addr(&name)
 }
 
 /// One listener of this process alone on `addr` (SO_REUSEADDR, so sockets in TIME_WAIT do not
@@ -314,16 +359,116 @@ fn bind_error(addr: SocketAddr, e: io::Error) -> io::Error {
     )
 }
 
-/// A thread's listeners: the plain port's (none when TLS only), and the TLS port's if there
-/// is one.
-type Listeners = (Option<StdListener>, Option<StdListener>);
+/// A thread's listeners: the plain port's (none when TLS only), the TLS port's if there is
+/// one, and with `--unixsocket` where its Unix clients come from: thread 0 accepts them all and
+/// hands them round-robin (to itself too), every thread takes its share from `handed`.
+struct Listeners {
+    tcp: Option<StdListener>,
+    tls: Option<StdListener>,
+    unix: Option<(StdUnixListener, Vec<Hand>)>,
+    handed: Option<Handed>,
+}
+
+/// Where thread 0 hands a thread the Unix clients it accepted (out of its own runtime).
+type Hand = mpsc::UnboundedSender<StdUnixStream>;
+type Handed = mpsc::UnboundedReceiver<StdUnixStream>;
+
+/// `--unixsocket`'s listener, on `path`.
+///
+/// As the TCP ports, a socket another process listens on refuses the start with Redis's words;
+/// unlike Redis, which unlinks whatever is at the path, and so would silently take a running
+/// node's clients. A socket file nothing listens on (a connect is refused: a crash left it) is
+/// replaced. Two nodes started at once on the same path are kept apart by a claim, as the ports
+/// are (see [`bind_all`]).
+fn bind_unix(path: &Path, perm: u32) -> io::Result<(StdUnixListener, SocketFile)> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let in_use = |e: io::Error| {
+        let why = match e.kind() {
+            io::ErrorKind::AddrInUse => format!(
+                "Address already in use (another process listens on {})",
+                path.display()
+            ),
+            _ => format!("{e} ({})", path.display()),
+        };
+        io::Error::new(e.kind(), format!("Failed opening Unix socket: bind: {why}"))
+    };
+    let claim = claim_name(&format!("sluice-unix-{:016x}", path_hash(path))).map_err(in_use)?;
+    let listener = match StdUnixListener::bind(path) {
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse && is_stale(path) => {
+            sluice_log::log(&format!(
+                "removing the stale Unix socket {} (nothing listens on it)",
+                path.display()
+            ));
+            std::fs::remove_file(path).map_err(in_use)?;
+            StdUnixListener::bind(path).map_err(in_use)?
+        }
+        bound => bound.map_err(in_use)?,
+    };
+    if perm != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(perm)).map_err(in_use)?;
+    }
+    listener.set_nonblocking(true)?;
+    let meta = std::fs::symlink_metadata(path)?;
+    Ok((
+        listener,
+        SocketFile {
+            path: path.to_path_buf(),
+            id: (meta.dev(), meta.ino()),
+            _claim: claim,
+        },
+    ))
+}
+
+/// Whether `path` is a socket nothing listens on: a connect to it is refused.
+fn is_stale(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    socket
+        && matches!(StdUnixStream::connect(path), Err(e) if e.kind() == io::ErrorKind::ConnectionRefused)
+}
+
+/// A stable name for a socket path, whatever its spelling (`./s.sock`, `/tmp/../tmp/s.sock`):
+/// its directory resolved, then its file name.
+fn path_hash(path: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut h = std::hash::DefaultHasher::new();
+    dir.hash(&mut h);
+    path.file_name().hash(&mut h);
+    h.finish()
+}
+
+/// The socket file this node made, and its claim on the path.
+#[derive(Debug)]
+struct SocketFile {
+    path: PathBuf,
+    /// Its device and inode: removed at shutdown only if the path still names this file.
+    id: (u64, u64),
+    _claim: StdUnixListener,
+}
+
+impl SocketFile {
+    /// Removes the file, as Redis does at shutdown, unless another node's replaced it since.
+    fn remove(&self) {
+        use std::os::unix::fs::MetadataExt;
+        let ours =
+            std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.id);
+        if ours && std::fs::remove_file(&self.path).is_ok() {
+            sluice_log::log("Removing the unix socket file.");
+        }
+    }
+}
 
 /// `--io uring`: whether io_uring can be had here; if not, the log says why and that the
 /// server uses epoll.
 fn uring_permitted() -> bool {
     match crate::uring::probe() {
         Ok(()) => {
-            sluice_log::log("io_uring connection loop for plain-TCP clients (--io uring)");
+            sluice_log::log("io_uring connection loop for plain clients, TCP and Unix socket (--io uring)");
             true
         }
         Err(e) => {
@@ -362,12 +507,36 @@ fn uring_loop(
     }
 }
 
-type UnboundedReceiver = tokio::sync::mpsc::UnboundedReceiver<(tokio::net::TcpStream, SocketAddr)>;
+type UnboundedReceiver = mpsc::UnboundedReceiver<(Stream, SocketAddr)>;
+
+/// A thread's listeners in its runtime.
+struct Registered {
+    tcp: Option<TcpListener>,
+    tls: Option<TcpListener>,
+    unix: Option<(UnixListener, Vec<Hand>)>,
+    handed: Option<Handed>,
+}
+
+impl Listeners {
+    /// Registers every listener with this thread's runtime (call inside it).
+    fn register(self) -> io::Result<Registered> {
+        let tcp = |l: Option<StdListener>| l.map(TcpListener::from_std).transpose();
+        Ok(Registered {
+            tcp: tcp(self.tcp)?,
+            tls: tcp(self.tls)?,
+            unix: match self.unix {
+                Some((l, hands)) => Some((UnixListener::from_std(l)?, hands)),
+                None => None,
+            },
+            handed: self.handed,
+        })
+    }
+}
 
 fn thread_main(
     index: usize,
     threads: usize,
-    (listener, tls): Listeners,
+    listeners: Listeners,
     shared: Arc<Shared>,
     uring: bool,
     chosen: std::sync::mpsc::Sender<()>,
@@ -387,11 +556,7 @@ fn thread_main(
         let _ = shared.repl.stream_runtime.set(runtime.handle().clone());
     }
     runtime.block_on(async move {
-        let listeners = listener
-            .map(TcpListener::from_std)
-            .transpose()
-            .and_then(|l| Ok((l, tls.map(TcpListener::from_std).transpose()?)));
-        let (listener, tls) = match listeners {
+        let listeners = match listeners.register() {
             Ok(l) => l,
             Err(e) => {
                 sluice_log::log(&format!(
@@ -407,45 +572,96 @@ fn thread_main(
         match ring {
             Some((ring, tx, rx)) => {
                 tokio::join!(
-                    accept_loop(index, listener, tls, &shared, Some(tx)),
+                    accept_loop(index, listeners, &shared, Some(tx)),
                     ring.run(rx, DRAIN_TIMEOUT)
                 );
             }
-            None => accept_loop(index, listener, tls, &shared, None).await,
+            None => accept_loop(index, listeners, &shared, None).await,
         }
         housekeeping.abort();
     });
 }
 
+/// What an accept loop's turn brought.
+enum Accepted {
+    /// A client on the plain port, or a Unix client handed to this thread.
+    Plain(Stream, SocketAddr),
+    /// A client on the TLS port.
+    Tls(tokio::net::TcpStream, SocketAddr),
+    /// Nothing for this thread: a Unix client handed on, or the hand-over closed.
+    Nothing,
+    Failed(io::Error),
+}
+
 async fn accept_loop(
     index: usize,
-    listener: Option<TcpListener>,
-    tls: Option<TcpListener>,
+    listeners: Registered,
     shared: &Arc<Shared>,
     uring: Option<crate::uring::Accepted>,
 ) {
+    let Registered {
+        tcp: listener,
+        tls,
+        unix,
+        mut handed,
+    } = listeners;
     let mut shutdown = shared.shutdown_signal();
     let mut connections = JoinSet::new();
     let tls_config = shared.tls.as_ref().map(|t| t.server.clone());
+    // Unix clients of the listener here (thread 0) go to each thread in turn.
+    let mut next_hand = 0usize;
+    // A Unix client has no address: CLIENT LIST shows the socket's path.
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
     loop {
         let accepted = tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => break,
             accepted = async { listener.as_ref().expect("guarded").accept().await }, if listener.is_some() => {
-                accepted.map(|a| (a, false))
+                match accepted {
+                    Ok((s, peer)) => Accepted::Plain(Stream::Tcp(s), peer),
+                    Err(e) => Accepted::Failed(e),
+                }
             }
             accepted = async { tls.as_ref().expect("guarded").accept().await }, if tls.is_some() => {
-                accepted.map(|a| (a, true))
+                match accepted {
+                    Ok((s, peer)) => Accepted::Tls(s, peer),
+                    Err(e) => Accepted::Failed(e),
+                }
+            }
+            accepted = async { unix.as_ref().expect("guarded").0.accept().await }, if unix.is_some() => {
+                let hands = &unix.as_ref().expect("guarded").1;
+                match accepted.and_then(|(s, _)| s.into_std()) {
+                    Ok(s) => {
+                        next_hand = (next_hand + 1) % hands.len();
+                        // A thread that has stopped takes no more: the client is closed.
+                        let _ = hands[next_hand].send(s);
+                        Accepted::Nothing
+                    }
+                    Err(e) => Accepted::Failed(e),
+                }
+            }
+            stream = async { handed.as_mut().expect("guarded").recv().await }, if handed.is_some() => {
+                match stream.map(tokio::net::UnixStream::from_std) {
+                    Some(Ok(s)) => Accepted::Plain(Stream::Unix(s), unspecified),
+                    Some(Err(e)) => Accepted::Failed(e),
+                    None => {
+                        handed = None;
+                        Accepted::Nothing
+                    }
+                }
             }
         };
+        let full = || shared.clients.len() >= shared.maxclients.load(Relaxed);
         match accepted {
-            Ok(((stream, _), tls)) if shared.clients.len() >= shared.maxclients.load(Relaxed) => {
-                // As Redis: tell the client why, then close (a TLS client only sees the close).
-                if !tls {
-                    let _ = stream.try_write(b"-ERR max number of clients reached\r\n");
-                }
+            Accepted::Nothing => {}
+            // As Redis: tell the client why, then close (a TLS client only sees the close).
+            Accepted::Plain(stream, _) if full() => {
+                let _ = stream.try_write(b"-ERR max number of clients reached\r\n");
                 shared.stats.rejected_connections.fetch_add(1, Relaxed);
             }
-            Ok(((stream, peer), false)) => match &uring {
+            Accepted::Tls(..) if full() => {
+                shared.stats.rejected_connections.fetch_add(1, Relaxed);
+            }
+            Accepted::Plain(stream, peer) => match &uring {
                 Some(ring) => {
                     let _ = ring.send((stream, peer));
                 }
@@ -453,11 +669,11 @@ async fn accept_loop(
                     connections.spawn(conn::serve(stream, peer, shared.clone(), index));
                 }
             },
-            Ok(((stream, peer), true)) => {
+            Accepted::Tls(stream, peer) => {
                 let config = tls_config.clone().expect("a TLS listener has a TLS config");
                 connections.spawn(conn::serve_tls(stream, peer, shared.clone(), index, config));
             }
-            Err(e) => {
+            Accepted::Failed(e) => {
                 // EMFILE and friends: back off instead of spinning, keep serving the others.
                 sluice_log::log(&format!("accept failed: {e}"));
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -467,6 +683,8 @@ async fn accept_loop(
     }
     drop(listener);
     drop(tls);
+    drop(unix);
+    drop(handed);
     drop(uring);
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while connections.join_next().await.is_some() {}

@@ -477,6 +477,21 @@ const SETTINGS: &[Setting] = &[
         get: |s| yes_no(s.config.tls_replication),
         set: None,
     },
+    Setting {
+        name: "unixsocket",
+        get: |s| {
+            s.config
+                .unixsocket
+                .as_deref()
+                .map_or_else(String::new, |p| p.display().to_string())
+        },
+        set: None,
+    },
+    Setting {
+        name: "unixsocketperm",
+        get: |s| format!("{:o}", s.config.unixsocketperm),
+        set: None,
+    },
 ];
 
 fn setting(name: &str) -> Option<&'static Setting> {

@@ -1,5 +1,5 @@
-//! The io_uring connection loop (`--io uring`): all plain-TCP clients of one worker thread
-//! in one ring.
+//! The io_uring connection loop (`--io uring`): all plain clients of one worker thread (TCP
+//! and `--unixsocket`) in one ring.
 //!
 //! Each worker keeps its tokio runtime for the control plane (accept, housekeeping, the
 //! shutdown signal, timers, and the connections this loop hands back) and adds a ring for the
@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -43,6 +42,7 @@ use ring::{Done, Op, Ring};
 
 use crate::conn::{self, Close, Core};
 use crate::shared::Shared;
+use crate::wire::{StdStream, Stream};
 
 /// How often an idle loop looks for clients killed (CLIENT KILL, ACL DELUSER; a busy one
 /// looks every turn) or idle too long.
@@ -56,8 +56,8 @@ pub fn probe() -> std::io::Result<()> {
     ring::setup().map(drop)
 }
 
-/// The accept loop's way to hand a plain-TCP client to this thread's ring loop.
-pub type Accepted = mpsc::UnboundedSender<(TcpStream, SocketAddr)>;
+/// The accept loop's way to hand a plain client (TCP or Unix) to this thread's ring loop.
+pub type Accepted = mpsc::UnboundedSender<(Stream, SocketAddr)>;
 
 /// How a connection's time in the ring ends.
 #[derive(Debug)]
@@ -71,7 +71,7 @@ enum End {
 /// One connection in the ring.
 #[derive(Debug)]
 struct Slot {
-    stream: std::net::TcpStream,
+    stream: StdStream,
     core: Core,
     /// The replies a send in flight reads from; new replies go to `core.out` meanwhile.
     sending: BytesMut,
@@ -119,7 +119,7 @@ impl Loop {
     /// Runs until shutdown has closed or handed back every connection (or `drain` has passed).
     pub async fn run(
         mut self,
-        mut accepted: mpsc::UnboundedReceiver<(TcpStream, SocketAddr)>,
+        mut accepted: mpsc::UnboundedReceiver<(Stream, SocketAddr)>,
         drain: Duration,
     ) {
         let mut shutdown = self.shared.shutdown_signal();
@@ -171,7 +171,7 @@ impl Loop {
     }
 
     /// A new client: registered with its session, and its first receive queued.
-    fn add(&mut self, stream: TcpStream, peer: SocketAddr) {
+    fn add(&mut self, stream: Stream, peer: SocketAddr) {
         let core = Core::open(&stream, peer, self.shared.clone(), self.thread);
         // Blocking, as io_uring wants it: on a non-blocking socket a send the socket cannot
         // take yet fails with EAGAIN instead of waiting in the ring for room.
@@ -181,6 +181,7 @@ impl Loop {
         {
             Ok(stream) => stream,
             Err(e) => {
+                let peer = core.client.addr_text();
                 sluice_log::log(&format!("io_uring: cannot take client {peer} over: {e}"));
                 conn::closed(&self.shared, &core.client, Close::Quietly);
                 return;
@@ -324,11 +325,11 @@ impl Loop {
                     slot.sending.extend_from_slice(&slot.core.out);
                     slot.core.out = mem::take(&mut slot.sending);
                 }
-                let peer = slot.core.client.addr;
+                let peer = slot.core.client.addr_text();
                 let stream = slot.stream;
                 match stream
                     .set_nonblocking(true)
-                    .and_then(|()| TcpStream::from_std(stream))
+                    .and_then(|()| Stream::from_std(stream))
                 {
                     Ok(stream) => {
                         self.resumed.spawn(conn::resume(stream, slot.core, handoff));
