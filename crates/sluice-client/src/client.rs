@@ -29,7 +29,7 @@ use sluice_resp::value::{self, Value};
 /// Where the nodes are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Topology {
-    /// One node, `host:port`.
+    /// One node, `host:port`, or `unix:PATH` for its `--unixsocket`.
     Single(String),
     /// A cluster: seed nodes; the slot map comes from `CLUSTER SLOTS`, refreshed every second
     /// and at once on `MOVED`.

@@ -37,7 +37,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 
@@ -93,11 +93,16 @@ impl Credentials {
     }
 }
 
-/// A connection to a node: plain TCP, or TLS when the client has a TLS config.
+/// A connection to a node: plain TCP, TLS when the client has a TLS config, or a Unix
+/// socket (`unix:PATH`).
 enum Stream {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Unix(UnixStream),
 }
+
+/// The prefix of a node's address that names a Unix socket: `unix:/run/sluice.sock`.
+pub const UNIX_PREFIX: &str = "unix:";
 
 /// Sends AUTH and reads its one reply within `limit`; `Err` with the node's words if refused.
 async fn login<S>(stream: &mut S, auth: &Credentials, limit: Duration) -> Result<(), String>
@@ -287,7 +292,8 @@ impl std::fmt::Debug for Request {
 }
 
 impl Node {
-    /// Starts the connection task for `addr` (`host:port`) on the current tokio runtime.
+    /// Starts the connection task for `addr` (`host:port`, or `unix:PATH` for a node's
+    /// `--unixsocket`) on the current tokio runtime.
     /// With `secure.tls`, every connection is TLS; with `secure.auth`, it logs in first. A
     /// failed handshake or a refused login counts as a failed connect (the node is down for
     /// this client until it is accepted).
@@ -483,12 +489,44 @@ async fn dial(addr: &str, options: &NodeOptions, secure: &Secure) -> Result<Stre
             options.connect_timeout.as_millis()
         )
     };
+    let mut stream = match addr.strip_prefix(UNIX_PREFIX) {
+        // As Redis, TLS is a TCP port's: a Unix socket is plain.
+        Some(_) if secure.tls.is_some() => {
+            return Err("TLS is not spoken over a Unix socket: give the node's TLS port".into());
+        }
+        Some(path) => Stream::Unix(
+            timeout(options.connect_timeout, UnixStream::connect(path))
+                .await
+                .map_err(|_| slow())?
+                .map_err(|e| format!("{path}: {e}"))?,
+        ),
+        None => tcp(addr, options, secure).await?,
+    };
+    if let Some(auth) = secure.auth.as_deref() {
+        let logged_in = match &mut stream {
+            Stream::Plain(s) => login(s, auth, options.connect_timeout).await,
+            Stream::Tls(s) => login(s.as_mut(), auth, options.connect_timeout).await,
+            Stream::Unix(s) => login(s, auth, options.connect_timeout).await,
+        };
+        logged_in.map_err(|why| format!("refused AUTH: {why}"))?;
+    }
+    Ok(stream)
+}
+
+/// Connects over TCP, and TLS with `secure.tls`.
+async fn tcp(addr: &str, options: &NodeOptions, secure: &Secure) -> Result<Stream, String> {
+    let slow = || {
+        format!(
+            "no answer within {} ms",
+            options.connect_timeout.as_millis()
+        )
+    };
     let tcp = timeout(options.connect_timeout, TcpStream::connect(addr))
         .await
         .map_err(|_| slow())?
         .map_err(|e| e.to_string())?;
     let _ = tcp.set_nodelay(true);
-    let mut stream = match &secure.tls {
+    Ok(match &secure.tls {
         None => Stream::Plain(tcp),
         Some(config) => {
             let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
@@ -501,15 +539,7 @@ async fn dial(addr: &str, options: &NodeOptions, secure: &Secure) -> Result<Stre
                 .map_err(|_| slow())?;
             Stream::Tls(Box::new(tls.map_err(|e| format!("TLS failed: {e}"))?))
         }
-    };
-    if let Some(auth) = secure.auth.as_deref() {
-        let logged_in = match &mut stream {
-            Stream::Plain(s) => login(s, auth, options.connect_timeout).await,
-            Stream::Tls(s) => login(s.as_mut(), auth, options.connect_timeout).await,
-        };
-        logged_in.map_err(|why| format!("refused AUTH: {why}"))?;
-    }
-    Ok(stream)
+    })
 }
 
 /// Fails every request that arrives during `wait` with `Down`. `false` when every handle is gone.
@@ -546,6 +576,10 @@ async fn serve(
         }
         Stream::Tls(tls) => {
             let (rd, wr) = tokio::io::split(*tls);
+            serve_halves(rd, wr, rx, options).await
+        }
+        Stream::Unix(unix) => {
+            let (rd, wr) = unix.into_split();
             serve_halves(rd, wr, rx, options).await
         }
     }
@@ -670,24 +704,55 @@ mod tests {
     async fn pong_server(addr: std::net::SocketAddr) {
         let server = tokio::net::TcpListener::bind(addr).await.expect("rebind");
         tokio::spawn(async move {
-            while let Ok((mut s, _)) = server.accept().await {
-                tokio::spawn(async move {
-                    let frame = ping().len();
-                    let (mut buf, mut pending) = ([0u8; 4096], 0);
-                    while let Ok(n) = s.read(&mut buf).await {
-                        if n == 0 {
-                            return;
-                        }
-                        pending += n;
-                        let replies = b"+PONG\r\n".repeat(pending / frame);
-                        pending %= frame;
-                        if s.write_all(&replies).await.is_err() {
-                            return;
-                        }
-                    }
-                });
+            while let Ok((s, _)) = server.accept().await {
+                tokio::spawn(answer_pings(s));
             }
         });
+    }
+
+    /// Answers every PING frame on `s` with +PONG until it closes.
+    async fn answer_pings<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S) {
+        let frame = ping().len();
+        let (mut buf, mut pending) = ([0u8; 4096], 0);
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                return;
+            }
+            pending += n;
+            let replies = b"+PONG\r\n".repeat(pending / frame);
+            pending %= frame;
+            if s.write_all(&replies).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// `unix:PATH` reaches a node's Unix socket, pipelined as over TCP.
+    #[tokio::test]
+    async fn a_unix_address_reaches_the_socket() {
+        let dir = std::env::temp_dir().join(format!("sluice-client-unix-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let path = dir.join("node.sock");
+        let _ = std::fs::remove_file(&path);
+        let server = tokio::net::UnixListener::bind(&path).expect("bound");
+        tokio::spawn(async move {
+            while let Ok((s, _)) = server.accept().await {
+                tokio::spawn(answer_pings(s));
+            }
+        });
+        let addr = format!("{UNIX_PREFIX}{}", path.display());
+        let node = Node::spawn(addr.into(), NodeOptions::default(), Secure::default());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let calls: Vec<_> = (0..20)
+            .map(|_| {
+                let node = node.clone();
+                tokio::spawn(async move { node.call(ping(), deadline).await })
+            })
+            .collect();
+        for c in calls {
+            assert_eq!(c.await.unwrap(), Ok(Value::Simple("PONG".into())));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
