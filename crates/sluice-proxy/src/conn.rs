@@ -30,7 +30,6 @@ use sluice_resp::reply::{self, Proto};
 use sluice_resp::value::{self, Value};
 use sluice_resp::{Limits, Parser, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 use crate::Proxy;
@@ -415,8 +414,16 @@ fn request(
 }
 
 /// Serves one client until it closes, sends QUIT, or breaks the protocol.
-pub async fn serve(stream: TcpStream, peer: std::net::SocketAddr, proxy: Arc<Proxy>, id: u64) {
-    let (mut rd, mut wr) = stream.into_split();
+/// The two halves of a TCP or Unix stream; `peer` names the client in log lines.
+pub async fn serve<R, W>(
+    (mut rd, mut wr): (R, W),
+    peer: impl std::fmt::Display,
+    proxy: Arc<Proxy>,
+    id: u64,
+) where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
     let mut session = Session::new(id, proxy.requirepass.as_deref());
     let mut parser = Parser::new(Limits::default());
     parser.set_unauthenticated(!session.authenticated);

@@ -9,12 +9,14 @@
 //! sluice proxy [--port 6390] (--upstream HOST:PORT[,...] | --sentinel HOST:PORT[,...] --master-name NAME)
 //!              [--bind 127.0.0.1] [--timeout-ms 20] [--gateways N] [--fail-mode open|closed|local]
 //!              [--requirepass PASS] [--http-port P] [--client-query-buffer-limit 64mb]
+//!              [--unixsocket PATH [--unixsocketperm MODE]]
 //!              [--upstream-user USER] [--upstream-password PASS | --upstream-password-file FILE]
 //!              [--upstream-tls-ca-cert-file CA [--upstream-tls-cert-file CRT --upstream-tls-key-file KEY]]
 //!              [--sentinel-tls yes] [--require-upstream]
 //!              [--supervised no|systemd|auto] [--pidfile FILE]
 //! ```
-//! One upstream is a single node; several are the seeds of a cluster. Commands: `RL.CHECK` (with
+//! One upstream is a single node (`HOST:PORT`, or `unix:PATH` for a node's `--unixsocket`);
+//! several are the seeds of a cluster. Commands: `RL.CHECK` (with
 //! `FAILMODE open|closed|local`, `SPLIT k`, `APPROX ms`), `RL.HIT` and `RL.HITS` (each rule's
 //! fail mode when the node cannot answer), `RL.RULE GET|LIST|HISTORY`, `CL.THROTTLE` and `GCRA`
 //! (forwarded as they are), `RL.WHERE key`, `INFO`, and what clients send on connect (`HELLO 2|3`
@@ -53,7 +55,7 @@ use sluice_client::{
 use sluice_log::service;
 use sluice_resp::Request;
 use sluice_resp::reply::{self, Proto};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 
 use sluice_core::spec::{CheckArgs, SpecError};
 
@@ -78,7 +80,17 @@ pub struct ProxyConfig {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: String,
-    /// One node, or the seed nodes of a cluster, as HOST:PORT[,HOST:PORT...].
+    /// Also listen on this Unix socket, as a node's `--unixsocket`: a gateway on this host
+    /// skips TCP. A file left there by a crash is replaced; one a live process listens on
+    /// refuses the start. Removed at shutdown.
+    #[arg(long, value_name = "PATH")]
+    pub unixsocket: Option<std::path::PathBuf>,
+    /// The permissions of `--unixsocket`'s file, in octal (`770`); 0 leaves them as the umask
+    /// makes them.
+    #[arg(long, default_value = "0", value_parser = parse_perm, value_name = "MODE")]
+    pub unixsocketperm: u32,
+    /// One node, or the seed nodes of a cluster, as HOST:PORT[,HOST:PORT...]. A node on the
+    /// same host can be reached over its Unix socket: `unix:/run/sluice/sluice.sock`.
     #[arg(long, value_delimiter = ',', conflicts_with = "sentinel")]
     pub upstream: Vec<String>,
     /// Sentinels to ask for the primary, as HOST:PORT[,...] (with --master-name).
@@ -260,6 +272,53 @@ async fn listen(bind: &str, port: u16) -> Result<TcpListener, String> {
     })
 }
 
+/// Parses `--unixsocketperm`: octal, at most 777.
+fn parse_perm(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s.trim(), 8)
+        .ok()
+        .filter(|&mode| mode <= 0o777)
+        .ok_or_else(|| format!("'{s}' is not a file mode (octal, 0 to 777)"))
+}
+
+/// Binds `--unixsocket`, as a node does: a socket file nothing listens on (a crash left it) is
+/// replaced; one a live process listens on is refused with Redis's words.
+fn listen_unix(path: &std::path::Path, perm: u32) -> Result<UnixListener, String> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let failed = |e: std::io::Error| {
+        let why = if e.kind() == std::io::ErrorKind::AddrInUse {
+            format!(
+                "Address already in use (another process listens on {})",
+                path.display()
+            )
+        } else {
+            format!("{e} ({})", path.display())
+        };
+        format!("Failed opening Unix socket: bind: {why}")
+    };
+    let stale = || {
+        std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+            && matches!(std::os::unix::net::UnixStream::connect(path),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+    };
+    let listener = match UnixListener::bind(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && stale() => {
+            std::fs::remove_file(path).map_err(failed)?;
+            UnixListener::bind(path).map_err(failed)?
+        }
+        bound => bound.map_err(failed)?,
+    };
+    if perm != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(perm)).map_err(failed)?;
+    }
+    Ok(listener)
+}
+
+/// A client on either listener, split in halves for [`conn::serve`].
+enum Accepted {
+    Tcp(tokio::net::TcpStream, std::net::SocketAddr),
+    Unix(tokio::net::UnixStream),
+}
+
 /// Runs the sidecar until SIGTERM or SIGINT.
 pub async fn run(config: ProxyConfig) -> Result<(), String> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -267,6 +326,10 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
     let client_config = config.client_config()?;
     let default_mode = FailMode::parse(config.fail_mode.as_bytes()).unwrap_or_default();
     let listener = listen(&config.bind, config.port).await?;
+    let unix = match &config.unixsocket {
+        Some(path) => Some(listen_unix(path, config.unixsocketperm)?),
+        None => None,
+    };
     let metrics = match config.metrics_port {
         Some(port) => Some(listen(&config.bind, port).await?),
         None => None,
@@ -331,6 +394,9 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
     }
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    if let Some(path) = &config.unixsocket {
+        sluice_log::log(&format!("Unix socket {}", path.display()));
+    }
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     sluice_log::log(&format!(
         "Sluice proxy ready to accept connections on {local} (upstream {}, timeout {} ms, gateways {}, fail mode {})",
@@ -344,25 +410,54 @@ pub async fn run(config: ProxyConfig) -> Result<(), String> {
     }
     service::notify(&config.service, "READY=1");
     let mut next_id = 0u64;
+    // A Unix client is named in log lines as a node's CLIENT LIST names it: `PATH:0`.
+    let unix_name: Arc<str> = config
+        .unixsocket
+        .as_deref()
+        .map_or_else(String::new, |p| format!("{}:0", p.display()))
+        .into();
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                if let Ok((stream, peer)) = accepted {
-                    let Some(seat) = Seat::take(&state) else {
-                        let _ = stream.try_write(b"-ERR max number of clients reached\r\n");
-                        continue;
-                    };
-                    let _ = stream.set_nodelay(true);
-                    next_id += 1;
-                    let state = state.clone();
-                    tokio::spawn(async move {
-                        conn::serve(stream, peer, state, next_id).await;
-                        drop(seat);
-                    });
+        let accepted = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => Accepted::Tcp(stream, peer),
+                Err(_) => continue,
+            },
+            accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
+                match accepted {
+                    Ok((stream, _)) => Accepted::Unix(stream),
+                    Err(_) => continue,
                 }
             }
             _ = term.recv() => break,
             _ = int.recv() => break,
+        };
+        let Some(seat) = Seat::take(&state) else {
+            let _ = match &accepted {
+                Accepted::Tcp(s, _) => s.try_write(b"-ERR max number of clients reached\r\n"),
+                Accepted::Unix(s) => s.try_write(b"-ERR max number of clients reached\r\n"),
+            };
+            continue;
+        };
+        next_id += 1;
+        let state = state.clone();
+        let unix_name = unix_name.clone();
+        tokio::spawn(async move {
+            match accepted {
+                Accepted::Tcp(stream, peer) => {
+                    let _ = stream.set_nodelay(true);
+                    conn::serve(stream.into_split(), peer, state, next_id).await;
+                }
+                Accepted::Unix(stream) => {
+                    conn::serve(stream.into_split(), unix_name, state, next_id).await;
+                }
+            }
+            drop(seat);
+        });
+    }
+    if let Some(path) = &config.unixsocket {
+        drop(unix);
+        if std::fs::remove_file(path).is_ok() {
+            sluice_log::log("Removing the unix socket file.");
         }
     }
     service::notify(&config.service, "STOPPING=1");
