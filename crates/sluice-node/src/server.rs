@@ -47,8 +47,8 @@ pub struct Server {
     threads: Vec<std::thread::JoinHandle<()>>,
     /// This process's claims on its ports (plain and TLS), held for its life (see [`bind_all`]).
     _claim: [Option<std::os::unix::net::UnixListener>; 2],
-    /// `--unixsocket`'s file, removed by [`Server::join`].
-    unix_file: Option<SocketFile>,
+    /// `--unixsocket`'s file, removed when this drops (after [`Server::join`]).
+    _unix_file: Option<SocketFile>,
 }
 
 impl Server {
@@ -157,7 +157,7 @@ impl Server {
         // it fails to start: the node is ready, and INFO names its loops, only once all are
         // gone.
         let (chosen_tx, chosen) = std::sync::mpsc::channel::<()>();
-        let (unix_listener, unix_file, mut handed) = match unix {
+        let (mut unix_listener, unix_file, mut handed) = match unix {
             Some((listener, file)) => {
                 sluice_log::log(&format!("Unix socket {}", file.path.display()));
                 let (senders, receivers): (Vec<_>, Vec<_>) =
@@ -167,7 +167,6 @@ impl Server {
             }
             None => (None, None, (0..threads).map(|_| None).collect::<Vec<_>>()),
         };
-        let mut unix_listener = unix_listener;
         let mut handles = listeners
             .into_iter()
             .zip(tls_listeners)
@@ -227,7 +226,7 @@ impl Server {
             shared,
             threads: handles,
             _claim: [claim, tls_claim],
-            unix_file,
+            _unix_file: unix_file,
         })
     }
 
@@ -241,9 +240,6 @@ impl Server {
     pub fn join(self) {
         for t in self.threads {
             let _ = t.join();
-        }
-        if let Some(file) = &self.unix_file {
-            file.remove();
         }
         sluice_log::service::notify(&self.shared.config.service, "STOPPING=1");
         let persist = &self.shared.persist;
@@ -451,9 +447,10 @@ struct SocketFile {
     _claim: StdUnixListener,
 }
 
-impl SocketFile {
-    /// Removes the file, as Redis does at shutdown, unless another node's replaced it since.
-    fn remove(&self) {
+impl Drop for SocketFile {
+    /// Removes the file, as Redis does at shutdown (or a start that fails after the bind),
+    /// unless another node has replaced it since.
+    fn drop(&mut self) {
         use std::os::unix::fs::MetadataExt;
         let ours =
             std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.id);
@@ -468,7 +465,9 @@ impl SocketFile {
 fn uring_permitted() -> bool {
     match crate::uring::probe() {
         Ok(()) => {
-            sluice_log::log("io_uring connection loop for plain clients, TCP and Unix socket (--io uring)");
+            sluice_log::log(
+                "io_uring connection loop for plain clients, TCP and Unix socket (--io uring)",
+            );
             true
         }
         Err(e) => {
