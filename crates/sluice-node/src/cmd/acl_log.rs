@@ -13,8 +13,8 @@ pub fn log_denial(ctx: &Ctx<'_>, reason: Reason, object: &[u8], username: Option
     let client_info = format!(
         "id={} addr={} laddr={} name={} user={}",
         client.id,
-        client.addr,
-        client.laddr,
+        client.addr_text(),
+        client.laddr_text(),
         client.name.lock().as_deref().unwrap_or(""),
         session.user.name
     );

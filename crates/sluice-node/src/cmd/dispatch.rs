@@ -102,7 +102,7 @@ pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
 fn drop_cross_protocol(ctx: &mut Ctx<'_>) {
     sluice_log::log(&format!(
         "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to Sluice. This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise your Sluice instance. Connection from {} aborted.",
-        ctx.session.client.addr
+        ctx.session.client.addr_text()
     ));
     ctx.session.close = true;
 }
