@@ -372,4 +372,20 @@ fn replies_match_redis_over_its_socket() {
         assert_eq!(field(&line, "addr"), Some(shown.as_str()), "{line}");
         assert_eq!(field(&line, "laddr"), Some(shown.as_str()), "{line}");
     }
+    // CLIENT KILL names socket clients by PATH:0, as CLIENT LIST shows them: two more clients
+    // of each server's socket, killed from a third with SKIPME yes, give the same count.
+    for path in [&redis_sock, &sluice_sock] {
+        let _extra = [unix_client(path, None), unix_client(path, None)];
+        let mut killer = unix_client(path, None);
+        let addr = format!("{}:0", path.display());
+        let killed: i64 = q(
+            &mut killer,
+            &["CLIENT", "KILL", "ADDR", &addr, "SKIPME", "yes"],
+        )
+        .expect("CLIENT KILL ADDR PATH:0");
+        // The two extra and the differential's own client; never the killer.
+        assert_eq!(killed, 3, "{}", path.display());
+        let pong: String = q(&mut killer, &["PING"]).expect("the killer lives on");
+        assert_eq!(pong, "PONG");
+    }
 }

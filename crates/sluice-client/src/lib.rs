@@ -10,6 +10,7 @@
 //! use std::time::Duration;
 //! use sluice_client::{Client, Config, FailMode, Limit, Topology};
 //!
+//! // A node's address, or `unix:/run/sluice/sluice.sock` for its `--unixsocket`.
 //! let client = Client::connect(Config::new(Topology::Single("127.0.0.1:6379".into()))).await;
 //! let per_user = Limit::new(100, Duration::from_secs(60)).fail_mode(FailMode::Local);
 //! let d = client.check(b"user:42", &per_user, 1).await?;

@@ -28,7 +28,7 @@ pub enum Client<'a> {
         ids: Option<ahash::AHashSet<u64>>,
     },
     Info,
-    KillAddr(SocketAddr),
+    KillAddr(Named),
     KillFilter(Vec<KillFilter>),
     Help,
 }
@@ -36,8 +36,8 @@ pub enum Client<'a> {
 #[derive(Debug)]
 pub enum KillFilter {
     Id(u64),
-    Addr(SocketAddr),
-    LAddr(SocketAddr),
+    Addr(Named),
+    LAddr(Named),
     Type(ClientKind),
     SkipMe(bool),
     /// The connections running as this ACL user.
@@ -50,11 +50,34 @@ fn arity(sub: &str) -> CmdError {
     ))
 }
 
-fn parse_addr(b: &[u8]) -> Result<SocketAddr, CmdError> {
-    std::str::from_utf8(b)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| CmdError::msg("ERR No such client"))
+/// An address `CLIENT KILL` names: `IP:PORT`, or `PATH:0` for a client of `--unixsocket` (as
+/// CLIENT LIST shows them).
+#[derive(Debug)]
+pub struct Named {
+    text: String,
+    ip: Option<SocketAddr>,
+}
+
+impl Named {
+    /// Whether this names a client's end `addr`, or its socket `unix`.
+    fn is(&self, unix: Option<&str>, addr: SocketAddr) -> bool {
+        match unix {
+            Some(path) => self.text.strip_suffix(":0") == Some(path),
+            None => self.ip == Some(addr),
+        }
+    }
+}
+
+fn parse_addr(b: &[u8]) -> Result<Named, CmdError> {
+    let text = std::str::from_utf8(b).map_err(|_| CmdError::msg("ERR No such client"))?;
+    let ip = text.parse().ok();
+    if ip.is_none() && !text.ends_with(":0") {
+        return Err(CmdError::msg("ERR No such client"));
+    }
+    Ok(Named {
+        text: text.to_string(),
+        ip,
+    })
 }
 
 /// `SETINFO LIB-NAME|LIB-VER value`.
@@ -226,11 +249,14 @@ impl<'a> Command<'a> for Client<'a> {
                 reply::verbatim(ctx.out, ctx.session.proto, "txt", line.as_bytes());
             }
             Client::KillAddr(addr) => {
-                let killed = ctx.shared.clients.kill_where(|c| c.addr == addr);
+                let killed = ctx
+                    .shared
+                    .clients
+                    .kill_where(|c| addr.is(c.unix.as_deref(), c.addr));
                 if killed == 0 {
                     return Err(CmdError::msg("ERR No such client"));
                 }
-                if addr == me.addr {
+                if addr.is(me.unix.as_deref(), me.addr) {
                     ctx.session.close = true;
                 }
                 reply::simple(ctx.out, "OK");
@@ -251,8 +277,8 @@ impl<'a> Command<'a> for Client<'a> {
                     (!skip_me || c.id != my_id)
                         && filters.iter().all(|f| match f {
                             KillFilter::Id(id) => c.id == *id,
-                            KillFilter::Addr(a) => c.addr == *a,
-                            KillFilter::LAddr(a) => c.laddr == *a,
+                            KillFilter::Addr(a) => a.is(c.unix.as_deref(), c.addr),
+                            KillFilter::LAddr(a) => a.is(c.unix.as_deref(), c.laddr),
                             KillFilter::Type(k) => c.kind() == *k,
                             KillFilter::SkipMe(_) => true,
                             KillFilter::User(u) => *c.user.lock() == *u,
