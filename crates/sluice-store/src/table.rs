@@ -60,12 +60,21 @@
 //! of a hash the wheel visits ([`Table::pull_hash`]). So slot indices handed out always refer to
 //! the new arrays. `Growth::AtOnce` (a shard at its memory budget) rebuilds in one go instead.
 //!
+//! As the move passes them, the old arrays' whole pages go back to the system (on Linux,
+//! `madvise(MADV_DONTNEED)`, [`RELEASE_BYTES`] of slots at a time, so no step hands back more):
+//! when the move is over and the old arrays are freed, none of their pages is resident, whatever
+//! the allocator keeps of the freed block (glibc's malloc keeps it in its heap; jemalloc purges
+//! it only after its decay time). `used_memory` still counts the old arrays until they are
+//! freed: they are allocated until then.
+//!
 //! # Invariants
 //! - While `old` is `Some`, every entry is in exactly one of the two arrays, and each array's
 //!   `len`, `wide`, `heap` and `expires` count its own entries; [`Table::len`] and
 //!   [`Table::expires`] add them. The old arrays gain no entry, and none of theirs changes:
 //!   every write goes through a lookup that moved the entry in first. Old slots below `moved`
 //!   are empty. A table moves into new arrays only when it is not moving already.
+//! - Old slots below `released` (at most `moved`) may have lost their pages: such a page reads
+//!   as zero bytes (EMPTY metadata, as before) or as it was, so an empty slot stays empty.
 //! - A slot owns its box and its heap key; a slot is moved by copying its bytes, its metadata
 //!   and (while the extension array exists) its extension word, and clearing the source's
 //!   metadata, so ownership moves with it. `Drop` frees what the occupied slots own.
@@ -114,6 +123,11 @@ const MAX_DELTA: u64 = 15;
 pub const INSERT_MIGRATE: usize = 16 * MOVE_COST;
 /// What moving an entry costs in [`Table::migrate_some`]'s budget; an empty slot costs 1.
 pub const MOVE_COST: usize = 8;
+/// Bytes of moved-from slots (with their metadata and extension words) handed back to the
+/// system at a time while a table moves: one `madvise` per ~2,700 slots moved, a few
+/// microseconds, never a whole array under one lock. A page in unit tests, so that the model
+/// tests' small tables move across pages already handed back.
+const RELEASE_BYTES: usize = if cfg!(test) { 4096 } else { 64 << 10 };
 /// Tables at most this many slots are never shrunk: not worth a reallocation.
 const MIN_SHRINK_SLOTS: usize = 64;
 /// A table's first allocation, in slots (1.7 KB: a shard under a small `maxmemory` budget
@@ -175,6 +189,46 @@ fn zeroed_slots(n: usize) -> Vec<Slot> {
     unsafe { Vec::from_raw_parts(ptr.cast::<Slot>(), len, cap) }
 }
 
+/// Hands the pages that lie wholly within `v[from..to]` back to the system (Linux:
+/// `madvise(MADV_DONTNEED)`; elsewhere nothing). Each of those elements then reads as zero
+/// bytes (private anonymous memory, what allocators hand out) or as it was: `T` must be plain
+/// data for which both are values, and the caller must need neither. The allocation stays the
+/// Vec's; a page it shares with another allocation is left alone.
+fn release_pages<T: Copy>(v: &mut [T], from: usize, to: usize) {
+    assert!(from <= to && to <= v.len());
+    #[cfg(target_os = "linux")]
+    {
+        let Some(page) = page_size() else { return };
+        let first = v.as_ptr().addr();
+        let start =
+            ((first + from * size_of::<T>()) / page * page).max(first.next_multiple_of(page));
+        let end = (first + to * size_of::<T>()) / page * page;
+        if end > start {
+            // SAFETY: `[start, end)` is page-aligned and lies within `v[..to]` (`start` is at or
+            // after `v`'s first byte, `end` at or before the end of `v[..to]`, checked above), so
+            // the pointer stays in `v`'s allocation and whole pages of it are advised, none
+            // shared with another allocation. `&mut v` makes the access unique while the kernel
+            // drops the pages; what they read as afterwards, zero bytes or the old bytes, is a
+            // valid `T` either way (the caller's contract), and nothing else reads them.
+            unsafe {
+                let addr = v.as_mut_ptr().cast::<u8>().add(start - first);
+                libc::madvise(addr.cast(), end - start, libc::MADV_DONTNEED);
+            }
+        }
+    }
+}
+
+/// The system's page size, if it is a power of two (it always is).
+#[cfg(target_os = "linux")]
+fn page_size() -> Option<usize> {
+    static PAGE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: `sysconf` reads a configuration value; it takes no pointer.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(n).ok().filter(|n| n.is_power_of_two())
+    })
+}
+
 /// One slot: key bytes and a word, read through the metadata.
 #[derive(Clone, Copy, Default)]
 struct Slot {
@@ -207,6 +261,8 @@ pub struct Table {
     /// few at a time ([`Table::migrate_some`]). Its slots below `moved` are empty.
     old: Option<Box<Table>>,
     moved: usize,
+    /// Old slots below this have had their pages handed back ([`release_pages`]).
+    released: usize,
     /// Scans in progress (see `scan`).
     scans: Vec<scan::Scan>,
 }
@@ -233,6 +289,7 @@ impl std::fmt::Debug for Table {
             .field("ext", &!self.ext.is_empty())
             .field("old", &self.old)
             .field("moved", &self.moved)
+            .field("released", &self.released)
             .finish_non_exhaustive()
     }
 }
@@ -451,6 +508,7 @@ impl Default for Table {
             rng: 0x9E37_79B9,
             old: None,
             moved: 0,
+            released: 0,
             scans: Vec::new(),
         }
     }
@@ -1182,6 +1240,7 @@ impl Table {
             rng: self.rng,
             old: None,
             moved: 0,
+            released: 0,
             scans: Vec::new(),
             ..Table::default()
         }
@@ -1209,6 +1268,8 @@ impl Table {
         (fresh.len, fresh.wide, fresh.heap, fresh.expires) =
             (self.len, self.wide, self.heap, self.expires);
         let mut old = std::mem::replace(self, fresh);
+        // Every entry moved in one go: the old arrays are dropped now, their pages too.
+        old.release(0, old.meta.len());
         // Ownership moved with the bytes: the old arrays must free nothing.
         old.meta.clear();
     }
@@ -1237,6 +1298,7 @@ impl Table {
         let old = std::mem::replace(self, fresh);
         self.old = Some(Box::new(old));
         self.moved = 0;
+        self.released = 0;
         self.scans = scans;
     }
 
@@ -1263,13 +1325,29 @@ impl Table {
             }
             self.moved += 1;
         }
-        if self.moved < old.meta.len() {
+        let done = self.moved == old.meta.len();
+        if done || (self.moved - self.released) * size_of::<Slot>() >= RELEASE_BYTES {
+            old.release(self.released, self.moved);
+            self.released = self.moved;
+        }
+        if !done {
             self.old = Some(old);
             return false;
         }
         debug_assert_eq!((old.len, old.heap, old.expires, old.wide), (0, 0, 0, 0));
         self.note_moved();
         true
+    }
+
+    /// Hands the whole pages of slots `from..to` back to the system: metadata, slots and
+    /// extension words. Those slots must hold nothing (they are empty, or their arrays are about
+    /// to be freed without reading them): a page handed back reads as zero bytes, or as it was.
+    fn release(&mut self, from: usize, to: usize) {
+        release_pages(&mut self.meta, from, to);
+        release_pages(&mut self.slots, from, to);
+        if !self.ext.is_empty() {
+            release_pages(&mut self.ext, from, to);
+        }
     }
 
     /// Moves every old entry in now.

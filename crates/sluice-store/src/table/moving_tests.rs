@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use proptest::prelude::*;
 use sluice_core::{Nanos, State};
 
-use super::{Growth, Table};
+use super::{Growth, Slot, Table};
 use crate::entry::{Counter, Value};
 use crate::key::Probe;
 use crate::shard::KeyHash;
@@ -231,4 +231,71 @@ fn each_insert_moves_a_bounded_share() {
         growths > 10 && moves > 1000,
         "{growths} growths, {moves} inserts while moving"
     );
+}
+
+/// While a table moves, the old slots' pages the move has passed are no longer resident (the
+/// kernel's view, `mincore`), none is kept longer than [`super::RELEASE_BYTES`], and every key
+/// is still found, in the new arrays or still in the old ones.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_move_hands_back_the_pages_it_passed() {
+    let page = super::page_size().expect("a page size");
+    let key = |n: u32| format!("user:{n:011}");
+    let mut t = Table::default();
+    let mut checked = 0;
+    let n_keys = 100_000u32;
+    for n in 0..n_keys {
+        let k = key(n);
+        let (v, d) = value(0, u64::from(n));
+        let h = real_hash(k.as_bytes());
+        t.insert(
+            h,
+            &Probe::new(k.as_bytes()),
+            v,
+            d,
+            1,
+            &real_hash,
+            Growth::Incremental,
+        );
+        let Some(old) = &t.old else { continue };
+        assert!(t.released <= t.moved);
+        assert!((t.moved - t.released) * size_of::<Slot>() < super::RELEASE_BYTES);
+        let first = old.slots.as_ptr().addr();
+        let start = first.next_multiple_of(page);
+        let end = (first + t.released * size_of::<Slot>()) / page * page;
+        if end > start {
+            let mut resident = vec![0u8; (end - start) / page];
+            // SAFETY: `[start, end)` is page-aligned and within the old slots' allocation, which
+            // `t` holds (borrowed) meanwhile; `mincore` only writes one byte per page into
+            // `resident`, which has room for exactly that many.
+            let r = unsafe {
+                libc::mincore(
+                    old.slots
+                        .as_ptr()
+                        .cast::<u8>()
+                        .add(start - first)
+                        .cast_mut()
+                        .cast(),
+                    end - start,
+                    resident.as_mut_ptr(),
+                )
+            };
+            assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+            let kept = resident.iter().filter(|&&b| b & 1 != 0).count();
+            assert_eq!(
+                kept,
+                0,
+                "{kept} of {} passed pages resident",
+                resident.len()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked} checks");
+    for n in 0..n_keys {
+        let k = key(n);
+        let (h, p) = (real_hash(k.as_bytes()), Probe::new(k.as_bytes()));
+        let found = t.find(h, &p).or_else(|| t.pull(h, &p, &real_hash));
+        assert!(found.is_some(), "{k} lost");
+    }
 }
