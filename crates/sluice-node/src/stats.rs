@@ -38,6 +38,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock};
 use sluice_core::{Algo, Decision, Nanos};
 
+pub use crate::rule_id::{MAX_RULES, RuleId};
 use crate::top::{Kind, Merged, Rates, RuleRates, RuleTotals, SlotTop, TopEntry, Window};
 
 /// How many samples of the command counter `instantaneous_ops_per_sec` averages over (as Redis).
@@ -50,9 +51,6 @@ pub const LATENCY_BUCKETS: usize = 256;
 /// How long a retired rule id keeps its name before a new rule may take it: longer than
 /// `RL.TOP`'s longest window, which names the rules of the keys it counted.
 const REUSE_AFTER: Duration = Duration::from_secs(16 * 60);
-
-/// Rule ids: the unnamed rule, up to `MAX_RULES - 2` names, and `other`.
-pub const MAX_RULES: usize = 256;
 
 /// The algorithms, in the order of their counters (their declaration order: `algo as usize`).
 pub const ALGOS: [Algo; 6] = Algo::ALL;
@@ -80,16 +78,6 @@ impl Outcome {
         Outcome::ShadowDenied,
         Outcome::NearLimit,
     ];
-}
-
-/// A rule's interned id: 0 is "no rule" (a plain RL.CHECK).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct RuleId(pub u16);
-
-impl RuleId {
-    pub const UNNAMED: RuleId = RuleId(0);
-    /// Every rule past the registry's bound.
-    pub const OTHER: RuleId = RuleId(MAX_RULES as u16 - 1);
 }
 
 /// One command's counters in one slot.

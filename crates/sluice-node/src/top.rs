@@ -35,7 +35,7 @@ use std::hash::BuildHasher;
 
 use sluice_core::Nanos;
 
-use crate::stats::RuleId;
+use crate::rule_id::RuleId;
 
 /// Counters a summary keeps after a reduction: its bound is `N / (KEEP + 1)`.
 pub const KEEP: usize = 32;
@@ -229,23 +229,12 @@ impl Ring {
     /// Adds the step `back` steps before `now_ms`'s into `into`.
     fn merge_step(&mut self, back: usize, now_ms: u64, into: &mut Merged) {
         self.advance(now_ms);
-        {
-            let s = &self.steps[(self.head + STEPS - back) % STEPS];
-            into.cut += s.cut;
-            for c in &s.counters {
-                let e = into
-                    .counters
-                    .entry((c.rule, c.key.clone()))
-                    .or_insert_with(|| TopEntry {
-                        key: c.key.to_vec(),
-                        rule: c.rule,
-                        count: 0,
-                        error: 0,
-                        last_ms: 0,
-                    });
-                e.count += c.count;
-                e.last_ms = e.last_ms.max(c.last_ms);
-            }
+        let s = &self.steps[(self.head + STEPS - back) % STEPS];
+        into.cut += s.cut;
+        for c in &s.counters {
+            let (count, last_ms) = into.counters.entry((c.rule, c.key.clone())).or_default();
+            *count += c.count;
+            *last_ms = (*last_ms).max(c.last_ms);
         }
     }
 }
@@ -333,7 +322,7 @@ impl SlotTop {
 /// Failures before the next success of a 1-in-[`SAMPLE`] trial: the allowed checks to skip.
 fn geometric() -> u64 {
     // A uniform in (0, 1], then inversion: floor(ln u / ln(1 - p)).
-    let u = ((crate::cmd::sample::next() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    let u = ((crate::rand::next() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
     let p = 1.0 / SAMPLE as f64;
     (u.ln() / (1.0 - p).ln()).floor() as u64
 }
@@ -350,10 +339,13 @@ pub struct TopEntry {
     pub last_ms: u64,
 }
 
+/// A key's `(count, last seen ms)` in a merge.
+type Tally = (u64, u64);
+
 /// Summaries added together: a window, then every slot of a node.
 #[derive(Debug, Default)]
 pub struct Merged {
-    counters: HashMap<(RuleId, Box<[u8]>), TopEntry>,
+    counters: HashMap<(RuleId, Box<[u8]>), Tally>,
     cut: u64,
 }
 
@@ -363,12 +355,14 @@ impl Merged {
         let cut = self.cut;
         let mut all: Vec<TopEntry> = self
             .counters
-            .into_values()
-            .filter(|e| rule.is_none_or(|r| e.rule == r))
-            .map(|mut e| {
-                e.count += cut;
-                e.error = cut;
-                e
+            .into_iter()
+            .filter(|((r, _), _)| rule.is_none_or(|want| *r == want))
+            .map(|((rule, key), (n, last_ms))| TopEntry {
+                key: key.into_vec(),
+                rule,
+                count: n + cut,
+                error: cut,
+                last_ms,
             })
             .collect();
         all.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));

@@ -77,7 +77,7 @@ mod rl_rule;
 mod rl_settle;
 mod rl_top;
 mod role;
-pub(crate) mod sample;
+mod sample;
 mod save;
 mod scan;
 mod script;

@@ -2,36 +2,9 @@
 //! collection of `len` a count asks for, as Redis's commands read the count (positive:
 //! distinct entries, at most all; negative: that many, repeats allowed).
 
-use std::cell::Cell;
-
-thread_local! {
-    static STATE: Cell<u64> = Cell::new(seed());
-}
-
-fn seed() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let local = 0u8;
-    (t ^ (&local as *const u8 as u64)) | 1
-}
-
-/// A random 64-bit number from a xorshift generator per thread (seeded from the time and the
-/// thread's stack address).
-pub fn next() -> u64 {
-    STATE.with(|s| {
-        let mut x = s.get();
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        s.set(x);
-        x
-    })
-}
-
 /// A random number below `n` (`n > 0`).
 pub fn below(n: usize) -> usize {
-    (next() % n as u64) as usize
+    (crate::rand::next() % n as u64) as usize
 }
 
 /// Indexes into `len` entries: `count >= 0` distinct ones (all of them, in order, if `count`
