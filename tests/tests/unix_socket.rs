@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use sluice_tests::{RedisServer, Sluice, TempDir, binary, have_tool, rl_check, wait_until};
+use sluice_tests::{
+    RedisServer, Sluice, TempDir, binary, have_tool, holds_within, rl_check, wait_until,
+};
 
 /// A connection over the Unix socket at `path`, logged in with `auth` (user, password) if given.
 fn unix_client(path: &Path, auth: Option<(&str, &str)>) -> redis::Connection {
@@ -207,9 +209,14 @@ fn redis_cli_and_redis_benchmark_use_the_socket() {
 fn a_stale_socket_file_is_replaced_and_a_live_one_refused() {
     let dir = TempDir::new("unix-stale");
     let path = dir.path().join("sluice.sock");
-    // Bound, then closed: the file stays, and a connect to it is refused.
+    // Bound, then closed: the file stays, and a connect to it is refused. (A process another
+    // test thread forks at that moment holds the listener until it execs, so wait for that.)
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
-    assert!(std::os::unix::net::UnixStream::connect(&path).is_err());
+    assert!(
+        holds_within(5, || std::os::unix::net::UnixStream::connect(&path)
+            .is_err()),
+        "a closed listener's socket still accepts"
+    );
 
     let path_arg = path.to_str().unwrap();
     let mut server = Sluice::start_with(&["--unixsocket", path_arg]);
