@@ -65,6 +65,11 @@ pub fn check(
     Ok((decision, new))
 }
 
+/// The start of the window a check at `now` counts in (see [`window`]).
+pub(crate) fn current_start(state: Option<Fixed>, params: &Params, now: Nanos) -> Nanos {
+    window(state, params, now).0
+}
+
 /// The current window's start and end, and its count (capped at two limits): the stored
 /// window while it has not ended (see the module docs), else a fresh aligned one.
 fn window(state: Option<Fixed>, params: &Params, now: Nanos) -> (Nanos, Nanos, u64) {

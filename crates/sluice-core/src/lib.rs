@@ -15,6 +15,7 @@
 //! - [`lease`]: in-flight leases (`RL.ACQUIRE`, `RL.RELEASE`, `RL.RENEW`), the one state that
 //!   is not a rate limit.
 //! - [`settle`](mod@settle): `RL.SETTLE`, correcting a check of an estimated cost by the actual one.
+//! - [`token_lease`]: `RL.LEASE`, tokens a gateway takes from a key before it admits them.
 //! - [`size`]: byte sizes as Redis's config writes them (`64mb`), for flags.
 //! - [`compat`]: redis-cell `CL.THROTTLE` and Redis `GCRA` replies on top of the GCRA core.
 
@@ -33,6 +34,7 @@ pub mod spec;
 pub mod state;
 pub mod time;
 pub mod token;
+pub mod token_lease;
 
 pub use decision::Decision;
 pub use lease::LEASE_MAX;

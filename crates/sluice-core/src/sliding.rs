@@ -102,6 +102,11 @@ pub fn check(
     Ok((decision, stored(start, prev_after, curr_after)))
 }
 
+/// The start of the window a check at `now` counts in (see [`Window::read`]).
+pub(crate) fn current_start(state: Option<Sliding>, params: &Params, now: Nanos) -> Nanos {
+    sat(Window::read(state, params, now).start)
+}
+
 /// The current window as a key's state reads at `now`.
 struct Window {
     /// The period, at least 1 ns.

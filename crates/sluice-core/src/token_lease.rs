@@ -1,0 +1,508 @@
+//! LEASES OF TOKENS (`RL.LEASE`): a gateway takes tokens from a key before it admits the
+//! requests they pay for, and gives back what it did not use.
+//!
+//! # Model
+//! A holder (one gateway) keeps a [`Record`] per key: its `id`, `granted` (the tokens given to
+//! the record and not expired since), `used` (the holder's last reported cumulative count of
+//! tokens admitted from the record) and its `expiry`. The holder holds `granted − used`. One
+//! call ([`lease`]) reports the holder's count and says how many tokens it wants to hold after
+//! the call (`want`):
+//! 1. A call naming the record's id sets `used` to the reported count (a count above `granted`
+//!    is an error that changes nothing; a count below the last one is a late duplicate and
+//!    keeps the last). A call that does not name it comes from a holder that never learned of
+//!    it (a lost reply): the record's unused tokens go back to the key and a new record starts.
+//!    No record (never made, expired, or forgotten by a restart or a failover): a new one,
+//!    whatever the call names.
+//! 2. FIXED and SLIDING: tokens taken in a window that is no longer the current one expired with
+//!    it. They are counted as spent (`granted = used`): nothing goes back, nothing is held.
+//! 3. Held less than wanted: take `min(want − held, what the key has now)`, the same state
+//!    change as a check of that cost. Held more: give the difference back.
+//! 4. Every return is [`settle`](crate::settle())'s refund, which never goes past a fresh key.
+//!    For FIXED and SLIDING only while the tokens' window is still the current one: after it, a
+//!    refund would credit the new window, which the tokens were never taken from.
+//! 5. `expiry = now + ttl`; `want == 0` ends the record.
+//!
+//! A retry of the same call (the same cumulative count, the same `want`) finds the holder
+//! already holding `want` (or takes more only if the key refilled in between): it is harmless.
+//! An expired record ([`expire`]) gives its unused tokens back under the window rule of step 4.
+//!
+//! The key's state is that of a check with the same arguments: the tokens taken are admitted
+//! as far as the key can tell, so the fleet admits at most what the exact limiter would.
+//!
+//! LEAKY and LOG are refused ([`LeaseError::NotApplicable`]): LEAKY's queued answers were
+//! already given, and LOG's tokens taken early would expire early.
+
+use crate::state::{State, check};
+use crate::{Algo, CheckError, Decision, Nanos, Params, fixed, settle, sliding};
+
+/// The longest holder name a node keeps.
+pub const HOLDER_LEN_MAX: usize = 64;
+/// The most holders one key has records for.
+pub const HOLDERS_PER_KEY_MAX: usize = 256;
+/// The most records one node keeps.
+pub const RECORDS_MAX: usize = 100_000;
+/// `TTL` bounds and default.
+pub const TTL_MIN: Nanos = Nanos::from_millis(1);
+pub const TTL_MAX: Nanos = Nanos::from_secs(3600);
+pub const TTL_DEFAULT: Nanos = Nanos::from_secs(1);
+
+/// One holder's lease of one key. 80 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Names the record to its holder; new whenever a record is created.
+    pub id: u64,
+    /// Tokens given to the record and not expired since.
+    pub granted: u64,
+    /// The holder's last reported cumulative count: `granted − used` is held.
+    pub used: u64,
+    /// The instant the record is returned unless renewed.
+    pub expiry: Nanos,
+    /// FIXED and SLIDING: the start of the window the held tokens were taken in.
+    pub window: Nanos,
+    /// The algorithm and parameters of the last call, which an expiry returns the tokens by.
+    pub algo: Algo,
+    pub params: Params,
+}
+
+impl Record {
+    /// The tokens the holder holds.
+    pub fn held(&self) -> u64 {
+        self.granted.saturating_sub(self.used)
+    }
+}
+
+/// One `RL.LEASE` call, validated by the command's grammar.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub algo: Algo,
+    /// `cost` is ignored.
+    pub params: Params,
+    /// The tokens the holder wants to hold after the call, at most the capacity.
+    pub want: u64,
+    /// `USED id count`: the record the holder knows of and its cumulative count.
+    pub used: Option<(u64, u64)>,
+    pub ttl: Nanos,
+}
+
+/// What a call answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub lease_id: u64,
+    pub held: u64,
+    /// The key after the call as a check would answer now: `limit`, `remaining`,
+    /// `retry_after` (`None` while `remaining > 0`, else until a check of cost 1 fits),
+    /// `reset_after`. `allowed` is true.
+    pub decision: Decision,
+    /// Whether the key's state changed (a take or a return).
+    pub changed: bool,
+}
+
+/// Why a call changed nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseError {
+    Check(CheckError),
+    /// `USED id count` with `count` above the tokens the record was given.
+    UsedAboveGranted {
+        count: u64,
+        granted: u64,
+    },
+    /// LEAKY or LOG (see the module docs).
+    NotApplicable(Algo),
+}
+
+impl From<CheckError> for LeaseError {
+    fn from(e: CheckError) -> LeaseError {
+        LeaseError::Check(e)
+    }
+}
+
+/// The capacity a lease takes its tokens from: BURST for the buckets, `limit` for the windows.
+pub fn capacity(algo: Algo, params: &Params) -> u64 {
+    match algo {
+        Algo::Token | Algo::Gcra | Algo::Leaky => params.burst,
+        Algo::Sliding | Algo::Fixed | Algo::Log => params.limit,
+    }
+}
+
+/// One call against the key's `slot` (`None`: fresh) and the holder's `record`. `new_id` names
+/// the record if this call creates one. Returns the reply and the record to keep (`None`:
+/// remove it). Errors change nothing.
+pub fn lease(
+    slot: &mut Option<State>,
+    record: Option<Record>,
+    call: &Call,
+    new_id: u64,
+    now: Nanos,
+) -> Result<(Grant, Option<Record>), LeaseError> {
+    let algo = call.algo;
+    let params = Params {
+        cost: 0,
+        ..call.params
+    };
+    if matches!(algo, Algo::Leaky | Algo::Log) {
+        return Err(LeaseError::NotApplicable(algo));
+    }
+    if slot.as_ref().is_some_and(|s| s.algo() != Some(algo)) {
+        return Err(CheckError::WrongType.into());
+    }
+    if call.want > capacity(algo, &params) {
+        return Err(CheckError::CostExceedsCapacity.into());
+    }
+    let live = record.filter(|r| r.expiry > now);
+    let named = match (live, call.used) {
+        (Some(r), Some((id, count))) if r.id == id => {
+            if count > r.granted {
+                return Err(LeaseError::UsedAboveGranted {
+                    count,
+                    granted: r.granted,
+                });
+            }
+            Some(Record {
+                used: r.used.max(count),
+                ..r
+            })
+        }
+        _ => None,
+    };
+    let mut changed = false;
+    let mut rec = match named {
+        Some(r) => r,
+        None => {
+            // A record the holder never learned of, or one expired and not yet swept: its
+            // unused tokens go back as an expiry would give them.
+            if let Some(old) = record {
+                changed |= give_back(slot, &old, old.held(), now);
+            }
+            Record {
+                id: new_id,
+                granted: 0,
+                used: 0,
+                expiry: now,
+                window: current_start(slot, algo, &params, now),
+                algo,
+                params,
+            }
+        }
+    };
+    // Tokens taken under another algorithm (the key was deleted and made again) are not in
+    // this state: spent, as an ended window's.
+    let window = current_start(slot, algo, &params, now);
+    if rec.algo != algo || (windowed(algo) && rec.window != window) {
+        rec.granted = rec.used;
+    }
+    rec.algo = algo;
+    rec.params = params;
+    rec.window = window;
+    let held = rec.held();
+    if call.want > held {
+        let k = (call.want - held).min(bucket(slot, algo, &params, now)?.remaining);
+        if k > 0 {
+            let take = Params { cost: k, ..params };
+            if check(slot, algo, &take, now, false)?.allowed {
+                rec.granted += k;
+                changed = true;
+            }
+        }
+    } else if call.want < held {
+        let give = held - call.want;
+        changed |= give_back(slot, &rec, give, now);
+        rec.granted -= give;
+    }
+    rec.expiry = now.saturating_add(call.ttl);
+    let grant = Grant {
+        lease_id: rec.id,
+        held: rec.held(),
+        decision: bucket(slot, algo, &params, now)?,
+        changed,
+    };
+    Ok((grant, (call.want > 0).then_some(rec)))
+}
+
+/// Returns an expired (or abandoned) record's unused tokens to the key under the window rule
+/// (see the module docs). Whether the key's state changed.
+pub fn expire(slot: &mut Option<State>, record: &Record, now: Nanos) -> bool {
+    give_back(slot, record, record.held(), now)
+}
+
+/// Gives `n` of `record`'s tokens back to the key by the parameters they were taken with: not
+/// to a key of another algorithm, not after the tokens' window. Whether the state changed.
+fn give_back(slot: &mut Option<State>, record: &Record, n: u64, now: Nanos) -> bool {
+    let (algo, params) = (record.algo, &record.params);
+    if n == 0 || slot.is_none() || slot.as_ref().is_some_and(|s| s.algo() != Some(algo)) {
+        return false;
+    }
+    if windowed(algo) && current_start(slot, algo, params, now) != record.window {
+        return false;
+    }
+    let n = n.min(capacity(algo, params));
+    settle(slot, algo, params, n, 0, now).is_ok()
+}
+
+fn windowed(algo: Algo) -> bool {
+    matches!(algo, Algo::Fixed | Algo::Sliding)
+}
+
+/// The start of the window a check at `now` counts in (FIXED, SLIDING); zero for the buckets.
+fn current_start(slot: &Option<State>, algo: Algo, params: &Params, now: Nanos) -> Nanos {
+    match (algo, slot) {
+        (Algo::Fixed, Some(State::Fixed(f))) => fixed::current_start(Some(*f), params, now),
+        (Algo::Fixed, _) => fixed::current_start(None, params, now),
+        (Algo::Sliding, Some(State::Sliding(s))) => sliding::current_start(Some(*s), params, now),
+        (Algo::Sliding, _) => sliding::current_start(None, params, now),
+        _ => Nanos::ZERO,
+    }
+}
+
+/// The key as a check would answer now: `remaining` what it has, `retry_after` the time until
+/// a check of cost 1 fits when it has nothing.
+fn bucket(
+    slot: &mut Option<State>,
+    algo: Algo,
+    params: &Params,
+    now: Nanos,
+) -> Result<Decision, CheckError> {
+    let read = Params { cost: 0, ..*params };
+    let mut d = check(slot, algo, &read, now, true)?;
+    d.retry_after = if d.remaining > 0 {
+        None
+    } else {
+        check(slot, algo, &Params { cost: 1, ..read }, now, true)?.retry_after
+    };
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = Nanos::PER_SEC;
+
+    fn params(limit: u64, period_s: u64) -> Params {
+        Params {
+            limit,
+            period: Nanos::from_secs(period_s),
+            burst: limit,
+            cost: 0,
+        }
+    }
+
+    fn call(algo: Algo, p: Params, want: u64, used: Option<(u64, u64)>) -> Call {
+        Call {
+            algo,
+            params: p,
+            want,
+            used,
+            ttl: TTL_DEFAULT,
+        }
+    }
+
+    /// The remaining tokens of the key at `now`.
+    fn remaining(slot: &mut Option<State>, algo: Algo, p: Params, now: Nanos) -> u64 {
+        bucket(slot, algo, &p, now).unwrap().remaining
+    }
+
+    #[test]
+    fn grants_up_to_want_then_partial() {
+        let (p, now) = (params(10, 60), Nanos(100 * SEC));
+        let mut slot = None;
+        let (g, rec) = lease(&mut slot, None, &call(Algo::Token, p, 6, None), 7, now).unwrap();
+        assert_eq!((g.lease_id, g.held, g.decision.remaining), (7, 6, 4));
+        assert!(g.changed);
+        let rec = rec.unwrap();
+        assert_eq!((rec.granted, rec.used), (6, 0));
+        // Another holder wants 6: gets the 4 left, and the key reports none left.
+        let (g, _) = lease(&mut slot, None, &call(Algo::Token, p, 6, None), 8, now).unwrap();
+        assert_eq!((g.held, g.decision.remaining), (4, 0));
+        assert!(g.decision.retry_after.is_some());
+    }
+
+    #[test]
+    fn lower_want_returns_and_zero_ends() {
+        let (p, now) = (params(10, 60), Nanos(100 * SEC));
+        let mut slot = None;
+        let (g, rec) = lease(&mut slot, None, &call(Algo::Token, p, 8, None), 1, now).unwrap();
+        // Admitted 3, wants 2 more: 3 go back.
+        let (g2, rec) = lease(
+            &mut slot,
+            rec,
+            &call(Algo::Token, p, 2, Some((1, 3))),
+            2,
+            now,
+        )
+        .unwrap();
+        assert_eq!((g2.lease_id, g2.held), (g.lease_id, 2));
+        assert_eq!(remaining(&mut slot, Algo::Token, p, now), 5);
+        let (g3, rec) = lease(
+            &mut slot,
+            rec,
+            &call(Algo::Token, p, 0, Some((1, 4))),
+            3,
+            now,
+        )
+        .unwrap();
+        assert_eq!(g3.held, 0);
+        assert!(rec.is_none());
+        assert_eq!(remaining(&mut slot, Algo::Token, p, now), 6);
+    }
+
+    #[test]
+    fn a_retry_is_harmless() {
+        let (p, now) = (params(10, 60), Nanos(100 * SEC));
+        let mut slot = None;
+        let (_, rec) = lease(&mut slot, None, &call(Algo::Token, p, 5, None), 1, now).unwrap();
+        let c = call(Algo::Token, p, 5, Some((1, 2)));
+        let (g1, rec) = lease(&mut slot, rec, &c, 2, now).unwrap();
+        let (g2, rec) = lease(&mut slot, rec, &c, 3, now).unwrap();
+        assert_eq!(
+            Grant {
+                changed: false,
+                ..g1
+            },
+            g2
+        );
+        assert_eq!(g2.held, 5);
+        assert!(!g2.changed);
+        assert_eq!(rec.unwrap().granted, 7);
+        assert_eq!(remaining(&mut slot, Algo::Token, p, now), 3);
+    }
+
+    #[test]
+    fn a_record_the_holder_never_learned_of_is_returned() {
+        let (p, now) = (params(10, 60), Nanos(100 * SEC));
+        let mut slot = None;
+        let (_, rec) = lease(&mut slot, None, &call(Algo::Token, p, 5, None), 1, now).unwrap();
+        // The reply was lost: the holder asks again knowing no lease.
+        let (g, rec) = lease(&mut slot, rec, &call(Algo::Token, p, 5, None), 2, now).unwrap();
+        assert_eq!((g.lease_id, g.held), (2, 5));
+        assert_eq!(remaining(&mut slot, Algo::Token, p, now), 5);
+        // A stale id is the same case.
+        let (g, _) = lease(
+            &mut slot,
+            rec,
+            &call(Algo::Token, p, 5, Some((1, 0))),
+            3,
+            now,
+        )
+        .unwrap();
+        assert_eq!((g.lease_id, g.held), (3, 5));
+        assert_eq!(remaining(&mut slot, Algo::Token, p, now), 5);
+    }
+
+    #[test]
+    fn a_count_above_granted_changes_nothing() {
+        let (p, now) = (params(10, 60), Nanos(100 * SEC));
+        let mut slot = None;
+        let (_, rec) = lease(&mut slot, None, &call(Algo::Token, p, 5, None), 1, now).unwrap();
+        let before = slot.clone();
+        let err = lease(
+            &mut slot,
+            rec,
+            &call(Algo::Token, p, 5, Some((1, 6))),
+            2,
+            now,
+        );
+        assert_eq!(
+            err,
+            Err(LeaseError::UsedAboveGranted {
+                count: 6,
+                granted: 5
+            })
+        );
+        assert_eq!(slot, before);
+    }
+
+    #[test]
+    fn refused_inputs_change_nothing() {
+        let (p, now) = (params(10, 60), Nanos(100 * SEC));
+        let mut slot = Some(State::Fixed(crate::fixed::Fixed {
+            start: Nanos(60 * SEC),
+            count: 1,
+        }));
+        let before = slot.clone();
+        let wrong = lease(&mut slot, None, &call(Algo::Token, p, 1, None), 1, now);
+        assert_eq!(wrong, Err(LeaseError::Check(CheckError::WrongType)));
+        let big = lease(&mut slot, None, &call(Algo::Fixed, p, 11, None), 1, now);
+        assert_eq!(big, Err(LeaseError::Check(CheckError::CostExceedsCapacity)));
+        for algo in [Algo::Leaky, Algo::Log] {
+            let e = lease(&mut None, None, &call(algo, p, 1, None), 1, now);
+            assert_eq!(e, Err(LeaseError::NotApplicable(algo)));
+        }
+        assert_eq!(slot, before);
+    }
+
+    #[test]
+    fn fixed_window_change_expires_held_tokens() {
+        let p = params(10, 60);
+        let now = Nanos(60 * SEC + 1);
+        let mut slot = None;
+        let long = |want, used| Call {
+            ttl: TTL_MAX,
+            ..call(Algo::Fixed, p, want, used)
+        };
+        let (_, rec) = lease(&mut slot, None, &long(6, None), 1, now).unwrap();
+        // The next window: the 6 held are gone (the count reset), and returning them would
+        // credit the new window.
+        let later = Nanos(120 * SEC + 1);
+        let (g, rec) = lease(&mut slot, rec, &long(4, Some((1, 2))), 2, later).unwrap();
+        assert_eq!((g.held, g.decision.remaining), (4, 6));
+        let rec = rec.unwrap();
+        assert_eq!((rec.granted, rec.used), (6, 2));
+        // The holder admits 1 of the new 4 (cumulative 3) and ends the lease: 3 come back.
+        let (g, _) = lease(&mut slot, Some(rec), &long(0, Some((1, 3))), 3, later).unwrap();
+        assert_eq!((g.held, g.decision.remaining), (0, 9));
+    }
+
+    #[test]
+    fn expiry_returns_only_inside_the_window() {
+        let p = params(10, 60);
+        let now = Nanos(60 * SEC + 1);
+        for algo in [Algo::Fixed, Algo::Sliding, Algo::Token, Algo::Gcra] {
+            let mut slot = None;
+            let (_, rec) = lease(&mut slot, None, &call(algo, p, 6, None), 1, now).unwrap();
+            let rec = rec.unwrap();
+            let mut inside = slot.clone();
+            assert!(expire(&mut inside, &rec, Nanos(61 * SEC)));
+            assert_eq!(
+                remaining(&mut inside, algo, p, Nanos(61 * SEC)),
+                10,
+                "{algo:?}"
+            );
+            let mut after = slot.clone();
+            let next = Nanos(120 * SEC + 1);
+            let before = remaining(&mut after, algo, p, next);
+            let returned = expire(&mut after, &rec, next);
+            assert_eq!(returned, !windowed(algo), "{algo:?}");
+            if windowed(algo) {
+                assert_eq!(remaining(&mut after, algo, p, next), before, "{algo:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_return_stops_at_a_fresh_key() {
+        let (p, now) = (params(10, 60), Nanos(100 * SEC));
+        let mut slot = None;
+        let (_, rec) = lease(&mut slot, None, &call(Algo::Token, p, 6, None), 1, now).unwrap();
+        // The key was deleted: the return finds a fresh key and leaves it fresh.
+        let mut gone = None;
+        assert!(!expire(&mut gone, &rec.unwrap(), now));
+        assert_eq!(gone, None);
+    }
+
+    #[test]
+    fn an_expired_record_is_returned_before_a_new_one() {
+        let (p, now) = (params(10, 60), Nanos(100 * SEC));
+        let mut slot = None;
+        let (_, rec) = lease(&mut slot, None, &call(Algo::Token, p, 6, None), 1, now).unwrap();
+        let later = now.saturating_add(TTL_DEFAULT);
+        let (g, _) = lease(
+            &mut slot,
+            rec,
+            &call(Algo::Token, p, 6, Some((1, 0))),
+            2,
+            later,
+        )
+        .unwrap();
+        assert_eq!((g.lease_id, g.held, g.decision.remaining), (2, 6, 4));
+    }
+}
