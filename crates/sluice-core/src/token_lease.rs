@@ -219,9 +219,17 @@ pub fn lease(
 }
 
 /// Returns an expired (or abandoned) record's unused tokens to the key under the window rule
-/// (see the module docs). Whether the key's state changed.
-pub fn expire(slot: &mut Option<State>, record: &Record, now: Nanos) -> bool {
-    give_back(slot, record, record.held(), now)
+/// (see the module docs). When the key's state changed, the time until it is fresh again (the
+/// store's deadline for it).
+pub fn expire(slot: &mut Option<State>, record: &Record, now: Nanos) -> Option<Nanos> {
+    if !give_back(slot, record, record.held(), now) {
+        return None;
+    }
+    let read = Params {
+        cost: 0,
+        ..record.params
+    };
+    Some(check(slot, record.algo, &read, now, true).map_or(Nanos::ZERO, |d| d.reset_after))
 }
 
 /// Gives `n` of `record`'s tokens back to the key by the parameters they were taken with: not
@@ -299,6 +307,11 @@ mod tests {
     /// The remaining tokens of the key at `now`.
     fn remaining(slot: &mut Option<State>, algo: Algo, p: Params, now: Nanos) -> u64 {
         bucket(slot, algo, &p, now).unwrap().remaining
+    }
+
+    #[test]
+    fn a_record_is_80_bytes() {
+        assert_eq!(std::mem::size_of::<Record>(), 80);
     }
 
     #[test]
@@ -461,7 +474,7 @@ mod tests {
             let (_, rec) = lease(&mut slot, None, &call(algo, p, 6, None), 1, now).unwrap();
             let rec = rec.unwrap();
             let mut inside = slot.clone();
-            assert!(expire(&mut inside, &rec, Nanos(61 * SEC)));
+            assert!(expire(&mut inside, &rec, Nanos(61 * SEC)).is_some());
             assert_eq!(
                 remaining(&mut inside, algo, p, Nanos(61 * SEC)),
                 10,
@@ -470,7 +483,7 @@ mod tests {
             let mut after = slot.clone();
             let next = Nanos(120 * SEC + 1);
             let before = remaining(&mut after, algo, p, next);
-            let returned = expire(&mut after, &rec, next);
+            let returned = expire(&mut after, &rec, next).is_some();
             assert_eq!(returned, !windowed(algo), "{algo:?}");
             if windowed(algo) {
                 assert_eq!(remaining(&mut after, algo, p, next), before, "{algo:?}");
@@ -485,7 +498,7 @@ mod tests {
         let (_, rec) = lease(&mut slot, None, &call(Algo::Token, p, 6, None), 1, now).unwrap();
         // The key was deleted: the return finds a fresh key and leaves it fresh.
         let mut gone = None;
-        assert!(!expire(&mut gone, &rec.unwrap(), now));
+        assert_eq!(expire(&mut gone, &rec.unwrap(), now), None);
         assert_eq!(gone, None);
     }
 

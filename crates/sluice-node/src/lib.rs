@@ -19,6 +19,7 @@
 //! - [`conffile`]: the config file (redis.conf syntax), its reading and its rewrite.
 //! - [`live`], [`slowlog`], [`errorstats`]: settings CONFIG SET changes, SLOWLOG's entries,
 //!   INFO errorstats' counts.
+//! - [`token_leases`]: the records of `RL.LEASE` (leases of tokens) and their expiry.
 //! - [`tls`]: TLS settings, the certificate that follows its files, the replica's TLS relay.
 //! - [`regions`]: what this node knows of the split of GLOBAL rules between regions
 //!   ([`regions::share`] is its arithmetic).
@@ -88,6 +89,7 @@ pub mod slowlog;
 pub mod stats;
 pub mod thread;
 pub mod tls;
+pub mod token_leases;
 pub mod top;
 pub mod uring;
 pub mod wire;

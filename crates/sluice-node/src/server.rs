@@ -694,7 +694,8 @@ async fn accept_loop(
     }
 }
 
-/// Per-thread periodic work: expire this thread's shards; thread 0 also samples the op rate.
+/// Per-thread periodic work: expire this thread's shards and its share of the leases of tokens;
+/// thread 0 also samples the op rate.
 async fn housekeeping(index: usize, threads: usize, shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(EXPIRE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -711,6 +712,14 @@ async fn housekeeping(index: usize, threads: usize, shared: Arc<Shared>) {
             }
             crate::lazyfree::free(shared.store.take_lazy(shard));
             tokio::task::yield_now().await;
+        }
+        // Leases of tokens not renewed: their unused tokens go back (not on a replica, whose
+        // keys are the primary's).
+        if !shared.token_leases.is_empty() {
+            let refund = !shared.repl.is_replica();
+            for shard in (index..crate::token_leases::SHARDS).step_by(threads) {
+                shared.token_leases.sweep(shard, &shared.store, now, refund);
+            }
         }
         rounds += 1;
         if index == 0 && rounds.is_multiple_of(10) {

@@ -49,6 +49,8 @@ pub struct Shared {
     pub tls: Option<crate::tls::Tls>,
     /// ACL users (`ACL SETUSER`, `AUTH user pass`, `--aclfile`).
     pub acl: crate::acl::Acl,
+    /// The records of `RL.LEASE`.
+    pub token_leases: crate::token_leases::TokenLeases,
     /// Named rules (`RL.RULE`, `RL.HIT`).
     pub rules: crate::rules::Rules,
     /// The etcd thread's handle, with `--rules-etcd` (set once it starts).
@@ -120,6 +122,7 @@ impl Shared {
                 config.aclfile.clone(),
             ),
             persist: crate::persist::Persist::new(config.dir.clone()),
+            token_leases: crate::token_leases::TokenLeases::default(),
             rules: crate::rules::Rules::new(match (&config.rules, &config.rules_etcd) {
                 (Some(path), _) => crate::rules::Source::File(path.clone()),
                 (None, Some(_)) => crate::rules::Source::Etcd,

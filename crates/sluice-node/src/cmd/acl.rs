@@ -21,8 +21,8 @@
 //! # Categories
 //! - `@ratelimit`: the checks a gateway makes (RL.CHECK, RL.HIT, RL.HITS, RL.ALLOW,
 //!   CL.THROTTLE, GCRA), the leases and settlements a gateway takes and corrects for its own
-//!   requests (RL.ACQUIRE, RL.RELEASE, RL.RENEW, RL.SETTLE: each touches only the key it
-//!   names, as a check does), and the rules read-only (RL.RULE GET, LIST, HISTORY).
+//!   requests (RL.ACQUIRE, RL.RELEASE, RL.RENEW, RL.SETTLE, RL.LEASE: each touches only the
+//!   key it names, as a check does), and the rules read-only (RL.RULE GET, LIST, HISTORY).
 //! - `@connection`: what a client sends to connect and stay connected: PING, ECHO, SELECT,
 //!   COMMAND, AUTH, HELLO, QUIT, RESET, and CLIENT's own-connection subcommands (SETNAME,
 //!   GETNAME, SETINFO, ID, INFO, HELP).
@@ -60,6 +60,7 @@ const RATELIMIT_COMMANDS: &[&str] = &[
     "rl.release",
     "rl.renew",
     "rl.settle",
+    "rl.lease",
 ];
 
 /// The commands of `@connection`.

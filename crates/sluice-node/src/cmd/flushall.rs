@@ -1,4 +1,5 @@
-//! `FLUSHALL [ASYNC|SYNC]` and `FLUSHDB [ASYNC|SYNC]` — drop every key (one database).
+//! `FLUSHALL [ASYNC|SYNC]` and `FLUSHDB [ASYNC|SYNC]` — drop every key (one database), and
+//! every lease of tokens (`RL.LEASE`).
 
 use sluice_resp::reply;
 
@@ -20,6 +21,7 @@ impl Command<'_> for FlushAll {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         ctx.shared.store.flush();
+        ctx.shared.token_leases.clear();
         reply::simple(ctx.out, "OK");
         Ok(())
     }

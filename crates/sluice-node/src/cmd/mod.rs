@@ -72,6 +72,7 @@ mod rl_allow;
 pub(crate) mod rl_check;
 mod rl_hit;
 mod rl_lease;
+mod rl_lease_tokens;
 mod rl_region;
 mod rl_rule;
 mod rl_settle;

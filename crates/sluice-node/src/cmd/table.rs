@@ -1351,6 +1351,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         rl_hit::RlHits
     ),
     spec!(
+        "rl.lease",
+        -8,
+        [WRITE, DENYOOM, FAST],
+        (1, 1, 1),
+        "ratelimit",
+        "0.1.0",
+        "Takes tokens for a gateway to admit, and takes back what it did not use.",
+        "key limit period HOLDER holder WANT want [USED lease_id count] [TTL ttl] [BURST burst] [ALGO algo]",
+        rl_lease_tokens::RlLease
+    ),
+    spec!(
         "rl.rates",
         1,
         [ADMIN, NOSCRIPT, LOADING, STALE],

@@ -1,0 +1,215 @@
+//! The records of `RL.LEASE` (leases of tokens, see [`sluice_core::token_lease`]): one per
+//! (key, holder), in shards of their own, and their expiry.
+//!
+//! # Locking
+//! A record changes only under its key's store shard lock, with the record's shard lock taken
+//! inside it (`RL.LEASE` and the expiry both run in [`Store::limiter`]'s closure): a take or
+//! a return and the record that counts it change together. The record lock is always the inner
+//! one, so the two orders never cross.
+//!
+//! # Expiry
+//! Each worker thread sweeps its share of the shards on its housekeeping tick ([`sweep`],
+//! every 10 ms): a record not renewed by its expiry gives its unused tokens back to the key
+//! (the window rule of [`sluice_core::token_lease`]) and is dropped, one tick at most after it
+//! expired. A shard remembers its earliest expiry, so a tick over a shard with nothing due
+//! reads one word. The key's change is journaled as any command's, so it reaches replicas.
+//! On a replica (a primary demoted by a failover) records are dropped without a return: the
+//! primary's state is the one that counts.
+//!
+//! # Memory
+//! Records are neither replicated nor saved: a restart or a failover forgets them (their unused
+//! tokens are lost: under-admission only). A record is 80 bytes ([`Record`]) plus its holder's
+//! name and a boxed slice's 16 (at most 160 bytes with a 64-byte name), a key's list of holders
+//! 24 bytes plus the key and the map's entry (about 40). Both are bounded
+//! ([`HOLDERS_PER_KEY_MAX`], [`RECORDS_MAX`]): at most about 20 MB of records and 100,000 keys.
+//!
+//! [`sweep`]: TokenLeases::sweep
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use parking_lot::Mutex;
+use sluice_core::Nanos;
+use sluice_core::token_lease::{self, HOLDERS_PER_KEY_MAX, RECORDS_MAX, Record};
+use sluice_store::Store;
+
+/// How many shards the records are spread over.
+pub const SHARDS: usize = 64;
+
+/// Why a new record was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Full {
+    /// The key has [`HOLDERS_PER_KEY_MAX`] holders.
+    Key,
+    /// The node has [`RECORDS_MAX`] records.
+    Node,
+}
+
+/// Every record of the node.
+#[derive(Debug)]
+pub struct TokenLeases {
+    shards: Box<[Mutex<Shard>]>,
+    records: AtomicUsize,
+    next_id: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    keys: HashMap<Box<[u8]>, Vec<Holder>>,
+    /// No record of the shard expires before this instant.
+    next_expiry: Nanos,
+}
+
+#[derive(Debug)]
+struct Holder {
+    name: Box<[u8]>,
+    record: Record,
+}
+
+impl Default for TokenLeases {
+    fn default() -> Self {
+        TokenLeases {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            records: AtomicUsize::new(0),
+            // Ids start at a random point below 2^61, so that a holder's id from before a
+            // restart or a failover does not name a record made after it.
+            next_id: AtomicU64::new((crate::rand::next() >> 3).max(1)),
+        }
+    }
+}
+
+impl TokenLeases {
+    fn shard(&self, key: &[u8]) -> &Mutex<Shard> {
+        &self.shards[crc32fast::hash(key) as usize % SHARDS]
+    }
+
+    /// How many records the node keeps.
+    pub fn len(&self) -> usize {
+        self.records.load(Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs `f` on `holder`'s record of `key` under the record's lock, and keeps the record
+    /// `f` returns (`None`: none). `f` also gets whether a new record has room (`Err` when
+    /// the key or the node is full) and the id a new record takes. An error keeps the record
+    /// as it was.
+    pub fn update<T, E>(
+        &self,
+        key: &[u8],
+        holder: &[u8],
+        f: impl FnOnce(Option<Record>, Result<(), Full>, u64) -> Result<(T, Option<Record>), E>,
+    ) -> Result<T, E> {
+        let mut shard = self.shard(key).lock();
+        let holders = shard.keys.get(key);
+        let at = holders.and_then(|hs| hs.iter().position(|h| &*h.name == holder));
+        let old = at.map(|i| holders.expect("found")[i].record);
+        let room = if at.is_some() {
+            Ok(())
+        } else if holders.is_some_and(|hs| hs.len() >= HOLDERS_PER_KEY_MAX) {
+            Err(Full::Key)
+        } else if self.len() >= RECORDS_MAX {
+            Err(Full::Node)
+        } else {
+            Ok(())
+        };
+        let new_id = self.next_id.fetch_add(1, Relaxed);
+        let (value, new) = f(old, room, new_id)?;
+        match (at, new) {
+            (Some(i), Some(record)) => {
+                shard.keys.get_mut(key).expect("found")[i].record = record;
+                shard.next_expiry = shard.next_expiry.min(record.expiry);
+            }
+            (Some(i), None) => shard.remove(key, i, &self.records),
+            (None, Some(record)) => {
+                let name = holder.into();
+                shard
+                    .keys
+                    .entry(key.into())
+                    .or_default()
+                    .push(Holder { name, record });
+                self.records.fetch_add(1, Relaxed);
+                shard.next_expiry = shard.next_expiry.min(record.expiry);
+            }
+            (None, None) => {}
+        }
+        Ok(value)
+    }
+
+    /// Ends every record expired by `now` in shard `index`: with `refund`, each gives its
+    /// unused tokens back to its key in `store` first (see the module docs).
+    pub fn sweep(&self, index: usize, store: &Store, now: Nanos, refund: bool) {
+        let cell = &self.shards[index % SHARDS];
+        let due = {
+            let mut shard = cell.lock();
+            if now < shard.next_expiry {
+                return;
+            }
+            let mut due = Vec::new();
+            let mut next = Nanos::MAX;
+            for (key, holders) in &shard.keys {
+                for h in holders {
+                    if h.record.expiry <= now {
+                        due.push((key.clone(), h.name.clone()));
+                    } else {
+                        next = next.min(h.record.expiry);
+                    }
+                }
+            }
+            shard.next_expiry = next;
+            due
+        };
+        for (key, holder) in due {
+            let returned = refund
+                && store
+                    .limiter(&key, now, |slot| {
+                        let change = self
+                            .take_expired(&key, &holder, now)
+                            .and_then(|r| token_lease::expire(slot, &r, now));
+                        Ok(((), change))
+                    })
+                    .is_ok();
+            if !returned {
+                // A replica, or a key that is no longer a limiter: the record only ends.
+                self.take_expired(&key, &holder, now);
+            }
+        }
+    }
+
+    /// Removes `holder`'s record of `key` if it expired by `now`, and returns it.
+    fn take_expired(&self, key: &[u8], holder: &[u8], now: Nanos) -> Option<Record> {
+        let mut shard = self.shard(key).lock();
+        let holders = shard.keys.get(key)?;
+        let i = holders
+            .iter()
+            .position(|h| &*h.name == holder && h.record.expiry <= now)?;
+        let record = holders[i].record;
+        shard.remove(key, i, &self.records);
+        Some(record)
+    }
+
+    /// Drops every record (FLUSHALL).
+    pub fn clear(&self) {
+        for cell in &self.shards {
+            let mut shard = cell.lock();
+            let n: usize = shard.keys.values().map(Vec::len).sum();
+            shard.keys.clear();
+            shard.next_expiry = Nanos::MAX;
+            self.records.fetch_sub(n, Relaxed);
+        }
+    }
+}
+
+impl Shard {
+    fn remove(&mut self, key: &[u8], i: usize, records: &AtomicUsize) {
+        if let Some(holders) = self.keys.get_mut(key) {
+            holders.swap_remove(i);
+            records.fetch_sub(1, Relaxed);
+            if holders.is_empty() {
+                self.keys.remove(key);
+            }
+        }
+    }
+}
