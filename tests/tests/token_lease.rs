@@ -427,3 +427,56 @@ fn holders_per_key_and_records_per_node_are_capped() {
     let left = rl_check(&mut c, &["one", "1000", "1d", "COST", "0"]).unwrap()[2];
     assert_eq!(left, 1000 - 256);
 }
+
+#[test]
+fn acl_key_rules_and_command_docs_apply() {
+    let server = Sluice::start();
+    let mut admin = server.client();
+    let () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "gw",
+            "on",
+            ">pw",
+            "~tenant:*",
+            "-@all",
+            "+@ratelimit",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let mut c = server.client();
+    let () = redis::cmd("AUTH")
+        .arg("gw")
+        .arg("pw")
+        .query(&mut c)
+        .unwrap();
+    let ok = lease(
+        &mut c,
+        &["tenant:1", "10", "1d", "HOLDER", "gw", "WANT", "2"],
+    )
+    .unwrap();
+    assert_eq!(ok[1], 2);
+    let e =
+        err_text(lease(&mut c, &["other", "10", "1d", "HOLDER", "gw", "WANT", "2"]).unwrap_err());
+    assert!(e.starts_with("NOPERM"), "{e}");
+    // redis-cli's hints come from COMMAND DOCS: every option is there.
+    let docs = format!(
+        "{:?}",
+        redis::cmd("COMMAND")
+            .arg("DOCS")
+            .arg("rl.lease")
+            .query::<redis::Value>(&mut admin)
+            .unwrap()
+    );
+    for arg in [
+        "HOLDER",
+        "WANT",
+        "USED",
+        "TTL",
+        "BURST",
+        "ALGO",
+        "ratelimit",
+    ] {
+        assert!(docs.contains(arg), "{arg} in {docs}");
+    }
+}

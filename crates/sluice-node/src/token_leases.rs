@@ -94,8 +94,8 @@ impl TokenLeases {
 
     /// Runs `f` on `holder`'s record of `key` under the record's lock, and keeps the record
     /// `f` returns (`None`: none). `f` also gets whether a new record has room (`Err` when
-    /// the key or the node is full) and the id a new record takes. An error keeps the record
-    /// as it was.
+    /// the key or the node is full: a new record `f` returns then is not kept) and the id a
+    /// new record takes. An error keeps the record as it was.
     pub fn update<T, E>(
         &self,
         key: &[u8],
@@ -106,36 +106,51 @@ impl TokenLeases {
         let holders = shard.keys.get(key);
         let at = holders.and_then(|hs| hs.iter().position(|h| &*h.name == holder));
         let old = at.map(|i| holders.expect("found")[i].record);
+        // A new record's place in the node's count is reserved before `f` runs, so that
+        // threads making records at once never pass the bound together.
         let room = if at.is_some() {
             Ok(())
         } else if holders.is_some_and(|hs| hs.len() >= HOLDERS_PER_KEY_MAX) {
             Err(Full::Key)
-        } else if self.len() >= RECORDS_MAX {
+        } else if self
+            .records
+            .fetch_update(Relaxed, Relaxed, |n| (n < RECORDS_MAX).then_some(n + 1))
+            .is_err()
+        {
             Err(Full::Node)
         } else {
             Ok(())
         };
+        let reserved = at.is_none() && room.is_ok();
         let new_id = self.next_id.fetch_add(1, Relaxed);
-        let (value, new) = f(old, room, new_id)?;
-        match (at, new) {
-            (Some(i), Some(record)) => {
-                shard.keys.get_mut(key).expect("found")[i].record = record;
-                shard.next_expiry = shard.next_expiry.min(record.expiry);
+        let kept = match f(old, room, new_id) {
+            Ok((value, new)) => {
+                match (at, new) {
+                    (Some(i), Some(record)) => {
+                        shard.keys.get_mut(key).expect("found")[i].record = record;
+                        shard.next_expiry = shard.next_expiry.min(record.expiry);
+                    }
+                    (Some(i), None) => shard.remove(key, i, &self.records),
+                    (None, Some(record)) if reserved => {
+                        let name = holder.into();
+                        shard
+                            .keys
+                            .entry(key.into())
+                            .or_default()
+                            .push(Holder { name, record });
+                        shard.next_expiry = shard.next_expiry.min(record.expiry);
+                        return Ok(value);
+                    }
+                    (None, _) => {}
+                }
+                Ok(value)
             }
-            (Some(i), None) => shard.remove(key, i, &self.records),
-            (None, Some(record)) => {
-                let name = holder.into();
-                shard
-                    .keys
-                    .entry(key.into())
-                    .or_default()
-                    .push(Holder { name, record });
-                self.records.fetch_add(1, Relaxed);
-                shard.next_expiry = shard.next_expiry.min(record.expiry);
-            }
-            (None, None) => {}
+            Err(e) => Err(e),
+        };
+        if reserved {
+            self.records.fetch_sub(1, Relaxed);
         }
-        Ok(value)
+        kept
     }
 
     /// Ends every record expired by `now` in shard `index`: with `refund`, each gives its

@@ -145,23 +145,31 @@ impl<'a> Command<'a> for RlLease<'a> {
         let now = ctx.now;
         let leases = &ctx.shared.token_leases;
         let call = &self.call;
-        let outcome = ctx
-            .shared
-            .store
-            .limiter(self.key, now, |slot| {
-                let result = leases.update(self.key, self.holder, |record, room, new_id| {
-                    if let (None, Err(full), true) = (record, room, call.want > 0) {
-                        return Err(Refused::Full(full));
-                    }
-                    token_lease::lease(slot, record, call, new_id, now).map_err(Refused::Lease)
-                });
-                match result {
-                    Ok(g) => Ok((Ok(g), g.changed.then_some(g.decision.reset_after))),
-                    Err(Refused::Lease(LeaseError::Check(e))) => Err(e),
-                    Err(e) => Ok((Err(e), None)),
+        // The record before the call, once the call changed it: a key the store then fails
+        // to keep (out of memory) must not leave the record counting tokens it never took.
+        let mut before = None;
+        let outcome = ctx.shared.store.limiter(self.key, now, |slot| {
+            let result = leases.update(self.key, self.holder, |record, room, new_id| {
+                if let (None, Err(full), true) = (record, room, call.want > 0) {
+                    return Err(Refused::Full(full));
                 }
-            })
-            .map_err(|e| check_error(e, call.algo, &call.params))?;
+                let (g, new) =
+                    token_lease::lease(slot, record, call, new_id, now).map_err(Refused::Lease)?;
+                before = Some(record);
+                Ok((g, new))
+            });
+            match result {
+                Ok(g) => Ok((Ok(g), g.changed.then_some(g.decision.reset_after))),
+                Err(Refused::Lease(LeaseError::Check(e))) => Err(e),
+                Err(e) => Ok((Err(e), None)),
+            }
+        });
+        let outcome = outcome.map_err(|e| {
+            if let Some(record) = before {
+                let _ = leases.update(self.key, self.holder, |_, _, _| Ok::<_, ()>(((), record)));
+            }
+            check_error(e, call.algo, &call.params)
+        })?;
         let g = outcome.map_err(|e| refused(e, call))?;
         let d = g.decision;
         reply::int_array(
