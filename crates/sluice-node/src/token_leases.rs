@@ -228,3 +228,132 @@ impl Shard {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::token_lease::{Call, TTL_DEFAULT};
+    use sluice_core::{Algo, Params, check};
+    use sluice_store::{EvictionPolicy, StoreConfig};
+
+    use super::*;
+
+    const SEC: u64 = Nanos::PER_SEC;
+
+    fn store() -> Store {
+        Store::new(StoreConfig {
+            shards: 4,
+            maxmemory: 0,
+            policy: EvictionPolicy::Reject,
+        })
+    }
+
+    fn params() -> Params {
+        Params {
+            limit: 10,
+            period: Nanos::from_secs(86_400),
+            burst: 10,
+            cost: 0,
+        }
+    }
+
+    /// `RL.LEASE key 10 1d HOLDER holder WANT want` as the command runs it.
+    fn take(leases: &TokenLeases, store: &Store, key: &[u8], holder: &[u8], want: u64, now: Nanos) {
+        let call = Call {
+            algo: Algo::Token,
+            params: params(),
+            want,
+            used: None,
+            ttl: TTL_DEFAULT,
+        };
+        store
+            .limiter(key, now, |slot| {
+                let g = leases
+                    .update(key, holder, |record, room, id| {
+                        room.map_err(|_| ())?;
+                        token_lease::lease(slot, record, &call, id, now).map_err(|_| ())
+                    })
+                    .expect("granted");
+                Ok(((), Some(g.decision.reset_after)))
+            })
+            .unwrap();
+    }
+
+    fn remaining(store: &Store, key: &[u8], now: Nanos) -> u64 {
+        store
+            .limiter(key, now, |slot| {
+                let d = check(slot, Algo::Token, &params(), now, true)?;
+                Ok((d.remaining, None))
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn a_sweep_returns_expired_records_only() {
+        let (leases, store) = (TokenLeases::default(), store());
+        let now = Nanos(1000 * SEC);
+        take(&leases, &store, b"k", b"a", 4, now);
+        take(
+            &leases,
+            &store,
+            b"k",
+            b"b",
+            3,
+            now.saturating_add(Nanos(SEC / 2)),
+        );
+        assert_eq!((leases.len(), remaining(&store, b"k", now)), (2, 3));
+        // Before any expiry: nothing.
+        let early = now.saturating_add(Nanos(SEC / 2));
+        for shard in 0..SHARDS {
+            leases.sweep(shard, &store, early, true);
+        }
+        assert_eq!((leases.len(), remaining(&store, b"k", early)), (2, 3));
+        // a's expiry: its 4 come back, b's 3 stay taken.
+        let later = now.saturating_add(TTL_DEFAULT);
+        for shard in 0..SHARDS {
+            leases.sweep(shard, &store, later, true);
+        }
+        assert_eq!((leases.len(), remaining(&store, b"k", later)), (1, 7));
+        // On a replica the record only ends.
+        let last = later.saturating_add(TTL_DEFAULT);
+        for shard in 0..SHARDS {
+            leases.sweep(shard, &store, last, false);
+        }
+        assert_eq!((leases.len(), remaining(&store, b"k", last)), (0, 7));
+    }
+
+    #[test]
+    fn a_key_keeps_at_most_its_holders_and_clear_empties() {
+        let leases = TokenLeases::default();
+        let keep = |holder: &[u8]| {
+            leases.update(b"k", holder, |_, room, id| {
+                room.map(|()| ((), Some(record(id))))
+            })
+        };
+        for h in 0..HOLDERS_PER_KEY_MAX {
+            keep(format!("h{h}").as_bytes()).unwrap();
+        }
+        assert_eq!(keep(b"late"), Err(Full::Key));
+        // A holder that has a record still has room.
+        keep(b"h0").unwrap();
+        assert_eq!(leases.len(), HOLDERS_PER_KEY_MAX);
+        // A refused new record does not keep its reserved place.
+        let refused = leases.update(b"other", b"h", |_, _, _| Err::<((), Option<Record>), _>(()));
+        assert_eq!((refused, leases.len()), (Err(()), HOLDERS_PER_KEY_MAX));
+        leases.clear();
+        assert!(leases.is_empty());
+        keep(b"late").unwrap();
+        assert_eq!(leases.len(), 1);
+    }
+
+    fn record(id: u64) -> Record {
+        Record {
+            id,
+            granted: 1,
+            used: 0,
+            expiry: Nanos::MAX,
+            window: Nanos::ZERO,
+            algo: Algo::Token,
+            params: params(),
+        }
+    }
+}
