@@ -480,3 +480,19 @@ fn acl_key_rules_and_command_docs_apply() {
         assert!(docs.contains(arg), "{arg} in {docs}");
     }
 }
+
+#[test]
+fn cluster_routing_applies_as_to_a_check() {
+    let dir = sluice_tests::TempDir::new("token-lease-cluster");
+    let config = dir.path().join("nodes.conf");
+    let server = Sluice::start_with(&[
+        "--cluster",
+        "yes",
+        "--cluster-config-file",
+        config.to_str().unwrap(),
+    ]);
+    let mut c = server.client();
+    // No slot is served yet: the key is refused before anything is touched.
+    let e = err_text(lease(&mut c, &["k", "10", "1d", "HOLDER", "gw", "WANT", "1"]).unwrap_err());
+    assert!(e.starts_with("CLUSTERDOWN"), "{e}");
+}
