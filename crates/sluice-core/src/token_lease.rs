@@ -518,4 +518,76 @@ mod tests {
         .unwrap();
         assert_eq!((g.lease_id, g.held, g.decision.remaining), (2, 6, 4));
     }
+
+    /// Holders that admit, report, lose replies and retry at random never hold more, between
+    /// them, than the key gave and did not get back: what they admitted, what they still hold
+    /// and what the key has left is never above the capacity (no refill while it runs), and
+    /// once every holder ends its lease the key has back all that was not admitted.
+    #[test]
+    fn holders_at_random_never_over_admit() {
+        #[derive(Default)]
+        struct Holder {
+            id: Option<u64>,
+            count: u64,
+            held: u64,
+            record: Option<Record>,
+        }
+        for seed in 1..300u64 {
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut rand = move |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let algo = [Algo::Token, Algo::Gcra, Algo::Fixed, Algo::Sliding][(seed % 4) as usize];
+            let p = params(20, 86_400);
+            let mut now = Nanos(86_400 * SEC + 1);
+            let (mut slot, mut admitted, mut next_id) = (None, 0u64, 1u64);
+            let mut holders: Vec<Holder> = (0..3).map(|_| Holder::default()).collect();
+            let send = |slot: &mut Option<State>, h: &mut Holder, want: u64, id: u64, now| {
+                let c = Call {
+                    ttl: TTL_MAX,
+                    ..call(algo, p, want, h.id.map(|id| (id, h.count)))
+                };
+                // A holder asking for less holds no more than it asked for from then on.
+                h.held = h.held.min(want);
+                let (g, rec) = lease(slot, h.record, &c, id, now).unwrap();
+                h.record = rec;
+                g
+            };
+            for _ in 0..200 {
+                now = now.saturating_add(Nanos(1_000_000));
+                let h = &mut holders[rand(3) as usize];
+                match rand(4) {
+                    0 => {
+                        let a = rand(h.held + 1);
+                        (h.held, h.count, admitted) = (h.held - a, h.count + a, admitted + a);
+                    }
+                    r => {
+                        let want = rand(21);
+                        let g = send(&mut slot, h, want, next_id, now);
+                        next_id += 1;
+                        // One reply in four is lost: the holder keeps what it believed.
+                        if r != 1 {
+                            if h.id != Some(g.lease_id) {
+                                h.count = 0;
+                            }
+                            (h.id, h.held) = (Some(g.lease_id), g.held);
+                        }
+                    }
+                }
+                let held: u64 = holders.iter().map(|h| h.held).sum();
+                let left = bucket(&mut slot, algo, &p, now).unwrap().remaining;
+                assert!(admitted + held + left <= 20, "{algo:?} seed {seed}");
+            }
+            for h in &mut holders {
+                let g = send(&mut slot, h, 0, next_id, now);
+                next_id += 1;
+                assert_eq!(g.held, 0);
+            }
+            let left = bucket(&mut slot, algo, &p, now).unwrap().remaining;
+            assert_eq!(admitted + left, 20, "{algo:?} seed {seed}: tokens lost");
+        }
+    }
 }
