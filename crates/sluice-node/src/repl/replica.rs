@@ -186,6 +186,9 @@ async fn sync_from(shared: &Arc<Shared>, addr: &MasterAddr) -> LinkResult<()> {
                 // asks for a full sync).
                 shared.repl.inner.lock().synced = false;
                 shared.store.flush();
+                // Leases of tokens this node gave as a primary count in a state the snapshot
+                // replaces: forgotten, never returned into the primary's.
+                shared.token_leases.clear();
                 let mut n = 0u64;
                 for rec in reader.iter() {
                     let rec = rec.map_err(|e| format!("snapshot refused: {e}"))?;
