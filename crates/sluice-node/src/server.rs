@@ -713,12 +713,14 @@ async fn housekeeping(index: usize, threads: usize, shared: Arc<Shared>) {
             crate::lazyfree::free(shared.store.take_lazy(shard));
             tokio::task::yield_now().await;
         }
-        // Leases of tokens not renewed: their unused tokens go back (not on a replica, whose
-        // keys are the primary's).
+        // Leases of tokens not renewed: their unused tokens go back.
         if !shared.token_leases.is_empty() {
-            let refund = !shared.repl.is_replica();
+            if shared.repl.is_replica() {
+                // A primary demoted: its keys are the new primary's now.
+                shared.token_leases.clear();
+            }
             for shard in (index..crate::token_leases::SHARDS).step_by(threads) {
-                shared.token_leases.sweep(shard, &shared.store, now, refund);
+                shared.token_leases.sweep(shard, &shared.store, now);
             }
         }
         rounds += 1;

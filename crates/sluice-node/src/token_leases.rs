@@ -13,8 +13,9 @@
 //! (the window rule of [`sluice_core::token_lease`]) and is dropped, one tick at most after it
 //! expired. A shard remembers its earliest expiry, so a tick over a shard with nothing due
 //! reads one word. The key's change is journaled as any command's, so it reaches replicas.
-//! On a replica (a primary demoted by a failover) records are dropped without a return: the
-//! primary's state is the one that counts.
+//! A replica keeps no records: a primary demoted by a failover drops its records without a
+//! return (the new primary's state is the one that counts), on its next tick and when it
+//! loads the new primary's snapshot.
 //!
 //! # Memory
 //! Records are neither replicated nor saved: a restart or a failover forgets them (their unused
@@ -153,9 +154,9 @@ impl TokenLeases {
         kept
     }
 
-    /// Ends every record expired by `now` in shard `index`: with `refund`, each gives its
-    /// unused tokens back to its key in `store` first (see the module docs).
-    pub fn sweep(&self, index: usize, store: &Store, now: Nanos, refund: bool) {
+    /// Ends every record expired by `now` in shard `index`, each giving its unused tokens back
+    /// to its key in `store` first (see the module docs).
+    pub fn sweep(&self, index: usize, store: &Store, now: Nanos) {
         let cell = &self.shards[index % SHARDS];
         let due = {
             let mut shard = cell.lock();
@@ -177,17 +178,14 @@ impl TokenLeases {
             due
         };
         for (key, holder) in due {
-            let returned = refund
-                && store
-                    .limiter(&key, now, |slot| {
-                        let change = self
-                            .take_expired(&key, &holder, now)
-                            .and_then(|r| token_lease::expire(slot, &r, now));
-                        Ok(((), change))
-                    })
-                    .is_ok();
-            if !returned {
-                // A replica, or a key that is no longer a limiter: the record only ends.
+            let returned = store.limiter(&key, now, |slot| {
+                let change = self
+                    .take_expired(&key, &holder, now)
+                    .and_then(|r| token_lease::expire(slot, &r, now));
+                Ok(((), change))
+            });
+            if returned.is_err() {
+                // A key that is no longer a limiter: the record only ends.
                 self.take_expired(&key, &holder, now);
             }
         }
@@ -205,7 +203,7 @@ impl TokenLeases {
         Some(record)
     }
 
-    /// Drops every record (FLUSHALL).
+    /// Drops every record (FLUSHALL, a primary demoted).
     pub fn clear(&self) {
         for cell in &self.shards {
             let mut shard = cell.lock();
@@ -233,7 +231,7 @@ impl Shard {
 mod tests {
     use sluice_core::token_lease::{Call, TTL_DEFAULT};
     use sluice_core::{Algo, Params, check};
-    use sluice_store::{EvictionPolicy, StoreConfig};
+    use sluice_store::{EvictionPolicy, SetCond, SetTtl, StoreConfig};
 
     use super::*;
 
@@ -304,21 +302,23 @@ mod tests {
         // Before any expiry: nothing.
         let early = now.saturating_add(Nanos(SEC / 2));
         for shard in 0..SHARDS {
-            leases.sweep(shard, &store, early, true);
+            leases.sweep(shard, &store, early);
         }
         assert_eq!((leases.len(), remaining(&store, b"k", early)), (2, 3));
         // a's expiry: its 4 come back, b's 3 stay taken.
         let later = now.saturating_add(TTL_DEFAULT);
         for shard in 0..SHARDS {
-            leases.sweep(shard, &store, later, true);
+            leases.sweep(shard, &store, later);
         }
         assert_eq!((leases.len(), remaining(&store, b"k", later)), (1, 7));
-        // On a replica the record only ends.
+        // A key that is no longer a limiter: the record only ends.
+        store.flush();
+        assert!(store.set(b"k", b"1", SetCond::Always, SetTtl::Clear, later));
         let last = later.saturating_add(TTL_DEFAULT);
         for shard in 0..SHARDS {
-            leases.sweep(shard, &store, last, false);
+            leases.sweep(shard, &store, last);
         }
-        assert_eq!((leases.len(), remaining(&store, b"k", last)), (0, 7));
+        assert!(leases.is_empty());
     }
 
     #[test]
