@@ -64,6 +64,9 @@ fn grants_up_to_want_partially_returns_and_ends() {
         assert!(id > 0, "{a:?}");
         assert_eq!(a[1..5], [6, 10, 4, -1], "{a:?}");
         assert!(a[5] > 0, "{a:?}");
+        // valid_ms: a bucket's tokens are valid for the lease's TTL (an hour).
+        assert_eq!(a.len(), 7, "{a:?}");
+        assert_eq!(a[6], 3_600_000, "{a:?}");
         // Another holder wants 6: the 4 left.
         let b = take(&mut c, k, "gw-b", 6, None);
         assert_ne!(b[0], id);
@@ -147,6 +150,8 @@ fn a_fixed_window_change_expires_held_tokens_without_a_return() {
     };
     let first = call(&mut c, args("6", None));
     assert_eq!(first[1..4], [6, 10, 4], "{first:?}");
+    // The tokens are valid until the window ends (within its second), not for the TTL's hour.
+    assert!((1..=1000).contains(&first[6]), "valid_ms: {first:?}");
     // Wait for the next window: the count is back to 10.
     wait_until(Duration::from_secs(3), || {
         (read(&mut c) == 10).then_some(())

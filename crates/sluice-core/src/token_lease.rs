@@ -17,6 +17,10 @@
 //!    it. They are counted as spent (`granted = used`): nothing goes back, nothing is held.
 //! 3. Held less than wanted: take `min(want − held, what the key has now)`, the same state
 //!    change as a check of that cost. Held more: give the difference back.
+//! 3a. TOKEN and GCRA, before the take or the return: the tokens every holder holds are still
+//!    the bucket's as far as its capacity goes, so the bucket is lowered to at most the
+//!    capacity less what the holders hold (a refill the exact limiter would have lost to the
+//!    capacity while a token waited in a lease is lost here too).
 //! 4. Every return is [`settle`](crate::settle())'s refund, which never goes past a fresh key.
 //!    For FIXED and SLIDING only while the tokens' window is still the current one: after it, a
 //!    refund would credit the new window, which the tokens were never taken from.
@@ -82,6 +86,9 @@ pub struct Call {
     /// `USED id count`: the record the holder knows of and its cumulative count.
     pub used: Option<(u64, u64)>,
     pub ttl: Nanos,
+    /// What the key's other holders hold (their `granted − used`): a TOKEN or GCRA bucket
+    /// refills no further than its capacity less every holder's tokens.
+    pub held_by_others: u64,
 }
 
 /// What a call answers.
@@ -95,6 +102,10 @@ pub struct Grant {
     pub decision: Decision,
     /// Whether the key's state changed (a take or a return).
     pub changed: bool,
+    /// How long the held tokens stay valid: the TTL, or less where the tokens' window (FIXED,
+    /// SLIDING) ends sooner. A holder admits from them only until its call's send time plus
+    /// this.
+    pub valid: Nanos,
 }
 
 /// Why a call changed nothing.
@@ -194,6 +205,13 @@ pub fn lease(
     rec.params = params;
     rec.window = window;
     let held = rec.held();
+    changed |= cap_at_held(
+        slot,
+        algo,
+        &params,
+        call.held_by_others.saturating_add(held),
+        now,
+    )?;
     if call.want > held {
         let k = (call.want - held).min(bucket(slot, algo, &params, now)?.remaining);
         if k > 0 {
@@ -209,11 +227,16 @@ pub fn lease(
         rec.granted -= give;
     }
     rec.expiry = now.saturating_add(call.ttl);
+    let valid = match window_end(slot, algo, &params, now) {
+        Some(end) => call.ttl.min(Nanos(end.0.saturating_sub(now.0))),
+        None => call.ttl,
+    };
     let grant = Grant {
         lease_id: rec.id,
         held: rec.held(),
         decision: bucket(slot, algo, &params, now)?,
         changed,
+        valid,
     };
     Ok((grant, (call.want > 0).then_some(rec)))
 }
@@ -221,8 +244,18 @@ pub fn lease(
 /// Returns an expired (or abandoned) record's unused tokens to the key under the window rule
 /// (see the module docs). When the key's state changed, the time until it is fresh again (the
 /// store's deadline for it).
-pub fn expire(slot: &mut Option<State>, record: &Record, now: Nanos) -> Option<Nanos> {
-    if !give_back(slot, record, record.held(), now) {
+pub fn expire(
+    slot: &mut Option<State>,
+    record: &Record,
+    held_by_others: u64,
+    now: Nanos,
+) -> Option<Nanos> {
+    // Given back, then the bucket lowered to the capacity less what the others hold: the same
+    // as lowering it to the capacity less every holder's tokens and then giving these back.
+    let returned = give_back(slot, record, record.held(), now);
+    let capped =
+        cap_at_held(slot, record.algo, &record.params, held_by_others, now).unwrap_or(false);
+    if !returned && !capped {
         return None;
     }
     let read = Params {
@@ -244,6 +277,40 @@ fn give_back(slot: &mut Option<State>, record: &Record, n: u64, now: Nanos) -> b
     }
     let n = n.min(capacity(algo, params));
     settle(slot, algo, params, n, 0, now).is_ok()
+}
+
+/// TOKEN and GCRA: the tokens the holders hold are still the bucket's as far as its capacity
+/// goes, so the bucket itself refills no further than the capacity less `held`. Without this a
+/// token taken early would let the bucket refill in its place and admit more than one bucket
+/// (the refill the exact limiter loses to the capacity while the token waits). The bucket is
+/// read and, when above that ceiling, lowered to it, as a check of the excess would. Whether
+/// the state changed. The windows need nothing: their tokens count in the window they were
+/// taken in and expire with it.
+fn cap_at_held(
+    slot: &mut Option<State>,
+    algo: Algo,
+    params: &Params,
+    held: u64,
+    now: Nanos,
+) -> Result<bool, CheckError> {
+    if !matches!(algo, Algo::Token | Algo::Gcra) || held == 0 {
+        return Ok(false);
+    }
+    let ceiling = capacity(algo, params).saturating_sub(held);
+    let remaining = bucket(slot, algo, params, now)?.remaining;
+    if remaining <= ceiling {
+        return Ok(false);
+    }
+    let burn = Params {
+        cost: remaining - ceiling,
+        ..*params
+    };
+    Ok(check(slot, algo, &burn, now, false)?.allowed)
+}
+
+/// The end of the window a check at `now` counts in (FIXED, SLIDING); `None` for the buckets.
+fn window_end(slot: &Option<State>, algo: Algo, params: &Params, now: Nanos) -> Option<Nanos> {
+    windowed(algo).then(|| current_start(slot, algo, params, now).saturating_add(params.period))
 }
 
 fn windowed(algo: Algo) -> bool {
@@ -301,6 +368,7 @@ mod tests {
             want,
             used,
             ttl: TTL_DEFAULT,
+            held_by_others: 0,
         }
     }
 
@@ -474,7 +542,7 @@ mod tests {
             let (_, rec) = lease(&mut slot, None, &call(algo, p, 6, None), 1, now).unwrap();
             let rec = rec.unwrap();
             let mut inside = slot.clone();
-            assert!(expire(&mut inside, &rec, Nanos(61 * SEC)).is_some());
+            assert!(expire(&mut inside, &rec, 0, Nanos(61 * SEC)).is_some());
             assert_eq!(
                 remaining(&mut inside, algo, p, Nanos(61 * SEC)),
                 10,
@@ -483,12 +551,61 @@ mod tests {
             let mut after = slot.clone();
             let next = Nanos(120 * SEC + 1);
             let before = remaining(&mut after, algo, p, next);
-            let returned = expire(&mut after, &rec, next).is_some();
+            let returned = expire(&mut after, &rec, 0, next).is_some();
             assert_eq!(returned, !windowed(algo), "{algo:?}");
             if windowed(algo) {
                 assert_eq!(remaining(&mut after, algo, p, next), before, "{algo:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_bucket_refills_no_further_than_its_capacity_less_what_is_held() {
+        // 10 a minute: one token every 6 s.
+        let (p, now) = (params(10, 60), Nanos(100 * SEC));
+        let later = Nanos(160 * SEC);
+        let long = |want, used, others| Call {
+            ttl: TTL_MAX,
+            held_by_others: others,
+            ..call(Algo::Token, p, want, used)
+        };
+        let mut slot = None;
+        let (_, rec) = lease(&mut slot, None, &long(6, None, 0), 1, now).unwrap();
+        // A minute later the bucket alone would be full again (10) while 6 wait in the lease:
+        // one bucket would have 10 in all, so the bucket keeps 4.
+        let (g, rec) = lease(&mut slot, rec, &long(6, Some((1, 0)), 0), 2, later).unwrap();
+        assert_eq!((g.held, g.decision.remaining), (6, 4));
+        // Another holder's 3 count too; and a lease given back fills the room it took.
+        let (g, _) = lease(&mut slot, rec, &long(0, Some((1, 0)), 3), 3, later).unwrap();
+        assert_eq!((g.held, g.decision.remaining), (0, 7));
+        // An expiry, the same: the bucket ends at the capacity less the others' tokens.
+        let mut slot = None;
+        let (_, rec) = lease(&mut slot, None, &long(6, None, 0), 1, now).unwrap();
+        assert!(expire(&mut slot, &rec.unwrap(), 2, later).is_some());
+        assert_eq!(remaining(&mut slot, Algo::Token, p, later), 8);
+    }
+
+    #[test]
+    fn window_tokens_are_valid_until_their_window_ends() {
+        let p = params(10, 60);
+        for algo in [Algo::Fixed, Algo::Sliding] {
+            let mut slot = None;
+            let long = Call {
+                ttl: TTL_MAX,
+                ..call(algo, p, 2, None)
+            };
+            let (g, _) = lease(&mut slot, None, &long, 1, Nanos(100 * SEC)).unwrap();
+            assert_eq!(g.valid, Nanos(20 * SEC), "{algo:?}");
+        }
+        let (g, _) = lease(
+            &mut None,
+            None,
+            &call(Algo::Token, p, 2, None),
+            1,
+            Nanos(100 * SEC),
+        )
+        .unwrap();
+        assert_eq!(g.valid, TTL_DEFAULT);
     }
 
     #[test]
@@ -498,7 +615,7 @@ mod tests {
         let (_, rec) = lease(&mut slot, None, &call(Algo::Token, p, 6, None), 1, now).unwrap();
         // The key was deleted: the return finds a fresh key and leaves it fresh.
         let mut gone = None;
-        assert_eq!(expire(&mut gone, &rec.unwrap(), now), None);
+        assert_eq!(expire(&mut gone, &rec.unwrap(), 0, now), None);
         assert_eq!(gone, None);
     }
 

@@ -101,11 +101,12 @@ impl TokenLeases {
         &self,
         key: &[u8],
         holder: &[u8],
-        f: impl FnOnce(Option<Record>, Result<(), Full>, u64) -> Result<(T, Option<Record>), E>,
+        f: impl FnOnce(Option<Record>, Result<(), Full>, u64, u64) -> Result<(T, Option<Record>), E>,
     ) -> Result<T, E> {
         let mut shard = self.shard(key).lock();
         let holders = shard.keys.get(key);
         let at = holders.and_then(|hs| hs.iter().position(|h| &*h.name == holder));
+        let others = held_by_others(holders.map_or(&[][..], Vec::as_slice), at);
         let old = at.map(|i| holders.expect("found")[i].record);
         // A new record's place in the node's count is reserved before `f` runs, so that
         // threads making records at once never pass the bound together.
@@ -124,7 +125,7 @@ impl TokenLeases {
         };
         let reserved = at.is_none() && room.is_ok();
         let new_id = self.next_id.fetch_add(1, Relaxed);
-        let kept = match f(old, room, new_id) {
+        let kept = match f(old, room, new_id, others) {
             Ok((value, new)) => {
                 match (at, new) {
                     (Some(i), Some(record)) => {
@@ -181,7 +182,7 @@ impl TokenLeases {
             let returned = store.limiter(&key, now, |slot| {
                 let change = self
                     .take_expired(&key, &holder, now)
-                    .and_then(|r| token_lease::expire(slot, &r, now));
+                    .and_then(|(r, others)| token_lease::expire(slot, &r, others, now));
                 Ok(((), change))
             });
             if returned.is_err() {
@@ -191,16 +192,18 @@ impl TokenLeases {
         }
     }
 
-    /// Removes `holder`'s record of `key` if it expired by `now`, and returns it.
-    fn take_expired(&self, key: &[u8], holder: &[u8], now: Nanos) -> Option<Record> {
+    /// Removes `holder`'s record of `key` if it expired by `now`, and returns it with what the
+    /// key's other holders hold.
+    fn take_expired(&self, key: &[u8], holder: &[u8], now: Nanos) -> Option<(Record, u64)> {
         let mut shard = self.shard(key).lock();
         let holders = shard.keys.get(key)?;
         let i = holders
             .iter()
             .position(|h| &*h.name == holder && h.record.expiry <= now)?;
         let record = holders[i].record;
+        let others = held_by_others(holders, Some(i));
         shard.remove(key, i, &self.records);
-        Some(record)
+        Some((record, others))
     }
 
     /// Drops every record (FLUSHALL, a primary demoted).
@@ -213,6 +216,16 @@ impl TokenLeases {
             self.records.fetch_sub(n, Relaxed);
         }
     }
+}
+
+/// The tokens `holders` hold, but for the one at `except`: a bucket refills no further than its
+/// capacity less these (see `sluice_core::token_lease`).
+fn held_by_others(holders: &[Holder], except: Option<usize>) -> u64 {
+    holders
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| Some(i) != except)
+        .fold(0u64, |sum, (_, h)| sum.saturating_add(h.record.held()))
 }
 
 impl Shard {
@@ -262,11 +275,12 @@ mod tests {
             want,
             used: None,
             ttl: TTL_DEFAULT,
+            held_by_others: 0,
         };
         store
             .limiter(key, now, |slot| {
                 let g = leases
-                    .update(key, holder, |record, room, id| {
+                    .update(key, holder, |record, room, id, _| {
                         room.map_err(|_| ())?;
                         token_lease::lease(slot, record, &call, id, now).map_err(|_| ())
                     })
@@ -325,7 +339,7 @@ mod tests {
     fn a_key_keeps_at_most_its_holders_and_clear_empties() {
         let leases = TokenLeases::default();
         let keep = |holder: &[u8]| {
-            leases.update(b"k", holder, |_, room, id| {
+            leases.update(b"k", holder, |_, room, id, _| {
                 room.map(|()| ((), Some(record(id))))
             })
         };
@@ -337,7 +351,9 @@ mod tests {
         keep(b"h0").unwrap();
         assert_eq!(leases.len(), HOLDERS_PER_KEY_MAX);
         // A refused new record does not keep its reserved place.
-        let refused = leases.update(b"other", b"h", |_, _, _| Err::<((), Option<Record>), _>(()));
+        let refused = leases.update(b"other", b"h", |_, _, _, _| {
+            Err::<((), Option<Record>), _>(())
+        });
         assert_eq!((refused, leases.len()), (Err(()), HOLDERS_PER_KEY_MAX));
         leases.clear();
         assert!(leases.is_empty());

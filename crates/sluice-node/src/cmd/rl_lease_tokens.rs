@@ -4,12 +4,14 @@
 //!
 //! # Format
 //! Reply (RESP2 and RESP3 alike):
-//! `*6 :lease_id :held :limit :remaining :retry_after_ms :reset_after_ms`.
+//! `*7 :lease_id :held :limit :remaining :retry_after_ms :reset_after_ms :valid_ms`.
 //! - `lease_id`: names the holder's record of the key; the same while the record lives, a new
 //!   one whenever a record is made.
 //! - `held`: the tokens the holder holds after the call, which it may admit.
 //! - `limit`, `remaining`, `retry_after_ms` (-1 while `remaining > 0`, else the time until a
 //!   check of cost 1 fits) and `reset_after_ms`: what RL.CHECK would answer now for the key.
+//! - `valid_ms`: how long the held tokens stay valid: the TTL, or less where a FIXED or
+//!   SLIDING window ends sooner.
 //!
 //! Arguments, options in any order and case-insensitive:
 //! - `limit`, `period`, `BURST`, `ALGO` as RL.CHECK's. `ALGO LEAKY` and `ALGO LOG` are refused.
@@ -137,6 +139,7 @@ impl<'a> Command<'a> for RlLease<'a> {
                 want,
                 used,
                 ttl: ttl_,
+                held_by_others: 0,
             },
         })
     }
@@ -149,12 +152,16 @@ impl<'a> Command<'a> for RlLease<'a> {
         // to keep (out of memory) must not leave the record counting tokens it never took.
         let mut before = None;
         let outcome = ctx.shared.store.limiter(self.key, now, |slot| {
-            let result = leases.update(self.key, self.holder, |record, room, new_id| {
+            let result = leases.update(self.key, self.holder, |record, room, new_id, others| {
                 if let (None, Err(full), true) = (record, room, call.want > 0) {
                     return Err(Refused::Full(full));
                 }
+                let call = Call {
+                    held_by_others: others,
+                    ..*call
+                };
                 let (g, new) =
-                    token_lease::lease(slot, record, call, new_id, now).map_err(Refused::Lease)?;
+                    token_lease::lease(slot, record, &call, new_id, now).map_err(Refused::Lease)?;
                 before = Some(record);
                 Ok((g, new))
             });
@@ -166,7 +173,9 @@ impl<'a> Command<'a> for RlLease<'a> {
         });
         let outcome = outcome.map_err(|e| {
             if let Some(record) = before {
-                let _ = leases.update(self.key, self.holder, |_, _, _| Ok::<_, ()>(((), record)));
+                let _ = leases.update(self.key, self.holder, |_, _, _, _| {
+                    Ok::<_, ()>(((), record))
+                });
             }
             check_error(e, call.algo, &call.params)
         })?;
@@ -181,6 +190,7 @@ impl<'a> Command<'a> for RlLease<'a> {
                 clamp(d.remaining),
                 d.retry_after_ms(),
                 d.reset_after_ms(),
+                clamp(g.valid.0 / 1_000_000),
             ],
         );
         Ok(())
