@@ -11,24 +11,28 @@
 //!    is an error that changes nothing; a count below the last one is a late duplicate and
 //!    keeps the last). A call that does not name it comes from a holder that never learned of
 //!    it (a lost reply): the record's unused tokens go back to the key and a new record starts.
-//!    No record (never made, expired, or forgotten by a restart or a failover): a new one,
-//!    whatever the call names.
+//!    No record (never made, or forgotten by a restart or a failover): a new one, whatever the
+//!    call names. A named record that expired goes on under its id, holding nothing: its
+//!    unused tokens went back at the expiry (or go back now, by this report), and what this
+//!    report adds to the count the node had at the expiry is charged now (the holder admitted
+//!    it in time, and the node read the report late: a stalled node, a slow link).
 //! 2. FIXED and SLIDING: tokens taken in a window that is no longer the current one expired with
 //!    it. They are counted as spent (`granted = used`): nothing goes back, nothing is held.
 //! 3. Held less than wanted: take `min(want − held, what the key has now)`, the same state
 //!    change as a check of that cost. Held more: give the difference back.
-//! 3a. TOKEN and GCRA, before the take or the return: the tokens every holder holds are still
+//! 4. TOKEN and GCRA, before the take or the return: the tokens every holder holds are still
 //!    the bucket's as far as its capacity goes, so the bucket is lowered to at most the
 //!    capacity less what the holders hold (a refill the exact limiter would have lost to the
 //!    capacity while a token waited in a lease is lost here too).
-//! 4. Every return is [`settle`](crate::settle())'s refund, which never goes past a fresh key.
+//! 5. Every return is [`settle`](crate::settle())'s refund, which never goes past a fresh key.
 //!    For FIXED and SLIDING only while the tokens' window is still the current one: after it, a
 //!    refund would credit the new window, which the tokens were never taken from.
-//! 5. `expiry = now + ttl`; `want == 0` ends the record.
+//! 6. `expiry = now + ttl`; `want == 0` ends the record.
 //!
 //! A retry of the same call (the same cumulative count, the same `want`) finds the holder
 //! already holding `want` (or takes more only if the key refilled in between): it is harmless.
-//! An expired record ([`expire`]) gives its unused tokens back under the window rule of step 4.
+//! An expired record ([`end`]) gives its unused tokens back under the window rule of step 5,
+//! and is kept, ended, for [`ENDED_KEPT`], for a late report.
 //!
 //! The key's state is that of a check with the same arguments: the tokens taken are admitted
 //! as far as the key can tell, so the fleet admits at most what the exact limiter would.
@@ -66,14 +70,25 @@ pub struct Record {
     /// The algorithm and parameters of the last call, which an expiry returns the tokens by.
     pub algo: Algo,
     pub params: Params,
+    /// The record expired and gave its unused tokens back ([`end`]); it is kept until its new
+    /// `expiry` so that a report the holder sent before the expiry, and the node read after it
+    /// (a stalled node, a slow link), still charges what the holder admitted.
+    pub ended: bool,
 }
 
 impl Record {
-    /// The tokens the holder holds.
+    /// The tokens the holder holds: none once the record ended.
     pub fn held(&self) -> u64 {
-        self.granted.saturating_sub(self.used)
+        if self.ended {
+            0
+        } else {
+            self.granted.saturating_sub(self.used)
+        }
     }
 }
+
+/// How long an ended record is kept for a late report ([`Record::ended`]).
+pub const ENDED_KEPT: Nanos = Nanos::from_secs(10);
 
 /// One `RL.LEASE` call, validated by the command's grammar.
 #[derive(Clone, Copy, Debug)]
@@ -159,8 +174,8 @@ pub fn lease(
     if call.want > capacity(algo, &params) {
         return Err(CheckError::CostExceedsCapacity.into());
     }
-    let live = record.filter(|r| r.expiry > now);
-    let named = match (live, call.used) {
+    // The holder's report on the record it names, whatever the record's state.
+    let reported = match (record, call.used) {
         (Some(r), Some((id, count))) if r.id == id => {
             if count > r.granted {
                 return Err(LeaseError::UsedAboveGranted {
@@ -176,12 +191,37 @@ pub fn lease(
         _ => None,
     };
     let mut changed = false;
-    let mut rec = match named {
-        Some(r) => r,
-        None => {
-            // A record the holder never learned of, or one expired and not yet swept: its
-            // unused tokens go back as an expiry would give them.
-            if let Some(old) = record {
+    let mut rec = match (record, reported) {
+        (_, Some(r)) if !r.ended && r.expiry > now => r,
+        // The holder names a record that expired: it goes on under the same id (so a reply
+        // lost now leaves the holder naming the right record), holding nothing until this
+        // call's take.
+        (Some(old), Some(r)) => {
+            if old.ended {
+                // Its unused tokens went back at its expiry, counted by the last report the
+                // node had then. What this report adds was admitted before the holder's lease
+                // ran out, so it is charged now, past empty if need be (a debt).
+                let late = r.used - old.used;
+                let same_window = !windowed(old.algo)
+                    || current_start(slot, old.algo, &old.params, now) == old.window;
+                if late > 0 && same_window && old.algo == algo {
+                    settle(slot, old.algo, &old.params, 0, late, now)?;
+                    changed = true;
+                }
+            } else {
+                // Expired and not yet swept: given back now, by this report.
+                changed |= give_back(slot, &r, r.held(), now);
+            }
+            Record {
+                granted: r.used,
+                ended: false,
+                ..r
+            }
+        }
+        (old, _) => {
+            // A record the holder never learned of (a lost reply): its unused tokens go back
+            // as an expiry would give them.
+            if let Some(old) = old {
                 changed |= give_back(slot, &old, old.held(), now);
             }
             Record {
@@ -192,6 +232,7 @@ pub fn lease(
                 window: current_start(slot, algo, &params, now),
                 algo,
                 params,
+                ended: false,
             }
         }
     };
@@ -241,28 +282,39 @@ pub fn lease(
     Ok((grant, (call.want > 0).then_some(rec)))
 }
 
-/// Returns an expired (or abandoned) record's unused tokens to the key under the window rule
-/// (see the module docs). When the key's state changed, the time until it is fresh again (the
-/// store's deadline for it).
-pub fn expire(
+/// Ends an expired record: its unused tokens go back to the key under the window rule (see
+/// the module docs), and the record is kept, ended, for [`ENDED_KEPT`] (a late report is
+/// charged then). Returns the ended record, and the time until the key is fresh again when its
+/// state changed (the store's deadline for it). An ended record at its expiry is only dropped:
+/// `None` for the record.
+pub fn end(
     slot: &mut Option<State>,
     record: &Record,
     held_by_others: u64,
     now: Nanos,
-) -> Option<Nanos> {
+) -> (Option<Record>, Option<Nanos>) {
+    if record.ended {
+        return (None, None);
+    }
+    let ended = Record {
+        ended: true,
+        expiry: now.saturating_add(ENDED_KEPT),
+        ..*record
+    };
     // Given back, then the bucket lowered to the capacity less what the others hold: the same
     // as lowering it to the capacity less every holder's tokens and then giving these back.
     let returned = give_back(slot, record, record.held(), now);
     let capped =
         cap_at_held(slot, record.algo, &record.params, held_by_others, now).unwrap_or(false);
     if !returned && !capped {
-        return None;
+        return (Some(ended), None);
     }
     let read = Params {
         cost: 0,
         ..record.params
     };
-    Some(check(slot, record.algo, &read, now, true).map_or(Nanos::ZERO, |d| d.reset_after))
+    let reset = check(slot, record.algo, &read, now, true).map_or(Nanos::ZERO, |d| d.reset_after);
+    (Some(ended), Some(reset))
 }
 
 /// Gives `n` of `record`'s tokens back to the key by the parameters they were taken with: not
@@ -542,7 +594,7 @@ mod tests {
             let (_, rec) = lease(&mut slot, None, &call(algo, p, 6, None), 1, now).unwrap();
             let rec = rec.unwrap();
             let mut inside = slot.clone();
-            assert!(expire(&mut inside, &rec, 0, Nanos(61 * SEC)).is_some());
+            assert!(end(&mut inside, &rec, 0, Nanos(61 * SEC)).1.is_some());
             assert_eq!(
                 remaining(&mut inside, algo, p, Nanos(61 * SEC)),
                 10,
@@ -551,7 +603,7 @@ mod tests {
             let mut after = slot.clone();
             let next = Nanos(120 * SEC + 1);
             let before = remaining(&mut after, algo, p, next);
-            let returned = expire(&mut after, &rec, 0, next).is_some();
+            let returned = end(&mut after, &rec, 0, next).1.is_some();
             assert_eq!(returned, !windowed(algo), "{algo:?}");
             if windowed(algo) {
                 assert_eq!(remaining(&mut after, algo, p, next), before, "{algo:?}");
@@ -581,8 +633,38 @@ mod tests {
         // An expiry, the same: the bucket ends at the capacity less the others' tokens.
         let mut slot = None;
         let (_, rec) = lease(&mut slot, None, &long(6, None, 0), 1, now).unwrap();
-        assert!(expire(&mut slot, &rec.unwrap(), 2, later).is_some());
+        assert!(end(&mut slot, &rec.unwrap(), 2, later).1.is_some());
         assert_eq!(remaining(&mut slot, Algo::Token, p, later), 8);
+    }
+
+    #[test]
+    fn a_report_read_after_the_expiry_charges_what_was_admitted() {
+        let (p, now) = (params(10, 60), Nanos(100 * SEC));
+        let mut slot = None;
+        let (_, rec) = lease(&mut slot, None, &call(Algo::Token, p, 6, None), 1, now).unwrap();
+        // The node stalls past the lease's TTL: the expiry gives all 6 back.
+        let late = now.saturating_add(TTL_DEFAULT);
+        let (ended, change) = end(&mut slot, &rec.unwrap(), 0, late);
+        assert!(change.is_some());
+        let ended = ended.unwrap();
+        assert!(ended.ended && ended.held() == 0);
+        assert_eq!(remaining(&mut slot, Algo::Token, p, late), 10);
+        // The holder's renewal, sent in time, is read now: it had admitted 4 of the 6. They
+        // are charged; then the new lease is taken.
+        let (g, rec) = lease(
+            &mut slot,
+            Some(ended),
+            &call(Algo::Token, p, 2, Some((1, 4))),
+            2,
+            late,
+        )
+        .unwrap();
+        // The same id goes on: a reply lost now leaves the holder naming the right record.
+        assert_eq!((g.lease_id, g.held, g.decision.remaining), (1, 2, 4));
+        assert!(!rec.unwrap().ended);
+        // An ended record is dropped at its own expiry, with nothing given back.
+        let (gone, change) = end(&mut slot, &ended, 0, late.saturating_add(ENDED_KEPT));
+        assert_eq!((gone, change), (None, None));
     }
 
     #[test]
@@ -615,12 +697,12 @@ mod tests {
         let (_, rec) = lease(&mut slot, None, &call(Algo::Token, p, 6, None), 1, now).unwrap();
         // The key was deleted: the return finds a fresh key and leaves it fresh.
         let mut gone = None;
-        assert_eq!(expire(&mut gone, &rec.unwrap(), 0, now), None);
+        assert_eq!(end(&mut gone, &rec.unwrap(), 0, now).1, None);
         assert_eq!(gone, None);
     }
 
     #[test]
-    fn an_expired_record_is_returned_before_a_new_one() {
+    fn an_expired_record_is_returned_and_goes_on_under_its_id() {
         let (p, now) = (params(10, 60), Nanos(100 * SEC));
         let mut slot = None;
         let (_, rec) = lease(&mut slot, None, &call(Algo::Token, p, 6, None), 1, now).unwrap();
@@ -633,7 +715,7 @@ mod tests {
             later,
         )
         .unwrap();
-        assert_eq!((g.lease_id, g.held, g.decision.remaining), (2, 6, 4));
+        assert_eq!((g.lease_id, g.held, g.decision.remaining), (1, 6, 4));
     }
 
     /// Holders that admit, report, lose replies and retry at random never hold more, between

@@ -10,8 +10,10 @@
 //! # Expiry
 //! Each worker thread sweeps its share of the shards on its housekeeping tick ([`sweep`],
 //! every 10 ms): a record not renewed by its expiry gives its unused tokens back to the key
-//! (the window rule of [`sluice_core::token_lease`]) and is dropped, one tick at most after it
-//! expired. A shard remembers its earliest expiry, so a tick over a shard with nothing due
+//! (the window rule of [`sluice_core::token_lease`]), one tick at most after it expired, and
+//! is kept, ended, for [`sluice_core::token_lease::ENDED_KEPT`] (10 s: a report the holder sent
+//! in time and the node read late is still charged), then dropped. Ended records count in the
+//! bounds below. A shard remembers its earliest expiry, so a tick over a shard with nothing due
 //! reads one word. The key's change is journaled as any command's, so it reaches replicas.
 //! A replica keeps no records: a primary demoted by a failover drops its records without a
 //! return (the new primary's state is the one that counts), on its next tick and when it
@@ -179,31 +181,51 @@ impl TokenLeases {
             due
         };
         for (key, holder) in due {
-            let returned = store.limiter(&key, now, |slot| {
-                let change = self
-                    .take_expired(&key, &holder, now)
-                    .and_then(|(r, others)| token_lease::expire(slot, &r, others, now));
+            let ended = store.limiter(&key, now, |slot| {
+                let change = self.end_expired(&key, &holder, now, |record, others| {
+                    token_lease::end(slot, record, others, now)
+                });
                 Ok(((), change))
             });
-            if returned.is_err() {
+            if ended.is_err() {
                 // A key that is no longer a limiter: the record only ends.
-                self.take_expired(&key, &holder, now);
+                self.end_expired(&key, &holder, now, |record, _| {
+                    let kept = (!record.ended).then(|| Record {
+                        ended: true,
+                        expiry: now.saturating_add(token_lease::ENDED_KEPT),
+                        ..*record
+                    });
+                    (kept, None)
+                });
             }
         }
     }
 
-    /// Removes `holder`'s record of `key` if it expired by `now`, and returns it with what the
-    /// key's other holders hold.
-    fn take_expired(&self, key: &[u8], holder: &[u8], now: Nanos) -> Option<(Record, u64)> {
+    /// Ends `holder`'s record of `key` if it expired by `now`: `end` gets the record and what
+    /// the key's other holders hold, and says what to keep in its place (`None`: drop it) and
+    /// the key's change, which this returns.
+    fn end_expired(
+        &self,
+        key: &[u8],
+        holder: &[u8],
+        now: Nanos,
+        end: impl FnOnce(&Record, u64) -> (Option<Record>, Option<Nanos>),
+    ) -> Option<Nanos> {
         let mut shard = self.shard(key).lock();
         let holders = shard.keys.get(key)?;
         let i = holders
             .iter()
             .position(|h| &*h.name == holder && h.record.expiry <= now)?;
-        let record = holders[i].record;
         let others = held_by_others(holders, Some(i));
-        shard.remove(key, i, &self.records);
-        Some((record, others))
+        let (kept, change) = end(&holders[i].record, others);
+        match kept {
+            Some(record) => {
+                shard.keys.get_mut(key).expect("found")[i].record = record;
+                shard.next_expiry = shard.next_expiry.min(record.expiry);
+            }
+            None => shard.remove(key, i, &self.records),
+        }
+        change
     }
 
     /// Drops every record (FLUSHALL, a primary demoted).
@@ -319,18 +341,25 @@ mod tests {
             leases.sweep(shard, &store, early);
         }
         assert_eq!((leases.len(), remaining(&store, b"k", early)), (2, 3));
-        // a's expiry: its 4 come back, b's 3 stay taken.
+        // a's expiry: its 4 come back, b's 3 stay taken. a's record is kept, ended, for a
+        // late report.
         let later = now.saturating_add(TTL_DEFAULT);
         for shard in 0..SHARDS {
             leases.sweep(shard, &store, later);
         }
-        assert_eq!((leases.len(), remaining(&store, b"k", later)), (1, 7));
+        assert_eq!((leases.len(), remaining(&store, b"k", later)), (2, 7));
         // A key that is no longer a limiter: the record only ends.
         store.flush();
         assert!(store.set(b"k", b"1", SetCond::Always, SetTtl::Clear, later));
         let last = later.saturating_add(TTL_DEFAULT);
         for shard in 0..SHARDS {
             leases.sweep(shard, &store, last);
+        }
+        assert_eq!(leases.len(), 2);
+        // Ended records go once they were kept long enough.
+        let gone = last.saturating_add(sluice_core::token_lease::ENDED_KEPT);
+        for shard in 0..SHARDS {
+            leases.sweep(shard, &store, gone);
         }
         assert!(leases.is_empty());
     }
@@ -370,6 +399,7 @@ mod tests {
             window: Nanos::ZERO,
             algo: Algo::Token,
             params: params(),
+            ended: false,
         }
     }
 }
