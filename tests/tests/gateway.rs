@@ -243,15 +243,16 @@ fn split_spreads_one_key_over_the_nodes_of_a_cluster() {
 }
 
 #[test]
-fn approximate_mode_overshoot_stays_under_the_computed_bound() {
+fn approximate_mode_never_admits_beyond_the_exact_limiter() {
     let node = Sluice::start();
     let rt = runtime();
     const GATEWAYS: u32 = 4;
-    // 400/s, synced every 50 ms: Q = 20; a share is at most max(400 ÷ 4, 20) = 100, the
-    // bound 4 × 100 (the library-level twin of tests/tests/gateway_approx.rs).
+    // 400/s, synced every 50 ms: leases of tokens never admit beyond the exact limiter (the
+    // library-level twin of tests/tests/gateway_approx.rs); one request per gateway is the
+    // slack for the instant the span is measured at.
     let limit = Limit::new(400, Duration::from_secs(1)).approximate(Duration::from_millis(50), 0);
-    let bound = limit.overshoot_bound(GATEWAYS);
-    assert_eq!(bound, 400);
+    assert_eq!(limit.overshoot_bound(GATEWAYS), 0);
+    let bound = u64::from(GATEWAYS);
     let before = info_field(node.port, "total_commands_processed").unwrap();
     let (allowed, checks, elapsed, calls, reached) = rt.block_on(async {
         let mut clients = Vec::new();
@@ -309,8 +310,8 @@ fn approximate_mode_overshoot_stays_under_the_computed_bound() {
         "approximate: {checks} checks, {allowed} allowed, exact {exact}, overshoot {overshoot} (bound {bound}), {calls} node calls"
     );
     assert!(
-        overshoot < bound as i64,
-        "overshoot {overshoot} ≥ bound {bound}"
+        overshoot <= bound as i64,
+        "overshoot {overshoot} > {bound}, one per gateway"
     );
     assert!(
         allowed * 10 >= exact * 7,

@@ -153,6 +153,9 @@ struct Inner {
     node_calls: AtomicU64,
     epoch: Instant,
     rng: AtomicU64,
+    /// This client's name as a lease holder on the nodes (`RL.LEASE ... HOLDER`): random,
+    /// so two gateways never share a lease.
+    holder: Bytes,
 }
 
 impl Client {
@@ -180,6 +183,7 @@ impl Client {
             node_calls: AtomicU64::new(0),
             epoch: Instant::now(),
             rng: AtomicU64::new(seed | 1),
+            holder: Bytes::from(format!("{:016x}", fresh_seed())),
             config,
         });
         if !matches!(inner.config.topology, Topology::Single(_)) {
@@ -294,10 +298,6 @@ impl Client {
             Ok((v, addr)) => decision_from(&v, Source::Node(addr)).map(Some),
             Err(_) => Ok(None),
         };
-        if limit.approximate.is_some() {
-            let learned = decided.as_ref().ok().and_then(Option::as_ref);
-            inner.learn_exact(key, &limit, learned, now);
-        }
         match decided? {
             Some(d) => {
                 inner.learn_denial(key, &limit, &d, now);

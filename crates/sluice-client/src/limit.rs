@@ -7,13 +7,15 @@ use sluice_core::Algo;
 
 pub use sluice_core::spec::FailMode;
 
-/// Local pre-aggregation: count locally, sync the sum in one `RL.CHECK ... COST n`.
+/// Approximate mode: admit locally from a lease of tokens taken from the node, renewed (what
+/// was not used given back, the next lease taken) in one `RL.LEASE` per interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Approximate {
-    /// Sync at least this often while a key is counted (also the local quota's window).
+    /// Sync at least this often while a key holds a lease: one interval. The node keeps a
+    /// lease two intervals without a renewal.
     pub sync_every: Duration,
-    /// Sync once this many units were counted locally; 0: only by time. It also caps the local
-    /// quota, so a smaller `n` gives a tighter bound.
+    /// The most one lease holds, so a sync comes at least every `n` units; 0: no cap beyond the
+    /// gateway's fair share. A smaller `n` gives a smaller undershoot bound and more syncs.
     pub sync_every_n: u64,
 }
 
@@ -121,9 +123,6 @@ impl Limit {
 
     /// In approximate mode, one interval's worth of the steady rate:
     /// `Q = ⌈limit × sync_every ÷ period⌉`, at least 1. `None` when exact.
-    ///
-    /// It is the floor of a gateway's share (so a drained key refills in one sync, not in a
-    /// geometric tail of smaller and smaller shares) and the undershoot bound.
     pub fn approx_quota(&self) -> Option<u64> {
         let a = self.approximate?;
         let per_interval = (u128::from(self.limit) * a.sync_every.as_nanos())
@@ -131,55 +130,88 @@ impl Limit {
         Some(u64::try_from(per_interval).unwrap_or(u64::MAX).max(1))
     }
 
-    /// In approximate mode, what one of `gateways` gateways may admit locally after the node
-    /// answered `remaining`: its share of it, `⌊remaining ÷ gateways⌋`, but at least
-    /// `min(remaining, Q)` ([`Limit::approx_quota`]), and at most `sync_every_n` when that is
-    /// set. `0` when exact or when the node had nothing left.
-    pub fn approx_share(&self, remaining: u64, gateways: u32) -> u64 {
-        let (Some(a), Some(q)) = (self.approximate, self.approx_quota()) else {
+    /// In approximate mode, the most one of `gateways` gateways holds in a lease: its fair share
+    /// of `capacity`, `⌈capacity ÷ gateways⌉`, at most `sync_every_n` when that is set, at least
+    /// 1. `0` when exact. A request costing more than this goes to the node on its own.
+    pub fn lease_cap(&self, capacity: u64, gateways: u32) -> u64 {
+        let Some(a) = self.approximate else {
             return 0;
         };
-        let mut share = (remaining / u64::from(gateways.max(1))).max(remaining.min(q));
+        let mut cap = capacity.div_ceil(u64::from(gateways.max(1))).max(1);
         if a.sync_every_n > 0 {
-            share = share.min(a.sync_every_n);
+            cap = cap.min(a.sync_every_n);
         }
-        share
+        cap
     }
 
-    /// The overshoot bound of approximate mode with `gateways` gateways on one key: at most this
-    /// many requests are admitted beyond what the exact limiter would have admitted over any
-    /// span: `gateways × S`, where `S = approx_share(capacity)` is the largest share a gateway
-    /// can hold, `max(⌊capacity ÷ gateways⌋, min(capacity, Q))` (capped by `sync_every_n`).
-    ///
-    /// Why: the node counts every unit it is sent and admits at most what the exact limiter
-    /// would. A gateway admits locally only while its count not yet charged on the node is
-    /// within its share, and admits nothing while it owes (a sync the node denied drains what
-    /// the node still has and carries the rest as debt, sent again at every sync). So each
-    /// gateway holds at most `S` admitted-but-uncharged units at any instant, and the fleet at
-    /// most `gateways × S`. The worst case is real: one gateway drains the key through early
-    /// syncs while the others still hold shares they were given from the full bucket.
-    /// (It assumes the key stays in the gateway's approximate map: a gateway tracking more hot
-    /// keys than `Config::max_local_keys` forgets some, with their uncharged count.) `0` when exact.
-    pub fn overshoot_bound(&self, gateways: u32) -> u64 {
-        self.approx_share(self.capacity(), gateways)
-            .saturating_mul(u64::from(gateways.max(1)))
+    /// In approximate mode, one of `gateways` gateways' share of one interval's refill:
+    /// `⌈Q ÷ gateways⌉`, at least 1 (`Q`: [`Limit::approx_quota`]). A gateway whose lease is used
+    /// when the node had less than this left waits for the interval's sync (denying meanwhile)
+    /// instead of a sync per trickle of refill. 1 when exact.
+    pub fn refill_share(&self, gateways: u32) -> u64 {
+        self.approx_quota()
+            .unwrap_or(1)
+            .div_ceil(u64::from(gateways.max(1)))
+            .max(1)
     }
 
-    /// The undershoot bound of approximate mode, for any split of traffic over any number of
-    /// gateways: the exact limiter admits at most this many more than approximate mode over any
-    /// span: `2 × Q`, `Q = ⌈limit × sync_every ÷ period⌉` being one interval's refill.
+    /// The lease a gateway asks for at a sync: what it was asked for since the last sync
+    /// (`demand` over `elapsed`), scaled to one interval (`elapsed` counted as at least half an
+    /// interval, so an early sync at most doubles it), at most its fair share of what the node
+    /// and this gateway had left at the last answer or of one interval's refill, whichever is
+    /// more (`⌈max(left, Q) ÷ gateways⌉`), and at most [`Limit::lease_cap`]. `0` (give the whole
+    /// lease back) when nothing was asked for.
+    pub fn lease_size(&self, demand: u64, elapsed: Duration, left: u64, gateways: u32) -> u64 {
+        let Some(a) = self.approximate else {
+            return 0;
+        };
+        let interval = a.sync_every.as_nanos().max(1);
+        let over = elapsed.as_nanos().max(interval / 2).max(1);
+        let rate = (u128::from(demand) * interval).div_ceil(over);
+        let q = self.approx_quota().unwrap_or(1);
+        let fair = left.max(q).div_ceil(u64::from(gateways.max(1)));
+        u64::try_from(rate)
+            .unwrap_or(u64::MAX)
+            .min(fair)
+            .min(self.lease_cap(self.capacity(), gateways))
+    }
+
+    /// The overshoot bound of approximate mode: `0`. A gateway admits only tokens it took from
+    /// the node before admitting them, and only until the lease that holds them could have
+    /// ended on the node; the node counts a token held by a gateway as still in the bucket
+    /// (it refills no further than the capacity less what the gateways hold) and takes a token
+    /// back only when the gateway said it did not use it or its lease expired. So the fleet
+    /// admits what one bucket would, where each request takes its token a little early.
     ///
-    /// Why: a gateway whose share is used up does not deny: it syncs at once and the request
-    /// waits for that sync's answer (within its deadline). A gateway denies locally only when
-    /// the node itself answered "nothing left" (or denied a sync) less than one interval ago,
-    /// and a key denied so is synced at the interval's end, traffic or not; so the refill a
-    /// gateway has not yet learned is at most one interval's, `Q`. The second `Q`: units a
-    /// gateway admitted are charged on the node up to one interval later, and while they are
-    /// uncharged a bucket the node thinks full loses its refill to the capacity (the exact
-    /// limiter would have taken them at once and made room). Shares are not reservations: what
-    /// one gateway has not used is still in the node for the others. `0` when exact.
-    pub fn undershoot_bound(&self, _gateways: u32) -> u64 {
-        self.approx_quota().map_or(0, |q| q.saturating_mul(2))
+    /// Two faults add to it, and nothing else: a failover loses what replication loses (as for
+    /// exact checks), and a gateway that dies returns its lease when it expires, including the
+    /// tokens it admitted after its last sync: at most one lease, [`Limit::lease_cap`], per
+    /// gateway that dies.
+    pub fn overshoot_bound(&self, _gateways: u32) -> u64 {
+        0
+    }
+
+    /// The undershoot bound of approximate mode with `gateways` gateways on one key: the exact
+    /// limiter admits at most this many more than approximate mode over any span:
+    /// `2 × Q + gateways × lease_cap(capacity)`, `Q = ⌈limit × sync_every ÷ period⌉` being one
+    /// interval's refill.
+    ///
+    /// Why: the tokens the gateways hold and have not used are out of the bucket (at most one
+    /// lease each, given back at the next sync or by the node two intervals after the gateway
+    /// stopped renewing); and a gateway whose lease is used waits for the interval's sync only
+    /// when the node had less than its share of one interval's refill left
+    /// ([`Limit::refill_share`]), so what sits in the node untaken meanwhile is at most that
+    /// plus the interval's refill: `2 × Q`. A lease is sized to the gateway's traffic over the
+    /// last interval, so what is held unused is one interval of traffic, far below the bound's
+    /// `lease_cap` unless the traffic is a whole bucket per interval. `0` when exact.
+    pub fn undershoot_bound(&self, gateways: u32) -> u64 {
+        let Some(q) = self.approx_quota() else {
+            return 0;
+        };
+        q.saturating_mul(2).saturating_add(
+            self.lease_cap(self.capacity(), gateways)
+                .saturating_mul(u64::from(gateways.max(1))),
+        )
     }
 }
 
@@ -196,7 +228,8 @@ pub enum Source {
     FailOpen,
     /// Fail mode `closed`.
     FailClosed,
-    /// Approximate mode, between syncs: the last global answer plus the local count.
+    /// Approximate mode: admitted from a lease of tokens the node handed out before, or denied
+    /// while the node said it had none.
     Approximate,
 }
 
@@ -236,18 +269,6 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// No answer yet: denied, nothing known (a placeholder until the node says).
-    pub(crate) fn unknown() -> Decision {
-        Decision {
-            allowed: false,
-            limit: 0,
-            remaining: 0,
-            retry_after_ms: -1,
-            reset_after_ms: 0,
-            source: Source::Approximate,
-        }
-    }
-
     /// The five integers of an `RL.CHECK` reply.
     pub fn fields(&self) -> [i64; 5] {
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -266,29 +287,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shares_and_both_bounds() {
+    fn leases_and_both_bounds() {
         // 1000/min synced every 50 ms: Q = ⌈1000 × 0.05 ÷ 60⌉ = 1.
         let min =
             Limit::new(1000, Duration::from_secs(60)).approximate(Duration::from_millis(50), 0);
         assert_eq!(min.approx_quota(), Some(1));
-        assert_eq!(min.approx_share(1000, 4), 250);
-        assert_eq!(min.approx_share(3, 4), 1, "at least min(remaining, Q)");
-        assert_eq!(min.approx_share(0, 4), 0);
-        assert_eq!(min.overshoot_bound(4), 1000);
-        assert_eq!(min.overshoot_bound(1), 1000);
-        assert_eq!(min.undershoot_bound(4), 2);
-        // 1000/s every 50 ms: Q = 50, the floor of every share.
-        let sec =
-            Limit::new(1000, Duration::from_secs(1)).approximate(Duration::from_millis(50), 0);
-        assert_eq!(sec.approx_share(120, 4), 50);
-        assert_eq!(sec.approx_share(30, 4), 30);
-        assert_eq!(sec.undershoot_bound(4), 100);
-        // sync_every_n caps the share, and so the overshoot.
-        let capped = sec.approximate(Duration::from_millis(50), 20);
-        assert_eq!(capped.approx_share(1000, 4), 20);
-        assert_eq!(capped.overshoot_bound(4), 80);
-        // Exact: no share, no bounds to speak of.
+        assert_eq!(min.lease_cap(1000, 4), 250);
+        assert_eq!(min.refill_share(4), 1);
+        let interval = Duration::from_millis(50);
+        // 100 asked for over an interval: a lease of 100; over half an interval: 200, at most.
+        assert_eq!(min.lease_size(100, interval, 1000, 1), 100);
+        assert_eq!(min.lease_size(100, interval / 10, 1000, 1), 200);
+        // Never more than the fair share of what is left (or of one interval's refill).
+        assert_eq!(min.lease_size(100, interval, 1000, 4), 100);
+        assert_eq!(min.lease_size(100, interval, 40, 4), 10);
+        assert_eq!(min.lease_size(100, interval, 0, 4), 1);
+        assert_eq!(
+            min.lease_size(0, interval, 1000, 4),
+            0,
+            "nothing asked: give back"
+        );
+        assert_eq!(min.overshoot_bound(4), 0);
+        assert_eq!(min.undershoot_bound(4), 2 + 4 * 250);
+        // 1000/s every 50 ms: Q = 50.
+        let sec = Limit::new(1000, Duration::from_secs(1)).approximate(interval, 0);
+        assert_eq!(sec.refill_share(4), 13);
+        assert_eq!(
+            sec.lease_size(500, interval, 20, 1),
+            50,
+            "one interval's refill"
+        );
+        assert_eq!(sec.undershoot_bound(1), 100 + 1000);
+        // sync_every_n caps the lease, and so the undershoot.
+        let capped = sec.approximate(interval, 20);
+        assert_eq!(capped.lease_cap(1000, 4), 20);
+        assert_eq!(capped.lease_size(500, interval, 1000, 1), 20);
+        assert_eq!(capped.undershoot_bound(4), 100 + 80);
+        // Exact: no lease, no bounds to speak of.
         let exact = Limit::new(10, Duration::from_secs(1));
+        assert_eq!(exact.lease_cap(10, 8), 0);
         assert_eq!(
             (exact.overshoot_bound(8), exact.undershoot_bound(8)),
             (0, 0)
