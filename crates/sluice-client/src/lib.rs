@@ -3,7 +3,7 @@
 //! A tokio client for Rust gateways, and the engine of the `sluice proxy` sidecar. It keeps what
 //! a gateway needs besides the node's answer: a deadline per check (20 ms by default), a fail
 //! mode when the node cannot answer in time, a cache of hot denied keys, key splitting for
-//! whales, and approximate counting with computed overshoot and undershoot bounds.
+//! whales, and approximate mode by leases of tokens, with computed bounds (never over the exact limiter).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), sluice_client::ReplyError> {
@@ -27,12 +27,12 @@
 //!   circuit breaker; single calls (a decoded reply) and batches (their replies as bytes).
 //! - [`raw`]: where a reply ends and RL.CHECK's fields, read in place (the sidecar's batches).
 //! - [`limit`]: [`Limit`] and its options, [`Decision`] and its [`Source`], approximate mode's
-//!   shares and bounds.
+//!   lease sizes and bounds.
 //! - [`lease`]: in-flight leases, [`Client::acquire`] and the [`Lease`] guard that releases
 //!   when dropped, with the fail modes.
 //! - [`client`]: [`Client`]: routing (single node, cluster slots and MOVED, Sentinel), the
 //!   check path, and its pieces for the sidecar's batches; `client::approx` (private):
-//!   approximate mode's shares, syncs and waits, and the check's first step taken without
+//!   approximate mode's leases of tokens (`RL.LEASE`), syncs and waits, and the check's first step taken without
 //!   waiting ([`Quick`]); `client::outage` (private): fail mode `local` across outages, the
 //!   bucket each outage starts from and the [`Debt`] charged to the node after it.
 //! - [`tls`]: the TLS client config for nodes' `--tls-port` (CA, and a client certificate).
@@ -43,7 +43,7 @@
 //! - [`allow`]: [`Client::allow`], `RL.ALLOW` with the rules' fail modes, split by slot in a
 //!   cluster (a dry call per slot, then the consuming calls; the race that leaves).
 //! - `local` (private): the bounded, expiring maps behind the local buckets, the blocked cache
-//!   and approximate counting.
+//!   and approximate mode (leases of tokens).
 //!
 //! # Invariants
 //! - A check answers within its deadline, whatever the node does (refuse, reset, half-open,

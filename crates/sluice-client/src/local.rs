@@ -1,4 +1,4 @@
-//! Bounded, expiring per-key maps: the local buckets, the blocked cache, the approximate counters.
+//! Bounded, expiring per-key maps: the local buckets, the blocked cache, the approximate leases.
 //!
 //! An entry lives until its own expiry (a bucket until it is full again, as on a node; a blocked
 //! key until its `retry_after`), and the map never holds more than its cap: at the cap it first

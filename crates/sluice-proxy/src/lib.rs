@@ -2,7 +2,7 @@
 //!
 //! A gateway in any language talks to the sidecar on localhost as if it were one Sluice node; the
 //! sidecar routes to the cluster (or the Sentinel's primary) and applies the gateway options:
-//! fail mode, blocked cache, key splitting, approximate counting.
+//! fail mode, blocked cache, key splitting, approximate mode (leases of tokens).
 //!
 //! # Format
 //! ```text
@@ -111,13 +111,14 @@ pub struct ProxyConfig {
     /// Deadline of one check, in milliseconds.
     #[arg(long, default_value_t = 20)]
     pub timeout_ms: u64,
-    /// Gateways sharing the limits (fail mode local holds a 1/gateways share of each here).
+    /// Gateways sharing the limits (fail mode local holds a 1/gateways share of each here; an
+    /// approximate lease takes at most a 1/gateways share of what the node has left).
     #[arg(long, default_value_t = 1)]
     pub gateways: u32,
     /// Fail mode of RL.CHECK without FAILMODE.
     #[arg(long, default_value = "open", value_parser = ["open", "closed", "local"])]
     pub fail_mode: String,
-    /// Most keys held in each local map (local buckets, blocked cache, approximate counters).
+    /// Most keys held in each local map (local buckets, blocked cache, approximate leases).
     #[arg(long, default_value_t = 100_000)]
     pub max_local_keys: usize,
     /// Require clients to authenticate (AUTH or HELLO AUTH) with this password; over HTTP,
