@@ -2,22 +2,22 @@
 //! requests they pay for, and gives back what it did not use.
 //!
 //! # Model
-//! A holder (one gateway) keeps a [`Record`] per key: its `id`, `granted` (the tokens given to
-//! the record and not expired since), `used` (the holder's last reported cumulative count of
-//! tokens admitted from the record) and its `expiry`. The holder holds `granted − used`. One
-//! call ([`lease`]) reports the holder's count and says how many tokens it wants to hold after
-//! the call (`want`):
-//! 1. A call naming the record's id sets `used` to the reported count (a count above `granted`
-//!    is an error that changes nothing; a count below the last one is a late duplicate and
-//!    keeps the last). A call that does not name it comes from a holder that never learned of
-//!    it (a lost reply): the record's unused tokens go back to the key and a new record starts.
-//!    No record (never made, or forgotten by a restart or a failover): a new one, whatever the
-//!    call names. A named record that expired goes on under its id, holding nothing: its
-//!    unused tokens went back at the expiry (or go back now, by this report), and what this
-//!    report adds to the count the node had at the expiry is charged now (the holder admitted
-//!    it in time, and the node read the report late: a stalled node, a slow link).
+//! A holder (one gateway) keeps a [`Record`] per key: its `id` and four cumulative counts:
+//! `granted` (tokens given to it), `used` (the holder's last reported count of tokens it
+//! admitted), `returned` (given back to the key) and `expired` (ended with their window). The
+//! holder holds `granted − used − returned − expired`. One call ([`lease`]) reports the
+//! holder's count and says how many tokens it wants to hold after the call (`want`):
+//! 1. A call naming the record's id reports its count (above `granted`: an error that changes
+//!    nothing; below the last one: a late duplicate, ignored). A report beyond what the record
+//!    still had given (the node wrote tokens off while the report was on its way: an expiry
+//!    read late, a window that ended) was admitted in time: an ended window's tokens are free,
+//!    and tokens given back are charged again, past empty if need be (a debt). A named record
+//!    goes on under its id whether it expired or not. A call that does not name it comes from a
+//!    holder that never learned of it (a lost reply): its unused tokens go back and a new
+//!    record starts. No record (never made, or forgotten by a restart or a failover): a new
+//!    one, whatever the call names.
 //! 2. FIXED and SLIDING: tokens taken in a window that is no longer the current one expired with
-//!    it. They are counted as spent (`granted = used`): nothing goes back, nothing is held.
+//!    it: nothing goes back, nothing is held.
 //! 3. Held less than wanted: take `min(want − held, what the key has now)`, the same state
 //!    change as a check of that cost. Held more: give the difference back.
 //! 4. TOKEN and GCRA, before the take or the return: the tokens every holder holds are still
@@ -54,15 +54,21 @@ pub const TTL_MIN: Nanos = Nanos::from_millis(1);
 pub const TTL_MAX: Nanos = Nanos::from_secs(3600);
 pub const TTL_DEFAULT: Nanos = Nanos::from_secs(1);
 
-/// One holder's lease of one key. 80 bytes.
+/// One holder's lease of one key. 96 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record {
     /// Names the record to its holder; new whenever a record is created.
     pub id: u64,
-    /// Tokens given to the record and not expired since.
+    /// Tokens given to the record, cumulative.
     pub granted: u64,
-    /// The holder's last reported cumulative count: `granted − used` is held.
+    /// The holder's last reported cumulative count of tokens it admitted from the record.
     pub used: u64,
+    /// Tokens of the record given back to the key, cumulative: by a lower `want`, a lost
+    /// reply, an expiry.
+    pub returned: u64,
+    /// Tokens of the record that expired with their window (FIXED, SLIDING) or under another
+    /// algorithm, cumulative: not given back, not held.
+    pub expired: u64,
     /// The instant the record is returned unless renewed.
     pub expiry: Nanos,
     /// FIXED and SLIDING: the start of the window the held tokens were taken in.
@@ -77,13 +83,65 @@ pub struct Record {
 }
 
 impl Record {
-    /// The tokens the holder holds: none once the record ended.
+    /// The tokens the holder holds: given, less those it reported used and those given back
+    /// or expired.
     pub fn held(&self) -> u64 {
-        if self.ended {
-            0
-        } else {
-            self.granted.saturating_sub(self.used)
+        self.granted
+            .saturating_sub(self.used)
+            .saturating_sub(self.returned)
+            .saturating_sub(self.expired)
+    }
+
+    /// Writes `n` held tokens off: given back to the key while their window lasts (`returned`),
+    /// else expired with it (`expired`). Whether the key's state changed.
+    fn write_off(&mut self, slot: &mut Option<State>, n: u64, now: Nanos) -> bool {
+        if n == 0 {
+            return false;
         }
+        if windowed(self.algo) && current_start(slot, self.algo, &self.params, now) != self.window {
+            self.expired += n;
+            return false;
+        }
+        self.returned += n;
+        give_back(slot, self, n, now)
+    }
+
+    /// Takes in the holder's cumulative `count` (at most `granted`). What it adds that the node
+    /// had written off was admitted before the holder's lease ran out (the node read the
+    /// report late: a stalled node, a slow link, a window that ended meanwhile): an expired
+    /// window's tokens are free (they counted in that window), and tokens given back are
+    /// charged again, past empty if need be (a debt), while their window lasts. Whether the
+    /// key's state changed.
+    fn report(
+        &mut self,
+        slot: &mut Option<State>,
+        count: u64,
+        now: Nanos,
+    ) -> Result<bool, CheckError> {
+        if count <= self.used {
+            // A late duplicate: counts only go up.
+            return Ok(false);
+        }
+        let given = self
+            .granted
+            .saturating_sub(self.returned)
+            .saturating_sub(self.expired);
+        let beyond = count.saturating_sub(given);
+        self.used = count;
+        let free = beyond.min(self.expired);
+        self.expired -= free;
+        let owed = (beyond - free).min(self.returned);
+        if owed == 0 {
+            return Ok(false);
+        }
+        self.returned -= owed;
+        let same_window = !windowed(self.algo)
+            || current_start(slot, self.algo, &self.params, now) == self.window;
+        if !same_window || slot.as_ref().is_some_and(|s| s.algo() != Some(self.algo)) {
+            return Ok(false);
+        }
+        settle(slot, self.algo, &self.params, 0, owed, now)?;
+        Ok(true)
     }
 }
 
@@ -174,8 +232,7 @@ pub fn lease(
     if call.want > capacity(algo, &params) {
         return Err(CheckError::CostExceedsCapacity.into());
     }
-    // The holder's report on the record it names, whatever the record's state.
-    let reported = match (record, call.used) {
+    let named = match (record, call.used) {
         (Some(r), Some((id, count))) if r.id == id => {
             if count > r.granted {
                 return Err(LeaseError::UsedAboveGranted {
@@ -183,51 +240,37 @@ pub fn lease(
                     granted: r.granted,
                 });
             }
-            Some(Record {
-                used: r.used.max(count),
-                ..r
-            })
+            Some((r, count))
         }
         _ => None,
     };
     let mut changed = false;
-    let mut rec = match (record, reported) {
-        (_, Some(r)) if !r.ended && r.expiry > now => r,
-        // The holder names a record that expired: it goes on under the same id (so a reply
-        // lost now leaves the holder naming the right record), holding nothing until this
-        // call's take.
-        (Some(old), Some(r)) => {
-            if old.ended {
-                // Its unused tokens went back at its expiry, counted by the last report the
-                // node had then. What this report adds was admitted before the holder's lease
-                // ran out, so it is charged now, past empty if need be (a debt).
-                let late = r.used - old.used;
-                let same_window = !windowed(old.algo)
-                    || current_start(slot, old.algo, &old.params, now) == old.window;
-                if late > 0 && same_window && old.algo == algo {
-                    settle(slot, old.algo, &old.params, 0, late, now)?;
-                    changed = true;
-                }
-            } else {
-                // Expired and not yet swept: given back now, by this report.
-                changed |= give_back(slot, &r, r.held(), now);
+    let mut rec = match (named, record) {
+        // The holder names its record, live or expired: the record goes on under the same id
+        // (so a reply lost now still leaves the holder naming the right record).
+        (Some((mut r, count)), _) => {
+            changed |= r.report(slot, count, now)?;
+            if r.expiry <= now && !r.ended {
+                // Expired and not yet swept: its unused tokens go back now, as at the expiry.
+                let h = r.held();
+                changed |= r.write_off(slot, h, now);
             }
-            Record {
-                granted: r.used,
-                ended: false,
-                ..r
-            }
+            r.ended = false;
+            r
         }
-        (old, _) => {
+        (None, old) => {
             // A record the holder never learned of (a lost reply): its unused tokens go back
             // as an expiry would give them.
-            if let Some(old) = old {
-                changed |= give_back(slot, &old, old.held(), now);
+            if let Some(mut old) = old {
+                let h = old.held();
+                changed |= old.write_off(slot, h, now);
             }
             Record {
                 id: new_id,
                 granted: 0,
                 used: 0,
+                returned: 0,
+                expired: 0,
                 expiry: now,
                 window: current_start(slot, algo, &params, now),
                 algo,
@@ -236,11 +279,11 @@ pub fn lease(
             }
         }
     };
-    // Tokens taken under another algorithm (the key was deleted and made again) are not in
-    // this state: spent, as an ended window's.
+    // Tokens taken in a window that ended, or under another algorithm (the key was deleted and
+    // made again), are not in this state: expired.
     let window = current_start(slot, algo, &params, now);
     if rec.algo != algo || (windowed(algo) && rec.window != window) {
-        rec.granted = rec.used;
+        rec.expired += rec.held();
     }
     rec.algo = algo;
     rec.params = params;
@@ -263,9 +306,7 @@ pub fn lease(
             }
         }
     } else if call.want < held {
-        let give = held - call.want;
-        changed |= give_back(slot, &rec, give, now);
-        rec.granted -= give;
+        changed |= rec.write_off(slot, held - call.want, now);
     }
     rec.expiry = now.saturating_add(call.ttl);
     let valid = match window_end(slot, algo, &params, now) {
@@ -296,16 +337,18 @@ pub fn end(
     if record.ended {
         return (None, None);
     }
-    let ended = Record {
+    let mut ended = Record {
         ended: true,
         expiry: now.saturating_add(ENDED_KEPT),
         ..*record
     };
     // Given back, then the bucket lowered to the capacity less what the others hold: the same
-    // as lowering it to the capacity less every holder's tokens and then giving these back.
-    let returned = give_back(slot, record, record.held(), now);
-    let capped =
-        cap_at_held(slot, record.algo, &record.params, held_by_others, now).unwrap_or(false);
+    // as lowering it to the capacity less every holder's tokens and then giving these back. A
+    // key no longer stored (deleted, or its slot moved away) is left alone.
+    let h = ended.held();
+    let returned = ended.write_off(slot, h, now);
+    let capped = slot.is_some()
+        && cap_at_held(slot, record.algo, &record.params, held_by_others, now).unwrap_or(false);
     if !returned && !capped {
         return (Some(ended), None);
     }
@@ -430,8 +473,8 @@ mod tests {
     }
 
     #[test]
-    fn a_record_is_80_bytes() {
-        assert_eq!(std::mem::size_of::<Record>(), 80);
+    fn a_record_is_96_bytes() {
+        assert_eq!(std::mem::size_of::<Record>(), 96);
     }
 
     #[test]
@@ -579,7 +622,7 @@ mod tests {
         let (g, rec) = lease(&mut slot, rec, &long(4, Some((1, 2))), 2, later).unwrap();
         assert_eq!((g.held, g.decision.remaining), (4, 6));
         let rec = rec.unwrap();
-        assert_eq!((rec.granted, rec.used), (6, 2));
+        assert_eq!((rec.granted, rec.used, rec.expired), (10, 2, 4));
         // The holder admits 1 of the new 4 (cumulative 3) and ends the lease: 3 come back.
         let (g, _) = lease(&mut slot, Some(rec), &long(0, Some((1, 3))), 3, later).unwrap();
         assert_eq!((g.held, g.decision.remaining), (0, 9));
@@ -630,11 +673,14 @@ mod tests {
         // Another holder's 3 count too; and a lease given back fills the room it took.
         let (g, _) = lease(&mut slot, rec, &long(0, Some((1, 0)), 3), 3, later).unwrap();
         assert_eq!((g.held, g.decision.remaining), (0, 7));
-        // An expiry, the same: the bucket ends at the capacity less the others' tokens.
+        // An expiry, the same: the bucket ends at the capacity less the others' tokens (here
+        // the other holder's next call lowers it: the refilled key is no longer stored).
         let mut slot = None;
-        let (_, rec) = lease(&mut slot, None, &long(6, None, 0), 1, now).unwrap();
-        assert!(end(&mut slot, &rec.unwrap(), 2, later).1.is_some());
-        assert_eq!(remaining(&mut slot, Algo::Token, p, later), 8);
+        let (_, a) = lease(&mut slot, None, &long(6, None, 0), 1, now).unwrap();
+        let (_, b) = lease(&mut slot, None, &long(2, None, 6), 2, now).unwrap();
+        let _ = end(&mut slot, &a.unwrap(), 2, later);
+        let (g, _) = lease(&mut slot, b, &long(2, Some((2, 0)), 0), 3, later).unwrap();
+        assert_eq!((g.held, g.decision.remaining), (2, 8));
     }
 
     #[test]
@@ -665,6 +711,34 @@ mod tests {
         // An ended record is dropped at its own expiry, with nothing given back.
         let (gone, change) = end(&mut slot, &ended, 0, late.saturating_add(ENDED_KEPT));
         assert_eq!((gone, change), (None, None));
+    }
+
+    #[test]
+    fn tokens_admitted_while_a_report_was_late_are_charged_not_refused() {
+        // 10 a day: nothing refills while the test runs.
+        let (p, now) = (params(10, 86_400), Nanos(100 * SEC));
+        let short = |want, used| Call {
+            ttl: Nanos::from_millis(50),
+            ..call(Algo::Token, p, want, used)
+        };
+        let mut slot = None;
+        let (_, a) = lease(&mut slot, None, &short(10, None), 1, now).unwrap();
+        // A's sync is out (it admits 5 meanwhile); the node stalls past the TTL and gives the
+        // 10 back; B takes them.
+        let late = now.saturating_add(Nanos::from_millis(60));
+        let (a, _) = end(&mut slot, &a.unwrap(), 0, late);
+        let (_, _b) = lease(&mut slot, None, &short(10, None), 2, late).unwrap();
+        // A's sync, read now, reported 0; its next reports the 5: charged, past empty.
+        let (g, a) = lease(&mut slot, a, &short(10, Some((1, 0))), 3, late).unwrap();
+        assert_eq!((g.lease_id, g.held), (1, 0));
+        let (g, _) = lease(&mut slot, a, &short(0, Some((1, 5))), 4, late).unwrap();
+        assert_eq!(g.decision.remaining, 0);
+        // In debt by 5: the next token is 6 refills away, not 1.
+        let one = check(&mut slot, Algo::Token, &Params { cost: 1, ..p }, late, true).unwrap();
+        assert!(
+            one.retry_after.unwrap() > Nanos::from_secs(5 * 8_640),
+            "{one:?}"
+        );
     }
 
     #[test]

@@ -21,8 +21,8 @@
 //!
 //! # Memory
 //! Records are neither replicated nor saved: a restart or a failover forgets them (their unused
-//! tokens are lost: under-admission only). A record is 80 bytes ([`Record`]) plus its holder's
-//! name and a boxed slice's 16 (at most 160 bytes with a 64-byte name), a key's list of holders
+//! tokens are lost: under-admission only). A record is 96 bytes ([`Record`]) plus its holder's
+//! name and a boxed slice's 16 (at most 176 bytes with a 64-byte name), a key's list of holders
 //! 24 bytes plus the key and the map's entry (about 40). Both are bounded
 //! ([`HOLDERS_PER_KEY_MAX`], [`RECORDS_MAX`]): at most about 20 MB of records and 100,000 keys.
 //!
@@ -395,6 +395,8 @@ mod tests {
             id,
             granted: 1,
             used: 0,
+            returned: 0,
+            expired: 0,
             expiry: Nanos::MAX,
             window: Nanos::ZERO,
             algo: Algo::Token,
