@@ -13,7 +13,7 @@
 #    for N checks straight to the node vs through the sidecar's blocked cache.
 # 4. Approximate mode (leases of tokens), one hot key through 1, 2 and 4 sidecars
 #    (--gateways G) at once, APPROX 50: calls reaching the node vs the same checks exact; both
-#    bounds (overshoot 0, undershoot Q + G × ⌈burst ÷ G⌉, Q = ⌈rate × interval⌉) and the
+#    bounds (overshoot 0, undershoot 2Q + G × ⌈burst ÷ G⌉, Q = ⌈rate × interval⌉) and the
 #    measured difference (allowed − (burst + rate × T), T the wall span of the run). At 1000/s,
 #    1000/min and 1000/h. (tests/tests/gateway_approx.rs compares against the exact limiter
 #    over the same traffic at the same moments.)
@@ -191,7 +191,7 @@ approx() {
       -v limit="$limit" -v pms="$period_ms" -v g="$g" 'BEGIN {
     q = limit * 50 / pms; q = (q == int(q)) ? q : int(q) + 1; if (q < 1) q = 1
     cap = limit / g; cap = (cap == int(cap)) ? cap : int(cap) + 1
-    under = q + g * cap  # Q + gateways × the largest lease
+    under = 2 * q + g * cap  # 2Q + gateways × the largest lease
     ideal = limit + limit * (us / 1000) / pms
     printf "   calls reaching the node: exact %d, approximate %d: %.0f× fewer\n", exact, approx, exact / approx
     printf "   allowed %d in %.3f s (the wall span of the run); the exact limiter allows at most %.1f in it; difference %+.1f (bounds -%d / +0)\n", allowed, us / 1e6, ideal, allowed - ideal, under }'

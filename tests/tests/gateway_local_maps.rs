@@ -212,3 +212,60 @@ fn the_sidecar_starts_local_buckets_from_what_the_node_had_left() {
     println!("through the sidecar, 10 of 100 left, 2 gateways: {allowed} allowed locally");
     assert_eq!(allowed, 5);
 }
+
+/// An approximate key pushed out of a full map while it holds a lease gives the lease back
+/// with what it admitted: the node charges exactly that (its own expiry alone would give back
+/// the admitted tokens too).
+#[test]
+fn an_approximate_key_pushed_out_of_the_map_reports_what_it_admitted() {
+    let node = Sluice::start();
+    let rt = runtime();
+    let mut config = Config::new(Topology::Single(format!("127.0.0.1:{}", node.port)));
+    config.max_local_keys = 2;
+    let client = rt.block_on(Client::connect(config));
+    let limit = Limit::new(10, DAY).approximate(Duration::from_millis(50), 0);
+    rt.block_on(async {
+        for _ in 0..3 {
+            assert!(client.check(b"a", &limit, 1).await.unwrap().allowed);
+        }
+        for key in [&b"b"[..], b"c", b"d"] {
+            client.check(key, &limit, 1).await.unwrap();
+        }
+    });
+    let mut c = node.client();
+    // Within two intervals and a tick the give-back (or the expiry) has landed; either way the
+    // node must end up charged for exactly the 3 admitted.
+    let left = sluice_tests::wait_until(Duration::from_secs(3), || {
+        let r = rl_check(&mut c, &["a", "10", "1d", "COST", "0"]).unwrap();
+        (r[2] == 7).then_some(r[2])
+    });
+    let r = rl_check(&mut c, &["a", "10", "1d", "COST", "0"]).unwrap();
+    assert_eq!(
+        left,
+        Some(7),
+        "3 admitted, the node has {} of 10 left",
+        r[2]
+    );
+    drop(client);
+}
+
+/// A request costing more than a gateway's fair share of what is left (but within its lease
+/// cap) gets a lease that covers it, in a call or two, not a sync per retry.
+#[test]
+fn a_costly_request_gets_a_lease_that_covers_it() {
+    let node = Sluice::start();
+    let rt = runtime();
+    let mut config = Config::new(Topology::Single(format!("127.0.0.1:{}", node.port)));
+    config.gateways = 4;
+    let client = rt.block_on(Client::connect(config));
+    let mut c = node.client();
+    // 100 an hour, 60 spent: 40 left, a fair share of 10 for each of 4 gateways.
+    rl_check(&mut c, &["costly", "100", "1h", "COST", "60"]).unwrap();
+    let limit = Limit::new(100, HOUR).approximate(Duration::from_millis(50), 0);
+    let calls_before = client.node_calls();
+    let d = rt.block_on(client.check(b"costly", &limit, 20)).unwrap();
+    let calls = client.node_calls() - calls_before;
+    assert!(d.allowed, "{d:?}");
+    assert!(calls <= 2, "{calls} node calls for one request");
+    drop(client);
+}

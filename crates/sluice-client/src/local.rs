@@ -44,13 +44,28 @@ impl<V> Expiring<V> {
 
     /// Inserts or replaces `key`, making room first if the map is at its cap.
     pub fn insert(&mut self, key: Bytes, value: V, expires: Instant, now: Instant) {
+        self.insert_evicting(key, value, expires, now, |_, _| {});
+    }
+
+    /// [`Expiring::insert`], handing each entry it drops to make room to `evicted` (an
+    /// approximate lease is given back then).
+    pub fn insert_evicting(
+        &mut self,
+        key: Bytes,
+        value: V,
+        expires: Instant,
+        now: Instant,
+        mut evicted: impl FnMut(Bytes, V),
+    ) {
         if !self.map.contains_key(&key) && self.map.len() >= self.cap {
-            self.map.retain(|_, (_, exp)| *exp > now);
+            for (k, (v, _)) in self.map.extract_if(|_, (_, exp)| *exp <= now) {
+                evicted(k, v);
+            }
             let room = self.cap.div_ceil(8);
             let excess = (self.map.len() + room).saturating_sub(self.cap);
             if excess > 0 {
                 // The live entries nearest their own end go: a local bucket nearest full, a
-                // blocked key nearest its retry, a counter nearest its sync's end.
+                // blocked key nearest its retry, a lease nearest its sync's end.
                 let mut by_end: Vec<(Instant, Bytes)> = self
                     .map
                     .iter()
@@ -58,7 +73,9 @@ impl<V> Expiring<V> {
                     .collect();
                 by_end.select_nth_unstable_by_key(excess - 1, |(exp, _)| *exp);
                 for (_, victim) in &by_end[..excess] {
-                    self.map.remove(victim);
+                    if let Some((k, (v, _))) = self.map.remove_entry(victim) {
+                        evicted(k, v);
+                    }
                 }
             }
         }

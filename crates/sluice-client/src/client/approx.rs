@@ -32,6 +32,12 @@ use crate::node::CallError;
 /// Approximate-mode state of one key on this gateway.
 #[derive(Debug)]
 pub(super) struct Approx {
+    /// Names this entry: a sync's reply is taken only by the entry that sent it (the key's
+    /// entry may have been dropped and made again meanwhile).
+    epoch: u64,
+    /// The limit the key was last checked with: a lease given back when the entry is dropped
+    /// is given back by it.
+    limit: Limit,
     /// The node's name for this gateway's lease on the key; 0 when none is known.
     lease_id: u64,
     /// Tokens admitted here from `lease_id` since the node made it (sent as `USED id used`).
@@ -49,6 +55,10 @@ pub(super) struct Approx {
     /// Units asked for here since the last sync was sent, admitted or waiting: the rate the
     /// next lease is sized to.
     demand: u64,
+    /// The largest cost that found no token since the last sync was sent: the next lease holds
+    /// at least that (within [`Limit::lease_cap`]), so a costly request is not left behind by
+    /// leases sized to the rate.
+    need: u64,
     /// While a sync is in flight: what may still be admitted from `held` (the least the sync
     /// can leave this gateway), and what was admitted meanwhile.
     flight_left: u64,
@@ -70,16 +80,19 @@ pub(super) struct Approx {
 impl Approx {
     /// A key not seen before: the node is taken to have its whole capacity, so the first lease
     /// is sized by the demand alone (and the gateway's fair share of a full bucket).
-    fn new(now: Instant, capacity: u64) -> Approx {
+    fn new(now: Instant, limit: &Limit, epoch: u64) -> Approx {
         Approx {
+            epoch,
+            limit: *limit,
             lease_id: 0,
             used: 0,
             held: 0,
             valid_until: now,
-            remaining: capacity,
+            remaining: limit.capacity(),
             retry_after_ms: -1,
             reset_after_ms: 0,
             demand: 0,
+            need: 0,
             flight_left: 0,
             flight_used: 0,
             syncing: false,
@@ -202,11 +215,12 @@ impl Client {
                     // that ends the sync) is a denial, never the fail mode: no token is held
                     // for this request, and admitting it unseen could admit beyond the limit.
                     if timeout_at(deadline, synced.changed()).await.is_err() {
+                        let interval = limit.approximate.map_or(1, |a| a.sync_every.as_millis());
                         return Some(Decision {
                             allowed: false,
                             limit: limit.capacity(),
                             remaining: 0,
-                            retry_after_ms: 1,
+                            retry_after_ms: (interval as i64).max(1),
                             reset_after_ms: limit.period_ms() as i64,
                             source: Source::Approximate,
                         });
@@ -242,12 +256,19 @@ impl Client {
         let mut table = self.inner.approx.lock();
         let Some((st, expires)) = table.get_mut(key, now) else {
             // First sight: this request's sync takes the first lease; the others wait for it.
-            let mut st = Approx::new(now, limit.capacity());
+            let mut st = Approx::new(now, limit, self.inner.random());
             st.demand = cost;
+            st.need = cost;
             st.syncing = true;
             let synced = st.synced.subscribe();
-            table.insert(Bytes::copy_from_slice(key), st, now + life, now);
+            let mut dropped = Vec::new();
+            table.insert_evicting(Bytes::copy_from_slice(key), st, now + life, now, |k, a| {
+                dropped.push((k, a))
+            });
             drop(table);
+            for (k, a) in dropped {
+                self.inner.give_back(k, a);
+            }
             self.spawn_sync(key, limit);
             return Step::Wait(synced);
         };
@@ -260,6 +281,10 @@ impl Client {
         if first || !fits {
             st.demand = st.demand.saturating_add(cost);
         }
+        if !fits {
+            st.need = st.need.max(cost);
+        }
+        st.limit = *limit;
         if st.refused && fresh && !fits {
             return Step::Exact;
         }
@@ -373,6 +398,8 @@ enum Synced {
     MaybeApplied,
     /// The call never reached a node.
     NotSent,
+    /// The node refused the count this gateway reported for its lease.
+    Forgotten,
 }
 
 impl Inner {
@@ -381,23 +408,29 @@ impl Inner {
     async fn sync(self: &Arc<Self>, key: Bytes, limit: Limit) {
         let Some(a) = limit.approximate else { return };
         let now = Instant::now();
-        let (id, used, held, want) = {
+        let (epoch, id, used, held, want) = {
             let mut t = self.approx.lock();
             let Some((st, _)) = t.get_mut(&key, now) else {
                 return;
             };
             let held = if now < st.valid_until { st.held } else { 0 };
-            let want = limit.lease_size(
-                st.demand,
-                now.saturating_duration_since(st.last_sync),
-                st.remaining.saturating_add(held),
-                self.gateways(),
-            );
+            let want = limit
+                .lease_size(
+                    st.demand,
+                    now.saturating_duration_since(st.last_sync),
+                    st.remaining.saturating_add(held),
+                    self.gateways(),
+                )
+                .max(
+                    st.need
+                        .min(limit.lease_cap(limit.capacity(), self.gateways())),
+                );
             st.flight_left = held.min(want);
             st.flight_used = 0;
             st.demand = 0;
+            st.need = 0;
             st.last_sync = now;
-            (st.lease_id, st.used, held, want)
+            (st.epoch, st.lease_id, st.used, held, want)
         };
         let ttl = (a.sync_every * 2).max(Duration::from_millis(1));
         let deadline = now + self.config.deadline.max(Duration::from_millis(100));
@@ -407,6 +440,11 @@ impl Inner {
         let synced = match result {
             Ok((v, _)) => match lease_fields(&v) {
                 Some(f) => Synced::Lease(f),
+                // The node no longer knows the count this gateway reports (it cannot, by the
+                // protocol; a node of another version might): start over with a new lease.
+                None if matches!(&v, Value::Error(e) if e.starts_with("ERR USED count")) => {
+                    Synced::Forgotten
+                }
                 None => Synced::Refused,
             },
             Err(CallError::Timeout | CallError::Garbage) => Synced::MaybeApplied,
@@ -416,6 +454,11 @@ impl Inner {
         let Some((st, _)) = t.get_mut(&key, Instant::now()) else {
             return;
         };
+        if st.epoch != epoch {
+            // The entry that sent this sync was dropped and the key's entry made again: this
+            // reply is not its.
+            return;
+        }
         st.syncing = false;
         match synced {
             Synced::Lease([lease_id, held_now, remaining, retry, reset, valid_ms]) => {
@@ -431,7 +474,9 @@ impl Inner {
                     st.used = 0;
                 }
                 st.lease_id = lease_id;
-                st.valid_until = now + Duration::from_millis(valid_ms.max(0) as u64);
+                // Never longer than the lease's TTL, whatever the reply says.
+                let valid = Duration::from_millis(valid_ms.max(0) as u64).min(ttl);
+                st.valid_until = now + valid;
                 st.remaining = remaining.max(0) as u64;
                 st.retry_after_ms = retry;
                 st.reset_after_ms = reset;
@@ -442,6 +487,13 @@ impl Inner {
                     st.scheduled = true;
                     schedule_sync(self, &key, &limit, a.sync_every);
                 }
+            }
+            Synced::Forgotten => {
+                st.lease_id = 0;
+                st.used = 0;
+                st.held = 0;
+                st.refused = true;
+                st.unreachable = false;
             }
             Synced::Refused | Synced::MaybeApplied | Synced::NotSent => {
                 // Keep only what the node is sure to have left this gateway: the least of
@@ -456,6 +508,27 @@ impl Inner {
             }
         }
         st.synced.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// Gives back the lease of an entry the approximate map dropped (to make room, or
+    /// expired): one `RL.LEASE ... WANT 0` reporting what was admitted from it, so that nothing
+    /// admitted goes uncharged when the node's expiry would give the lease back. Best effort,
+    /// on a task of its own.
+    fn give_back(self: &Arc<Self>, key: Bytes, a: Approx) {
+        if a.lease_id == 0 {
+            return;
+        }
+        let Some(approx) = a.limit.approximate else {
+            return;
+        };
+        let ttl = (approx.sync_every * 2).max(Duration::from_millis(1));
+        let frame = lease_frame(&key, &a.limit, &self.holder, 0, a.lease_id, a.used, ttl);
+        let inner = self.clone();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + inner.config.deadline.max(Duration::from_millis(100));
+            let _ = inner.call_key(&key, frame, deadline).await;
+            inner.node_calls.fetch_add(1, Ordering::Relaxed);
+        });
     }
 
     /// The number of gateways that share the limits, as configured (at least 1).
