@@ -501,3 +501,24 @@ fn cluster_routing_applies_as_to_a_check() {
     let e = err_text(lease(&mut c, &["k", "10", "1d", "HOLDER", "gw", "WANT", "1"]).unwrap_err());
     assert!(e.starts_with("CLUSTERDOWN"), "{e}");
 }
+
+/// A bucket with tokens out on lease refills no further than its capacity less them, for
+/// RL.CHECK as for RL.LEASE: the lease and a check of the whole capacity are never both
+/// admitted.
+#[test]
+fn a_check_sees_the_tokens_out_on_lease() {
+    let server = Sluice::start();
+    let mut c = server.client();
+    let a = lease(
+        &mut c,
+        &["t", "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h"],
+    )
+    .unwrap();
+    assert_eq!(a[1], 25, "{a:?}");
+    // A second and more: the bucket alone would be full again.
+    std::thread::sleep(Duration::from_millis(1100));
+    let all = rl_check(&mut c, &["t", "100", "1s", "COST", "100"]).unwrap();
+    assert_eq!(all[0], 0, "100 admitted with 25 out on lease: {all:?}");
+    let rest = rl_check(&mut c, &["t", "100", "1s", "COST", "75"]).unwrap();
+    assert_eq!(rest[0], 1, "the 75 not on lease: {rest:?}");
+}

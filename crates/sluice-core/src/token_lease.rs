@@ -381,7 +381,7 @@ fn give_back(slot: &mut Option<State>, record: &Record, n: u64, now: Nanos) -> b
 /// read and, when above that ceiling, lowered to it, as a check of the excess would. Whether
 /// the state changed. The windows need nothing: their tokens count in the window they were
 /// taken in and expire with it.
-fn cap_at_held(
+pub fn cap_at_held(
     slot: &mut Option<State>,
     algo: Algo,
     params: &Params,

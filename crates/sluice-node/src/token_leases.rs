@@ -95,6 +95,16 @@ impl TokenLeases {
         self.len() == 0
     }
 
+    /// The tokens the holders of `key` hold (RL.CHECK lowers a TOKEN or GCRA bucket to its
+    /// capacity less these, as RL.LEASE does).
+    pub fn held(&self, key: &[u8]) -> u64 {
+        let shard = self.shard(key).lock();
+        shard
+            .keys
+            .get(key)
+            .map_or(0, |holders| held_by_others(holders, None))
+    }
+
     /// Runs `f` on `holder`'s record of `key` under the record's lock, and keeps the record
     /// `f` returns (`None`: none). `f` also gets whether a new record has room (`Err` when
     /// the key or the node is full: a new record `f` returns then is not kept) and the id a

@@ -66,10 +66,24 @@ impl<'a> Command<'a> for RlCheck<'a> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        let decision = ctx
-            .shared
-            .store
-            .check_ahead(
+        // Gateways hold leases of this key's tokens (RL.LEASE, approximate mode): its bucket
+        // refills no further than its capacity less what they hold, here as there. One load
+        // when no lease exists on the node.
+        let held = match self.algo {
+            Algo::Token | Algo::Gcra if self.writes() && !ctx.shared.token_leases.is_empty() => {
+                ctx.shared.token_leases.held(self.key)
+            }
+            _ => 0,
+        };
+        let decision = if held > 0 {
+            let (algo, params, now) = (self.algo, &self.params, ctx.now);
+            ctx.shared.store.limiter(self.key, now, |slot| {
+                sluice_core::token_lease::cap_at_held(slot, algo, params, held, now)?;
+                let d = sluice_core::check(slot, algo, params, now, false)?;
+                Ok((d, Some(d.reset_after)))
+            })
+        } else {
+            ctx.shared.store.check_ahead(
                 self.key,
                 ctx.ahead,
                 self.algo,
@@ -77,7 +91,8 @@ impl<'a> Command<'a> for RlCheck<'a> {
                 ctx.now,
                 self.dry,
             )
-            .map_err(|e| check_error(e, self.algo, &self.params))?;
+        }
+        .map_err(|e| check_error(e, self.algo, &self.params))?;
         if !self.dry {
             let stats = ctx.shared.stats.slot(ctx.session.thread);
             stats.check(
