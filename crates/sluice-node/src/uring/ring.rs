@@ -9,6 +9,13 @@
 //! buffer from a ring of provided buffers ([`Buffers`]) that the ring owns; the loop copies the
 //! bytes to the connection and gives the buffer back at once.
 //!
+//! The ring has room for [`BUFFERS`] buffers but lends only as many as the load has needed:
+//! [`FIRST_LENT`] at first, twice as many each time a turn ran out (ENOBUFS). The kernel takes
+//! buffers in the order they were lent and each comes back to the end of the line, so the
+//! receives cycle through every buffer lent: lending all of them from the start made every
+//! worker touch (and keep resident) 4 MB after its first thousand arrivals. The buffers are
+//! mapped untouched, so one never lent costs no memory.
+//!
 //! # Invariants
 //! - The kernel writes into a provided buffer it holds whenever it runs this thread's task work,
 //!   at any return to user mode (COOP_TASKRUN only spares the interrupt). So no Rust reference
@@ -34,11 +41,15 @@ const SQ_ENTRIES: u32 = 4096;
 /// Completion queue entries: a multishot receive posts one per arrival, so this is sized for
 /// bursts (the kernel keeps what overflows until it is reaped, IORING_FEAT_NODROP).
 const CQ_ENTRIES: u32 = 16384;
-/// Provided buffers for the receives, and their size: 4 MB per worker thread. A receive
-/// takes one per arrival and the loop gives it back in the same turn, so running out (ENOBUFS,
-/// and the receive is armed again) takes more arrivals in one turn than there are buffers.
+/// Provided buffers for the receives, and their size: at most 4 MB per worker thread. A
+/// receive takes one per arrival and the loop gives it back in the same turn, so running out
+/// (ENOBUFS, and the receive is armed again) takes more arrivals in one turn than there are
+/// buffers lent.
 const BUFFERS: u16 = 1024;
 const BUFFER_LEN: usize = 4096;
+/// Buffers lent before any turn has run out: 256 KB, enough for a turn in which each of 64
+/// connections received. More are lent as turns run out ([`Buffers::grow`]).
+const FIRST_LENT: u16 = 64;
 /// The buffer group of [`Buffers`].
 const GROUP: u16 = 0;
 
@@ -121,16 +132,19 @@ impl Lent {
     }
 }
 
-/// The provided buffers: [`BUFFERS`] of [`BUFFER_LEN`] bytes, and the ring of entries that
-/// lends them to the kernel (page-aligned, as the kernel wants it). Both are allocated here
-/// and freed on drop; neither is ever behind a reference that outlives one access (module
-/// invariants).
+/// The provided buffers: room for [`BUFFERS`] of [`BUFFER_LEN`] bytes, and the ring of
+/// entries that lends them to the kernel (page-aligned, as the kernel wants it). Both are
+/// allocated here and freed on drop; neither is ever behind a reference that outlives one
+/// access (module invariants).
 struct Buffers {
     entries: *mut BufRingEntry,
-    /// The buffers, one after another: what the kernel writes into.
+    /// The buffers, one after another: what the kernel writes into. Mapped anonymous and
+    /// untouched, so only the pages of buffers lent and written are resident.
     data: *mut u8,
     /// The next entry to fill, and (as published) how far the kernel may take.
     tail: u16,
+    /// Buffers `0..lent` go round between the kernel and the loop; the rest were never lent.
+    lent: u16,
 }
 
 impl Buffers {
@@ -139,11 +153,10 @@ impl Buffers {
             .expect("a valid layout")
     }
 
-    fn data_layout() -> Layout {
-        Layout::from_size_align(usize::from(BUFFERS) * BUFFER_LEN, 4096).expect("a valid layout")
-    }
+    const DATA_LEN: usize = BUFFERS as usize * BUFFER_LEN;
 
-    /// The buffers, every one ready to lend (the tail published), not registered yet.
+    /// The buffers, the first [`FIRST_LENT`] ready to lend (the tail published), not
+    /// registered yet.
     fn new() -> io::Result<Buffers> {
         // SAFETY: the layout has a non-zero size.
         let entries =
@@ -151,22 +164,50 @@ impl Buffers {
         if entries.is_null() {
             return Err(io::ErrorKind::OutOfMemory.into());
         }
-        // SAFETY: the layout has a non-zero size.
-        let data = unsafe { std::alloc::alloc_zeroed(Self::data_layout()) };
-        if data.is_null() {
+        // Mapped, not allocated: an allocator may hand back memory it has touched (and zero
+        // it by writing), and these pages must stay untouched until the kernel first fills them.
+        // SAFETY: a new private anonymous mapping, which aliases nothing.
+        let data = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::DATA_LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if data == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
             // SAFETY: allocated just above with this layout, and not kept.
             unsafe { std::alloc::dealloc(entries.cast(), Self::entries_layout()) };
-            return Err(io::ErrorKind::OutOfMemory.into());
+            return Err(e);
         }
+        // Where transparent huge pages are `always`, one receive would make 2 MB resident.
+        // Advice only: where it is refused the buffers work the same.
+        // SAFETY: the mapping just made, whole.
+        unsafe { libc::madvise(data, Self::DATA_LEN, libc::MADV_NOHUGEPAGE) };
         let mut buffers = Buffers {
             entries,
-            data,
+            data: data.cast(),
             tail: 0,
+            lent: 0,
         };
-        for bid in 0..BUFFERS {
-            buffers.give_back(bid);
-        }
+        buffers.lend_up_to(FIRST_LENT);
         Ok(buffers)
+    }
+
+    /// Lends buffers never lent until `lent` of them go round.
+    fn lend_up_to(&mut self, lent: u16) {
+        while self.lent < lent.min(BUFFERS) {
+            self.give_back(self.lent);
+            self.lent += 1;
+        }
+    }
+
+    /// A turn ran out of buffers: twice as many go round from now on (up to [`BUFFERS`]).
+    fn grow(&mut self) {
+        self.lend_up_to(self.lent.saturating_mul(2));
     }
 
     /// Where buffer `bid` (below [`BUFFERS`]) starts. An address only: no reference is made,
@@ -203,7 +244,7 @@ impl Drop for Buffers {
         // uses them (`Lent` drops its ring first, or they were never registered).
         unsafe {
             std::alloc::dealloc(self.entries.cast(), Self::entries_layout());
-            std::alloc::dealloc(self.data, Self::data_layout());
+            libc::munmap(self.data.cast(), Self::DATA_LEN);
         }
     }
 }
@@ -306,14 +347,18 @@ impl Ring {
         !self.lent.ring.completion().is_empty() || self.lent.ring.submission().taskrun()
     }
 
-    /// Moves every posted completion to `into`.
+    /// Moves every posted completion to `into`. A receive that found no buffer lends more
+    /// (once per reap, however many found none), before the loop arms it again.
     pub fn reap(&mut self, into: &mut std::collections::VecDeque<Done>) {
-        into.extend(
-            self.lent
-                .ring
-                .completion()
-                .map(|cqe| decode(cqe.user_data(), cqe.result(), cqe.flags())),
-        );
+        let mut short = false;
+        into.extend(self.lent.ring.completion().map(|cqe| {
+            let done = decode(cqe.user_data(), cqe.result(), cqe.flags());
+            short |= done.op == Op::Recv && done.result == -libc::ENOBUFS;
+            done
+        }));
+        if short {
+            self.lent.buffers.grow();
+        }
     }
 
     /// Hands the queued operations to the kernel and runs the task work waiting (the
@@ -342,13 +387,13 @@ impl Ring {
     /// The bytes a receive completion carries, handed to `take`; the buffer then goes back to
     /// the kernel.
     pub fn received(&mut self, done: &Done, take: impl FnOnce(&[u8])) {
-        // The kernel hands back only the ids it was lent, all below `BUFFERS`.
-        let Some(bid) = done.buffer.filter(|&bid| bid < BUFFERS) else {
+        // The kernel hands back only the ids it was lent, all below `lent`.
+        let Some(bid) = done.buffer.filter(|&bid| bid < self.lent.buffers.lent) else {
             return;
         };
         let len = usize::try_from(done.result).unwrap_or(0).min(BUFFER_LEN);
         let buffers = &mut self.lent.buffers;
-        // SAFETY: `bid < BUFFERS` and `len <= BUFFER_LEN`, so the slice is inside buffer `bid`
+        // SAFETY: `bid < lent <= BUFFERS` and `len <= BUFFER_LEN`, so the slice is inside buffer `bid`
         // alone. The completion handed that buffer back: the kernel wrote its first `len` bytes
         // and writes nothing into it until `give_back` lends it again, after `take` is done
         // with the slice (which cannot outlive the call).
@@ -419,29 +464,37 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
 mod tests {
     use super::*;
 
-    /// The entries lend every buffer once, each its own `BUFFER_LEN` bytes inside the region,
-    /// and the published tail lends them all.
-    fn assert_all_lent(buffers: &Buffers) {
+    /// The entries lend each of the first `lent` buffers once, each its own `BUFFER_LEN`
+    /// bytes inside the region, and the published tail lends them all.
+    fn assert_lent(buffers: &Buffers, lent: u16) {
+        assert_eq!(buffers.lent, lent);
         let start = buffers.data.addr() as u64;
-        let mut seen = vec![false; usize::from(BUFFERS)];
-        for index in 0..usize::from(BUFFERS) {
+        let mut seen = vec![false; usize::from(lent)];
+        for index in 0..usize::from(lent) {
             // SAFETY: `index` is within the entries, which nothing writes during the test (no
             // receive is armed).
             let entry = unsafe { &*buffers.entries.add(index) };
             let bid = entry.bid();
-            assert!(bid < BUFFERS);
+            assert!(bid < lent);
             assert_eq!(entry.addr(), start + u64::from(bid) * BUFFER_LEN as u64);
             assert_eq!(entry.len(), BUFFER_LEN as u32);
             assert!(!std::mem::replace(&mut seen[usize::from(bid)], true));
         }
         // SAFETY: the tail field of the first entry, read atomically as the kernel reads it.
         let tail = unsafe { &*BufRingEntry::tail(buffers.entries).cast::<AtomicU16>() };
-        assert_eq!(tail.load(Ordering::Acquire), BUFFERS);
+        assert_eq!(tail.load(Ordering::Acquire), lent);
     }
 
     #[test]
-    fn buffers_lend_each_buffer_once() {
-        assert_all_lent(&Buffers::new().expect("buffers"));
+    fn buffers_lend_the_first_few_then_twice_as_many_as_turns_run_out() {
+        let mut buffers = Buffers::new().expect("buffers");
+        assert_lent(&buffers, FIRST_LENT);
+        buffers.grow();
+        assert_lent(&buffers, 2 * FIRST_LENT);
+        for _ in 0..16 {
+            buffers.grow();
+        }
+        assert_lent(&buffers, BUFFERS);
     }
 
     /// Registered inside a `Lent` and dropped with it, ring first (where io_uring is permitted).
@@ -452,7 +505,72 @@ mod tests {
             Err(e) => return eprintln!("skipped: no io_uring here ({e})"),
         };
         let lent = Lent::new(ring).expect("registered");
-        assert_all_lent(&lent.buffers);
+        assert_lent(&lent.buffers, FIRST_LENT);
+    }
+
+    /// More connections receive before the loop reaps than there are buffers lent: those that
+    /// found none end with ENOBUFS, the reap lends more, and once armed again every
+    /// connection's bytes arrive whole.
+    #[test]
+    fn a_turn_that_runs_out_of_buffers_lends_more_and_loses_nothing() {
+        if let Err(e) = setup() {
+            return eprintln!("skipped: no io_uring here ({e})");
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let mut ring = Ring::new().expect("a ring");
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+            let addr = listener.local_addr().expect("its address");
+            let count = 3 * usize::from(FIRST_LENT);
+            let mut pairs = Vec::new();
+            for slot in 0..count {
+                let theirs = std::net::TcpStream::connect(addr).expect("connected");
+                let (ours, _) = listener.accept().expect("accepted");
+                ring.recv(slot, ours.as_raw_fd());
+                pairs.push((theirs, ours));
+            }
+            ring.submit();
+            for (slot, (theirs, _)) in pairs.iter_mut().enumerate() {
+                std::io::Write::write_all(theirs, format!("c{slot:04}").as_bytes())
+                    .expect("written");
+            }
+            let mut got = vec![Vec::new(); count];
+            let mut done = std::collections::VecDeque::new();
+            let all_in = async {
+                while got.iter().any(|bytes| bytes.len() < 5) {
+                    ring.completed().await;
+                    ring.submit();
+                    ring.reap(&mut done);
+                    while let Some(d) = done.pop_front() {
+                        assert_eq!(d.op, Op::Recv);
+                        if d.result > 0 {
+                            ring.received(&d, |b| got[d.slot].extend_from_slice(b));
+                        } else {
+                            assert_eq!(d.result, -libc::ENOBUFS, "slot {}", d.slot);
+                        }
+                        if !d.more {
+                            ring.recv(d.slot, pairs[d.slot].1.as_raw_fd());
+                        }
+                    }
+                    ring.submit();
+                }
+            };
+            tokio::time::timeout(std::time::Duration::from_secs(10), all_in)
+                .await
+                .expect("every connection's bytes arrived");
+            for (slot, bytes) in got.iter().enumerate() {
+                assert_eq!(bytes, format!("c{slot:04}").as_bytes());
+            }
+            assert!(
+                ring.lent.buffers.lent > FIRST_LENT,
+                "{count} arrivals in one turn lent more than {FIRST_LENT} buffers"
+            );
+            // The ring goes before the sockets its receives are armed on.
+            drop(ring);
+        });
     }
 
     /// Bytes that arrive while the loop waits end the wait: the eventfd is signalled for the
