@@ -10,11 +10,14 @@
 //! bytes to the connection and gives the buffer back at once.
 //!
 //! The ring has room for [`BUFFERS`] buffers but lends only as many as the load has needed:
-//! [`FIRST_LENT`] at first, twice as many each time a turn ran out (ENOBUFS). The kernel takes
-//! buffers in the order they were lent and each comes back to the end of the line, so the
-//! receives cycle through every buffer lent: lending all of them from the start made every
-//! worker touch (and keep resident) 4 MB after its first thousand arrivals. The buffers are
-//! mapped untouched, so one never lent costs no memory.
+//! [`FIRST_LENT`] at first, twice as many each time many connections found none in one turn
+//! (ENOBUFS). The kernel takes buffers in the order they were lent and each comes back to the
+//! end of the line, so the receives cycle through every buffer lent: lending all of them from
+//! the start made every worker touch (and keep resident) 4 MB after its first thousand
+//! arrivals. The buffers are mapped untouched, so one never lent costs no memory. One
+//! connection that sends more than the buffers hold in a turn (a bulk load through
+//! `redis-cli --pipe`) is no reason to lend more: its receive is armed again and takes the
+//! rest next turn, where more buffers would only hold more of its bytes at once.
 //!
 //! # Invariants
 //! - The kernel writes into a provided buffer it holds whenever it runs this thread's task work,
@@ -50,6 +53,9 @@ const BUFFER_LEN: usize = 4096;
 /// Buffers lent before any turn has run out: 256 KB, enough for a turn in which each of 64
 /// connections received. More are lent as turns run out ([`Buffers::grow`]).
 const FIRST_LENT: u16 = 64;
+/// A reap in which at least one receive in this many buffers lent found none lends more:
+/// many connections wanted a buffer at once.
+const STARVED_PER_LENT: u16 = 4;
 /// The buffer group of [`Buffers`].
 const GROUP: u16 = 0;
 
@@ -347,16 +353,19 @@ impl Ring {
         !self.lent.ring.completion().is_empty() || self.lent.ring.submission().taskrun()
     }
 
-    /// Moves every posted completion to `into`. A receive that found no buffer lends more
-    /// (once per reap, however many found none), before the loop arms it again.
+    /// Moves every posted completion to `into`. Where many receives found no buffer (one in
+    /// [`STARVED_PER_LENT`] buffers lent), more are lent, once per reap, before the loop arms
+    /// them again.
     pub fn reap(&mut self, into: &mut std::collections::VecDeque<Done>) {
-        let mut short = false;
+        let mut starved: u16 = 0;
         into.extend(self.lent.ring.completion().map(|cqe| {
             let done = decode(cqe.user_data(), cqe.result(), cqe.flags());
-            short |= done.op == Op::Recv && done.result == -libc::ENOBUFS;
+            if done.op == Op::Recv && done.result == -libc::ENOBUFS {
+                starved = starved.saturating_add(1);
+            }
             done
         }));
-        if short {
+        if starved.saturating_mul(STARVED_PER_LENT) >= self.lent.buffers.lent {
             self.lent.buffers.grow();
         }
     }
@@ -537,30 +546,8 @@ mod tests {
                 std::io::Write::write_all(theirs, format!("c{slot:04}").as_bytes())
                     .expect("written");
             }
-            let mut got = vec![Vec::new(); count];
-            let mut done = std::collections::VecDeque::new();
-            let all_in = async {
-                while got.iter().any(|bytes| bytes.len() < 5) {
-                    ring.completed().await;
-                    ring.submit();
-                    ring.reap(&mut done);
-                    while let Some(d) = done.pop_front() {
-                        assert_eq!(d.op, Op::Recv);
-                        if d.result > 0 {
-                            ring.received(&d, |b| got[d.slot].extend_from_slice(b));
-                        } else {
-                            assert_eq!(d.result, -libc::ENOBUFS, "slot {}", d.slot);
-                        }
-                        if !d.more {
-                            ring.recv(d.slot, pairs[d.slot].1.as_raw_fd());
-                        }
-                    }
-                    ring.submit();
-                }
-            };
-            tokio::time::timeout(std::time::Duration::from_secs(10), all_in)
-                .await
-                .expect("every connection's bytes arrived");
+            let fds: Vec<RawFd> = pairs.iter().map(|(_, ours)| ours.as_raw_fd()).collect();
+            let got = receive(&mut ring, &fds, 5).await;
             for (slot, bytes) in got.iter().enumerate() {
                 assert_eq!(bytes, format!("c{slot:04}").as_bytes());
             }
@@ -571,6 +558,72 @@ mod tests {
             // The ring goes before the sockets its receives are armed on.
             drop(ring);
         });
+    }
+
+    /// One connection that sends far more than the buffers lent hold finds none many turns
+    /// over; its bytes arrive whole, and no more buffers are lent for it.
+    #[test]
+    fn one_bulk_sender_lends_no_more_buffers() {
+        if let Err(e) = setup() {
+            return eprintln!("skipped: no io_uring here ({e})");
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let mut ring = Ring::new().expect("a ring");
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+            let mut theirs =
+                std::net::TcpStream::connect(listener.local_addr().expect("its address"))
+                    .expect("connected");
+            let (ours, _) = listener.accept().expect("accepted");
+            ring.recv(0, ours.as_raw_fd());
+            ring.submit();
+            let sent: Vec<u8> = (0..4 << 20).map(|i: u32| i.to_le_bytes()[1]).collect();
+            let writer = std::thread::spawn({
+                let sent = sent.clone();
+                move || std::io::Write::write_all(&mut theirs, &sent).expect("written")
+            });
+            let got = receive(&mut ring, &[ours.as_raw_fd()], sent.len()).await;
+            writer.join().expect("the writer");
+            assert!(got[0] == sent, "the bytes arrived whole and in order");
+            assert_eq!(ring.lent.buffers.lent, FIRST_LENT);
+            drop(ring);
+        });
+    }
+
+    /// Runs turns until each of `fds` (armed as slots 0, 1, ...) has received `len` bytes, a
+    /// receive that found no buffer (ENOBUFS) armed again, and returns the bytes of each.
+    async fn receive(ring: &mut Ring, fds: &[RawFd], len: usize) -> Vec<Vec<u8>> {
+        let mut got = vec![Vec::new(); fds.len()];
+        let mut done = std::collections::VecDeque::new();
+        let all_in = async {
+            while got.iter().any(|bytes| bytes.len() < len) {
+                ring.completed().await;
+                ring.submit();
+                ring.reap(&mut done);
+                while let Some(d) = done.pop_front() {
+                    assert_eq!(d.op, Op::Recv);
+                    if d.result > 0 {
+                        ring.received(&d, |b| got[d.slot].extend_from_slice(b));
+                    } else if d.result == 0 {
+                        // The sender closed: everything it sent has arrived.
+                        continue;
+                    } else {
+                        assert_eq!(d.result, -libc::ENOBUFS, "slot {}", d.slot);
+                    }
+                    if !d.more {
+                        ring.recv(d.slot, fds[d.slot]);
+                    }
+                }
+                ring.submit();
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), all_in)
+            .await
+            .expect("every connection's bytes arrived");
+        got
     }
 
     /// Bytes that arrive while the loop waits end the wait: the eventfd is signalled for the
