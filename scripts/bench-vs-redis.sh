@@ -15,9 +15,10 @@
 #   - measures bytes per limiter (RSS delta ÷ keys, and INFO used_memory delta ÷ keys) on fresh
 #     servers, for TOKEN, GCRA and SLIDING on both and FIXED and LOG on Sluice. Before the first
 #     reading, the same stream with EXISTS in place of the check (no key is made) warms the
-#     server's connection buffers (Sluice's io_uring loop touches its 4 MB ring of receive
-#     buffers per worker on the first burst): that fixed cost is printed on its own, and the
-#     figure per limiter is what the buckets add ("RSS from fresh" keeps the warm-up in). Both
+#     server's connection buffers (Sluice's io_uring loop touches the receive buffers it lends,
+#     256 KB per worker until many connections at once want more): that fixed cost is printed
+#     on its own, and the figure per limiter is what the buckets add ("RSS from fresh" keeps
+#     the warm-up in). Both
 #     readings are taken --settle seconds after their load: the table moves still going when a
 #     load ends are over by then, and jemalloc has purged what was freed (~100 ms);
 #   - a churn test: an empty keyspace, `-r 1000000000` so nearly every request makes a new
@@ -47,9 +48,12 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-LUA_DIR="$ROOT/scripts/lua"
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
+# start_redis, start_sluice, the commands of both sides (sluice_cmd, redis_cmd), rss_bytes,
+# used_memory, dbsize and expect_allowed.
+# shellcheck source=scripts/side-by-side.sh
+. "$ROOT/scripts/side-by-side.sh"
 
 KEYS="" CLIENTS=50 ROUNDS="" DURATION="" SETTLE=1 QUICK=0 BUILD=0 MEMORY_ONLY=0 SLUICE=
 while [ $# -gt 0 ]; do
@@ -109,77 +113,12 @@ mkdir -p "$RES"
 # Processes: every one we start is recorded and stopped by its PID.
 
 # PIDS, cleanup, stop, free_port and wait_serving (PORT PID LOG: PONG, or die showing LOG) come
-# from scripts/lib.sh.
+# from scripts/lib.sh; start_redis (CPUS) and start_sluice (CPUS THREADS) from
+# scripts/side-by-side.sh.
 
-# start_redis CPUS: sets R_PORT, R_PID and the script SHAs.
-start_redis() {
-  free_port
-  R_PORT=$PORT
-  taskset -c "$1" redis-server --port "$R_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-    --protected-mode no --dir "$WORK" --logfile "$WORK/redis-$R_PORT.log" &
-  R_PID=$!
-  PIDS+=("$R_PID")
-  wait_serving "$R_PORT" "$R_PID" "$WORK/redis-$R_PORT.log"
-  SHA_TOKEN=$(redis-cli -p "$R_PORT" SCRIPT LOAD "$(cat "$LUA_DIR/token_bucket.lua")")
-  SHA_GCRA=$(redis-cli -p "$R_PORT" SCRIPT LOAD "$(cat "$LUA_DIR/gcra.lua")")
-  SHA_SLIDING=$(redis-cli -p "$R_PORT" SCRIPT LOAD "$(cat "$LUA_DIR/sliding.lua")")
-  [ ${#SHA_TOKEN} = 40 ] && [ ${#SHA_GCRA} = 40 ] && [ ${#SHA_SLIDING} = 40 ] \
-    || die "SCRIPT LOAD failed: $SHA_TOKEN $SHA_GCRA $SHA_SLIDING"
-}
-
-# start_sluice CPUS THREADS: sets S_PORT, S_PID.
-start_sluice() {
-  free_port
-  S_PORT=$PORT
-  taskset -c "$1" "$SLUICE" --port "$S_PORT" --bind 127.0.0.1 --threads "$2" \
-    >"$WORK/sluice-$S_PORT.log" 2>&1 &
-  S_PID=$!
-  PIDS+=("$S_PID")
-  wait_serving "$S_PORT" "$S_PID" "$WORK/sluice-$S_PORT.log"
-}
-
-# ---------------------------------------------------------------------------------------------
-# The commands. KEY stands for the key in preloads; redis-benchmark gets `<prefix>__rand_int__`.
-# Capacity 1,000,000, refill 0.01/s = 1,000,000 per 100,000,000 s (Lua takes the period in ms).
-
-LIMIT=1000000 PERIOD_S=100000000 PERIOD_MS=100000000000
-sluice_cmd() { # ALGO KEY [COST]
-  local cost=() algo=()
-  [ "${3:-1}" = 1 ] || cost=(COST "$3")
-  [ "$1" = TOKEN ] || algo=(ALGO "$1")
-  echo RL.CHECK "$2" "$LIMIT" "$PERIOD_S" "${cost[@]}" "${algo[@]}"
-}
-redis_cmd() { # ALGO KEY [COST]
-  case "$1" in
-    TOKEN) echo EVALSHA "$SHA_TOKEN" 1 "$2" "$LIMIT" "$PERIOD_MS" "$LIMIT" "${3:-1}" ;;
-    GCRA) echo EVALSHA "$SHA_GCRA" 1 "$2" "$LIMIT" "$PERIOD_MS" "$LIMIT" "${3:-1}" ;;
-    SLIDING) echo EVALSHA "$SHA_SLIDING" 1 "$2" "$LIMIT" "$PERIOD_MS" "${3:-1}" ;;
-  esac
-}
-lua_of() {
-  case "$1" in TOKEN) echo token_bucket.lua ;; GCRA) echo gcra.lua ;; SLIDING) echo sliding.lua ;; esac
-}
-prefix_of() {
-  case "$1" in TOKEN) echo rlt: ;; GCRA) echo rlg: ;; SLIDING) echo rls: ;; FIXED) echo rlf: ;; LOG) echo rll: ;; esac
-}
 # Churn: 10 per second, so a bucket is fresh again (and dropped) 100 ms after its request.
 CHURN_SLUICE="RL.CHECK rlc:__rand_int__ 10 1"
 churn_redis() { echo EVALSHA "$SHA_TOKEN" 1 rlc:__rand_int__ 10 1000 10 1; }
-
-# The command must be allowed (first integer of the reply is 1) before it is benchmarked.
-expect_allowed() { # PORT CMD...
-  local port=$1 first
-  shift
-  # shellcheck disable=SC2046
-  first=$(redis-cli -p "$port" "$@" 2>&1 | head -1)
-  [ "$first" = 1 ] || die "port $port: '$*' answered '$first', not an allowed decision"
-}
-
-rss_bytes() { awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$1/status"; }
-used_memory() {
-  redis-cli -p "$1" INFO memory | tr -d '\r' | awk -F: '$1 == "used_memory" { print $2 }'
-}
-dbsize() { redis-cli -p "$1" DBSIZE; }
 
 # measure_memory NAME SIDE PORT PID COUNT PREFIX WORDS...: preloads and records bytes per bucket,
 # from a baseline taken after the same stream of EXISTS (see the top), each reading SETTLE s
