@@ -33,8 +33,9 @@
 #   --build        run `cargo build --release --bin sluice` even if the binary exists
 #
 # Needs redis-server, redis-cli, redis-benchmark, python3, taskset, timeout and awk. Every
-# process it starts is stopped by PID on exit. Fifty million buckets take about 40 minutes and
-# 8 GB of memory on a 2-core VM (Redis's Lua buckets most of both).
+# process it starts is stopped by PID on exit. The whole run takes about 30 minutes and 4 GB of
+# memory on a 2-core VM (Redis's fifty million INCR keys). Redis's Lua bucket loads about 60,000
+# keys a second there: at fifty million (some 10 GB) only with --load-limit 900 or more.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
