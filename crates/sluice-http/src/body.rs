@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::Value as Json;
 use sluice_core::scope::MAX_ATTR_LEN;
 
+use crate::digits::Digits;
 use crate::reply::{Refusal, refuse};
 use crate::trust::{Cidr, client_ip, normalize_path};
 use crate::{BODY_DEADLINE, MAX_BODY};
@@ -127,6 +128,134 @@ pub fn key_window(args: &[String]) -> Option<u64> {
     period_ms(&args[3])
 }
 
+/// A key check's body read in place, without building a JSON tree or copying a word: the
+/// common body of `POST /v1/check`, parsed once. [`KeyCheckIn::parse`] accepts only bodies
+/// that [`json_object`] and [`check_args`] take to the same words; anything else (a request
+/// check, a mistake, a repeated field, a string with an escape) is `None`, and goes the way
+/// that names what is wrong.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyCheckIn<'a> {
+    key: &'a str,
+    limit: u64,
+    #[serde(alias = "period", borrow)]
+    window: WindowIn<'a>,
+    burst: Option<u64>,
+    cost: Option<u64>,
+    #[serde(borrow)]
+    algo: Option<&'a str>,
+    dry: Option<bool>,
+}
+
+/// A key check's window as sent: a duration text or integer seconds.
+#[derive(Debug, Clone, Copy)]
+enum WindowIn<'a> {
+    Text(&'a str),
+    Seconds(u64),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for WindowIn<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = WindowIn<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number of seconds or a duration text")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Self::Value, E> {
+                Ok(WindowIn::Seconds(n))
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                text: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(WindowIn::Text(text))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// One word of a command built in place: the body's text or a number's digits.
+#[derive(Debug, Clone, Copy)]
+pub enum Word<'a> {
+    Text(&'a [u8]),
+    Number(Digits),
+}
+
+impl AsRef<[u8]> for Word<'_> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Word::Text(t) => t,
+            Word::Number(d) => d.as_ref(),
+        }
+    }
+}
+
+/// The words of one `RL.CHECK` (at most 11: the name, key, limit, window, and four options).
+#[derive(Debug)]
+pub struct Words<'a> {
+    words: [Word<'a>; 11],
+    len: usize,
+}
+
+impl<'a> Words<'a> {
+    fn push(&mut self, w: Word<'a>) {
+        self.words[self.len] = w;
+        self.len += 1;
+    }
+
+    pub fn as_slice(&self) -> &[Word<'a>] {
+        &self.words[..self.len]
+    }
+}
+
+impl<'a> KeyCheckIn<'a> {
+    /// The body's key check, or `None` (see the type).
+    pub fn parse(body: &'a [u8]) -> Option<KeyCheckIn<'a>> {
+        serde_json::from_slice(body).ok()
+    }
+
+    /// `RL.CHECK key limit window ...`, word for word what [`KeyCheck::args`] gives.
+    pub fn words(&self) -> Words<'a> {
+        let mut w = Words {
+            words: [Word::Text(b""); 11],
+            len: 0,
+        };
+        w.push(Word::Text(b"RL.CHECK"));
+        w.push(Word::Text(self.key.as_bytes()));
+        w.push(Word::Number(Digits::of(self.limit)));
+        w.push(match self.window {
+            WindowIn::Text(t) => Word::Text(t.as_bytes()),
+            WindowIn::Seconds(n) => Word::Number(Digits::of(n)),
+        });
+        if let Some(b) = self.burst {
+            w.push(Word::Text(b"BURST"));
+            w.push(Word::Number(Digits::of(b)));
+        }
+        if let Some(c) = self.cost {
+            w.push(Word::Text(b"COST"));
+            w.push(Word::Number(Digits::of(c)));
+        }
+        if let Some(a) = self.algo {
+            w.push(Word::Text(b"ALGO"));
+            w.push(Word::Text(a.as_bytes()));
+        }
+        if self.dry == Some(true) {
+            w.push(Word::Text(b"DRY"));
+        }
+        w
+    }
+
+    /// The window in milliseconds, for `RateLimit-Policy`, as [`key_window`] reads it.
+    pub fn window_ms(&self) -> Option<u64> {
+        match self.window {
+            WindowIn::Text(t) => period_ms(t),
+            WindowIn::Seconds(n) => n.checked_mul(1000),
+        }
+    }
+}
+
 /// A period's milliseconds: integer seconds or a number with `ms`, `s`, `m`, `h` or `d`
 /// (only for the policy header: the command has already checked it).
 fn period_ms(text: &str) -> Option<u64> {
@@ -145,19 +274,54 @@ fn period_ms(text: &str) -> Option<u64> {
     n.checked_mul(unit)
 }
 
-/// Reads a body of at most [`MAX_BODY`] bytes within [`BODY_DEADLINE`].
+/// Reads a body of at most [`MAX_BODY`] bytes within [`BODY_DEADLINE`]. A body already read
+/// with its head (a check's, nearly always) is taken without arming the deadline's timer.
 pub async fn read_body(body: Body) -> Result<bytes::Bytes, Refusal> {
-    match tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, MAX_BODY)).await {
+    let mut whole = std::pin::pin!(collect(body, MAX_BODY));
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(whole.as_mut().poll(cx))).await;
+    let read = match first {
+        std::task::Poll::Ready(read) => Ok(read),
+        std::task::Poll::Pending => tokio::time::timeout(BODY_DEADLINE, whole).await,
+    };
+    match read {
         Err(_) => Err(refuse(
             StatusCode::REQUEST_TIMEOUT,
             "the body did not arrive in time",
         )),
-        Ok(Err(_)) => Err(refuse(
+        Ok(None) => Err(refuse(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the body is larger than {MAX_BODY} bytes"),
         )),
-        Ok(Ok(b)) => Ok(b),
+        Ok(Some(b)) => Ok(b),
     }
+}
+
+/// The body's bytes, as `axum::body::to_bytes` gives them (one frame as it came, several
+/// joined, trailers left out); `None` past `limit` bytes or when the body breaks off.
+async fn collect(mut body: Body, limit: usize) -> Option<bytes::Bytes> {
+    use axum::body::HttpBody;
+    let mut first = bytes::Bytes::new();
+    let mut joined: Option<bytes::BytesMut> = None;
+    let mut len = 0usize;
+    while let Some(frame) =
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+    {
+        let Ok(data) = frame.ok()?.into_data() else {
+            continue;
+        };
+        len = len.checked_add(data.len()).filter(|&n| n <= limit)?;
+        match &mut joined {
+            Some(j) => j.extend_from_slice(&data),
+            None if first.is_empty() => first = data,
+            None => {
+                let mut j = bytes::BytesMut::with_capacity(len);
+                j.extend_from_slice(&first);
+                j.extend_from_slice(&data);
+                joined = Some(j);
+            }
+        }
+    }
+    Some(joined.map_or(first, bytes::BytesMut::freeze))
 }
 
 /// A JSON object body, or the response that refuses it.
@@ -165,14 +329,23 @@ pub async fn json_object(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<serde_json::Map<String, Json>, Refusal> {
+    object_of(&json_body(headers, body).await?)
+}
+
+/// The bytes of a body the request says is JSON (see [`is_json`]), read as [`read_body`] does.
+pub async fn json_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Refusal> {
     if !is_json(headers) {
         return Err(refuse(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "Content-Type: must be application/json",
         ));
     }
-    let bytes = read_body(body).await?;
-    match serde_json::from_slice::<Json>(&bytes) {
+    read_body(body).await
+}
+
+/// A JSON object's fields, or the `400` that says why `bytes` is not one.
+pub fn object_of(bytes: &[u8]) -> Result<serde_json::Map<String, Json>, Refusal> {
+    match serde_json::from_slice::<Json>(bytes) {
         Ok(Json::Object(m)) => Ok(m),
         Ok(_) => Err(refuse(
             StatusCode::BAD_REQUEST,

@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod body;
 pub mod dashboard;
+pub mod digits;
 pub mod guard;
 pub mod reply;
 pub mod rule;

@@ -10,16 +10,30 @@
 //! answered `431` and the connection closed, so a connection buffers about that much of a
 //! head (plus one read), not hyper's default 408 KiB.
 //!
-//! Every request carries its connection's [`Peer`] address, for the client-address rule of
-//! `GET /v1/auth` ([`crate::trust`]).
+//! Every request the router serves carries its connection's [`Peer`] address, for the
+//! client-address rule of `GET /v1/auth` ([`crate::trust`]).
+//!
+//! A front may answer one route [`Ahead`] of its router: the node's `POST /v1/check`, the
+//! request its HTTP port exists for. That request skips the router's matching, its middleware
+//! (a boxed future and a cloned service each), its extractors (a cloned header map) and the
+//! peer's extension; the handler answers exactly what the routed one would.
 
+use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::extract::Request;
+use axum::http::Method;
+use axum::response::Response;
 use axum::serve::Listener;
 use axum::{Extension, Router};
+use hyper::body::Incoming;
+use hyper::service::Service;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
+use hyper_util::service::{TowerToHyperService, TowerToHyperServiceFuture};
 
 use crate::guard::Guarded;
 use crate::trust::Peer;
@@ -31,9 +45,38 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// (`large_client_header_buffers 4 8k`): a gateway's subrequest is well under 4 KiB.
 pub const MAX_HEAD: usize = 32 << 10;
 
+/// A handler's answer, boxed: one allocation per request.
+pub type Answer = Pin<Box<dyn Future<Output = Response> + Send>>;
+
+/// One route served ahead of the router: requests with exactly this method and path (no
+/// query, trailing slash or escape: those go to the router, as would anything it does not
+/// route) go to `handler`.
+#[derive(Clone)]
+pub struct Ahead {
+    pub method: Method,
+    pub path: &'static str,
+    pub handler: Arc<dyn Fn(Request) -> Answer + Send + Sync>,
+}
+
+impl std::fmt::Debug for Ahead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ahead({} {})", self.method, self.path)
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` completes (then stops accepting; connections
 /// being served end with the runtime).
-pub async fn serve(mut listener: Guarded, app: Router, shutdown: impl Future<Output = ()>) {
+pub async fn serve(listener: Guarded, app: Router, shutdown: impl Future<Output = ()>) {
+    serve_ahead(listener, app, None, shutdown).await;
+}
+
+/// [`serve`], with `ahead`'s route answered before the router.
+pub async fn serve_ahead(
+    mut listener: Guarded,
+    app: Router,
+    ahead: Option<Ahead>,
+    shutdown: impl Future<Output = ()>,
+) {
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let conn = tokio::select! {
@@ -41,7 +84,10 @@ pub async fn serve(mut listener: Guarded, app: Router, shutdown: impl Future<Out
             () = &mut shutdown => return,
         };
         let (conn, addr) = conn;
-        let service = TowerToHyperService::new(app.clone().layer(Extension(Peer::of(addr))));
+        let service = Connection {
+            ahead: ahead.clone(),
+            router: TowerToHyperService::new(app.clone().layer(Extension(Peer::of(addr)))),
+        };
         tokio::spawn(async move {
             // A connection's errors (a reset, a bad head, the head timeout) end it alone.
             let _ = hyper::server::conn::http1::Builder::new()
@@ -51,5 +97,44 @@ pub async fn serve(mut listener: Guarded, app: Router, shutdown: impl Future<Out
                 .serve_connection(TokioIo::new(conn), service)
                 .await;
         });
+    }
+}
+
+/// One connection's service: [`Ahead`]'s route, else the router (with the peer's address).
+struct Connection {
+    ahead: Option<Ahead>,
+    router: TowerToHyperService<Router>,
+}
+
+impl Service<hyper::Request<Incoming>> for Connection {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Served;
+
+    fn call(&self, req: hyper::Request<Incoming>) -> Served {
+        if let Some(ahead) = &self.ahead
+            && req.method() == ahead.method
+            && req.uri().path() == ahead.path
+        {
+            return Served::Ahead((ahead.handler)(req.map(axum::body::Body::new)));
+        }
+        Served::Router(Box::pin(self.router.call(req)))
+    }
+}
+
+/// The future of [`Connection`]'s answer.
+enum Served {
+    Ahead(Answer),
+    Router(Pin<Box<TowerToHyperServiceFuture<Router, hyper::Request<Incoming>>>>),
+}
+
+impl Future for Served {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Served::Ahead(answer) => answer.as_mut().poll(cx).map(Ok),
+            Served::Router(routed) => routed.as_mut().poll(cx),
+        }
     }
 }

@@ -13,6 +13,8 @@
 
 use serde::Serialize;
 
+use crate::digits::{Digits, push_int};
+
 /// One check's answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Verdict {
@@ -81,32 +83,109 @@ impl Verdict {
 
     /// The rate limit headers, in the order sent.
     pub fn headers(&self) -> Vec<(&'static str, String)> {
-        if self.unlimited() {
-            return Vec::new();
-        }
-        let name = sf_string(self.rule.as_deref().unwrap_or("default"));
-        let reset = ceil_secs(self.reset_after_ms);
-        let mut policy = format!("{name};q={}", self.limit);
-        if let Some(w) = self.window_ms {
-            policy.push_str(&format!(";w={}", w.div_ceil(1000)));
-        }
-        let mut h = vec![
-            ("RateLimit-Limit", self.limit.to_string()),
-            ("RateLimit-Remaining", self.remaining.to_string()),
-            ("RateLimit-Reset", reset.to_string()),
-            ("RateLimit-Policy", policy),
-            (
-                "RateLimit",
-                format!("{name};r={};t={reset}", self.remaining),
-            ),
-        ];
-        if !self.allowed && self.retry_after_ms >= 0 {
-            h.push((
-                "Retry-After",
-                ceil_secs(self.retry_after_ms).max(1).to_string(),
-            ));
-        }
+        let mut h = Vec::new();
+        self.each_header(|name, parts| {
+            let mut value = Vec::new();
+            for part in parts {
+                part.write(&mut value);
+            }
+            h.push((name, String::from_utf8_lossy(&value).into_owned()));
+        });
         h
+    }
+
+    /// [`Verdict::headers`] one by one, each value in parts for the caller to write where it
+    /// goes, without a string of its own.
+    pub fn each_header(&self, mut put: impl FnMut(&'static str, &[Part<'_>])) {
+        if self.unlimited() {
+            return;
+        }
+        let quoted;
+        let name = match self.rule.as_deref() {
+            Some(rule) => {
+                quoted = sf_string(rule);
+                quoted.as_str()
+            }
+            None => "\"default\"",
+        };
+        let reset = ceil_secs(self.reset_after_ms);
+        put("RateLimit-Limit", &[Part::Int(self.limit)]);
+        put("RateLimit-Remaining", &[Part::Int(self.remaining)]);
+        put("RateLimit-Reset", &[Part::Int(reset)]);
+        let policy = [Part::Text(name), Part::Text(";q="), Part::Int(self.limit)];
+        match self.window_ms {
+            Some(w) => put(
+                "RateLimit-Policy",
+                &[
+                    policy[0],
+                    policy[1],
+                    policy[2],
+                    Part::Text(";w="),
+                    Part::Uint(w.div_ceil(1000)),
+                ],
+            ),
+            None => put("RateLimit-Policy", &policy),
+        }
+        put(
+            "RateLimit",
+            &[
+                Part::Text(name),
+                Part::Text(";r="),
+                Part::Int(self.remaining),
+                Part::Text(";t="),
+                Part::Int(reset),
+            ],
+        );
+        if !self.allowed && self.retry_after_ms >= 0 {
+            put(
+                "Retry-After",
+                &[Part::Int(ceil_secs(self.retry_after_ms).max(1))],
+            );
+        }
+    }
+
+    /// Appends the JSON body, byte for byte what `serde_json` makes of the struct (the test
+    /// compares), without a serializer call per field.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(if self.allowed {
+            b"{\"allowed\":true,\"limit\":"
+        } else {
+            b"{\"allowed\":false,\"limit\":"
+        });
+        push_int(out, self.limit);
+        out.extend_from_slice(b",\"remaining\":");
+        push_int(out, self.remaining);
+        out.extend_from_slice(b",\"retry_after_ms\":");
+        push_int(out, self.retry_after_ms);
+        out.extend_from_slice(b",\"reset_after_ms\":");
+        push_int(out, self.reset_after_ms);
+        out.extend_from_slice(b",\"reset_at\":");
+        push_int(out, self.reset_at);
+        if let Some(rule) = &self.rule {
+            out.extend_from_slice(b",\"rule\":");
+            // serde_json's escaping of the one string; a String always serializes.
+            let _ = serde_json::to_writer(&mut *out, rule);
+        }
+        out.push(b'}');
+    }
+}
+
+/// A piece of a header value: text, or a number in decimal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part<'a> {
+    Text(&'a str),
+    Int(i64),
+    Uint(u64),
+}
+
+impl Part<'_> {
+    /// Appends the piece.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        match *self {
+            Part::Text(t) => out.extend_from_slice(t.as_bytes()),
+            Part::Int(n) => push_int(out, n),
+            Part::Uint(n) => out.extend_from_slice(Digits::of(n).as_ref()),
+        }
     }
 }
 
@@ -141,8 +220,27 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(sf_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(sf_string("default"), "\"default\"");
         assert_eq!(ceil_secs(1), 1);
         assert_eq!(ceil_secs(1000), 1);
         assert_eq!(ceil_secs(-1), 0);
+    }
+
+    #[test]
+    fn the_json_body_is_serde_s() {
+        let mut denied = Verdict::from_fields([0, 5, 0, 2001, 11_999], None, i64::MAX);
+        denied.rule = Some("per-\"ip\"\\ é\u{1}".into());
+        for v in [
+            denied,
+            Verdict::from_fields([1, 10, 9, -1, 6_000], None, 1_700_000_000_000),
+            Verdict::from_fields([1, i64::MAX, i64::MIN, 0, -5], None, -3),
+        ] {
+            let mut body = Vec::new();
+            v.write_json(&mut body);
+            assert_eq!(
+                String::from_utf8(body).unwrap(),
+                serde_json::to_string(&v).unwrap()
+            );
+        }
     }
 }

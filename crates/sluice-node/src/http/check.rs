@@ -26,12 +26,12 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Extension, RawQuery, State};
-use axum::http::{HeaderMap, Uri};
+use axum::extract::{Extension, RawQuery, Request, State};
+use axum::http::{HeaderMap, Uri, header};
 use axum::response::{IntoResponse, Response};
 use sluice_http::body::{
-    Allow, SubjectHeaders, check_args, from_headers, json_object, key_window, parse_query,
-    prefixed_endpoint,
+    Allow, KeyCheckIn, SubjectHeaders, check_args, from_headers, json_body, key_window, object_of,
+    parse_query, prefixed_endpoint,
 };
 use sluice_http::reply::{respond, verdict_of};
 use sluice_http::trust::Peer;
@@ -45,12 +45,46 @@ pub async fn post_check(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let args = match json_object(&headers, body).await.and_then(check_args) {
-        Ok(args) => args,
+    check(&front, &user, &headers, body).await
+}
+
+/// `POST /v1/check` ahead of the router ([`sluice_http::serve::Ahead`]): the login the
+/// router's middleware would make, then the same [`check`].
+pub async fn post_check_ahead(front: Arc<Front>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let authorization = parts.headers.get(header::AUTHORIZATION);
+    let Some(user) = super::login(&front.shared, authorization.map(|v| v.as_bytes())) else {
+        return sluice_http::auth::unauthorized().into_response();
+    };
+    check(&front, &user, &parts.headers, body).await
+}
+
+/// A check's body as its command, run, and answered. A key check is read in place
+/// ([`KeyCheckIn`]); any other body through the JSON tree, which names what is wrong with it.
+async fn check(
+    front: &Front,
+    user: &Arc<crate::acl::User>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
+    let bytes = match json_body(headers, body).await {
+        Ok(b) => b,
         Err(r) => return r.into_response(),
     };
-    let window = key_window(&args);
-    match decide(&front, &user, &args, window).await {
+    let decided = match KeyCheckIn::parse(&bytes) {
+        Some(key_check) => {
+            let words = key_check.words();
+            decide(front, user, words.as_slice(), key_check.window_ms()).await
+        }
+        None => {
+            let args = match object_of(&bytes).and_then(check_args) {
+                Ok(args) => args,
+                Err(r) => return r.into_response(),
+            };
+            decide(front, user, &args, key_window(&args)).await
+        }
+    };
+    match decided {
         Ok(v) => respond(&v, None),
         Err(r) => r.into_response(),
     }
@@ -58,10 +92,10 @@ pub async fn post_check(
 
 /// Runs the check in `args` (on the node that owns its bucket, see [`super::forward`]) and
 /// reads its reply as a [`Verdict`].
-pub async fn decide(
+pub async fn decide<A: AsRef<[u8]>>(
     front: &Front,
     user: &Arc<crate::acl::User>,
-    args: &[String],
+    args: &[A],
     window_ms: Option<u64>,
 ) -> Result<Verdict, Refusal> {
     let reply = front.exec_as(user, args);

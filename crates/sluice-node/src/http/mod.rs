@@ -12,6 +12,10 @@
 //! - `GET /healthz`, `GET /readyz`, `GET /openapi.json`.
 //!
 //! # How a request is served
+//! `POST /v1/check`, the request this port exists for, is answered ahead of the router
+//! ([`sluice_http::serve::Ahead`]): the same login and the same check, without the router's
+//! matching, middleware and extractors.
+//!
 //! Every request runs as the ACL user its credentials name ([`login`]), and every route as the
 //! commands it stands for, through the command table in one session of this thread
 //! ([`Front::exec_as`]): `POST /v1/check` and `GET /v1/auth` are `RL.CHECK` or `RL.ALLOW` on
@@ -136,6 +140,9 @@ impl Front {
         cmd::execute(&request, &mut ctx);
         let slot = self.shared.stats.slot(session.thread);
         session.batch.charge(slot, started.elapsed());
+        if let Some(v) = int_array(&out) {
+            return v;
+        }
         match sluice_resp::value::decode(&mut out) {
             Ok(Some(v)) => v,
             _ => Value::Error("ERR the command gave no reply".into()),
@@ -146,6 +153,52 @@ impl Front {
     pub fn now_ms(&self) -> i64 {
         i64::try_from(self.shared.clock.now().0 / sluice_core::Nanos::PER_MS).unwrap_or(i64::MAX)
     }
+}
+
+/// A reply that is one array of integers and bulk strings (`RL.CHECK`'s and `RL.ALLOW`'s), read
+/// straight off its bytes: the value the general decoder gives, without its scans and
+/// conversions. `None` for anything else, which the general decoder reads.
+fn int_array(reply: &[u8]) -> Option<Value> {
+    /// The digits (with an optional leading `-`) up to `\r\n`, and the rest after it.
+    fn number(bytes: &[u8]) -> Option<(i64, &[u8])> {
+        let (negative, bytes) = match bytes.split_first()? {
+            (b'-', rest) => (true, rest),
+            _ => (false, bytes),
+        };
+        let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+        let rest = bytes[digits..].strip_prefix(b"\r\n")?;
+        if digits == 0 || digits > 18 {
+            return None;
+        }
+        let n = bytes[..digits]
+            .iter()
+            .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+        Some((if negative { -n } else { n }, rest))
+    }
+    let (len, mut rest) = number(reply.strip_prefix(b"*")?)?;
+    if !(0..=8).contains(&len) {
+        return None;
+    }
+    let mut items = Vec::with_capacity(len as usize);
+    for _ in 0..len {
+        let (kind, after) = rest.split_first()?;
+        match kind {
+            b':' => {
+                let (n, after) = number(after)?;
+                items.push(Value::Int(n));
+                rest = after;
+            }
+            b'$' => {
+                let (n, after) = number(after)?;
+                let n = usize::try_from(n).ok()?;
+                let text = after.get(..n)?;
+                rest = after.get(n..)?.strip_prefix(b"\r\n")?;
+                items.push(Value::Bulk(bytes::Bytes::copy_from_slice(text)));
+            }
+            _ => return None,
+        }
+    }
+    rest.is_empty().then_some(Value::Array(items))
 }
 
 /// Starts the HTTP server on `listener` (already bound, so a taken port fails the start).
@@ -164,16 +217,26 @@ async fn serve(listener: StdListener, shared: Arc<Shared>) {
     };
     let mut shutdown = shared.shutdown_signal();
     let front = Arc::new(Front::new(shared));
-    let app = router(front);
+    let app = router(front.clone());
     let listener = sluice_http::guard::Guarded::new(
         listener,
         sluice_http::guard::MAX_CONNECTIONS,
         sluice_http::guard::IDLE,
     );
-    sluice_http::serve::serve(listener, app, async move {
+    sluice_http::serve::serve_ahead(listener, app, Some(check_ahead(front)), async move {
         let _ = shutdown.wait_for(|stop| *stop).await;
     })
     .await;
+}
+
+/// `POST /v1/check`, answered before the router (the routed one answers the same to a
+/// request that comes through no socket, as the fuzz target's).
+fn check_ahead(front: Arc<Front>) -> sluice_http::serve::Ahead {
+    sluice_http::serve::Ahead {
+        method: axum::http::Method::POST,
+        path: "/v1/check",
+        handler: Arc::new(move |req| Box::pin(check::post_check_ahead(front.clone(), req))),
+    }
 }
 
 /// Every route, behind the login and the body limit.
@@ -260,5 +323,36 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
     } else {
         let body = serde_json::json!({"status": "not ready", "waiting": waiting});
         (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_int_array_reads_as_the_decoder_reads_it() {
+        for reply in [
+            &b"*5\r\n:1\r\n:1000000\r\n:999999\r\n:-1\r\n:100000\r\n"[..],
+            b"*6\r\n:0\r\n:2\r\n:0\r\n:19999\r\n:59999\r\n$6\r\napi-ip\r\n",
+            b"*0\r\n",
+            b"*1\r\n:-999999999999999999\r\n",
+        ] {
+            let mut buf = BytesMut::from(reply);
+            let decoded = sluice_resp::value::decode(&mut buf).unwrap().unwrap();
+            assert_eq!(int_array(reply), Some(decoded), "{reply:?}");
+        }
+        for other in [
+            &b"-ERR limit must be a positive integer\r\n"[..],
+            b"*2\r\n:1\r\n",
+            b"*1\r\n:1\r\n:2\r\n",
+            b"*1\r\n$-1\r\n",
+            b"*1\r\n:9999999999999999999\r\n",
+            b"*1\r\n:\r\n",
+            b"*1\r\n+OK\r\n",
+            b"*1\r\n$3\r\nab\r\n",
+        ] {
+            assert_eq!(int_array(other), None, "{other:?}");
+        }
     }
 }
