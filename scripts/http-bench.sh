@@ -104,16 +104,20 @@ start_pinned 0 sluice "$SLUICE" --bind 127.0.0.1 --threads 1 --http-port "$HTTP_
 PID=$PID_sluice
 wait_for 10 "GET /healthz" curl -sf -o /dev/null "http://127.0.0.1:$HTTP_PORT/healthz"
 # Both paths name the same keys: RESP's __rand_int__ is 12 digits, the Lua script pads alike.
-cat >"$WORK/check.lua" <<LUA
+# wrk_script FILE PATH FIELDS: a wrk script that POSTs {"key":<random key>,FIELDS} to PATH.
+wrk_script() {
+  cat >"$1" <<LUA
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 math.randomseed(os.time())
 request = function()
   local key = string.format("rlt:%012d", math.random(0, $KEYS - 1))
-  local body = '{"key":"' .. key .. '","limit":$LIMIT,"period":$PERIOD_S}'
-  return wrk.format(nil, "/v1/check", nil, body)
+  local body = '{"key":"' .. key .. '",$3}'
+  return wrk.format(nil, "$2", nil, body)
 end
 LUA
+}
+wrk_script "$WORK/check.lua" /v1/check "\"limit\":$LIMIT,\"period\":$PERIOD_S"
 first=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
   -d "{\"key\":\"rlt:000000000000\",\"limit\":$LIMIT,\"period\":$PERIOD_S}" \
   "http://127.0.0.1:$HTTP_PORT/v1/check" 2>/dev/null || true)
@@ -128,16 +132,8 @@ if [ "$TC_ROW" = 1 ]; then
   PIDS+=("$TC_PID")
   wait_for 10 "throttlecrab's GET /health" curl -sf -o /dev/null "http://127.0.0.1:$TC_PORT/health"
   # The same keys and bucket: a burst of LIMIT, LIMIT per PERIOD_S seconds.
-  cat >"$WORK/throttle.lua" <<LUA
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-math.randomseed(os.time())
-request = function()
-  local key = string.format("rlt:%012d", math.random(0, $KEYS - 1))
-  local body = '{"key":"' .. key .. '","max_burst":$LIMIT,"count_per_period":$LIMIT,"period":$PERIOD_S}'
-  return wrk.format(nil, "/throttle", nil, body)
-end
-LUA
+  wrk_script "$WORK/throttle.lua" /throttle \
+    "\"max_burst\":$LIMIT,\"count_per_period\":$LIMIT,\"period\":$PERIOD_S"
   answer=$(curl -s -H 'Content-Type: application/json' \
     -d "{\"key\":\"rlt:000000000000\",\"max_burst\":$LIMIT,\"count_per_period\":$LIMIT,\"period\":$PERIOD_S}" \
     "http://127.0.0.1:$TC_PORT/throttle" 2>/dev/null || true)

@@ -525,10 +525,7 @@ mod tests {
         if let Err(e) = setup() {
             return eprintln!("skipped: no io_uring here ({e})");
         }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
+        let runtime = current_thread();
         runtime.block_on(async {
             let mut ring = Ring::new().expect("a ring");
             let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
@@ -567,17 +564,10 @@ mod tests {
         if let Err(e) = setup() {
             return eprintln!("skipped: no io_uring here ({e})");
         }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
+        let runtime = current_thread();
         runtime.block_on(async {
             let mut ring = Ring::new().expect("a ring");
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
-            let mut theirs =
-                std::net::TcpStream::connect(listener.local_addr().expect("its address"))
-                    .expect("connected");
-            let (ours, _) = listener.accept().expect("accepted");
+            let (mut theirs, ours) = connected();
             ring.recv(0, ours.as_raw_fd());
             ring.submit();
             let sent: Vec<u8> = (0..4 << 20).map(|i: u32| i.to_le_bytes()[1]).collect();
@@ -591,6 +581,23 @@ mod tests {
             assert_eq!(ring.lent.buffers.lent, FIRST_LENT);
             drop(ring);
         });
+    }
+
+    /// A runtime on this thread, as a worker's loop has.
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    }
+
+    /// A connected pair on loopback: (the sender's end, ours).
+    fn connected() -> (std::net::TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let theirs = std::net::TcpStream::connect(listener.local_addr().expect("its address"))
+            .expect("connected");
+        let (ours, _) = listener.accept().expect("accepted");
+        (theirs, ours)
     }
 
     /// Runs turns until each of `fds` (armed as slots 0, 1, ...) has received `len` bytes, a
@@ -633,17 +640,10 @@ mod tests {
         if let Err(e) = setup() {
             return eprintln!("skipped: no io_uring here ({e})");
         }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
+        let runtime = current_thread();
         runtime.block_on(async {
             let mut ring = Ring::new().expect("a ring");
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
-            let mut theirs =
-                std::net::TcpStream::connect(listener.local_addr().expect("its address"))
-                    .expect("connected");
-            let (ours, _) = listener.accept().expect("accepted");
+            let (mut theirs, ours) = connected();
             ring.recv(7, ours.as_raw_fd());
             ring.submit();
             assert!(!ring.has_work(), "nothing has arrived yet");
