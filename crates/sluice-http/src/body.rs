@@ -213,6 +213,11 @@ impl<'a> Words<'a> {
 impl<'a> KeyCheckIn<'a> {
     /// The body's key check, or `None` (see the type).
     pub fn parse(body: &'a [u8]) -> Option<KeyCheckIn<'a>> {
+        // Only an object: serde would also read a struct from an array of its fields, which
+        // the JSON tree's path refuses ("the body must be a JSON object").
+        if body.trim_ascii_start().first() != Some(&b'{') {
+            return None;
+        }
         serde_json::from_slice(body).ok()
     }
 
@@ -769,6 +774,14 @@ mod tests {
         assert!(parse_query("deny_status=200").is_err());
         assert!(parse_query("colour=red").is_err());
         assert!(parse_query("cost=-1").is_err());
+    }
+
+    #[test]
+    fn only_an_object_is_read_in_place() {
+        assert!(KeyCheckIn::parse(br#" {"key":"k","limit":5,"window":"1m"}"#).is_some());
+        // A struct's fields as an array: serde would take it; the JSON tree's path refuses it.
+        assert!(KeyCheckIn::parse(br#"["k",5,"1m",null,null,null,null]"#).is_none());
+        assert!(KeyCheckIn::parse(b"").is_none());
     }
 
     #[test]

@@ -48,9 +48,9 @@ pub const MAX_HEAD: usize = 32 << 10;
 /// A handler's answer, boxed: one allocation per request.
 pub type Answer = Pin<Box<dyn Future<Output = Response> + Send>>;
 
-/// One route served ahead of the router: requests with exactly this method and path (no
-/// query, trailing slash or escape: those go to the router, as would anything it does not
-/// route) go to `handler`.
+/// One route served ahead of the router: requests with exactly this method and path (the
+/// query is not part of the path; a trailing slash or an escape goes to the router, as does
+/// anything it does not route) go to `handler`.
 #[derive(Clone)]
 pub struct Ahead {
     pub method: Method,
