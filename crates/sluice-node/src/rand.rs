@@ -1,6 +1,6 @@
 //! One xorshift generator per thread, for random picks that need no cryptographic strength:
-//! the members SRANDMEMBER and friends return ([`crate::cmd`]'s `sample`), and the gaps
-//! between the allowed checks RL.TOP samples ([`crate::top`]).
+//! the members SRANDMEMBER and friends return (the commands' `sample`), and the gaps between
+//! the allowed checks RL.TOP samples (`top`). Imports nothing of the node.
 
 use std::cell::Cell;
 

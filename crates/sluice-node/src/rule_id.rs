@@ -1,5 +1,5 @@
-//! A rule's interned id, the number the check counters ([`crate::stats`]) and the heavy hitters
-//! ([`crate::top`]) record a check under; `stats` keeps the names.
+//! A rule's interned id, the number the check counters (`stats`) and the heavy hitters (`top`)
+//! record a check under; `stats` keeps the names. Imports nothing of the node.
 
 /// Rule ids: the unnamed rule, up to `MAX_RULES - 2` names, and `other`.
 pub const MAX_RULES: usize = 256;

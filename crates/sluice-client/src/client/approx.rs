@@ -26,7 +26,7 @@ use sluice_resp::value::{self, Value};
 use tokio::time::{Instant, timeout_at};
 
 use super::{Client, Inner, ReplyError};
-use crate::limit::{Decision, Limit, Source};
+use crate::limit::{Approximate, Decision, Limit, Source};
 use crate::node::CallError;
 
 /// Approximate-mode state of one key on this gateway.
@@ -432,7 +432,7 @@ impl Inner {
             st.last_sync = now;
             (st.epoch, st.lease_id, st.used, held, want)
         };
-        let ttl = (a.sync_every * 2).max(Duration::from_millis(1));
+        let ttl = lease_ttl(&a);
         let deadline = now + self.config.deadline.max(Duration::from_millis(100));
         let frame = lease_frame(&key, &limit, &self.holder, want, id, used, ttl);
         let result = self.call_key(&key, frame, deadline).await;
@@ -521,7 +521,7 @@ impl Inner {
         let Some(approx) = a.limit.approximate else {
             return;
         };
-        let ttl = (approx.sync_every * 2).max(Duration::from_millis(1));
+        let ttl = lease_ttl(&approx);
         let frame = lease_frame(&key, &a.limit, &self.holder, 0, a.lease_id, a.used, ttl);
         let inner = self.clone();
         tokio::spawn(async move {
@@ -535,6 +535,11 @@ impl Inner {
     pub(super) fn gateways(&self) -> u32 {
         self.config.gateways.max(1)
     }
+}
+
+/// How long the node keeps a lease without a renewal: two intervals (at least 1 ms).
+fn lease_ttl(a: &Approximate) -> Duration {
+    (a.sync_every * 2).max(Duration::from_millis(1))
 }
 
 /// The six integers of an `RL.LEASE` reply this client uses: lease id, held, remaining,
