@@ -195,7 +195,7 @@ bench_once() { # PORT CLIENT_CPUS P N KEYSPACE CMD... -> "rps p50 p99"
 
 # run TEST SIDE PORT CLIENT_CPUS P KEYSPACE CMD...: one measured run, appended to the results.
 run() {
-  local test=$1 side=$2 port=$3 cpus=$4 p=$5 r=$6 sizefile n probe pid t0 t1
+  local test=$1 side=$2 port=$3 cpus=$4 p=$5 r=$6 sizefile n probe pid u0 k0 u1 k1
   shift 6
   sizefile="$RES/n_${test}_${side}_$p"
   if [ ! -f "$sizefile" ]; then
@@ -205,13 +205,17 @@ run() {
   fi
   n=$(cat "$sizefile")
   pid=$([ "$port" = "$R_PORT" ] && echo "$R_PID" || echo "$S_PID")
-  t0=$(cpu_ticks "$pid")
+  read -r u0 k0 < <(cpu_split "$pid")
   bench_once "$port" "$cpus" "$p" "$n" "$r" "$@" | tee -a "$RES/${test}_${side}_$p" |
     awk -v t="$test" -v s="$side" -v p="$p" -v n="$n" \
       '{ printf "[bench] %-14s -P %-2s %-6s %9d rps  p50 %6.3f ms  p99 %6.3f ms  (-n %d)\n", t, p, s, $1, $2, $3, n }' >&2
-  t1=$(cpu_ticks "$pid")
-  awk -v d=$((t1 - t0)) -v t="$TICK_NS" -v n="$n" 'BEGIN { printf "%.0f\n", d * t / n }' \
+  read -r u1 k1 < <(cpu_split "$pid")
+  awk -v d=$((u1 - u0 + k1 - k0)) -v t="$TICK_NS" -v n="$n" 'BEGIN { printf "%.0f\n", d * t / n }' \
     >>"$RES/cpu_${test}_${side}_$p"
+  awk -v d=$((u1 - u0)) -v t="$TICK_NS" -v n="$n" 'BEGIN { printf "%.0f\n", d * t / n }' \
+    >>"$RES/user_${test}_${side}_$p"
+  awk -v d=$((k1 - k0)) -v t="$TICK_NS" -v n="$n" 'BEGIN { printf "%.0f\n", d * t / n }' \
+    >>"$RES/kernel_${test}_${side}_$p"
 }
 
 # pair TEST P ROUND KEYSPACE REDIS_CMD -- SLUICE_CMD: Redis and Sluice back to back, the order
@@ -400,6 +404,22 @@ for p in 1 16; do
 done
 cpu_row "PING --threads 2" PING-t2 16
 cpu_row "TOKEN --threads 2" TOKEN-t2 16
+echo
+echo "The same at -P 16, user and kernel time apart (utime and stime, medians of rounds; a"
+echo "column's two medians need not add up to the table above). At -P 16 the kernel's share"
+echo "(the socket reads and writes, and on loopback the peer's TCP receive work that a send runs)"
+echo "is most of a request on both sides."
+echo
+printf '| %-43s | %13s | %13s | %13s | %13s |\n' test "Redis user" "Redis kernel" "Sluice user" "Sluice kernel"
+echo "|---------------------------------------------|---------------|---------------|---------------|---------------|"
+split_row() { # LABEL TEST
+  awk -v l="$1" -v a="$(cpu_median "$RES/user_$2_redis_16")" -v b="$(cpu_median "$RES/kernel_$2_redis_16")" \
+    -v c="$(cpu_median "$RES/user_$2_sluice_16")" -v d="$(cpu_median "$RES/kernel_$2_sluice_16")" \
+    'BEGIN { printf "| %-43s | %13d | %13d | %13d | %13d |\n", l, a, b, c, d }'
+}
+split_row "PING" PING
+split_row "INCR" INCR
+for algo in TOKEN GCRA SLIDING; do split_row "$algo: EVALSHA vs RL.CHECK" "$algo"; done
 echo
 echo "S/R: Sluice ÷ Redis (rps; for bytes, lower is better). S/S-PING: RL.CHECK rps ÷ Sluice PING rps at the same -P."
 echo "S/steady, R/steady: churn rps ÷ steady-state TOKEN rps on the same side. t2/t1: Sluice --threads 2 ÷ --threads 1."

@@ -201,6 +201,11 @@ cpu_ticks() {
   awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
 }
 
+# cpu_split PID: the same two counts apart, "utime stime", in clock ticks.
+cpu_split() {
+  awk '{ sub(/^.*\) /, ""); print $12, $13 }' "/proc/$1/stat"
+}
+
 # path_without_protoc DIR: fills DIR with links to every command on PATH except protoc and
 # prints DIR, a PATH in which the build must still succeed. Dropping protoc's directory from
 # PATH is not enough: on a merged-/usr system /bin and /usr/bin are one directory, and it
