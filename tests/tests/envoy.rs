@@ -423,6 +423,51 @@ fn bad_requests_and_a_failing_store() {
     drop(full);
 }
 
+/// A token bucket checked through gRPC leaves the tokens gateways hold on lease (RL.LEASE on
+/// its store key), as RL.CHECK does: with 25 of 100 out, 100 more are over the limit.
+#[test]
+fn a_token_limit_sees_the_tokens_out_on_lease() {
+    let dir = TempDir::new("envoy-lease");
+    std::fs::write(
+        dir.path().join("leased.yaml"),
+        "domain: leased\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 100\n      algorithm: token\n",
+    )
+    .expect("write the config");
+    let grpc = free_port();
+    let server = Sluice::start_with(&[
+        "--grpc-port",
+        &grpc.to_string(),
+        "--envoy-config",
+        dir.path().to_str().expect("utf-8"),
+    ]);
+    let mut rls = Rls::connect(grpc);
+    let mut c = server.client();
+    let held: Vec<i64> = redis::cmd("RL.LEASE")
+        .arg(&[
+            "envoy:leased|k_v",
+            "100",
+            "1s",
+            "HOLDER",
+            "gw",
+            "WANT",
+            "25",
+            "TTL",
+            "1h",
+        ])
+        .query(&mut c)
+        .expect("RL.LEASE");
+    assert_eq!(held[1], 25, "{held:?}");
+    // The bucket alone would be full again a second later.
+    std::thread::sleep(Duration::from_millis(1100));
+    let k: &[(&str, &str)] = &[("k", "v")];
+    assert_eq!(
+        rls.one("leased", k, 100).code,
+        OVER,
+        "100 admitted with 25 on lease"
+    );
+    assert_eq!(rls.one("leased", k, 75).code, OK, "the 75 not on lease");
+}
+
 #[test]
 fn a_cluster_node_checks_its_own_keys_and_forwards_the_others_to_their_owner() {
     let dir = TempDir::new("envoy-cluster-config");

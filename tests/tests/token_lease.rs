@@ -522,3 +522,39 @@ fn a_check_sees_the_tokens_out_on_lease() {
     let rest = rl_check(&mut c, &["t", "100", "1s", "COST", "75"]).unwrap();
     assert_eq!(rest[0], 1, "the 75 not on lease: {rest:?}");
 }
+
+/// The same for the checks of several keys at once: `RL.HITS KEYS` (whose store call
+/// `RL.HIT` and `RL.ALLOW` share) admits no more than the tokens not on lease.
+#[test]
+fn a_multi_key_check_sees_the_tokens_out_on_lease() {
+    let server = Sluice::start();
+    let mut c = server.client();
+    let a = lease(
+        &mut c,
+        &["t", "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h"],
+    )
+    .unwrap();
+    assert_eq!(a[1], 25, "{a:?}");
+    std::thread::sleep(Duration::from_millis(1100));
+    let hits = |c: &mut Connection, cost: &str| -> Vec<redis::Value> {
+        redis::cmd("RL.HITS")
+            .arg(&["KEYS", "t", "100", "1s", "other", "100", "1s", "COST", cost])
+            .query(c)
+            .unwrap()
+    };
+    let all = hits(&mut c, "100");
+    assert_eq!(
+        all[0],
+        redis::Value::Int(0),
+        "100 admitted with 25 out on lease: {all:?}"
+    );
+    // Nothing of the refused call was taken: the other key is still full.
+    let other = rl_check(&mut c, &["other", "100", "1s", "COST", "0"]).unwrap();
+    assert_eq!(other[2], 100, "{other:?}");
+    let rest = hits(&mut c, "75");
+    assert_eq!(
+        rest[0],
+        redis::Value::Int(1),
+        "the 75 not on lease: {rest:?}"
+    );
+}

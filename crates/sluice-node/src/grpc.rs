@@ -146,9 +146,8 @@ impl sluice_grpc::Node for Front {
                         burst: c.limit,
                         cost: c.cost,
                     };
-                    shared
-                        .store
-                        .check(c.key, c.algo, &params, now, false)
+                    let ahead = sluice_store::Ahead::NONE;
+                    cmd::rl_check::check_key(shared, c.key, ahead, c.algo, &params, now, false)
                         .map_err(|e| cmd::CmdError::from(e).text("rl.check"))
                 }
             };

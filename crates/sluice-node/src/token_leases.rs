@@ -95,6 +95,17 @@ impl TokenLeases {
         self.len() == 0
     }
 
+    /// What a check of `key` by `algo` must leave to the holders: the tokens they hold when
+    /// it `writes` a TOKEN or GCRA bucket, else 0 (the windows' leased tokens count in their
+    /// window; a read leaves the bucket as it is). One load when no lease exists on the node.
+    pub fn held_for(&self, key: &[u8], algo: sluice_core::Algo, writes: bool) -> u64 {
+        use sluice_core::Algo;
+        match algo {
+            Algo::Token | Algo::Gcra if writes && !self.is_empty() => self.held(key),
+            _ => 0,
+        }
+    }
+
     /// The tokens the holders of `key` hold (RL.CHECK lowers a TOKEN or GCRA bucket to its
     /// capacity less these, as RL.LEASE does).
     pub fn held(&self, key: &[u8]) -> u64 {

@@ -166,6 +166,10 @@ pub struct Check<'a> {
     /// A denial of this check denies the whole call (false: a shadow check, judged and
     /// consumed like the others but never the reason for a denial).
     pub enforced: bool,
+    /// Tokens of this key out on lease (`RL.LEASE`): a TOKEN or GCRA bucket is lowered to its
+    /// capacity less these before it is checked ([`sluice_core::token_lease::cap_at_held`]).
+    /// Zero for the windows and where no lease is held.
+    pub held: u64,
 }
 
 /// `SET`'s `NX`/`XX` condition.
@@ -763,6 +767,9 @@ impl Store {
             let mut prior = None;
             let d = shard.limiter(h, c.key, now, limits, |slot| {
                 prior = slot.clone();
+                // Lowered here for the decision only (nothing of this pass is written); the
+                // second pass lowers it again, for good.
+                sluice_core::token_lease::cap_at_held(slot, c.algo, &c.params, c.held, now)?;
                 let d = sluice_core::check(slot, c.algo, &c.params, now, true)?;
                 Ok((d, None))
             })?;
@@ -781,6 +788,7 @@ impl Store {
         for (i, (c, &h)) in checks.iter().zip(&hashes).enumerate() {
             let writes = c.params.cost > 0;
             let result = guards[at[i]].limiter(h, c.key, now, limits, |slot| {
+                sluice_core::token_lease::cap_at_held(slot, c.algo, &c.params, c.held, now)?;
                 let d = sluice_core::check(slot, c.algo, &c.params, now, false)?;
                 Ok((d, writes.then_some(d.reset_after)))
             });
@@ -1578,6 +1586,7 @@ mod tests {
             algo: Algo::Token,
             params: params(limit),
             enforced,
+            held: 0,
         }
     }
 

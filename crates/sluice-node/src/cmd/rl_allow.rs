@@ -150,6 +150,11 @@ impl<'a> Command<'a> for RlAllow<'a> {
                 algo: a.algo,
                 params: a.params,
                 enforced: a.enforced,
+                held: (shared.token_leases).held_for(
+                    &a.key,
+                    a.algo,
+                    !self.dry && a.params.cost > 0,
+                ),
             })
             .collect();
         let mut decisions = Vec::with_capacity(checks.len());

@@ -66,32 +66,15 @@ impl<'a> Command<'a> for RlCheck<'a> {
     }
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-        // Gateways hold leases of this key's tokens (RL.LEASE, approximate mode): its bucket
-        // refills no further than its capacity less what they hold, here as there. One load
-        // when no lease exists on the node.
-        let held = match self.algo {
-            Algo::Token | Algo::Gcra if self.writes() && !ctx.shared.token_leases.is_empty() => {
-                ctx.shared.token_leases.held(self.key)
-            }
-            _ => 0,
-        };
-        let decision = if held > 0 {
-            let (algo, params, now) = (self.algo, &self.params, ctx.now);
-            ctx.shared.store.limiter(self.key, now, |slot| {
-                sluice_core::token_lease::cap_at_held(slot, algo, params, held, now)?;
-                let d = sluice_core::check(slot, algo, params, now, false)?;
-                Ok((d, Some(d.reset_after)))
-            })
-        } else {
-            ctx.shared.store.check_ahead(
-                self.key,
-                ctx.ahead,
-                self.algo,
-                &self.params,
-                ctx.now,
-                self.dry,
-            )
-        }
+        let decision = check_key(
+            ctx.shared,
+            self.key,
+            ctx.ahead,
+            self.algo,
+            &self.params,
+            ctx.now,
+            self.dry,
+        )
         .map_err(|e| check_error(e, self.algo, &self.params))?;
         if !self.dry {
             let stats = ctx.shared.stats.slot(ctx.session.thread);
@@ -122,6 +105,31 @@ impl<'a> Command<'a> for RlCheck<'a> {
         );
         Ok(())
     }
+}
+
+/// One key's check as RL.CHECK makes it (gRPC's too): `ahead` is the key's hash if the batch
+/// took it ([`crate::conn`]'s prefetch). Gateways that hold leases of this key's tokens
+/// (RL.LEASE, approximate mode) keep them: the bucket refills no further than its capacity
+/// less what they hold, here as there.
+#[inline]
+pub fn check_key(
+    shared: &crate::shared::Shared,
+    key: &[u8],
+    ahead: sluice_store::Ahead,
+    algo: Algo,
+    params: &Params,
+    now: sluice_core::Nanos,
+    dry: bool,
+) -> Result<sluice_core::Decision, StoreError> {
+    let held = (shared.token_leases).held_for(key, algo, !dry && params.cost > 0);
+    if held == 0 {
+        return (shared.store).check_ahead(key, ahead, algo, params, now, dry);
+    }
+    shared.store.limiter(key, now, |slot| {
+        sluice_core::token_lease::cap_at_held(slot, algo, params, held, now)?;
+        let d = sluice_core::check(slot, algo, params, now, false)?;
+        Ok((d, Some(d.reset_after)))
+    })
 }
 
 impl<'a> RlCheck<'a> {

@@ -354,6 +354,9 @@ impl<'a> Command<'a> for RlHits<'a> {
                 algo: c.algo,
                 params: c.params,
                 enforced: c.enforced,
+                held: shared
+                    .token_leases
+                    .held_for(c.key, c.algo, c.params.cost > 0),
             })
             .collect();
         let mut decisions = Vec::with_capacity(checks.len());
