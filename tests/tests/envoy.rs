@@ -34,6 +34,22 @@ struct Rls {
 }
 
 impl Rls {
+    /// A node serving gRPC with the Envoy config in `dir` (and `extra` flags), and a client
+    /// connected to it.
+    fn serve(dir: &TempDir, extra: &[&str]) -> (Sluice, Rls) {
+        let grpc = free_port().to_string();
+        let mut args = vec![
+            "--grpc-port",
+            grpc.as_str(),
+            "--envoy-config",
+            dir.path().to_str().expect("utf-8"),
+        ];
+        args.extend_from_slice(extra);
+        let server = Sluice::start_with(&args);
+        let rls = Rls::connect(grpc.parse().expect("a port"));
+        (server, rls)
+    }
+
     fn connect(port: u16) -> Rls {
         let rt = runtime();
         let client = wait_until(Duration::from_secs(10), || {
@@ -123,18 +139,16 @@ fn readme_examples_behave_as_documented() {
     ] {
         std::fs::write(dir.path().join(file), fixture(fixture_name)).expect("copy fixture");
     }
-    let (grpc, metrics) = (free_port(), free_port());
-    let server = Sluice::start_with(&[
-        "--grpc-port",
-        &grpc.to_string(),
-        "--metrics-port",
-        &metrics.to_string(),
-        "--envoy-config",
-        dir.path().to_str().expect("utf-8"),
-        "--envoy-headers",
-        "x-ratelimit",
-    ]);
-    let mut rls = Rls::connect(grpc);
+    let metrics = free_port();
+    let (server, mut rls) = Rls::serve(
+        &dir,
+        &[
+            "--metrics-port",
+            &metrics.to_string(),
+            "--envoy-headers",
+            "x-ratelimit",
+        ],
+    );
 
     readme_examples_1_to_5(&mut rls);
     readme_examples_6_to_11(&mut rls);
@@ -372,14 +386,7 @@ fn readme_examples_reloaded(dir: &TempDir, rls: &mut Rls) {
 fn bad_requests_and_a_failing_store() {
     let dir = TempDir::new("envoy-bad");
     std::fs::write(dir.path().join("example05.yaml"), fixture("example05")).expect("copy");
-    let grpc = free_port();
-    let server = Sluice::start_with(&[
-        "--grpc-port",
-        &grpc.to_string(),
-        "--envoy-config",
-        dir.path().to_str().expect("utf-8"),
-    ]);
-    let mut rls = Rls::connect(grpc);
+    let (server, mut rls) = Rls::serve(&dir, &[]);
     let azure: &[(&str, &str)] = &[("azure", "x")];
 
     let empty = rls.call_with(request("", &[(azure, None)], 1)).unwrap_err();
@@ -404,18 +411,7 @@ fn bad_requests_and_a_failing_store() {
     drop(server);
 
     // A store that cannot take the key answers UNAVAILABLE: Envoy's failure_mode_deny decides.
-    let grpc = free_port();
-    let full = Sluice::start_with(&[
-        "--grpc-port",
-        &grpc.to_string(),
-        "--envoy-config",
-        dir.path().to_str().expect("utf-8"),
-        "--maxmemory",
-        "1",
-        "--maxmemory-policy",
-        "reject",
-    ]);
-    let mut rls = Rls::connect(grpc);
+    let (full, mut rls) = Rls::serve(&dir, &["--maxmemory", "1", "--maxmemory-policy", "reject"]);
     let down = rls
         .call_with(request("internal", &[(azure, None)], 1))
         .unwrap_err();
@@ -433,14 +429,7 @@ fn a_token_limit_sees_the_tokens_out_on_lease() {
         "domain: leased\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 100\n      algorithm: token\n",
     )
     .expect("write the config");
-    let grpc = free_port();
-    let server = Sluice::start_with(&[
-        "--grpc-port",
-        &grpc.to_string(),
-        "--envoy-config",
-        dir.path().to_str().expect("utf-8"),
-    ]);
-    let mut rls = Rls::connect(grpc);
+    let (server, mut rls) = Rls::serve(&dir, &[]);
     let mut c = server.client();
     let held: Vec<i64> = redis::cmd("RL.LEASE")
         .arg(&[

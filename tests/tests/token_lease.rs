@@ -502,6 +502,18 @@ fn cluster_routing_applies_as_to_a_check() {
     assert!(e.starts_with("CLUSTERDOWN"), "{e}");
 }
 
+/// 25 of key `t`'s 100 a second taken on lease, then a second and more, after which the bucket
+/// alone would be full again.
+fn quarter_on_lease(c: &mut Connection) {
+    let a = lease(
+        c,
+        &["t", "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h"],
+    )
+    .unwrap();
+    assert_eq!(a[1], 25, "{a:?}");
+    std::thread::sleep(Duration::from_millis(1100));
+}
+
 /// A bucket with tokens out on lease refills no further than its capacity less them, for
 /// RL.CHECK as for RL.LEASE: the lease and a check of the whole capacity are never both
 /// admitted.
@@ -509,14 +521,7 @@ fn cluster_routing_applies_as_to_a_check() {
 fn a_check_sees_the_tokens_out_on_lease() {
     let server = Sluice::start();
     let mut c = server.client();
-    let a = lease(
-        &mut c,
-        &["t", "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h"],
-    )
-    .unwrap();
-    assert_eq!(a[1], 25, "{a:?}");
-    // A second and more: the bucket alone would be full again.
-    std::thread::sleep(Duration::from_millis(1100));
+    quarter_on_lease(&mut c);
     let all = rl_check(&mut c, &["t", "100", "1s", "COST", "100"]).unwrap();
     assert_eq!(all[0], 0, "100 admitted with 25 out on lease: {all:?}");
     let rest = rl_check(&mut c, &["t", "100", "1s", "COST", "75"]).unwrap();
@@ -529,13 +534,7 @@ fn a_check_sees_the_tokens_out_on_lease() {
 fn a_multi_key_check_sees_the_tokens_out_on_lease() {
     let server = Sluice::start();
     let mut c = server.client();
-    let a = lease(
-        &mut c,
-        &["t", "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h"],
-    )
-    .unwrap();
-    assert_eq!(a[1], 25, "{a:?}");
-    std::thread::sleep(Duration::from_millis(1100));
+    quarter_on_lease(&mut c);
     let hits = |c: &mut Connection, cost: &str| -> Vec<redis::Value> {
         redis::cmd("RL.HITS")
             .arg(&["KEYS", "t", "100", "1s", "other", "100", "1s", "COST", cost])
