@@ -340,10 +340,7 @@ pub async fn json_object(
 /// The bytes of a body the request says is JSON (see [`is_json`]), read as [`read_body`] does.
 pub async fn json_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Refusal> {
     if !is_json(headers) {
-        return Err(refuse(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "Content-Type: must be application/json",
-        ));
+        return Err(not_json());
     }
     read_body(body).await
 }
@@ -388,11 +385,24 @@ fn field_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
 
 /// Whether the request says its body is JSON (`application/json`, parameters allowed).
 pub fn is_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+    is_json_type(headers.get(header::CONTENT_TYPE).map(|v| v.as_bytes()))
+}
+
+/// [`is_json`] of a `Content-Type` value: text as `HeaderValue::to_str` takes it (visible
+/// ASCII, spaces and tabs), its media type `application/json` in any case.
+pub fn is_json_type(value: Option<&[u8]>) -> bool {
+    value
+        .filter(|v| v.iter().all(|&b| b == b'\t' || (32..127).contains(&b)))
+        .and_then(|v| v.split(|&b| b == b';').next())
+        .is_some_and(|m| m.trim_ascii().eq_ignore_ascii_case(b"application/json"))
+}
+
+/// The `415` of a body that is not JSON.
+pub fn not_json() -> Refusal {
+    refuse(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "Content-Type: must be application/json",
+    )
 }
 
 /// What `GET /v1/auth` may read from a subrequest's headers: each subject's header when the
@@ -701,6 +711,28 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
     use axum::response::IntoResponse;
+
+    #[test]
+    fn a_content_type_s_bytes_read_as_its_header_does() {
+        for value in [
+            &b"application/json"[..],
+            b"Application/JSON; charset=utf-8",
+            b" application/json\t;x",
+            b"application/jsonx",
+            b"text/plain",
+            b"application/json;\xc3\xa9",
+            b"",
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_bytes(value).unwrap(),
+            );
+            assert_eq!(is_json_type(Some(value)), is_json(&headers), "{value:?}");
+        }
+        assert!(!is_json_type(None));
+        assert!(!is_json(&HeaderMap::new()));
+    }
 
     fn args(flags: &[&str]) -> SubjectHeaders {
         #[derive(clap::Parser)]

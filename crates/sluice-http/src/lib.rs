@@ -2,7 +2,8 @@
 //! (`sluice proxy --http-port`): request bodies and gateway subjects as command words
 //! ([`body`]), a command's reply as a status, JSON body and rate limit headers ([`reply`],
 //! [`verdict`]), Bearer authentication, the listener that bounds connections and idle time
-//! ([`guard`]), the server loop with its header-read timeout ([`serve`]), what a gateway's
+//! ([`guard`]), the server loop with its header-read timeout ([`serve`]) and the one route it
+//! answers off the socket ([`direct`]), what a gateway's
 //! subrequest is believed about the client ([`trust`]), the OpenAPI document both serve, and
 //! the live page `/dashboard` with the pieces of its JSON ([`dashboard`]).
 //!
@@ -13,6 +14,7 @@ pub mod auth;
 pub mod body;
 pub mod dashboard;
 pub mod digits;
+pub mod direct;
 pub mod guard;
 pub mod reply;
 pub mod rule;

@@ -171,7 +171,7 @@ pub fn respond(v: &Verdict, deny: Option<StatusCode>) -> Response {
 }
 
 /// The header names of [`Verdict::headers`].
-fn header_name(name: &'static str) -> HeaderName {
+pub(crate) fn header_name(name: &'static str) -> HeaderName {
     const LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
     const REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
     const RESET: HeaderName = HeaderName::from_static("ratelimit-reset");

@@ -16,7 +16,9 @@
 //! A front may answer one route [`Ahead`] of its router: the node's `POST /v1/check`, the
 //! request its HTTP port exists for. That request skips the router's matching, its middleware
 //! (a boxed future and a cloned service each), its extractors (a cloned header map) and the
-//! peer's extension; the handler answers exactly what the routed one would.
+//! peer's extension; the handler answers exactly what the routed one would. Its requests that
+//! come as a keep-alive client sends them are answered before hyper reads the connection at
+//! all ([`crate::direct`]); the rest of such a connection goes to hyper when one does not.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -35,6 +37,7 @@ use hyper::service::Service;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::{TowerToHyperService, TowerToHyperServiceFuture};
 
+use crate::direct;
 use crate::guard::Guarded;
 use crate::trust::Peer;
 
@@ -50,12 +53,14 @@ pub type Answer = Pin<Box<dyn Future<Output = Response> + Send>>;
 
 /// One route served ahead of the router: requests with exactly this method and path (the
 /// query is not part of the path; a trailing slash or an escape goes to the router, as does
-/// anything it does not route) go to `handler`.
+/// anything it does not route) go to `handler`, or to `direct` when [`crate::direct`] serves
+/// them off the socket (`method` is then `POST`). Both answer what the routed handler would.
 #[derive(Clone)]
 pub struct Ahead {
     pub method: Method,
     pub path: &'static str,
     pub handler: Arc<dyn Fn(Request) -> Answer + Send + Sync>,
+    pub direct: Option<crate::direct::Handler>,
 }
 
 impl std::fmt::Debug for Ahead {
@@ -89,6 +94,16 @@ pub async fn serve_ahead(
             router: TowerToHyperService::new(app.clone().layer(Extension(Peer::of(addr)))),
         };
         tokio::spawn(async move {
+            let direct = (service.ahead.as_ref())
+                .filter(|a| a.method == Method::POST)
+                .and_then(|a| Some((a.path, a.direct.clone()?)));
+            let conn = match direct {
+                Some((path, handler)) => match direct::serve(conn, path, &handler).await {
+                    direct::Ended::Closed => return,
+                    direct::Ended::Handover(conn) => conn,
+                },
+                None => direct::Prefixed::new(conn),
+            };
             // A connection's errors (a reset, a bad head, the head timeout) end it alone.
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())

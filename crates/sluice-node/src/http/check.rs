@@ -30,8 +30,8 @@ use axum::extract::{Extension, RawQuery, Request, State};
 use axum::http::{HeaderMap, Uri, header};
 use axum::response::{IntoResponse, Response};
 use sluice_http::body::{
-    Allow, KeyCheckIn, SubjectHeaders, check_args, from_headers, json_body, key_window, object_of,
-    parse_query, prefixed_endpoint,
+    Allow, KeyCheckIn, SubjectHeaders, check_args, from_headers, is_json_type, json_body,
+    key_window, not_json, object_of, parse_query, prefixed_endpoint,
 };
 use sluice_http::reply::{respond, verdict_of};
 use sluice_http::trust::Peer;
@@ -59,8 +59,23 @@ pub async fn post_check_ahead(front: Arc<Front>, req: Request) -> Response {
     check(&front, &user, &parts.headers, body).await
 }
 
-/// A check's body as its command, run, and answered. A key check is read in place
-/// ([`KeyCheckIn`]); any other body through the JSON tree, which names what is wrong with it.
+/// `POST /v1/check` off the socket ([`sluice_http::direct`]): the login, the content type and
+/// the check of [`post_check_ahead`], on a body read whole with its head.
+pub async fn post_check_direct(
+    front: Arc<Front>,
+    req: sluice_http::direct::Request,
+) -> Result<Verdict, Refusal> {
+    let authorization = req.authorization.as_deref();
+    let Some(user) = super::login(&front.shared, authorization) else {
+        return Err(sluice_http::auth::unauthorized());
+    };
+    if !is_json_type(req.content_type.as_deref()) {
+        return Err(not_json());
+    }
+    check_body(&front, &user, &req.body).await
+}
+
+/// A check's body as its command, run, and answered.
 async fn check(
     front: &Front,
     user: &Arc<crate::acl::User>,
@@ -71,22 +86,28 @@ async fn check(
         Ok(b) => b,
         Err(r) => return r.into_response(),
     };
-    let decided = match KeyCheckIn::parse(&bytes) {
+    match check_body(front, user, &bytes).await {
+        Ok(v) => respond(&v, None),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// A check's JSON body as its command, run. A key check is read in place ([`KeyCheckIn`]); any
+/// other body through the JSON tree, which names what is wrong with it.
+async fn check_body(
+    front: &Front,
+    user: &Arc<crate::acl::User>,
+    bytes: &[u8],
+) -> Result<Verdict, Refusal> {
+    match KeyCheckIn::parse(bytes) {
         Some(key_check) => {
             let words = key_check.words();
             decide(front, user, words.as_slice(), key_check.window_ms()).await
         }
         None => {
-            let args = match object_of(&bytes).and_then(check_args) {
-                Ok(args) => args,
-                Err(r) => return r.into_response(),
-            };
+            let args = object_of(bytes).and_then(check_args)?;
             decide(front, user, &args, key_window(&args)).await
         }
-    };
-    match decided {
-        Ok(v) => respond(&v, None),
-        Err(r) => r.into_response(),
     }
 }
 

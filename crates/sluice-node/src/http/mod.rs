@@ -14,7 +14,8 @@
 //! # How a request is served
 //! `POST /v1/check`, the request this port exists for, is answered ahead of the router
 //! ([`sluice_http::serve::Ahead`]): the same login and the same check, without the router's
-//! matching, middleware and extractors.
+//! matching, middleware and extractors; as a keep-alive client sends it, without hyper
+//! ([`sluice_http::direct`]).
 //!
 //! Every request runs as the ACL user its credentials name ([`login`]), and every route as the
 //! commands it stands for, through the command table in one session of this thread
@@ -235,7 +236,13 @@ fn check_ahead(front: Arc<Front>) -> sluice_http::serve::Ahead {
     sluice_http::serve::Ahead {
         method: axum::http::Method::POST,
         path: "/v1/check",
-        handler: Arc::new(move |req| Box::pin(check::post_check_ahead(front.clone(), req))),
+        handler: Arc::new({
+            let front = front.clone();
+            move |req| Box::pin(check::post_check_ahead(front.clone(), req))
+        }),
+        direct: Some(Arc::new(move |req| {
+            Box::pin(check::post_check_direct(front.clone(), req))
+        })),
     }
 }
 
