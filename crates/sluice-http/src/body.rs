@@ -147,6 +147,38 @@ pub struct KeyCheckIn<'a> {
     dry: Option<bool>,
 }
 
+/// A JSON string of printable ASCII without escapes, and what follows it.
+fn plain_bytes(json: &[u8]) -> Option<(&[u8], &[u8])> {
+    let json = json.strip_prefix(b"\"")?;
+    for (at, &b) in json.iter().enumerate() {
+        if b == b'"' {
+            return Some((&json[..at], &json[at + 1..]));
+        }
+        if !(0x20..0x7f).contains(&b) || b == b'\\' {
+            return None;
+        }
+    }
+    None
+}
+
+/// [`plain_bytes`] as text.
+fn plain_text(json: &[u8]) -> Option<(&str, &[u8])> {
+    let (text, rest) = plain_bytes(json)?;
+    Some((std::str::from_utf8(text).ok()?, rest))
+}
+
+/// A JSON integer of at most 19 digits without a sign or a leading zero, and what follows it.
+fn plain_u64(json: &[u8]) -> Option<(u64, &[u8])> {
+    let digits = json.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 || (digits > 1 && json[0] == b'0') {
+        return None;
+    }
+    let n = json[..digits]
+        .iter()
+        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    Some((n, &json[digits..]))
+}
+
 /// A key check's window as sent: a duration text or integer seconds.
 #[derive(Debug, Clone, Copy)]
 enum WindowIn<'a> {
@@ -218,7 +250,72 @@ impl<'a> KeyCheckIn<'a> {
         if body.trim_ascii_start().first() != Some(&b'{') {
             return None;
         }
-        serde_json::from_slice(body).ok()
+        KeyCheckIn::plain(body).or_else(|| serde_json::from_slice(body).ok())
+    }
+
+    /// [`KeyCheckIn::parse`] of the bodies clients send, without serde: an object with no
+    /// whitespace, escape, `null` or non-ASCII text, its numbers integers without a sign,
+    /// fraction or leading zero, each field at most once. What this takes, serde takes to the
+    /// same fields (a test compares); anything else is `None` here and serde reads it.
+    fn plain(body: &'a [u8]) -> Option<KeyCheckIn<'a>> {
+        fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+            slot.is_none().then(|| *slot = Some(value))
+        }
+        let mut rest = body.strip_prefix(b"{")?;
+        let mut check = KeyCheckIn {
+            key: "",
+            limit: 0,
+            window: WindowIn::Seconds(0),
+            burst: None,
+            cost: None,
+            algo: None,
+            dry: None,
+        };
+        let (mut key, mut limit, mut window) = (None, None, None);
+        loop {
+            let (name, after) = plain_bytes(rest)?;
+            rest = after.strip_prefix(b":")?;
+            rest = match name {
+                b"key" => plain_text(rest).and_then(|(v, r)| once(&mut key, v).map(|()| r))?,
+                b"limit" => plain_u64(rest).and_then(|(v, r)| once(&mut limit, v).map(|()| r))?,
+                b"window" | b"period" => {
+                    let (w, r) = match rest.first()? {
+                        b'"' => plain_text(rest).map(|(t, r)| (WindowIn::Text(t), r))?,
+                        _ => plain_u64(rest).map(|(n, r)| (WindowIn::Seconds(n), r))?,
+                    };
+                    once(&mut window, w)?;
+                    r
+                }
+                b"burst" => {
+                    plain_u64(rest).and_then(|(v, r)| once(&mut check.burst, v).map(|()| r))?
+                }
+                b"cost" => {
+                    plain_u64(rest).and_then(|(v, r)| once(&mut check.cost, v).map(|()| r))?
+                }
+                b"algo" => {
+                    plain_text(rest).and_then(|(v, r)| once(&mut check.algo, v).map(|()| r))?
+                }
+                b"dry" => {
+                    let (v, r) = if let Some(r) = rest.strip_prefix(b"true") {
+                        (true, r)
+                    } else {
+                        (false, rest.strip_prefix(b"false")?)
+                    };
+                    once(&mut check.dry, v)?;
+                    r
+                }
+                _ => return None,
+            };
+            match rest.split_first()? {
+                (b',', after) => rest = after,
+                (b'}', b"") => break,
+                _ => return None,
+            }
+        }
+        check.key = key?;
+        check.limit = limit?;
+        check.window = window?;
+        Some(check)
     }
 
     /// `RL.CHECK key limit window ...`, word for word what [`KeyCheck::args`] gives.
@@ -711,6 +808,51 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
     use axum::response::IntoResponse;
+
+    #[test]
+    fn a_plain_body_reads_as_serde_reads_it() {
+        let bodies = [
+            &br#"{"key":"rlt:000000012345","limit":1000000,"period":100000000}"#[..],
+            br#"{"limit":5,"window":"1m","key":"k","burst":7,"cost":2,"algo":"GCRA","dry":true}"#,
+            br#"{"key":"k","limit":5,"window":60,"dry":false}"#,
+            br#"{"key":"","limit":0,"window":""}"#,
+            br#"{"key":"k","limit":18446744073709551615,"window":1}"#,
+            br#"{"key":"k","limit":9999999999999999999,"window":1}"#,
+            br#"{"key":"k","limit":5,"window":1,"period":2}"#,
+            br#"{"key":"k","limit":5,"window":1,"limit":6}"#,
+            br#"{"key":"k","limit":05,"window":1}"#,
+            br#"{"key":"k","limit":5.0,"window":1}"#,
+            br#"{"key":"k","limit":-5,"window":1}"#,
+            br#"{"key":"k","limit":5,"window":1e3}"#,
+            br#"{"key":"k\"x","limit":5,"window":1}"#,
+            b"{\"key\":\"\xc3\xa9\",\"limit\":5,\"window\":1}",
+            br#"{"key":"k","limit":5,"window":1,"burst":null}"#,
+            br#"{"key":"k","limit":5,"window":1,"other":1}"#,
+            br#"{"key":"k","limit":5}"#,
+            br#"{"key":"k", "limit":5,"window":1}"#,
+            br#"{"key":"k","limit":5,"window":1} "#,
+            br#"{"key":"k","limit":5,"window":1}x"#,
+            br#"{"key":"k","limit":5,"window":1,}"#,
+            br#"{"key":5,"limit":5,"window":1}"#,
+            br#"{"key":"k","limit":5,"window":true}"#,
+            br#"{"key":"k","limit":5,"window":1,"dry":tru}"#,
+            b"{}",
+            b"{",
+        ];
+        for body in bodies {
+            let by_serde = serde_json::from_slice::<KeyCheckIn<'_>>(body).ok();
+            if let Some(plain) = KeyCheckIn::plain(body) {
+                assert_eq!(
+                    Some(format!("{plain:?}")),
+                    by_serde.map(|c| format!("{c:?}")),
+                    "{}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
+        assert!(KeyCheckIn::plain(bodies[0]).is_some());
+        assert!(KeyCheckIn::plain(bodies[1]).is_some());
+    }
 
     #[test]
     fn a_content_type_s_bytes_read_as_its_header_does() {
