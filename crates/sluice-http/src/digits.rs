@@ -51,10 +51,12 @@ impl AsRef<[u8]> for Digits {
 
 /// Appends `n` in decimal, with a `-` when negative, as `Display` writes it.
 pub fn push_int(out: &mut Vec<u8>, n: i64) {
-    if n < 0 {
-        out.push(b'-');
-    }
-    out.extend_from_slice(Digits::of(n.unsigned_abs()).as_ref());
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// Appends `n` in decimal.
+pub fn push_uint(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 #[cfg(test)]
@@ -70,6 +72,9 @@ mod tests {
         }
         for n in (0..=1_000u64).chain([u64::MAX, 1 << 40]) {
             assert_eq!(Digits::of(n).as_ref(), n.to_string().as_bytes());
+            let mut out = Vec::new();
+            push_uint(&mut out, n);
+            assert_eq!(out, n.to_string().as_bytes());
         }
     }
 }

@@ -36,8 +36,9 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
-use crate::reply::{Refusal, header_name};
+use crate::reply::Refusal;
 use crate::serve::{HEAD_TIMEOUT, MAX_HEAD};
+use crate::verdict::Part;
 use crate::{MAX_BODY, Verdict};
 
 /// The most header lines of a head served here; a head with more goes to hyper, which takes
@@ -144,20 +145,18 @@ fn write_verdict(v: &Verdict, out: &mut Vec<u8>, body: &mut Vec<u8>) {
     });
     out.extend_from_slice(b"content-type: application/json\r\n");
     v.each_header(|name, parts| {
-        let line = out.len();
-        out.extend_from_slice(header_name(name).as_str().as_bytes());
+        // As `respond`, which leaves out a value a header cannot carry (numbers always can).
+        let carried = |p: &Part<'_>| match p {
+            Part::Text(t) => t.bytes().all(|b| b == b'\t' || (b >= 32 && b != 127)),
+            Part::Int(_) | Part::Uint(_) => true,
+        };
+        if !parts.iter().all(carried) {
+            return;
+        }
+        out.extend_from_slice(name.wire().as_bytes());
         out.extend_from_slice(b": ");
-        let value = out.len();
         for part in parts {
             part.write(out);
-        }
-        // As `respond`, which leaves out a value a header cannot carry.
-        if !out[value..]
-            .iter()
-            .all(|&b| b == b'\t' || (b >= 32 && b != 127))
-        {
-            out.truncate(line);
-            return;
         }
         out.extend_from_slice(b"\r\n");
     });
@@ -271,7 +270,7 @@ fn digits(value: &[u8]) -> Option<usize> {
 fn push_tail(out: &mut Vec<u8>, with_date: bool, length: Option<usize>) {
     if let Some(n) = length {
         out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(crate::digits::Digits::of(n as u64).as_ref());
+        crate::digits::push_uint(out, n as u64);
         out.extend_from_slice(b"\r\n");
     }
     if with_date {

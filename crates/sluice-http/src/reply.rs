@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use sluice_resp::Value;
 
-use crate::verdict::Verdict;
+use crate::verdict::{Header, Verdict};
 
 /// A refused request: the response to send, boxed so that a `Result` carrying it stays small.
 #[derive(Debug)]
@@ -140,7 +140,7 @@ pub fn respond(v: &Verdict, deny: Option<StatusCode>) -> Response {
         deny.unwrap_or(StatusCode::TOO_MANY_REQUESTS)
     };
     let mut buf = Vec::with_capacity(384);
-    let mut values: [(&'static str, usize); 6] = [("", 0); 6];
+    let mut values: [(Header, usize); 6] = [(Header::Limit, 0); 6];
     let mut count = 0;
     v.each_header(|name, parts| {
         for part in parts {
@@ -170,20 +170,20 @@ pub fn respond(v: &Verdict, deny: Option<StatusCode>) -> Response {
     r
 }
 
-/// The header names of [`Verdict::headers`].
-pub(crate) fn header_name(name: &'static str) -> HeaderName {
+/// A header of [`Verdict::each_header`] as a header map's name.
+fn header_name(h: Header) -> HeaderName {
     const LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
     const REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
     const RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
     const POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
     const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-    match name {
-        "RateLimit-Limit" => LIMIT,
-        "RateLimit-Remaining" => REMAINING,
-        "RateLimit-Reset" => RESET,
-        "RateLimit-Policy" => POLICY,
-        "RateLimit" => RATELIMIT,
-        _ => header::RETRY_AFTER,
+    match h {
+        Header::Limit => LIMIT,
+        Header::Remaining => REMAINING,
+        Header::Reset => RESET,
+        Header::Policy => POLICY,
+        Header::RateLimit => RATELIMIT,
+        Header::RetryAfter => header::RETRY_AFTER,
     }
 }
 

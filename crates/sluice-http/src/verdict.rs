@@ -13,7 +13,7 @@
 
 use serde::Serialize;
 
-use crate::digits::{Digits, push_int};
+use crate::digits::{push_int, push_uint};
 
 /// One check's answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -89,14 +89,14 @@ impl Verdict {
             for part in parts {
                 part.write(&mut value);
             }
-            h.push((name, String::from_utf8_lossy(&value).into_owned()));
+            h.push((name.name(), String::from_utf8_lossy(&value).into_owned()));
         });
         h
     }
 
     /// [`Verdict::headers`] one by one, each value in parts for the caller to write where it
     /// goes, without a string of its own.
-    pub fn each_header(&self, mut put: impl FnMut(&'static str, &[Part<'_>])) {
+    pub fn each_header(&self, mut put: impl FnMut(Header, &[Part<'_>])) {
         if self.unlimited() {
             return;
         }
@@ -109,13 +109,13 @@ impl Verdict {
             None => "\"default\"",
         };
         let reset = ceil_secs(self.reset_after_ms);
-        put("RateLimit-Limit", &[Part::Int(self.limit)]);
-        put("RateLimit-Remaining", &[Part::Int(self.remaining)]);
-        put("RateLimit-Reset", &[Part::Int(reset)]);
+        put(Header::Limit, &[Part::Int(self.limit)]);
+        put(Header::Remaining, &[Part::Int(self.remaining)]);
+        put(Header::Reset, &[Part::Int(reset)]);
         let policy = [Part::Text(name), Part::Text(";q="), Part::Int(self.limit)];
         match self.window_ms {
             Some(w) => put(
-                "RateLimit-Policy",
+                Header::Policy,
                 &[
                     policy[0],
                     policy[1],
@@ -124,10 +124,10 @@ impl Verdict {
                     Part::Uint(w.div_ceil(1000)),
                 ],
             ),
-            None => put("RateLimit-Policy", &policy),
+            None => put(Header::Policy, &policy),
         }
         put(
-            "RateLimit",
+            Header::RateLimit,
             &[
                 Part::Text(name),
                 Part::Text(";r="),
@@ -138,7 +138,7 @@ impl Verdict {
         );
         if !self.allowed && self.retry_after_ms >= 0 {
             put(
-                "Retry-After",
+                Header::RetryAfter,
                 &[Part::Int(ceil_secs(self.retry_after_ms).max(1))],
             );
         }
@@ -170,6 +170,43 @@ impl Verdict {
     }
 }
 
+/// A rate limit header of [`Verdict::each_header`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Header {
+    Limit,
+    Remaining,
+    Reset,
+    Policy,
+    RateLimit,
+    RetryAfter,
+}
+
+impl Header {
+    /// The name as the drafts spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Header::Limit => "RateLimit-Limit",
+            Header::Remaining => "RateLimit-Remaining",
+            Header::Reset => "RateLimit-Reset",
+            Header::Policy => "RateLimit-Policy",
+            Header::RateLimit => "RateLimit",
+            Header::RetryAfter => "Retry-After",
+        }
+    }
+
+    /// The name as HTTP/1 writes it from a header map: lowercase.
+    pub fn wire(self) -> &'static str {
+        match self {
+            Header::Limit => "ratelimit-limit",
+            Header::Remaining => "ratelimit-remaining",
+            Header::Reset => "ratelimit-reset",
+            Header::Policy => "ratelimit-policy",
+            Header::RateLimit => "ratelimit",
+            Header::RetryAfter => "retry-after",
+        }
+    }
+}
+
 /// A piece of a header value: text, or a number in decimal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part<'a> {
@@ -184,7 +221,7 @@ impl Part<'_> {
         match *self {
             Part::Text(t) => out.extend_from_slice(t.as_bytes()),
             Part::Int(n) => push_int(out, n),
-            Part::Uint(n) => out.extend_from_slice(Digits::of(n).as_ref()),
+            Part::Uint(n) => push_uint(out, n),
         }
     }
 }
