@@ -558,7 +558,7 @@ fn a_request_head_that_never_completes_is_cut_off_within_the_bound() {
         assert_eq!(r.status, 200);
         std::thread::sleep(Duration::from_millis(200));
     }
-    // The bound is 10 s (sluice_http::serve::HEAD_TIMEOUT); the idle close would take 30 s.
+    // The bound is 10 s (sluice_http::HEAD_TIMEOUT); the idle close would take 30 s.
     for (what, cut) in [("half", half), ("trickle", trickle)] {
         let took = cut
             .join()

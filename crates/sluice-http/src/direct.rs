@@ -37,9 +37,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
 use crate::reply::Refusal;
-use crate::serve::{HEAD_TIMEOUT, MAX_HEAD};
 use crate::verdict::Part;
-use crate::{MAX_BODY, Verdict};
+use crate::{HEAD_TIMEOUT, MAX_BODY, MAX_HEAD, Verdict};
 
 /// The most header lines of a head served here; a head with more goes to hyper, which takes
 /// up to 100.

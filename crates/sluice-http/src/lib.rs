@@ -39,6 +39,13 @@ pub const MAX_BODY: usize = 64 << 10;
 /// How long a body may take to arrive once its headers have.
 pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
 
+/// How long a request head may take to arrive ([`serve`], [`direct`]).
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest request head (request line and headers), nginx's default bound
+/// (`large_client_header_buffers 4 8k`): a gateway's subrequest is well under 4 KiB.
+pub const MAX_HEAD: usize = 32 << 10;
+
 /// The OpenAPI 3.1 document of the routes.
 pub const OPENAPI: &str = include_str!("openapi.json");
 

@@ -25,7 +25,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::extract::Request;
 use axum::http::Method;
@@ -40,13 +39,7 @@ use hyper_util::service::{TowerToHyperService, TowerToHyperServiceFuture};
 use crate::direct;
 use crate::guard::Guarded;
 use crate::trust::Peer;
-
-/// How long a request head may take to arrive.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The largest request head (request line and headers), nginx's default bound
-/// (`large_client_header_buffers 4 8k`): a gateway's subrequest is well under 4 KiB.
-pub const MAX_HEAD: usize = 32 << 10;
+use crate::{HEAD_TIMEOUT, MAX_HEAD};
 
 /// A handler's answer, boxed: one allocation per request.
 pub type Answer = Pin<Box<dyn Future<Output = Response> + Send>>;
