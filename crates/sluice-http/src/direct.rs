@@ -109,13 +109,27 @@ where
             Parsed::Partial | Parsed::Other => return handover(io, buf, &out).await,
         };
         let whole = buf.split_to(request.len).freeze();
-        let answer = handler(Request {
+        let mut answer = handler(Request {
             authorization: request.authorization.map(|r| whole.slice(r)),
             content_type: request.content_type.map(|r| whole.slice(r)),
             body: whole.slice(request.body),
-        })
-        .await;
+        });
         drop(whole);
+        // Answers to the requests before this one wait in `out` only while this one is
+        // answered at once: one that waits (a check forwarded to its owner) sends them first.
+        let ready = std::future::poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx))).await;
+        let answer = match ready {
+            Poll::Ready(answer) => answer,
+            Poll::Pending => {
+                if !out.is_empty() {
+                    if io.write_all(&out).await.is_err() {
+                        return Ended::Closed;
+                    }
+                    out.clear();
+                }
+                answer.await
+            }
+        };
         let keep_alive = match answer {
             Ok(v) => {
                 write_verdict(&v, &mut out, &mut body);

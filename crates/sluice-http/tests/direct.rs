@@ -46,7 +46,16 @@ async fn server() -> std::net::SocketAddr {
                 }
             })
         }),
-        direct: Some(Arc::new(|req| Box::pin(async move { answer(&req.body) }))),
+        direct: Some(Arc::new(|req| {
+            Box::pin(async move {
+                if &req.body[..] == b"slow" {
+                    // A check that waits, as one forwarded to its owner does.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    return answer(b"allow");
+                }
+                answer(&req.body)
+            })
+        })),
     };
     let app = Router::new().route("/healthz", get(|| async { "ok" }));
     tokio::spawn(serve_ahead(
@@ -146,6 +155,11 @@ async fn a_connection_goes_on_in_hyper_after_what_it_does_not_serve() {
         text.ends_with("<end>"),
         "closed after Connection: close: {text}"
     );
+    // An answer that waits comes after the one before it, and the next after it.
+    let three = post("/v1/check", "deny") + &post("/v1/check", "slow") + &post("/v1/check", "deny");
+    let text = exchange(addr, &[&three], 3).await;
+    let statuses: Vec<&str> = text.split("HTTP/1.1 ").skip(1).map(|r| &r[..3]).collect();
+    assert_eq!(statuses, ["429", "200", "429"], "{text}");
     // A head in pieces is read whole and served; a body split from its head goes to hyper.
     let check = post("/v1/check", "allow");
     let (head, body) = check.split_at(check.len() - 5);
