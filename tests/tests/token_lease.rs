@@ -502,12 +502,12 @@ fn cluster_routing_applies_as_to_a_check() {
     assert!(e.starts_with("CLUSTERDOWN"), "{e}");
 }
 
-/// 25 of key `t`'s 100 a second taken on lease, then a second and more, after which the bucket
+/// 25 of `key`'s 100 a second taken on lease, then a second and more, after which the bucket
 /// alone would be full again.
-fn quarter_on_lease(c: &mut Connection) {
+fn quarter_on_lease(c: &mut Connection, key: &str) {
     let a = lease(
         c,
-        &["t", "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h"],
+        &[key, "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h"],
     )
     .unwrap();
     assert_eq!(a[1], 25, "{a:?}");
@@ -521,7 +521,7 @@ fn quarter_on_lease(c: &mut Connection) {
 fn a_check_sees_the_tokens_out_on_lease() {
     let server = Sluice::start();
     let mut c = server.client();
-    quarter_on_lease(&mut c);
+    quarter_on_lease(&mut c, "t");
     let all = rl_check(&mut c, &["t", "100", "1s", "COST", "100"]).unwrap();
     assert_eq!(all[0], 0, "100 admitted with 25 out on lease: {all:?}");
     let rest = rl_check(&mut c, &["t", "100", "1s", "COST", "75"]).unwrap();
@@ -534,7 +534,7 @@ fn a_check_sees_the_tokens_out_on_lease() {
 fn a_multi_key_check_sees_the_tokens_out_on_lease() {
     let server = Sluice::start();
     let mut c = server.client();
-    quarter_on_lease(&mut c);
+    quarter_on_lease(&mut c, "t");
     let hits = |c: &mut Connection, cost: &str| -> Vec<redis::Value> {
         redis::cmd("RL.HITS")
             .arg(&["KEYS", "t", "100", "1s", "other", "100", "1s", "COST", cost])
@@ -555,5 +555,81 @@ fn a_multi_key_check_sees_the_tokens_out_on_lease() {
         rest[0],
         redis::Value::Int(1),
         "the 75 not on lease: {rest:?}"
+    );
+}
+
+/// A rule's bucket (`RL.HIT rule subject`, bucket `rule:subject`) keeps them too.
+#[test]
+fn a_rule_check_sees_the_tokens_out_on_lease() {
+    let server = Sluice::start();
+    let mut c = server.client();
+    let set: redis::RedisResult<i64> = redis::cmd("RL.RULE")
+        .arg(&["SET", "r", "LIMIT", "100", "WINDOW", "1s", "ALGO", "TOKEN"])
+        .query(&mut c);
+    set.expect("RL.RULE SET");
+    quarter_on_lease(&mut c, "r:u");
+    let hit = |c: &mut Connection, cost: &str| -> Vec<redis::Value> {
+        redis::cmd("RL.HIT")
+            .arg(&["r", "u", "COST", cost])
+            .query(c)
+            .unwrap()
+    };
+    let all = hit(&mut c, "100");
+    assert_eq!(
+        all[0],
+        redis::Value::Int(0),
+        "100 admitted with 25 out on lease: {all:?}"
+    );
+    let rest = hit(&mut c, "75");
+    assert_eq!(
+        rest[0],
+        redis::Value::Int(1),
+        "the 75 not on lease: {rest:?}"
+    );
+}
+
+/// A DRY check answers as its real call would, and changes nothing.
+#[test]
+fn a_dry_check_sees_the_tokens_out_on_lease() {
+    let server = Sluice::start();
+    let mut c = server.client();
+    quarter_on_lease(&mut c, "t");
+    let dry = rl_check(&mut c, &["t", "100", "1s", "COST", "100", "DRY"]).unwrap();
+    assert_eq!(dry[0], 0, "a dry 100 with 25 out on lease: {dry:?}");
+    let dry = rl_check(&mut c, &["t", "100", "1s", "COST", "75", "DRY"]).unwrap();
+    assert_eq!(dry[0], 1, "a dry 75: {dry:?}");
+    let real = rl_check(&mut c, &["t", "100", "1s", "COST", "75"]).unwrap();
+    assert_eq!(
+        real[0], 1,
+        "the 75 not on lease, after the dry checks: {real:?}"
+    );
+}
+
+/// A multi-key call that is refused takes nothing, the tokens above the holders' share
+/// included: the bucket reads as it would have without the call.
+#[test]
+fn a_refused_multi_key_check_lowers_nothing() {
+    let server = Sluice::start();
+    let mut c = server.client();
+    // 100 per 10 s: 75 left after the lease, 90 a second and a half later.
+    let a = lease(
+        &mut c,
+        &["t", "100", "10s", "HOLDER", "gw", "WANT", "25", "TTL", "1h"],
+    )
+    .unwrap();
+    assert_eq!(a[1], 25, "{a:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let refused: Vec<redis::Value> = redis::cmd("RL.HITS")
+        .arg(&[
+            "KEYS", "t", "100", "10s", "other", "100", "10s", "COST", "100",
+        ])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(refused[0], redis::Value::Int(0), "{refused:?}");
+    let left = rl_check(&mut c, &["t", "100", "10s", "COST", "0"]).unwrap();
+    assert!(
+        left[2] >= 89,
+        "the refused call lowered the bucket to {}",
+        left[2]
     );
 }

@@ -403,6 +403,29 @@ pub fn cap_at_held(
     Ok(check(slot, algo, &burn, now, false)?.allowed)
 }
 
+/// A check of `algo` that leaves the tokens `held` on lease to their holders ([`cap_at_held`]):
+/// the bucket is lowered first, for good when the check writes, and on a copy when it is `dry`,
+/// so that a dry check answers as its real call would and still changes nothing.
+pub fn check_keeping_held(
+    slot: &mut Option<State>,
+    algo: Algo,
+    params: &Params,
+    held: u64,
+    now: Nanos,
+    dry: bool,
+) -> Result<Decision, CheckError> {
+    if held == 0 {
+        return check(slot, algo, params, now, dry);
+    }
+    if dry {
+        let mut copy = slot.clone();
+        cap_at_held(&mut copy, algo, params, held, now)?;
+        return check(&mut copy, algo, params, now, true);
+    }
+    cap_at_held(slot, algo, params, held, now)?;
+    check(slot, algo, params, now, false)
+}
+
 /// The end of the window a check at `now` counts in (FIXED, SLIDING); `None` for the buckets.
 fn window_end(slot: &Option<State>, algo: Algo, params: &Params, now: Nanos) -> Option<Nanos> {
     windowed(algo).then(|| current_start(slot, algo, params, now).saturating_add(params.period))

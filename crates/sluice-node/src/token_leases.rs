@@ -96,12 +96,13 @@ impl TokenLeases {
     }
 
     /// What a check of `key` by `algo` must leave to the holders: the tokens they hold when
-    /// it `writes` a TOKEN or GCRA bucket, else 0 (the windows' leased tokens count in their
-    /// window; a read leaves the bucket as it is). One load when no lease exists on the node.
-    pub fn held_for(&self, key: &[u8], algo: sluice_core::Algo, writes: bool) -> u64 {
+    /// it `spends` from a TOKEN or GCRA bucket (a cost above 0, DRY or not), else 0 (the
+    /// windows' leased tokens count in their window; a read of cost 0 reports the bucket as it
+    /// is). One load when no lease exists on the node.
+    pub fn held_for(&self, key: &[u8], algo: sluice_core::Algo, spends: bool) -> u64 {
         use sluice_core::Algo;
         match algo {
-            Algo::Token | Algo::Gcra if writes && !self.is_empty() => self.held(key),
+            Algo::Token | Algo::Gcra if spends && !self.is_empty() => self.held(key),
             _ => 0,
         }
     }

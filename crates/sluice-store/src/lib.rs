@@ -55,6 +55,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use bytes::Bytes;
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
+use sluice_core::token_lease::check_keeping_held;
 use sluice_core::{Algo, CheckError, Decision, Nanos, Params, State};
 use sluice_repl::{Record, SnapshotWriter};
 
@@ -767,10 +768,10 @@ impl Store {
             let mut prior = None;
             let d = shard.limiter(h, c.key, now, limits, |slot| {
                 prior = slot.clone();
-                // Lowered here for the decision only (nothing of this pass is written); the
-                // second pass lowers it again, for good.
-                sluice_core::token_lease::cap_at_held(slot, c.algo, &c.params, c.held, now)?;
-                let d = sluice_core::check(slot, c.algo, &c.params, now, true)?;
+                // Dry: the bucket is lowered on a copy, so a denied call changes nothing; the
+                // second pass lowers it for good.
+                let (algo, params) = (c.algo, &c.params);
+                let d = check_keeping_held(slot, algo, params, c.held, now, true)?;
                 Ok((d, None))
             })?;
             let deadline = match shard.ttl(h, c.key, now) {
@@ -788,8 +789,7 @@ impl Store {
         for (i, (c, &h)) in checks.iter().zip(&hashes).enumerate() {
             let writes = c.params.cost > 0;
             let result = guards[at[i]].limiter(h, c.key, now, limits, |slot| {
-                sluice_core::token_lease::cap_at_held(slot, c.algo, &c.params, c.held, now)?;
-                let d = sluice_core::check(slot, c.algo, &c.params, now, false)?;
+                let d = check_keeping_held(slot, c.algo, &c.params, c.held, now, false)?;
                 Ok((d, writes.then_some(d.reset_after)))
             });
             match result {

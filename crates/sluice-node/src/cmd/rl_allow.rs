@@ -150,21 +150,16 @@ impl<'a> Command<'a> for RlAllow<'a> {
                 algo: a.algo,
                 params: a.params,
                 enforced: a.enforced,
-                held: (shared.token_leases).held_for(
-                    &a.key,
-                    a.algo,
-                    !self.dry && a.params.cost > 0,
-                ),
+                held: (shared.token_leases).held_for(&a.key, a.algo, a.params.cost > 0),
             })
             .collect();
         let mut decisions = Vec::with_capacity(checks.len());
         let pass = if self.dry {
             for c in &checks {
-                decisions.push(
-                    shared
-                        .store
-                        .check(c.key, c.algo, &c.params, ctx.now, true)?,
-                );
+                let ahead = sluice_store::Ahead::NONE;
+                decisions.push(super::rl_check::check_key(
+                    shared, c.key, ahead, c.algo, &c.params, ctx.now, true,
+                )?);
             }
             checks
                 .iter()

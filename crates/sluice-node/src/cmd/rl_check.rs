@@ -12,6 +12,7 @@
 //! a node and a sidecar unchanged.
 
 use sluice_core::spec::{CheckArgs, SpecError};
+use sluice_core::token_lease::check_keeping_held;
 use sluice_core::{Algo, CheckError, Params};
 use sluice_resp::reply::{self, IntLine};
 use sluice_store::StoreError;
@@ -107,7 +108,7 @@ impl<'a> Command<'a> for RlCheck<'a> {
     }
 }
 
-/// One key's check as RL.CHECK makes it (gRPC's too): `ahead` is the key's hash if the batch
+/// One key's check as RL.CHECK makes it (RL.HIT's, RL.ALLOW DRY's and gRPC's too): `ahead` is the key's hash if the batch
 /// took it ([`crate::conn`]'s prefetch). Gateways that hold leases of this key's tokens
 /// (RL.LEASE, approximate mode) keep them: the bucket refills no further than its capacity
 /// less what they hold, here as there.
@@ -121,14 +122,13 @@ pub fn check_key(
     now: sluice_core::Nanos,
     dry: bool,
 ) -> Result<sluice_core::Decision, StoreError> {
-    let held = (shared.token_leases).held_for(key, algo, !dry && params.cost > 0);
+    let held = (shared.token_leases).held_for(key, algo, params.cost > 0);
     if held == 0 {
         return (shared.store).check_ahead(key, ahead, algo, params, now, dry);
     }
     shared.store.limiter(key, now, |slot| {
-        sluice_core::token_lease::cap_at_held(slot, algo, params, held, now)?;
-        let d = sluice_core::check(slot, algo, params, now, false)?;
-        Ok((d, Some(d.reset_after)))
+        let d = check_keeping_held(slot, algo, params, held, now, dry)?;
+        Ok((d, (!dry).then_some(d.reset_after)))
     })
 }
 

@@ -187,10 +187,10 @@ impl<'a> Command<'a> for RlHit<'a> {
                 }
                 .into());
             }
-            let d =
-                shared
-                    .store
-                    .check(self.bucket.as_bytes(), spec.algo, &params, ctx.now, false)?;
+            let (bucket, ahead) = (self.bucket.as_bytes(), sluice_store::Ahead::NONE);
+            let d = super::rl_check::check_key(
+                shared, bucket, ahead, spec.algo, &params, ctx.now, false,
+            )?;
             if !d.allowed {
                 count_denial(live, spec);
             }
