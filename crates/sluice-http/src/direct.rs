@@ -8,8 +8,13 @@
 //! A head that `httparse` (hyper's parser, with hyper's configuration) reads whole, of at most
 //! [`MAX_HEAD`] bytes and [`HEADERS`] lines, with method `POST`, target exactly the route's path
 //! (no query), version 1.1, one `Content-Length` of digits only and at most [`MAX_BODY`], and
-//! no `Transfer-Encoding`, `Connection`, `Expect` or `Upgrade`; and its whole body already read.
-//! Hyper keeps such a connection alive and reads such a body to its end, and so does this loop.
+//! no `Transfer-Encoding`, `Expect` or `Upgrade`, and no `Connection` but `keep-alive`; and its
+//! whole body already read. Hyper keeps such a connection alive and reads such a body to its
+//! end, and so does this loop.
+//!
+//! As hyper, the loop parses a head only once its end (a blank line) has arrived, looking for
+//! it in the bytes each read adds: a head that trickles in costs a scan of each byte once, not
+//! a parse of the whole buffer per read.
 //!
 //! # What stays as hyper has it
 //! - The head timeout: the next head must arrive whole within [`HEAD_TIMEOUT`] of the
@@ -40,9 +45,13 @@ use crate::reply::Refusal;
 use crate::verdict::Part;
 use crate::{HEAD_TIMEOUT, MAX_BODY, MAX_HEAD, Verdict};
 
-/// The most header lines of a head served here; a head with more goes to hyper, which takes
-/// up to 100.
-pub const HEADERS: usize = 24;
+/// The most header lines of a head served here: hyper's own bound, so a head with more is one
+/// hyper refuses too (`431`), and one with fewer is never handed to it part-read.
+pub const HEADERS: usize = 100;
+
+/// The most bytes of answers the output keeps room for between writes: a longer pipeline's
+/// answers are written from room that is given back once they are out.
+const OUT_KEPT: usize = 64 << 10;
 
 /// What a request served here carries to its handler: the first `Authorization` and
 /// `Content-Type` values (as a header map's `get` gives them) and the whole body.
@@ -81,8 +90,15 @@ where
     // The head's time starts with the connection and again with each response, as hyper's.
     let head_timeout = tokio::time::sleep(HEAD_TIMEOUT);
     let mut head_timeout = std::pin::pin!(head_timeout);
+    // The bytes of `buf` already looked at for the end of a head, none found.
+    let mut scanned = 0;
     loop {
-        let request = match parse(&buf, path) {
+        let parsed = if head_ends(&buf, &mut scanned) {
+            parse(&buf, path)
+        } else {
+            Parsed::Partial
+        };
+        let request = match parsed {
             Parsed::Request(r) => r,
             Parsed::Partial if buf.len() < MAX_HEAD => {
                 if !out.is_empty() {
@@ -90,6 +106,9 @@ where
                         return Ended::Closed;
                     }
                     out.clear();
+                    if out.capacity() > OUT_KEPT {
+                        out = Vec::with_capacity(512);
+                    }
                 }
                 if buf.capacity() - buf.len() < 1024 {
                     buf.reserve(4096);
@@ -109,6 +128,7 @@ where
             Parsed::Partial | Parsed::Other => return handover(io, buf, &out).await,
         };
         let whole = buf.split_to(request.len).freeze();
+        scanned = 0;
         let mut answer = handler(Request {
             authorization: request.authorization.map(|r| whole.slice(r)),
             content_type: request.content_type.map(|r| whole.slice(r)),
@@ -185,10 +205,12 @@ where
     if !out.is_empty() && io.write_all(out).await.is_err() {
         return Ended::Closed;
     }
-    Ended::Handover(Prefixed {
-        read: buf.freeze(),
-        io,
-    })
+    // Copied out, so the connection does not keep this loop's buffer for the rest of its life.
+    let read = match buf.is_empty() {
+        true => Bytes::new(),
+        false => Bytes::copy_from_slice(&buf),
+    };
+    Ended::Handover(Prefixed { read, io })
 }
 
 /// A request served here: its length (head and body) and where its pieces are.
@@ -213,9 +235,10 @@ fn parse(buf: &[u8], path: &str) -> Parsed {
     if buf.is_empty() {
         return Parsed::Partial;
     }
-    let mut headers = [httparse::EMPTY_HEADER; HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    let head_len = match req.parse(buf) {
+    // Left uninitialised, as hyper leaves them: httparse writes the ones it fills.
+    let mut headers = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match req.parse_with_uninit_headers(buf, &mut headers) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
@@ -248,7 +271,12 @@ fn parse(buf: &[u8], path: &str) -> Parsed {
             authorization.get_or_insert_with(|| at(h.value));
         } else if name.eq_ignore_ascii_case(b"content-type") {
             content_type.get_or_insert_with(|| at(h.value));
-        } else if ["transfer-encoding", "connection", "expect", "upgrade"]
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            // What HTTP/1.1 does anyway; any other word (`close`, `upgrade`) is hyper's.
+            if !h.value.eq_ignore_ascii_case(b"keep-alive") {
+                return Parsed::Other;
+            }
+        } else if ["transfer-encoding", "expect", "upgrade"]
             .iter()
             .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
         {
@@ -267,6 +295,20 @@ fn parse(buf: &[u8], path: &str) -> Parsed {
         authorization,
         content_type,
         body: head_len..len,
+    })
+}
+
+/// Whether `buf` holds the end of a head (`\r\n\r\n`, or `\n\n` as httparse also takes), looking
+/// only at the bytes after `scanned` (and the three before them, where one may have begun), as
+/// hyper does before it parses; `scanned` moves to the end.
+fn head_ends(buf: &[u8], scanned: &mut usize) -> bool {
+    let from = scanned.saturating_sub(3);
+    *scanned = buf.len();
+    let tail = buf.get(from..).unwrap_or_default();
+    tail.windows(2).enumerate().any(|(i, w)| match w {
+        b"\n\n" => true,
+        b"\r\n" => tail.get(i + 2..i + 4) == Some(b"\r\n"),
+        _ => false,
     })
 }
 
@@ -407,5 +449,64 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
 
     fn is_write_vectored(&self) -> bool {
         self.io.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(extra: &str) -> String {
+        format!("POST /v1/check HTTP/1.1\r\nHost: x\r\n{extra}Content-Length: 2\r\n\r\n{{}}")
+    }
+
+    #[test]
+    fn the_end_of_a_head_is_found_in_any_pieces_and_each_byte_scanned_once() {
+        for text in [check(""), "GET / HTTP/1.1\n\n".to_string()] {
+            let bytes = text.as_bytes();
+            let end = bytes.len() - if text.starts_with("POST") { 2 } else { 0 };
+            // Every split of the head into two reads: found with the second, not the first.
+            for cut in 1..end {
+                let mut scanned = 0;
+                assert!(
+                    !head_ends(&bytes[..cut], &mut scanned) || cut >= end,
+                    "{cut}"
+                );
+                assert_eq!(scanned, cut);
+                assert!(head_ends(&bytes[..end], &mut scanned), "{cut}");
+            }
+        }
+        let mut scanned = 0;
+        assert!(!head_ends(b"POST / HTTP/1.1\r\nHost: x\r\n", &mut scanned));
+        assert!(!head_ends(b"\r\n\r", &mut 0) && head_ends(b"\r\n\r\n", &mut 0));
+    }
+
+    #[test]
+    fn what_is_served_here_and_what_goes_to_hyper() {
+        let served = |text: &str| matches!(parse(text.as_bytes(), "/v1/check"), Parsed::Request(_));
+        assert!(served(&check("")));
+        assert!(served(&check("Connection: keep-alive\r\n")));
+        assert!(served(&check("CONNECTION: Keep-Alive\r\n")));
+        let many: String = (0..60).map(|i| format!("X-{i}: v\r\n")).collect();
+        assert!(served(&check(&many)), "60 header lines are served here");
+        let too_many: String = (0..HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
+        assert!(
+            !served(&check(&too_many)),
+            "more than hyper's 100 go to hyper"
+        );
+        for hyper in [
+            "Connection: close\r\n",
+            "Connection: upgrade\r\n",
+            "Transfer-Encoding: chunked\r\n",
+            "Expect: 100-continue\r\n",
+            "Content-Length: 2\r\n",
+        ] {
+            assert!(!served(&check(hyper)), "{hyper}");
+        }
+        assert!(!served(&check("").replace("HTTP/1.1", "HTTP/1.0")));
+        assert!(!served(&check("").replace("/v1/check", "/v1/check?x")));
+        // The body not all here yet: hyper reads the rest.
+        let partial = check("");
+        assert!(!served(&partial[..partial.len() - 1]));
     }
 }

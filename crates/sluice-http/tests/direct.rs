@@ -132,6 +132,15 @@ async fn off_the_socket_and_through_hyper_the_bytes_are_the_same() {
         assert!(direct.contains("\r\ndate: "), "{direct}");
         assert_eq!(undated(&direct), undated(&hyper), "{body}");
     }
+    // `Connection: keep-alive`, which some clients send with every request: served here, and
+    // answered as hyper answers it.
+    let kept = |target: &str| {
+        post(target, "allow").replace("Host: x", "Host: x\r\nConnection: keep-alive")
+    };
+    let direct = exchange(addr, &[&(kept("/v1/check") + &kept("/v1/check"))], 2).await;
+    let hyper = exchange(addr, &[&(kept("/v1/check?h") + &kept("/v1/check?h"))], 2).await;
+    assert_eq!(direct.matches("HTTP/1.1 200 OK").count(), 2, "{direct}");
+    assert_eq!(undated(&direct), undated(&hyper));
     let denied = exchange(addr, &[&post("/v1/check", "deny")], 1).await;
     assert!(
         denied.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
