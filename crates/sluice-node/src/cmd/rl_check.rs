@@ -108,10 +108,11 @@ impl<'a> Command<'a> for RlCheck<'a> {
     }
 }
 
-/// One key's check as RL.CHECK makes it (RL.HIT's, RL.ALLOW DRY's and gRPC's too): `ahead` is the key's hash if the batch
-/// took it ([`crate::conn`]'s prefetch). Gateways that hold leases of this key's tokens
-/// (RL.LEASE, approximate mode) keep them: the bucket refills no further than its capacity
-/// less what they hold, here as there.
+/// One key's check as RL.CHECK makes it (RL.HIT's, RL.ALLOW DRY's and gRPC's too): `ahead` is
+/// the key's hash if the batch took it (the connection's prefetch). Gateways that hold leases
+/// of this key's tokens (RL.LEASE, approximate mode) keep them: the bucket refills no further
+/// than its capacity less what they hold, here as there, and a DRY check answers as its real
+/// call would.
 #[inline]
 pub fn check_key(
     shared: &crate::shared::Shared,
