@@ -1,14 +1,6 @@
-//! Decimal numbers written without the formatting machinery: a check's reply is mostly
-//! numbers (its command's words, its headers, its body), and `format!` costs more than the
-//! digits.
-
-/// "00" to "99".
-const PAIRS: &[u8; 200] = b"\
-    0001020304050607080910111213141516171819\
-    2021222324252627282930313233343536373839\
-    4041424344454647484950515253545556575859\
-    6061626364656667686970717273747576777879\
-    8081828384858687888990919293949596979899";
+//! Decimal numbers written without the formatting machinery, by itoa: a check's reply is
+//! mostly numbers (its command's words, its headers, its body), and `format!` costs more than
+//! the digits.
 
 /// An integer's decimal text, on the stack.
 #[derive(Debug, Clone, Copy)]
@@ -18,27 +10,16 @@ pub struct Digits {
 }
 
 impl Digits {
-    pub fn of(mut n: u64) -> Digits {
+    /// `n`'s digits, as [`push_uint`] writes them (itoa's, kept where the caller wants them).
+    pub fn of(n: u64) -> Digits {
         let mut buf = [0u8; 20];
-        let mut at = buf.len();
-        // Two digits a step, from a table of the hundred pairs.
-        while n >= 100 {
-            let pair = (n % 100) as usize * 2;
-            n /= 100;
-            at -= 2;
-            buf[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-        }
-        if n >= 10 {
-            let pair = n as usize * 2;
-            at -= 2;
-            buf[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-        } else {
-            at -= 1;
-            buf[at] = b'0' + n as u8;
-        }
+        let mut text = itoa::Buffer::new();
+        let text = text.format(n).as_bytes();
+        let start = buf.len() - text.len();
+        buf[start..].copy_from_slice(text);
         Digits {
             buf,
-            start: at as u8,
+            start: start as u8,
         }
     }
 }

@@ -172,11 +172,11 @@ pub fn respond(v: &Verdict, deny: Option<StatusCode>) -> Response {
 
 /// A header of [`Verdict::each_header`] as a header map's name.
 fn header_name(h: Header) -> HeaderName {
-    const LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
-    const REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
-    const RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
-    const POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-    const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+    const LIMIT: HeaderName = HeaderName::from_static(Header::Limit.wire());
+    const REMAINING: HeaderName = HeaderName::from_static(Header::Remaining.wire());
+    const RESET: HeaderName = HeaderName::from_static(Header::Reset.wire());
+    const POLICY: HeaderName = HeaderName::from_static(Header::Policy.wire());
+    const RATELIMIT: HeaderName = HeaderName::from_static(Header::RateLimit.wire());
     match h {
         Header::Limit => LIMIT,
         Header::Remaining => REMAINING,

@@ -194,8 +194,9 @@ impl Header {
         }
     }
 
-    /// The name as HTTP/1 writes it from a header map: lowercase.
-    pub fn wire(self) -> &'static str {
+    /// The name as HTTP/1 writes it from a header map: lowercase (the one spelling both
+    /// answers use, [`crate::reply::respond`]'s header map and [`crate::direct`]'s bytes).
+    pub const fn wire(self) -> &'static str {
         match self {
             Header::Limit => "ratelimit-limit",
             Header::Remaining => "ratelimit-remaining",

@@ -150,7 +150,12 @@ impl<'a> Command<'a> for RlAllow<'a> {
                 algo: a.algo,
                 params: a.params,
                 enforced: a.enforced,
-                held: (shared.token_leases).held_for(&a.key, a.algo, a.params.cost > 0),
+                // A DRY call goes through `check_key` below, which looks it up itself.
+                held: (shared.token_leases).held_for(
+                    &a.key,
+                    a.algo,
+                    !self.dry && a.params.cost > 0,
+                ),
             })
             .collect();
         let mut decisions = Vec::with_capacity(checks.len());
