@@ -854,6 +854,177 @@ mod tests {
         assert!(KeyCheckIn::plain(bodies[1]).is_some());
     }
 
+    /// Bodies near the plain form: its fields in any order, each present or not and now and
+    /// then twice (`window` or `period`, and another field), mostly with values of their type and
+    /// now and then with any JSON value, strings with the bytes that end the plain form
+    /// (quotes, escapes, control and non-ASCII bytes), numbers with signs, fractions,
+    /// exponents, leading zeros and 20 digits, and now and then a blank, a comma or other
+    /// bytes where a separator or the end belongs. About a third are plain key checks.
+    fn near_plain_body() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let text = || {
+            proptest::collection::vec(
+                prop_oneof![
+                    120 => b'a'..=b'z',
+                    1 => Just(b'"'),
+                    1 => Just(b'\\'),
+                    1 => Just(b'\t'),
+                    1 => Just(0xc3u8),
+                    1 => Just(0xa9u8),
+                    1 => Just(b' '),
+                ],
+                0..6,
+            )
+            .prop_map(|bytes| [&b"\""[..], &bytes, b"\""].concat())
+        };
+        let number = || {
+            prop_oneof![
+                20 => any::<u64>().prop_map(|n| n.to_string().into_bytes()),
+                20 => (0u64..100).prop_map(|n| n.to_string().into_bytes()),
+                1 => Just(b"05".to_vec()),
+                1 => Just(b"-5".to_vec()),
+                1 => Just(b"5.0".to_vec()),
+                1 => Just(b"1e3".to_vec()),
+                1 => Just(b"99999999999999999999".to_vec()),
+                1 => Just(b"18446744073709551616".to_vec()),
+            ]
+        };
+        let boolean = || prop_oneof![Just(b"true".to_vec()), Just(b"false".to_vec())];
+        let any_value = move || {
+            prop_oneof![
+                number(),
+                text(),
+                boolean(),
+                Just(b"null".to_vec()),
+                Just(b"tru".to_vec()),
+                Just(b"{}".to_vec()),
+            ]
+        };
+        // A field: absent, once or twice (weights), each value of its type or (1 in 11) any.
+        let field = move |name: &'static str, weights: [u32; 3], typed: BoxedStrategy<Vec<u8>>| {
+            let value = prop_oneof![30 => typed, 1 => any_value()];
+            proptest::collection::vec(value, 2).prop_flat_map(move |values| {
+                let [none, once, twice] = weights;
+                prop_oneof![
+                    none => Just(Vec::new()),
+                    once => Just(values.iter().take(1).cloned().collect::<Vec<_>>()),
+                    twice => Just(values.clone()),
+                ]
+                .prop_map(move |vs| vs.into_iter().map(|v| (name, v)).collect::<Vec<_>>())
+            })
+        };
+        let required = [1, 40, 1];
+        let optional = [20, 20, 1];
+        let fields = (
+            field("key", required, text().boxed()),
+            field("limit", required, number().boxed()),
+            // One of the two names, now and then both.
+            (
+                any::<bool>(),
+                field("window", [1, 20, 1], prop_oneof![number(), text()].boxed()),
+            )
+                .prop_map(|(period, w)| {
+                    let name = if period { "period" } else { "window" };
+                    w.into_iter().map(|(_, v)| (name, v)).collect::<Vec<_>>()
+                }),
+            field("period", [40, 1, 0], prop_oneof![number(), text()].boxed()),
+            (
+                field("burst", optional, number().boxed()),
+                field("cost", optional, number().boxed()),
+                field("algo", optional, text().boxed()),
+                field("dry", optional, boolean().boxed()),
+                field("other", [30, 1, 0], any_value().boxed()),
+            ),
+        )
+            .prop_flat_map(|(k, l, w, p, (b, c, a, d, o))| {
+                let all: Vec<(&str, Vec<u8>)> = [k, l, w, p, b, c, a, d, o].concat();
+                Just(all).prop_shuffle()
+            });
+        let separator = prop_oneof![
+            150 => Just(&b","[..]),
+            1 => Just(&b", "[..]),
+            1 => Just(&b" ,"[..]),
+            1 => Just(&b",,"[..]),
+        ];
+        let colon = prop_oneof![
+            150 => Just(&b":"[..]),
+            1 => Just(&b" :"[..]),
+            1 => Just(&b": "[..]),
+        ];
+        let end = prop_oneof![
+            60 => Just(&b"}"[..]),
+            1 => Just(&b",}"[..]),
+            1 => Just(&b"} "[..]),
+            1 => Just(&b"}x"[..]),
+            1 => Just(&b""[..]),
+        ];
+        (
+            fields,
+            proptest::collection::vec((colon, separator), 10),
+            end,
+        )
+            .prop_map(|(fields, punctuation, end)| {
+                let mut body = b"{".to_vec();
+                for (i, ((name, value), (colon, separator))) in
+                    fields.iter().zip(punctuation.iter().cycle()).enumerate()
+                {
+                    if i > 0 {
+                        body.extend_from_slice(separator);
+                    }
+                    body.extend_from_slice(format!("\"{name}\"").as_bytes());
+                    body.extend_from_slice(colon);
+                    body.extend_from_slice(value);
+                }
+                body.extend_from_slice(end);
+                body
+            })
+    }
+
+    /// The property below is not vacuous: many of the bodies it tries are plain key checks,
+    /// and serde reads more of them (those the plain reader leaves to it).
+    #[test]
+    fn near_plain_bodies_are_often_plain() {
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let bodies = near_plain_body();
+        let (mut plain, mut by_serde) = (0, 0);
+        for _ in 0..4096 {
+            let body = bodies.new_tree(&mut runner).expect("a body").current();
+            plain += usize::from(KeyCheckIn::plain(&body).is_some());
+            by_serde += usize::from(serde_json::from_slice::<KeyCheckIn<'_>>(&body).is_ok());
+        }
+        assert!(plain >= 400, "{plain} of 4096 plain");
+        assert!(
+            by_serde > plain,
+            "{by_serde} of 4096 read by serde, {plain} plain"
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// What the plain reader takes, serde takes to the same fields; and it never panics.
+        #[test]
+        fn the_plain_reader_agrees_with_serde(body in near_plain_body()) {
+            if let Some(plain) = KeyCheckIn::plain(&body) {
+                let by_serde = serde_json::from_slice::<KeyCheckIn<'_>>(&body).ok();
+                proptest::prop_assert_eq!(
+                    Some(format!("{plain:?}")),
+                    by_serde.map(|c| format!("{c:?}")),
+                    "{}",
+                    String::from_utf8_lossy(&body)
+                );
+            }
+        }
+
+        #[test]
+        fn the_plain_reader_never_panics_on_any_bytes(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)
+        ) {
+            let _ = KeyCheckIn::plain(&body);
+        }
+    }
+
     #[test]
     fn a_content_type_s_bytes_read_as_its_header_does() {
         for value in [
