@@ -633,3 +633,53 @@ fn a_refused_multi_key_check_lowers_nothing() {
         left[2]
     );
 }
+
+/// 25 of `key`'s 100 a second (GCRA) taken on lease, then a second and more, after which the
+/// bucket alone would be full again.
+fn quarter_of_gcra_on_lease(c: &mut Connection, key: &str) {
+    let a = lease(
+        c,
+        &[
+            key, "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h", "ALGO", "GCRA",
+        ],
+    )
+    .unwrap();
+    assert_eq!(a[1], 25, "{a:?}");
+    std::thread::sleep(Duration::from_millis(1100));
+}
+
+/// redis-cell's `CL.THROTTLE` and Redis's `GCRA` check the same GCRA state as
+/// `RL.CHECK ... ALGO GCRA`, and leave the tokens out on lease to their holders as it does:
+/// 100 is refused and changes nothing, then 75 fits and leaves nothing.
+#[test]
+fn the_gcra_commands_see_the_tokens_out_on_lease() {
+    let server = Sluice::start();
+    let mut c = server.client();
+    let cell = |c: &mut Connection, key: &str, quantity: &str| -> Vec<i64> {
+        redis::cmd("CL.THROTTLE")
+            .arg(&[key, "99", "100", "1", quantity])
+            .query(c)
+            .unwrap()
+    };
+    let gcra = |c: &mut Connection, key: &str, tokens: &str| -> Vec<i64> {
+        redis::cmd("GCRA")
+            .arg(&[key, "99", "100", "1", "TOKENS", tokens])
+            .query(c)
+            .unwrap()
+    };
+    for (key, check) in [
+        ("cell", cell as fn(&mut Connection, &str, &str) -> Vec<i64>),
+        ("gcra", gcra),
+    ] {
+        quarter_of_gcra_on_lease(&mut c, key);
+        let all = check(&mut c, key, "100");
+        assert_eq!(
+            all[0], 1,
+            "{key}: 100 admitted with 25 out on lease: {all:?}"
+        );
+        assert_eq!(all[2], 75, "{key}: remaining with 25 out on lease: {all:?}");
+        let rest = check(&mut c, key, "75");
+        assert_eq!(rest[0], 0, "{key}: the 75 not on lease: {rest:?}");
+        assert!(rest[2] <= 1, "{key}: left after the 75: {rest:?}");
+    }
+}

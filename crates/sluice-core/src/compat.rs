@@ -69,6 +69,41 @@ fn store_tat(slot: &mut Option<State>, tat: i128, now: i128) -> bool {
     changed
 }
 
+/// The bucket a GCRA-compatible request checks, as the tokens out on lease see it: its
+/// capacity in tokens, its emission interval in ns, the tokens the request spends, and the
+/// clock's step in ns (`GCRA` reads time in whole µs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    pub capacity: i64,
+    pub emission_interval_ns: i128,
+    pub cost: i64,
+    pub step_ns: i128,
+}
+
+/// Lowers `slot` (a `Gcra` key) so that a check at `now` finds at most `capacity − held` of
+/// its tokens (none when `held` is the capacity or more): the tokens out on lease stay with
+/// their holders, as RL.CHECK leaves them (`token_lease::check_keeping_held`). A bucket
+/// already that low is left as it is. Returns whether the slot changed.
+pub fn keep_held(
+    slot: &mut Option<State>,
+    bucket: &Bucket,
+    held: u64,
+    now: Nanos,
+) -> Result<bool, CheckError> {
+    if held == 0 || bucket.capacity <= 0 || bucket.emission_interval_ns <= 0 {
+        return Ok(false);
+    }
+    let now_ns = i128::from(now.0);
+    let tat = gcra_tat(slot)?.unwrap_or(now_ns);
+    let held = i128::from(held).min(i128::from(bucket.capacity));
+    // From `now` as the request reads it, so that it finds exactly `capacity − held`.
+    let floor = now_ns - now_ns % bucket.step_ns.max(1) + held * bucket.emission_interval_ns;
+    if tat >= floor {
+        return Ok(false);
+    }
+    Ok(store_tat(slot, floor, now_ns))
+}
+
 /// `CL.THROTTLE`'s arguments after the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClThrottle {
@@ -109,6 +144,16 @@ impl ClThrottle {
             return Err(format!("{ERR}Zero rates are not supported"));
         }
         Ok(req)
+    }
+
+    /// The bucket this request checks, for [`keep_held`].
+    pub fn bucket(&self) -> Bucket {
+        Bucket {
+            capacity: self.max_burst.saturating_add(1),
+            emission_interval_ns: self.emission_interval(),
+            cost: self.quantity,
+            step_ns: 1,
+        }
     }
 
     /// redis-cell's emission interval in ns: a float division truncated, as `Rate::per_period`.
@@ -283,6 +328,16 @@ impl GcraCmd {
             return Err(GCRA_BURST_OVERFLOW.into());
         }
         Ok(cmd)
+    }
+
+    /// The bucket this request checks, for [`keep_held`].
+    pub fn bucket(&self) -> Bucket {
+        Bucket {
+            capacity: self.capacity(),
+            emission_interval_ns: i128::from(self.emission_interval_us()) * NS_PER_US,
+            cost: self.tokens,
+            step_ns: NS_PER_US,
+        }
     }
 
     /// `max_burst + 1`, saturating as Redis does (`if max_burst < LONG_MAX`).

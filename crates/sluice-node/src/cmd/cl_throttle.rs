@@ -15,4 +15,5 @@ pub type ClThrottle<'a> = GcraCompat<'a, Request>;
 impl CompatRequest for Request {
     const PARSE: ParseFn<Self> = Request::parse;
     const CHECK: CheckFn<Self> = compat::cl_throttle;
+    const BUCKET: fn(&Self) -> compat::Bucket = Request::bucket;
 }

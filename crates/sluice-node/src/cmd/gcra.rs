@@ -10,7 +10,7 @@
 //! only in how they parse, the arithmetic in [`sluice_core::compat`], and the line a cost that
 //! can never fit answers.
 
-use sluice_core::compat::{self, GCRA_TOKENS_OVERFLOW, GcraCmd, GcraReply};
+use sluice_core::compat::{self, Bucket, GCRA_TOKENS_OVERFLOW, GcraCmd, GcraReply};
 use sluice_core::{CheckError, Nanos, State};
 use sluice_resp::reply;
 use sluice_store::StoreError;
@@ -29,6 +29,8 @@ pub type CheckFn<R> = fn(&mut Option<State>, &R, Nanos) -> Result<(GcraReply, bo
 pub trait CompatRequest: Sized {
     const PARSE: ParseFn<Self>;
     const CHECK: CheckFn<Self>;
+    /// The bucket the request checks, for the tokens out on lease on its key.
+    const BUCKET: fn(&Self) -> Bucket;
     /// The reply line for a cost that can never fit, where it is not the store's own error.
     const NEVER_FITS: Option<&'static str> = None;
 }
@@ -38,6 +40,7 @@ pub trait CompatRequest: Sized {
 impl CompatRequest for GcraCmd {
     const PARSE: ParseFn<Self> = GcraCmd::parse;
     const CHECK: CheckFn<Self> = compat::gcra;
+    const BUCKET: fn(&Self) -> Bucket = GcraCmd::bucket;
     const NEVER_FITS: Option<&'static str> = Some(GCRA_TOKENS_OVERFLOW);
 }
 
@@ -58,11 +61,26 @@ impl<'a, R: CompatRequest> Command<'a> for GcraCompat<'a, R> {
 
     fn apply(self, ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
         let now = ctx.now;
+        let bucket = R::BUCKET(&self.request);
+        // Tokens out on lease (`RL.LEASE ... ALGO GCRA`) stay with their holders, as for
+        // RL.CHECK: the bucket is lowered to its capacity less them, on a copy that is kept
+        // only when the check changes the key, so a refusal or an error writes nothing.
+        let held =
+            (ctx.shared.token_leases).held_for(self.key, sluice_core::Algo::Gcra, bucket.cost > 0);
         let reply = ctx
             .shared
             .store
             .limiter(self.key, now, |slot| {
-                let (reply, changed) = R::CHECK(slot, &self.request, now)?;
+                if held == 0 {
+                    let (reply, changed) = R::CHECK(slot, &self.request, now)?;
+                    return Ok((reply, changed.then(|| reset_after(slot, now))));
+                }
+                let mut lowered = slot.clone();
+                compat::keep_held(&mut lowered, &bucket, held, now)?;
+                let (reply, changed) = R::CHECK(&mut lowered, &self.request, now)?;
+                if changed {
+                    *slot = lowered;
+                }
                 Ok((reply, changed.then(|| reset_after(slot, now))))
             })
             .map_err(|e| match (e, R::NEVER_FITS) {
