@@ -678,6 +678,10 @@ fn the_gcra_commands_see_the_tokens_out_on_lease() {
             "{key}: 100 admitted with 25 out on lease: {all:?}"
         );
         assert_eq!(all[2], 75, "{key}: remaining with 25 out on lease: {all:?}");
+        // The bucket the lease lowered is full again, so the key is gone: the refusal's
+        // lowering was not kept.
+        let kept: i64 = redis::cmd("EXISTS").arg(key).query(&mut c).unwrap();
+        assert_eq!(kept, 0, "{key}: the refused request wrote the key");
         let rest = check(&mut c, key, "75");
         assert_eq!(rest[0], 0, "{key}: the 75 not on lease: {rest:?}");
         assert!(rest[2] <= 1, "{key}: left after the 75: {rest:?}");

@@ -2,7 +2,9 @@
 //! redis-cell's own case table (`redis-cell-impl/src/lib.rs`, `it_rate_limits`) and Redis's
 //! `tests/unit/type/gcra.tcl`, plus the argument errors of both.
 
-use sluice_core::compat::{ClThrottle, ClThrottleReply, GcraCmd, GcraReply, cl_throttle, gcra};
+use sluice_core::compat::{
+    ClThrottle, ClThrottleReply, GcraCmd, GcraReply, cl_throttle, gcra, keep_held,
+};
 use sluice_core::{Algo, CheckError, Nanos, Params, State, check};
 
 const MS: u64 = 1_000_000;
@@ -265,4 +267,54 @@ fn redis_gcra_argument_errors_in_order() {
     );
     assert!(err("1 1 2147483647 TOKENS 2147483647").contains("would cause an overflow"));
     assert_eq!(GcraCmd::parse(&args("10 5 0.5")).unwrap().period, 0.5);
+}
+
+/// `keep_held` leaves a check exactly `capacity − held` (none once `held` reaches the
+/// capacity), from `now` as each command reads it (GCRA in whole µs, at an instant that is not
+/// one); a bucket already that low, a zero hold and a bucket with no rate are left as they are.
+#[test]
+fn keep_held_leaves_the_capacity_less_the_tokens_held() {
+    // max_burst 99 (capacity 100), 100 a second: 10 ms a token.
+    let cell = ClThrottle::parse(&args("99 100 1 0")).unwrap();
+    let redis = GcraCmd::parse(&args("99 100 1")).unwrap();
+    for held in [1u64, 25, 99, 100, 250] {
+        let left = 100i64.saturating_sub(held as i64).max(0);
+        let mut slot = None;
+        assert!(keep_held(&mut slot, &cell.bucket(), held, Nanos(T0)).unwrap());
+        let (_, _, remaining, _, _) = throttle(&mut slot, "99 100 1 0", T0);
+        assert_eq!(remaining, left, "CL.THROTTLE, {held} held");
+        let mut slot = None;
+        assert!(keep_held(&mut slot, &redis.bucket(), held, Nanos(T0)).unwrap());
+        let GcraReply { remaining, .. } = redis_gcra(&mut slot, "99 100 1 TOKENS 1", T0);
+        // The GCRA request takes one of what is left, when something is.
+        assert_eq!(remaining, (left - 1).max(0), "GCRA, {held} held");
+    }
+    // Lower already: a bucket with 30 of its tokens taken, 25 held.
+    let mut slot = None;
+    throttle(&mut slot, "99 100 1 30", T0);
+    let before = slot.clone();
+    assert!(!keep_held(&mut slot, &cell.bucket(), 25, Nanos(T0)).unwrap());
+    assert_eq!(slot, before);
+    // Nothing held, or no rate to hold back by: nothing changes.
+    let mut slot = None;
+    assert!(!keep_held(&mut slot, &cell.bucket(), 0, Nanos(T0)).unwrap());
+    let no_rate = sluice_core::compat::Bucket {
+        emission_interval_ns: 0,
+        ..cell.bucket()
+    };
+    assert!(!keep_held(&mut slot, &no_rate, 25, Nanos(T0)).unwrap());
+    assert_eq!(slot, None);
+    // A TOKEN bucket's state is not a GCRA bucket.
+    let mut token = None;
+    let params = Params {
+        limit: 1,
+        period: Nanos(1000 * MS),
+        burst: 2,
+        cost: 1,
+    };
+    check(&mut token, Algo::Token, &params, Nanos(T0), false).unwrap();
+    assert_eq!(
+        keep_held(&mut token, &cell.bucket(), 25, Nanos(T0)),
+        Err(CheckError::WrongType)
+    );
 }

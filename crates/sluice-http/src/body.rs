@@ -859,7 +859,7 @@ mod tests {
     /// now and then with any JSON value, strings with the bytes that end the plain form
     /// (quotes, escapes, control and non-ASCII bytes), numbers with signs, fractions,
     /// exponents, leading zeros and 20 digits, and now and then a blank, a comma or other
-    /// bytes where a separator or the end belongs. About a third are plain key checks.
+    /// bytes where a separator or the end belongs. About one in seven is a plain key check.
     fn near_plain_body() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
         use proptest::prelude::*;
         let text = || {
@@ -1017,11 +1017,25 @@ mod tests {
             }
         }
 
+        /// Any bytes, and (where the reader does its work) bodies near the plain form cut
+        /// short anywhere, with a byte changed anywhere.
         #[test]
         fn the_plain_reader_never_panics_on_any_bytes(
-            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            body in near_plain_body(),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            byte in proptest::prelude::any::<u8>(),
         ) {
+            let _ = KeyCheckIn::plain(&bytes);
+            let mut body = body;
+            body.truncate(cut.index(body.len() + 1));
             let _ = KeyCheckIn::plain(&body);
+            if !body.is_empty() {
+                let at = at.index(body.len());
+                body[at] = byte;
+                let _ = KeyCheckIn::plain(&body);
+            }
         }
     }
 
