@@ -502,14 +502,12 @@ fn cluster_routing_applies_as_to_a_check() {
     assert!(e.starts_with("CLUSTERDOWN"), "{e}");
 }
 
-/// 25 of `key`'s 100 a second taken on lease, then a second and more, after which the bucket
-/// alone would be full again.
-fn quarter_on_lease(c: &mut Connection, key: &str) {
-    let a = lease(
-        c,
-        &[key, "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h"],
-    )
-    .unwrap();
+/// 25 of `key`'s 100 a second taken on lease (TOKEN, or as `extra` says), then a second and
+/// more, after which the bucket alone would be full again.
+fn quarter_on_lease(c: &mut Connection, key: &str, extra: &[&str]) {
+    let mut args = vec![key, "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h"];
+    args.extend_from_slice(extra);
+    let a = lease(c, &args).unwrap();
     assert_eq!(a[1], 25, "{a:?}");
     std::thread::sleep(Duration::from_millis(1100));
 }
@@ -521,7 +519,7 @@ fn quarter_on_lease(c: &mut Connection, key: &str) {
 fn a_check_sees_the_tokens_out_on_lease() {
     let server = Sluice::start();
     let mut c = server.client();
-    quarter_on_lease(&mut c, "t");
+    quarter_on_lease(&mut c, "t", &[]);
     let all = rl_check(&mut c, &["t", "100", "1s", "COST", "100"]).unwrap();
     assert_eq!(all[0], 0, "100 admitted with 25 out on lease: {all:?}");
     let rest = rl_check(&mut c, &["t", "100", "1s", "COST", "75"]).unwrap();
@@ -534,7 +532,7 @@ fn a_check_sees_the_tokens_out_on_lease() {
 fn a_multi_key_check_sees_the_tokens_out_on_lease() {
     let server = Sluice::start();
     let mut c = server.client();
-    quarter_on_lease(&mut c, "t");
+    quarter_on_lease(&mut c, "t", &[]);
     let hits = |c: &mut Connection, cost: &str| -> Vec<redis::Value> {
         redis::cmd("RL.HITS")
             .arg(&["KEYS", "t", "100", "1s", "other", "100", "1s", "COST", cost])
@@ -567,7 +565,7 @@ fn a_rule_check_sees_the_tokens_out_on_lease() {
         .arg(&["SET", "r", "LIMIT", "100", "WINDOW", "1s", "ALGO", "TOKEN"])
         .query(&mut c);
     set.expect("RL.RULE SET");
-    quarter_on_lease(&mut c, "r:u");
+    quarter_on_lease(&mut c, "r:u", &[]);
     let hit = |c: &mut Connection, cost: &str| -> Vec<redis::Value> {
         redis::cmd("RL.HIT")
             .arg(&["r", "u", "COST", cost])
@@ -593,7 +591,7 @@ fn a_rule_check_sees_the_tokens_out_on_lease() {
 fn a_dry_check_sees_the_tokens_out_on_lease() {
     let server = Sluice::start();
     let mut c = server.client();
-    quarter_on_lease(&mut c, "t");
+    quarter_on_lease(&mut c, "t", &[]);
     let dry = rl_check(&mut c, &["t", "100", "1s", "COST", "100", "DRY"]).unwrap();
     assert_eq!(dry[0], 0, "a dry 100 with 25 out on lease: {dry:?}");
     let dry = rl_check(&mut c, &["t", "100", "1s", "COST", "75", "DRY"]).unwrap();
@@ -634,20 +632,6 @@ fn a_refused_multi_key_check_lowers_nothing() {
     );
 }
 
-/// 25 of `key`'s 100 a second (GCRA) taken on lease, then a second and more, after which the
-/// bucket alone would be full again.
-fn quarter_of_gcra_on_lease(c: &mut Connection, key: &str) {
-    let a = lease(
-        c,
-        &[
-            key, "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h", "ALGO", "GCRA",
-        ],
-    )
-    .unwrap();
-    assert_eq!(a[1], 25, "{a:?}");
-    std::thread::sleep(Duration::from_millis(1100));
-}
-
 /// redis-cell's `CL.THROTTLE` and Redis's `GCRA` check the same GCRA state as
 /// `RL.CHECK ... ALGO GCRA`, and leave the tokens out on lease to their holders as it does:
 /// 100 is refused and changes nothing, then 75 fits and leaves nothing.
@@ -671,7 +655,7 @@ fn the_gcra_commands_see_the_tokens_out_on_lease() {
         ("cell", cell as fn(&mut Connection, &str, &str) -> Vec<i64>),
         ("gcra", gcra),
     ] {
-        quarter_of_gcra_on_lease(&mut c, key);
+        quarter_on_lease(&mut c, key, &["ALGO", "GCRA"]);
         let all = check(&mut c, key, "100");
         assert_eq!(
             all[0], 1,

@@ -102,15 +102,20 @@ fn redis_cell_argument_errors() {
     assert_eq!(ClThrottle::parse(&args("1 2 3")).unwrap().quantity, 1);
 }
 
-#[test]
-fn cl_throttle_shares_the_gcra_key_and_refuses_other_types() {
-    let mut slot = None;
-    let params = Params {
+/// RL.CHECK's parameters for 1 a second with a burst of 2, cost 1.
+fn one_a_second_burst_2() -> Params {
+    Params {
         limit: 1,
         period: Nanos(1000 * MS),
         burst: 2,
         cost: 1,
-    };
+    }
+}
+
+#[test]
+fn cl_throttle_shares_the_gcra_key_and_refuses_other_types() {
+    let mut slot = None;
+    let params = one_a_second_burst_2();
     check(&mut slot, Algo::Gcra, &params, Nanos(T0), false).unwrap();
     // RL.CHECK left 1 s of debt: CL.THROTTLE with capacity 2 at 1/s sees 1 remaining.
     assert_eq!(throttle(&mut slot, "1 1 1", T0).2, 0);
@@ -306,12 +311,7 @@ fn keep_held_leaves_the_capacity_less_the_tokens_held() {
     assert_eq!(slot, None);
     // A TOKEN bucket's state is not a GCRA bucket.
     let mut token = None;
-    let params = Params {
-        limit: 1,
-        period: Nanos(1000 * MS),
-        burst: 2,
-        cost: 1,
-    };
+    let params = one_a_second_burst_2();
     check(&mut token, Algo::Token, &params, Nanos(T0), false).unwrap();
     assert_eq!(
         keep_held(&mut token, &cell.bucket(), 25, Nanos(T0)),
