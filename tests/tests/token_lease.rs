@@ -671,3 +671,34 @@ fn the_gcra_commands_see_the_tokens_out_on_lease() {
         assert!(rest[2] <= 1, "{key}: left after the 75: {rest:?}");
     }
 }
+
+/// Tokens taken in a FIXED window belong to that window: once it has ended and the key is gone,
+/// a bucket made under the same name is not held back by them, neither for another holder's
+/// lease nor for a check.
+#[test]
+fn a_window_s_lease_does_not_hold_back_a_bucket_of_the_same_name() {
+    let server = Sluice::start();
+    let mut c = server.client();
+    let a = lease(
+        &mut c,
+        &[
+            "k", "100", "1s", "HOLDER", "gw", "WANT", "25", "TTL", "1h", "ALGO", "FIXED",
+        ],
+    )
+    .unwrap();
+    assert_eq!(a[1], 25, "{a:?}");
+    wait_until(Duration::from_secs(5), || {
+        let n: i64 = redis::cmd("EXISTS").arg("k").query(&mut c).unwrap();
+        (n == 0).then_some(())
+    })
+    .expect("the window's key expires");
+    // A lease of half the new bucket leaves the other half to a check.
+    let b = lease(
+        &mut c,
+        &["k", "100", "1d", "HOLDER", "gw2", "WANT", "50", "TTL", "1h"],
+    )
+    .unwrap();
+    assert_eq!((b[1], b[3]), (50, 50), "held, remaining: {b:?}");
+    let rest = rl_check(&mut c, &["k", "100", "1d", "COST", "50"]).unwrap();
+    assert_eq!(rest[0], 1, "the half not on lease: {rest:?}");
+}

@@ -102,35 +102,37 @@ impl TokenLeases {
     pub fn held_for(&self, key: &[u8], algo: sluice_core::Algo, spends: bool) -> u64 {
         use sluice_core::Algo;
         match algo {
-            Algo::Token | Algo::Gcra if spends && !self.is_empty() => self.held(key),
+            Algo::Token | Algo::Gcra if spends && !self.is_empty() => self.held(key, algo),
             _ => 0,
         }
     }
 
-    /// The tokens the holders of `key` hold (RL.CHECK lowers a TOKEN or GCRA bucket to its
-    /// capacity less these, as RL.LEASE does).
-    pub fn held(&self, key: &[u8]) -> u64 {
+    /// The tokens the holders of `key` hold under `algo` (RL.CHECK lowers a TOKEN or GCRA
+    /// bucket to its capacity less these, as RL.LEASE does).
+    pub fn held(&self, key: &[u8], algo: sluice_core::Algo) -> u64 {
         let shard = self.shard(key).lock();
         shard
             .keys
             .get(key)
-            .map_or(0, |holders| held_by_others(holders, None))
+            .map_or(0, |holders| held_by_others(holders, None, algo))
     }
 
     /// Runs `f` on `holder`'s record of `key` under the record's lock, and keeps the record
     /// `f` returns (`None`: none). `f` also gets whether a new record has room (`Err` when
-    /// the key or the node is full: a new record `f` returns then is not kept) and the id a
-    /// new record takes. An error keeps the record as it was.
+    /// the key or the node is full: a new record `f` returns then is not kept), the id a
+    /// new record takes, and what the key's other holders hold under `algo`, the call's
+    /// algorithm. An error keeps the record as it was.
     pub fn update<T, E>(
         &self,
         key: &[u8],
         holder: &[u8],
+        algo: sluice_core::Algo,
         f: impl FnOnce(Option<Record>, Result<(), Full>, u64, u64) -> Result<(T, Option<Record>), E>,
     ) -> Result<T, E> {
         let mut shard = self.shard(key).lock();
         let holders = shard.keys.get(key);
         let at = holders.and_then(|hs| hs.iter().position(|h| &*h.name == holder));
-        let others = held_by_others(holders.map_or(&[][..], Vec::as_slice), at);
+        let others = held_by_others(holders.map_or(&[][..], Vec::as_slice), at, algo);
         let old = at.map(|i| holders.expect("found")[i].record);
         // A new record's place in the node's count is reserved before `f` runs, so that
         // threads making records at once never pass the bound together.
@@ -238,7 +240,7 @@ impl TokenLeases {
         let i = holders
             .iter()
             .position(|h| &*h.name == holder && h.record.expiry <= now)?;
-        let others = held_by_others(holders, Some(i));
+        let others = held_by_others(holders, Some(i), holders[i].record.algo);
         let (kept, change) = end(&holders[i].record, others);
         match kept {
             Some(record) => {
@@ -262,13 +264,15 @@ impl TokenLeases {
     }
 }
 
-/// The tokens `holders` hold, but for the one at `except`: a bucket refills no further than its
-/// capacity less these (see `sluice_core::token_lease`).
-fn held_by_others(holders: &[Holder], except: Option<usize>) -> u64 {
+/// The tokens `holders` hold under `algo`, but for the one at `except`: a bucket refills no
+/// further than its capacity less these (see `sluice_core::token_lease`). A record last taken
+/// under another algorithm holds nothing of this state: its tokens were taken from a key since
+/// deleted (the algorithms do not share a state), and expire as its holder's next call finds.
+fn held_by_others(holders: &[Holder], except: Option<usize>, algo: sluice_core::Algo) -> u64 {
     holders
         .iter()
         .enumerate()
-        .filter(|&(i, _)| Some(i) != except)
+        .filter(|&(i, h)| Some(i) != except && h.record.algo == algo)
         .fold(0u64, |sum, (_, h)| sum.saturating_add(h.record.held()))
 }
 
@@ -324,7 +328,7 @@ mod tests {
         store
             .limiter(key, now, |slot| {
                 let g = leases
-                    .update(key, holder, |record, room, id, _| {
+                    .update(key, holder, call.algo, |record, room, id, _| {
                         room.map_err(|_| ())?;
                         token_lease::lease(slot, record, &call, id, now).map_err(|_| ())
                     })
@@ -390,7 +394,7 @@ mod tests {
     fn a_key_keeps_at_most_its_holders_and_clear_empties() {
         let leases = TokenLeases::default();
         let keep = |holder: &[u8]| {
-            leases.update(b"k", holder, |_, room, id, _| {
+            leases.update(b"k", holder, Algo::Token, |_, room, id, _| {
                 room.map(|()| ((), Some(record(id))))
             })
         };
@@ -402,7 +406,7 @@ mod tests {
         keep(b"h0").unwrap();
         assert_eq!(leases.len(), HOLDERS_PER_KEY_MAX);
         // A refused new record does not keep its reserved place.
-        let refused = leases.update(b"other", b"h", |_, _, _, _| {
+        let refused = leases.update(b"other", b"h", Algo::Token, |_, _, _, _| {
             Err::<((), Option<Record>), _>(())
         });
         assert_eq!((refused, leases.len()), (Err(()), HOLDERS_PER_KEY_MAX));

@@ -152,19 +152,24 @@ impl<'a> Command<'a> for RlLease<'a> {
         // to keep (out of memory) must not leave the record counting tokens it never took.
         let mut before = None;
         let outcome = ctx.shared.store.limiter(self.key, now, |slot| {
-            let result = leases.update(self.key, self.holder, |record, room, new_id, others| {
-                if let (None, Err(full), true) = (record, room, call.want > 0) {
-                    return Err(Refused::Full(full));
-                }
-                let call = Call {
-                    held_by_others: others,
-                    ..*call
-                };
-                let (g, new) =
-                    token_lease::lease(slot, record, &call, new_id, now).map_err(Refused::Lease)?;
-                before = Some(record);
-                Ok((g, new))
-            });
+            let result = leases.update(
+                self.key,
+                self.holder,
+                call.algo,
+                |record, room, new_id, others| {
+                    if let (None, Err(full), true) = (record, room, call.want > 0) {
+                        return Err(Refused::Full(full));
+                    }
+                    let call = Call {
+                        held_by_others: others,
+                        ..*call
+                    };
+                    let (g, new) = token_lease::lease(slot, record, &call, new_id, now)
+                        .map_err(Refused::Lease)?;
+                    before = Some(record);
+                    Ok((g, new))
+                },
+            );
             match result {
                 Ok(g) => Ok((Ok(g), g.changed.then_some(g.decision.reset_after))),
                 Err(Refused::Lease(LeaseError::Check(e))) => Err(e),
@@ -173,7 +178,7 @@ impl<'a> Command<'a> for RlLease<'a> {
         });
         let outcome = outcome.map_err(|e| {
             if let Some(record) = before {
-                let _ = leases.update(self.key, self.holder, |_, _, _, _| {
+                let _ = leases.update(self.key, self.holder, call.algo, |_, _, _, _| {
                     Ok::<_, ()>(((), record))
                 });
             }
