@@ -10,7 +10,7 @@ pub struct Digits {
 }
 
 impl Digits {
-    /// `n`'s digits, as [`push_uint`] writes them (itoa's, kept where the caller wants them).
+    /// `n`'s digits, as [`push`] writes them (itoa's, kept where the caller wants them).
     pub fn of(n: u64) -> Digits {
         let mut buf = [0u8; 20];
         let mut text = itoa::Buffer::new();
@@ -31,12 +31,7 @@ impl AsRef<[u8]> for Digits {
 }
 
 /// Appends `n` in decimal, with a `-` when negative, as `Display` writes it.
-pub fn push_int(out: &mut Vec<u8>, n: i64) {
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-}
-
-/// Appends `n` in decimal.
-pub fn push_uint(out: &mut Vec<u8>, n: u64) {
+pub fn push(out: &mut Vec<u8>, n: impl itoa::Integer) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
@@ -48,13 +43,13 @@ mod tests {
     fn digits_are_display_s() {
         for n in (-1_000..=1_000).chain([12_345, 1_000_000, i64::MAX, i64::MIN]) {
             let mut out = Vec::new();
-            push_int(&mut out, n);
+            push(&mut out, n);
             assert_eq!(out, n.to_string().as_bytes());
         }
         for n in (0..=1_000u64).chain([u64::MAX, 1 << 40]) {
             assert_eq!(Digits::of(n).as_ref(), n.to_string().as_bytes());
             let mut out = Vec::new();
-            push_uint(&mut out, n);
+            push(&mut out, n);
             assert_eq!(out, n.to_string().as_bytes());
         }
     }

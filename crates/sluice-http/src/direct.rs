@@ -127,7 +127,7 @@ where
             }
             Parsed::Partial | Parsed::Other => return handover(io, buf, &out).await,
         };
-        let whole = buf.split_to(request.len).freeze();
+        let whole = buf.split_to(request.body.end).freeze();
         scanned = 0;
         let mut answer = handler(Request {
             authorization: request.authorization.map(|r| whole.slice(r)),
@@ -213,9 +213,8 @@ where
     Ended::Handover(Prefixed { read, io })
 }
 
-/// A request served here: its length (head and body) and where its pieces are.
+/// A request served here: where its pieces are (the body ends the request).
 struct Served {
-    len: usize,
     authorization: Option<std::ops::Range<usize>>,
     content_type: Option<std::ops::Range<usize>>,
     body: std::ops::Range<usize>,
@@ -232,9 +231,6 @@ enum Parsed {
 
 /// What the buffer starts with (see the module's doc for what is served here).
 fn parse(buf: &[u8], path: &str) -> Parsed {
-    if buf.is_empty() {
-        return Parsed::Partial;
-    }
     // Left uninitialised, as hyper leaves them: httparse writes the ones it fills.
     let mut headers = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; HEADERS];
     let mut req = httparse::Request::new(&mut []);
@@ -291,7 +287,6 @@ fn parse(buf: &[u8], path: &str) -> Parsed {
         return Parsed::Other;
     }
     Parsed::Request(Served {
-        len,
         authorization,
         content_type,
         body: head_len..len,
@@ -325,7 +320,7 @@ fn digits(value: &[u8]) -> Option<usize> {
 fn push_tail(out: &mut Vec<u8>, with_date: bool, length: Option<usize>) {
     if let Some(n) = length {
         out.extend_from_slice(b"content-length: ");
-        crate::digits::push_uint(out, n as u64);
+        crate::digits::push(out, n);
         out.extend_from_slice(b"\r\n");
     }
     if with_date {
@@ -343,21 +338,17 @@ async fn write_response(r: Response, out: &mut Vec<u8>) -> bool {
     let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
         return false;
     };
-    if parts.status == axum::http::StatusCode::OK {
-        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-    } else {
-        out.extend_from_slice(b"HTTP/1.1 ");
-        out.extend_from_slice(parts.status.as_str().as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(
-            parts
-                .status
-                .canonical_reason()
-                .unwrap_or("<none>")
-                .as_bytes(),
-        );
-        out.extend_from_slice(b"\r\n");
-    }
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(parts.status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(
+        parts
+            .status
+            .canonical_reason()
+            .unwrap_or("<none>")
+            .as_bytes(),
+    );
+    out.extend_from_slice(b"\r\n");
     for (name, value) in &parts.headers {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");

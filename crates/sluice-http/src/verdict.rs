@@ -13,7 +13,7 @@
 
 use serde::Serialize;
 
-use crate::digits::{push_int, push_uint};
+use crate::digits::push;
 
 /// One check's answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -152,15 +152,15 @@ impl Verdict {
         } else {
             b"{\"allowed\":false,\"limit\":"
         });
-        push_int(out, self.limit);
+        push(out, self.limit);
         out.extend_from_slice(b",\"remaining\":");
-        push_int(out, self.remaining);
+        push(out, self.remaining);
         out.extend_from_slice(b",\"retry_after_ms\":");
-        push_int(out, self.retry_after_ms);
+        push(out, self.retry_after_ms);
         out.extend_from_slice(b",\"reset_after_ms\":");
-        push_int(out, self.reset_after_ms);
+        push(out, self.reset_after_ms);
         out.extend_from_slice(b",\"reset_at\":");
-        push_int(out, self.reset_at);
+        push(out, self.reset_at);
         if let Some(rule) = &self.rule {
             out.extend_from_slice(b",\"rule\":");
             // serde_json's escaping of the one string; a String always serializes.
@@ -195,7 +195,7 @@ impl Header {
     }
 
     /// The name as HTTP/1 writes it from a header map: lowercase (the one spelling both
-    /// answers use, [`crate::reply::respond`]'s header map and [`crate::direct`]'s bytes).
+    /// answers use: the header map of the routed answer and the bytes of the direct one).
     pub const fn wire(self) -> &'static str {
         match self {
             Header::Limit => "ratelimit-limit",
@@ -221,8 +221,8 @@ impl Part<'_> {
     pub fn write(&self, out: &mut Vec<u8>) {
         match *self {
             Part::Text(t) => out.extend_from_slice(t.as_bytes()),
-            Part::Int(n) => push_int(out, n),
-            Part::Uint(n) => push_uint(out, n),
+            Part::Int(n) => push(out, n),
+            Part::Uint(n) => push(out, n),
         }
     }
 }

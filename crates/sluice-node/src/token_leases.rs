@@ -99,6 +99,7 @@ impl TokenLeases {
     /// it `spends` from a TOKEN or GCRA bucket (a cost above 0, DRY or not), else 0 (the
     /// windows' leased tokens count in their window; a read of cost 0 reports the bucket as it
     /// is). One load when no lease exists on the node.
+    #[inline]
     pub fn held_for(&self, key: &[u8], algo: sluice_core::Algo, spends: bool) -> u64 {
         use sluice_core::Algo;
         match algo {
@@ -109,7 +110,7 @@ impl TokenLeases {
 
     /// The tokens the holders of `key` hold under `algo` (RL.CHECK lowers a TOKEN or GCRA
     /// bucket to its capacity less these, as RL.LEASE does).
-    pub fn held(&self, key: &[u8], algo: sluice_core::Algo) -> u64 {
+    fn held(&self, key: &[u8], algo: sluice_core::Algo) -> u64 {
         let shard = self.shard(key).lock();
         shard
             .keys

@@ -705,17 +705,21 @@ impl Store {
         now: Nanos,
         dry: bool,
     ) -> Result<Decision, StoreError> {
-        self.check_ahead(key, Ahead::NONE, algo, params, now, dry)
+        self.check_ahead(key, Ahead::NONE, algo, params, 0, now, dry)
     }
 
-    /// [`Store::check`] of a key whose hash [`Store::prefetch`] may have computed already:
-    /// `ahead` serves if it was taken of these very bytes (same address, same length).
+    /// [`Store::check`] of a key whose hash [`Store::prefetch`] may have computed already
+    /// (`ahead` serves if it was taken of these very bytes: same address, same length), and
+    /// whose `held` tokens are out on lease (`RL.LEASE`): a TOKEN or GCRA bucket is lowered to
+    /// its capacity less these first ([`check_keeping_held`]; 0 where none is held).
+    #[allow(clippy::too_many_arguments)]
     pub fn check_ahead(
         &self,
         key: &[u8],
         ahead: Ahead,
         algo: Algo,
         params: &Params,
+        held: u64,
         now: Nanos,
         dry: bool,
     ) -> Result<Decision, StoreError> {
@@ -724,7 +728,11 @@ impl Store {
             .hash_of(key)
             .unwrap_or_else(|| self.hasher.hash_key(key));
         self.limiter_hashed(h, key, now, |slot| {
-            let d = sluice_core::check(slot, algo, params, now, dry)?;
+            // The plain check inline: it is the hot path, and most keys have no lease.
+            let d = match held {
+                0 => sluice_core::check(slot, algo, params, now, dry)?,
+                _ => check_keeping_held(slot, algo, params, held, now, dry)?,
+            };
             Ok((d, writes.then_some(d.reset_after)))
         })
     }

@@ -476,14 +476,14 @@ fn a_hash_taken_ahead_serves_only_the_bytes_it_was_taken_of() {
     let (k1, k2) = buf.split_at(6);
     let ahead = s.prefetch(k1);
     let d = s
-        .check_ahead(k1, ahead, Algo::Token, &p, T0, false)
+        .check_ahead(k1, ahead, Algo::Token, &p, 0, T0, false)
         .unwrap();
     assert!(d.allowed);
     // Other bytes of the same length: hashed afresh, so they fill their own bucket, where a
     // plain check finds it.
     for _ in 0..10 {
         assert!(
-            s.check_ahead(k2, ahead, Algo::Token, &p, T0, false)
+            s.check_ahead(k2, ahead, Algo::Token, &p, 0, T0, false)
                 .unwrap()
                 .allowed
         );

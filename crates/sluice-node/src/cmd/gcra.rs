@@ -71,16 +71,17 @@ impl<'a, R: CompatRequest> Command<'a> for GcraCompat<'a, R> {
             .shared
             .store
             .limiter(self.key, now, |slot| {
-                if held == 0 {
-                    let (reply, changed) = R::CHECK(slot, &self.request, now)?;
-                    return Ok((reply, changed.then(|| reset_after(slot, now))));
-                }
-                let mut lowered = slot.clone();
-                compat::keep_held(&mut lowered, &bucket, held, now)?;
-                let (reply, changed) = R::CHECK(&mut lowered, &self.request, now)?;
-                if changed {
-                    *slot = lowered;
-                }
+                let (reply, changed) = if held == 0 {
+                    R::CHECK(slot, &self.request, now)?
+                } else {
+                    let mut lowered = slot.clone();
+                    compat::keep_held(&mut lowered, &bucket, held, now)?;
+                    let (reply, changed) = R::CHECK(&mut lowered, &self.request, now)?;
+                    if changed {
+                        *slot = lowered;
+                    }
+                    (reply, changed)
+                };
                 Ok((reply, changed.then(|| reset_after(slot, now))))
             })
             .map_err(|e| match (e, R::NEVER_FITS) {

@@ -150,21 +150,17 @@ impl<'a> Command<'a> for RlAllow<'a> {
                 algo: a.algo,
                 params: a.params,
                 enforced: a.enforced,
-                // A DRY call goes through `check_key` below, which looks it up itself.
-                held: (shared.token_leases).held_for(
-                    &a.key,
-                    a.algo,
-                    !self.dry && a.params.cost > 0,
-                ),
+                held: (shared.token_leases).held_for(&a.key, a.algo, a.params.cost > 0),
             })
             .collect();
         let mut decisions = Vec::with_capacity(checks.len());
         let pass = if self.dry {
             for c in &checks {
                 let ahead = sluice_store::Ahead::NONE;
-                decisions.push(super::rl_check::check_key(
-                    shared, c.key, ahead, c.algo, &c.params, ctx.now, true,
-                )?);
+                let (algo, params, now) = (c.algo, &c.params, ctx.now);
+                decisions.push(
+                    (shared.store).check_ahead(c.key, ahead, algo, params, c.held, now, true)?,
+                );
             }
             checks
                 .iter()

@@ -12,7 +12,6 @@
 //! a node and a sidecar unchanged.
 
 use sluice_core::spec::{CheckArgs, SpecError};
-use sluice_core::token_lease::check_keeping_held;
 use sluice_core::{Algo, CheckError, Params};
 use sluice_resp::reply::{self, IntLine};
 use sluice_store::StoreError;
@@ -124,13 +123,7 @@ pub fn check_key(
     dry: bool,
 ) -> Result<sluice_core::Decision, StoreError> {
     let held = (shared.token_leases).held_for(key, algo, params.cost > 0);
-    if held == 0 {
-        return (shared.store).check_ahead(key, ahead, algo, params, now, dry);
-    }
-    shared.store.limiter(key, now, |slot| {
-        let d = check_keeping_held(slot, algo, params, held, now, dry)?;
-        Ok((d, (!dry).then_some(d.reset_after)))
-    })
+    (shared.store).check_ahead(key, ahead, algo, params, held, now, dry)
 }
 
 impl<'a> RlCheck<'a> {
