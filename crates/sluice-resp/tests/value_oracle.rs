@@ -243,8 +243,35 @@ fn protocol_bytes() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(piece, 0..30).prop_map(|pieces| pieces.concat())
 }
 
+/// Whether a map inside `v` repeats a key.
+fn repeats_a_key(v: &Value) -> bool {
+    match v {
+        Value::Array(items) | Value::Push(items) | Value::Set(items) => {
+            items.iter().any(repeats_a_key)
+        }
+        Value::Map(pairs) => {
+            let mut keys: Vec<String> = pairs.iter().map(|(k, _)| format!("{k:?}")).collect();
+            keys.sort();
+            keys.dedup();
+            keys.len() < pairs.len()
+                || pairs
+                    .iter()
+                    .any(|(k, v)| repeats_a_key(k) || repeats_a_key(v))
+        }
+        _ => false,
+    }
+}
+
 /// What the decoder must agree on with the oracle for any input.
 fn agrees_with_the_oracle(input: &[u8]) -> Result<(), TestCaseError> {
+    // A map that repeats a key has no one reading (Redis never sends one): the decoder keeps
+    // every pair, and the oracle one of them, not always the last (`%2 :12 *0 :12 +OK` keeps
+    // `*0`). Such an input is not compared.
+    if let Ok(Some(v)) = value::decode(&mut BytesMut::from(input))
+        && repeats_a_key(&v)
+    {
+        return Ok(());
+    }
     let (ours, oracle) = (ours(input), oracle(input));
     if let Ok(Some(decoded)) = &ours {
         // The decoder may refuse what the oracle accepts (lengths over 64 MiB, `+1` as a
