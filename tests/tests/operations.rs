@@ -705,6 +705,34 @@ fn slowlog_get_len_reset() {
     }
 }
 
+/// A slow pipelined batch is logged as one entry, with the arguments of its last command (read
+/// where it lay in the read buffer) and the batch's size after the client's name.
+#[test]
+fn a_slow_batch_is_logged_with_its_last_command() {
+    let node = Sluice::start_with(&["--threads", "1", "--slowlog-log-slower-than", "1000"]);
+    let mut c = node.client();
+    let busy = "local i = 0 while i < 3000000 do i = i + 1 end return 1";
+    let (one, last): (i64, String) = redis::pipe()
+        .cmd("EVAL")
+        .arg(busy)
+        .arg(0)
+        .cmd("ECHO")
+        .arg("last")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!((one, last.as_str()), (1, "last"));
+    type Entry = (i64, i64, i64, Vec<String>, String, String);
+    let newest: Vec<Entry> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let (_, _, micros, args, _, name) = &newest[0];
+    assert_eq!(args, &["ECHO", "last"], "{newest:?}");
+    assert!(name.ends_with("pipelined=2"), "{newest:?}");
+    assert!(*micros >= 1000, "{newest:?}");
+}
+
 #[test]
 fn info_cpu_errorstats_and_client_list() {
     let node = Sluice::start_with(&["--threads", "1"]);

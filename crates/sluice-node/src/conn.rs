@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use sluice_resp::{Parser, Request};
+use sluice_resp::{Parser, Request, RequestRef};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -208,6 +208,20 @@ impl std::ops::DerefMut for Conn<'_> {
     }
 }
 
+/// Where the batch's last request is, for SLOWLOG ([`Core::last_request`]).
+#[derive(Clone, Copy, Debug)]
+enum Last {
+    /// No request ran yet.
+    None,
+    /// Read in place: its frame at this offset and length in the read buffer, its argument
+    /// offsets in `Core::args`.
+    InPlace(usize, usize),
+    /// In the parser's request.
+    Parsed,
+    /// Its bytes have left the buffer.
+    Gone,
+}
+
 /// One connection's state apart from its socket: its session, buffers, parser and where it
 /// stands. Whichever loop drives the socket runs its batches ([`Core::run_batch`]).
 #[derive(Debug)]
@@ -219,6 +233,10 @@ pub(crate) struct Core {
     parser: Parser,
     /// Reused for every request: parsing fills it in place.
     request: Request,
+    /// The argument offsets of the request read in place last ([`Parser::parse_in_place`]),
+    /// and the vector the next one is read into.
+    args: Vec<(usize, usize)>,
+    spare: Vec<(usize, usize)>,
     pub(crate) rbuf: BytesMut,
     pub(crate) out: BytesMut,
     query_limit: usize,
@@ -286,6 +304,8 @@ impl Core {
         Core {
             parser,
             request: Request::default(),
+            args: Vec::new(),
+            spare: Vec::new(),
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             out: BytesMut::with_capacity(READ_CHUNK),
             query_limit: limit(shared.config.client_query_buffer_limit),
@@ -319,83 +339,124 @@ impl Core {
         let now = self.shared.clock.at(read_at);
         let mut executed = 0u64;
         let mut elapsed = None;
+        // Whole ordinary frames run where they lie in `rbuf` (`Parser::parse_in_place`): the
+        // first `taken` bytes have run and leave the buffer when the batch stops reading it.
+        // Anything else goes through `parse_into`, from the buffer's front.
+        let mut taken = 0;
+        let mut last = Last::None;
         // Once the tables outgrow the cache, each request's key is prefetched one request
         // ahead: its table lines load while the request before it runs.
         let prefetch = self.shared.store.prefetching();
         let mut next = Ahead::NONE;
         if prefetch {
-            next = self.prefetch_next();
+            next = self.prefetch_next(0);
         }
         loop {
-            match self.parser.parse_into(&mut self.rbuf, &mut self.request) {
-                Ok(true) => {
-                    // The hash taken of this request's key (if it was), then the next one's.
-                    let ahead = next;
-                    if prefetch {
-                        next = self.prefetch_next();
-                    }
-                    executed += 1;
-                    let mut ctx = Ctx {
-                        shared: &self.shared,
-                        session: &mut self.session,
-                        out: &mut self.out,
-                        now,
-                        ahead,
-                    };
-                    // At `slowlog-log-slower-than 0` every command is logged on its own, with
-                    // its own time, as it ends (as Redis logs; a CONFIG SET earlier in the
-                    // batch counts): a SLOWLOG later in the same pipeline sees it. Otherwise a
-                    // batch is timed once, and logged as one entry when its average is slow.
-                    if self.shared.slowlog.logs_every_command() {
-                        let started = std::time::Instant::now();
-                        cmd::execute(&self.request, &mut ctx);
-                        let micros =
-                            u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                        self.log_slow(micros, 1, true);
-                    } else {
-                        cmd::execute(&self.request, &mut ctx);
-                    }
-                    if self.parser.unauthenticated() && self.session.authenticated {
-                        self.parser.set_unauthenticated(false);
-                    }
-                    // As Redis, the hard output limit is checked reply by reply: a pipeline of
-                    // large replies is cut where it crosses it.
-                    if self.out.len() > self.output_limit {
-                        return Err(Close::OutputBufferLimit);
-                    }
-                    if self.session.close {
-                        self.closing = true;
-                        break;
-                    }
-                    if self.session.handoff.is_some() {
-                        // Nothing may follow PSYNC on this socket but what the replication
-                        // thread writes; replies owed to the commands before it go first.
-                        self.request.clear();
-                        let slot = self.shared.stats.slot(self.thread);
-                        self.session.batch.charge(slot, read_at.elapsed());
-                        return Err(Close::HandOff);
-                    }
-                    if self.session.blocked.is_some() {
-                        self.pending = true;
-                        break;
-                    }
+            let request = match self
+                .parser
+                .parse_in_place(&self.rbuf[taken..], &mut self.spare)
+            {
+                Some(len) => {
+                    // Read into `spare`, so that an attempt that fails leaves `args`, the
+                    // last request's (which SLOWLOG may name), whole; swapped on success.
+                    std::mem::swap(&mut self.args, &mut self.spare);
+                    last = Last::InPlace(taken, len);
+                    taken += len;
+                    RequestRef::in_place(&self.rbuf[taken - len..taken], &self.args)
                 }
-                Ok(false) => {
-                    // An empty buffer leaves the parser's request untouched: it is still the
-                    // batch's last command. A partial frame after it has taken its place.
-                    if executed > 0 && !self.shared.slowlog.logs_every_command() {
-                        let intact = self.rbuf.is_empty();
-                        elapsed = Some(self.batch_done(read_at, executed, intact));
+                None if taken > 0 && taken == self.rbuf.len() => {
+                    // Every byte read ran in place: the batch is over.
+                    if !self.shared.slowlog.logs_every_command() {
+                        let last = self.last_request(last);
+                        elapsed = Some(self.batch_done(read_at, executed, last));
                     }
                     break;
                 }
-                Err(e) => {
-                    e.write_reply(&mut self.out);
-                    self.closing = true;
-                    break;
+                None => {
+                    if taken > 0 {
+                        self.rbuf.advance(std::mem::take(&mut taken));
+                        if let Last::InPlace(..) = last {
+                            last = Last::Gone;
+                        }
+                    }
+                    match self.parser.parse_into(&mut self.rbuf, &mut self.request) {
+                        Ok(true) => {
+                            last = Last::Parsed;
+                            self.request.view()
+                        }
+                        Ok(false) => {
+                            // An empty buffer leaves the parser's request untouched: it is
+                            // still the batch's last command. A partial frame after it has
+                            // taken its place.
+                            if executed > 0 && !self.shared.slowlog.logs_every_command() {
+                                if !self.rbuf.is_empty() {
+                                    last = Last::Gone;
+                                }
+                                let last = self.last_request(last);
+                                elapsed = Some(self.batch_done(read_at, executed, last));
+                            }
+                            break;
+                        }
+                        Err(e) => {
+                            e.write_reply(&mut self.out);
+                            self.closing = true;
+                            break;
+                        }
+                    }
                 }
+            };
+            // The hash taken of this request's key (if it was), then the next one's.
+            let ahead = next;
+            if prefetch {
+                next = self.prefetch_next(taken);
+            }
+            executed += 1;
+            let mut ctx = Ctx {
+                shared: &self.shared,
+                session: &mut self.session,
+                out: &mut self.out,
+                now,
+                ahead,
+            };
+            // At `slowlog-log-slower-than 0` every command is logged on its own, with its own
+            // time, as it ends (as Redis logs; a CONFIG SET earlier in the batch counts): a
+            // SLOWLOG later in the same pipeline sees it. Otherwise a batch is timed once, and
+            // logged as one entry when its average is slow.
+            if self.shared.slowlog.logs_every_command() {
+                let started = std::time::Instant::now();
+                cmd::execute(request, &mut ctx);
+                let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                self.log_slow(micros, 1, Some(request));
+            } else {
+                cmd::execute(request, &mut ctx);
+            }
+            if self.parser.unauthenticated() && self.session.authenticated {
+                self.parser.set_unauthenticated(false);
+            }
+            // As Redis, the hard output limit is checked reply by reply: a pipeline of large
+            // replies is cut where it crosses it.
+            if self.out.len() > self.output_limit {
+                return Err(Close::OutputBufferLimit);
+            }
+            if self.session.close {
+                self.closing = true;
+                break;
+            }
+            if self.session.handoff.is_some() {
+                // Nothing may follow PSYNC on this socket but what the replication thread
+                // writes; replies owed to the commands before it go first.
+                self.rbuf.advance(taken);
+                self.request.clear();
+                let slot = self.shared.stats.slot(self.thread);
+                self.session.batch.charge(slot, read_at.elapsed());
+                return Err(Close::HandOff);
+            }
+            if self.session.blocked.is_some() {
+                self.pending = true;
+                break;
             }
         }
+        self.rbuf.advance(taken);
         // Release the last frame so the read buffer is ours alone again and can be reused in
         // place rather than reallocated.
         self.request.clear();
@@ -406,12 +467,25 @@ impl Core {
         })
     }
 
-    /// Starts loading the table lines of the next buffered request's key, if it is an
-    /// RL.CHECK whose header has arrived (the check is the request that comes by the million;
-    /// only it takes the hash computed here, [`Ctx::ahead`]).
+    /// The batch's last request, for SLOWLOG, where it still is: in the read buffer, or in
+    /// the parser's request; `None` once its bytes have left (a frame read in place before
+    /// bytes that `parse_into` then consumed, or a partial frame that took the request's place).
+    fn last_request(&self, last: Last) -> Option<RequestRef<'_>> {
+        match last {
+            Last::InPlace(at, len) => {
+                Some(RequestRef::in_place(&self.rbuf[at..at + len], &self.args))
+            }
+            Last::Parsed => Some(self.request.view()),
+            Last::None | Last::Gone => None,
+        }
+    }
+
+    /// Starts loading the table lines of the key of the request buffered at `from`, if it is
+    /// an RL.CHECK whose header has arrived (the check is the request that comes by the
+    /// million; only it takes the hash computed here, [`Ctx::ahead`]).
     #[inline]
-    fn prefetch_next(&self) -> Ahead {
-        match sluice_resp::Parser::peek_key(&self.rbuf, b"RL.CHECK") {
+    fn prefetch_next(&self, from: usize) -> Ahead {
+        match sluice_resp::Parser::peek_key(&self.rbuf[from..], b"RL.CHECK") {
             Some(key) => self.shared.store.prefetch(key),
             None => Ahead::NONE,
         }
@@ -421,27 +495,33 @@ impl Core {
     /// clock read, which the statistics use too, and SLOWLOG's entry if the batch was slow.
     /// Only then is the last request still whole, so a batch that ends with part of a frame
     /// (or stops early: QUIT, WAIT) is timed in [`Core::account`] and not looked at by SLOWLOG.
-    fn batch_done(&self, read_at: std::time::Instant, executed: u64, intact: bool) -> Duration {
+    fn batch_done(
+        &self,
+        read_at: std::time::Instant,
+        executed: u64,
+        last: Option<RequestRef<'_>>,
+    ) -> Duration {
         let elapsed = read_at.elapsed();
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         if self.shared.slowlog.is_slow(nanos / executed.max(1)) {
-            self.log_slow(nanos / executed.max(1) / 1000, executed, intact);
+            self.log_slow(nanos / executed.max(1) / 1000, executed, last);
         }
         elapsed
     }
 
     /// Logs the last command that ran, or the batch of `executed` commands it ended, as taking
-    /// `micros` each. Its arguments are in the parser's request while it is `intact`; once a
-    /// partial frame after it has taken their place, the entry names the command alone.
+    /// `micros` each: with its arguments while they are still at hand (`last`), else
+    /// ([`Core::last_request`]) by the command's name alone.
     #[cold]
-    fn log_slow(&self, micros: u64, executed: u64, intact: bool) {
+    fn log_slow(&self, micros: u64, executed: u64, last: Option<RequestRef<'_>>) {
         let at_unix_secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let name = self.client.name.lock().clone().unwrap_or_default();
-        let args = match self.session.batch.last_row() {
-            Some(row) if !intact => vec![cmd::row_name(row).as_bytes().to_vec()],
-            _ => crate::slowlog::entry_args(self.request.args()),
+        let args = match (last, self.session.batch.last_row()) {
+            (Some(request), _) => crate::slowlog::entry_args(request.args()),
+            (None, Some(row)) => vec![cmd::row_name(row).as_bytes().to_vec()],
+            (None, None) => Vec::new(),
         };
         self.shared.slowlog.push(crate::slowlog::Entry {
             id: 0,

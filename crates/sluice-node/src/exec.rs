@@ -67,7 +67,7 @@ impl Executor {
             ahead: sluice_store::Ahead::NONE,
         };
         let started = std::time::Instant::now();
-        cmd::execute(&request, &mut ctx);
+        cmd::execute(request.view(), &mut ctx);
         let slot = self.shared.stats.slot(self.session.thread);
         self.session.batch.charge(slot, started.elapsed());
         self.out.split().freeze()

@@ -32,7 +32,8 @@ pub mod value;
 mod inline;
 
 pub use parser::{
-    ArgIter, Limits, Parser, ProtocolError, ProtocolErrorKind, Request, is_http_request, string2ll,
+    ArgIter, Limits, Parser, ProtocolError, ProtocolErrorKind, Request, RequestRef,
+    is_http_request, string2ll,
 };
 pub use reply::Proto;
 pub use value::Value;

@@ -231,6 +231,17 @@ impl Request {
         self.wire = false;
     }
 
+    /// This request's arguments, borrowed: what the commands read.
+    #[inline]
+    pub fn view(&self) -> RequestRef<'_> {
+        RequestRef {
+            frame: &self.frame,
+            args: &self.args,
+            inline: self.inline,
+            wire: self.wire,
+        }
+    }
+
     /// How many arguments, the command name included.
     pub fn len(&self) -> usize {
         self.args.len()
@@ -242,16 +253,12 @@ impl Request {
 
     /// Argument `i` (0 is the command name).
     pub fn arg(&self, i: usize) -> Option<&[u8]> {
-        let &(offset, len) = self.args.get(i)?;
-        Some(&self.frame[offset..offset + len])
+        self.view().arg(i)
     }
 
     /// The arguments from `from` on, in order.
     pub fn args_from(&self, from: usize) -> ArgIter<'_> {
-        ArgIter {
-            request: self,
-            next: from.min(self.len()),
-        }
+        self.view().args_from(from)
     }
 
     /// Every argument, the command name first.
@@ -272,12 +279,92 @@ impl Request {
         self.wire.then_some(&self.frame)
     }
 
+    /// See [`RequestRef::wire_from`].
+    pub fn wire_from(&self, from: usize) -> Option<&[u8]> {
+        self.view().wire_from(from)
+    }
+
+    /// Whether this came as an inline command rather than a multibulk frame.
+    pub fn is_inline(&self) -> bool {
+        self.inline
+    }
+
+    /// This request in an allocation of its own: what keeps it (a MULTI queue) then holds its
+    /// bytes only, not the read buffer its frame was split from (which a small frame would
+    /// otherwise pin whole, however large that buffer grew).
+    pub fn detached(&self) -> Request {
+        self.view().to_request()
+    }
+
+    /// The bytes this request holds: itself, its frame and its argument table (so a queue of
+    /// tiny requests is not counted at a fraction of what it takes).
+    pub fn footprint(&self) -> usize {
+        std::mem::size_of::<Request>()
+            + self.frame.len()
+            + self.args.len() * std::mem::size_of::<(usize, usize)>()
+    }
+}
+
+/// A request's arguments, borrowed from its frame wherever that is: a [`Request`]'s
+/// ([`Request::view`]), or the read buffer itself for a frame read in place
+/// ([`Parser::parse_in_place`]). Each argument is an `(offset, len)` in `frame`.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestRef<'a> {
+    frame: &'a [u8],
+    args: &'a [(usize, usize)],
+    inline: bool,
+    wire: bool,
+}
+
+impl<'a> RequestRef<'a> {
+    /// A multibulk frame as it arrived, with the argument offsets
+    /// [`Parser::parse_in_place`] found in it.
+    #[inline]
+    pub fn in_place(frame: &'a [u8], args: &'a [(usize, usize)]) -> RequestRef<'a> {
+        RequestRef {
+            frame,
+            args,
+            inline: false,
+            wire: true,
+        }
+    }
+
+    /// How many arguments, the command name included.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.args.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.args.is_empty()
+    }
+
+    /// Argument `i` (0 is the command name).
+    #[inline]
+    pub fn arg(&self, i: usize) -> Option<&'a [u8]> {
+        let &(offset, len) = self.args.get(i)?;
+        self.frame.get(offset..offset + len)
+    }
+
+    /// The arguments from `from` on, in order.
+    pub fn args_from(&self, from: usize) -> ArgIter<'a> {
+        ArgIter {
+            request: *self,
+            next: from.min(self.len()),
+        }
+    }
+
+    /// Every argument, the command name first.
+    pub fn args(&self) -> ArgIter<'a> {
+        self.args_from(0)
+    }
+
     /// The wire bytes of arguments `from..` of a multibulk frame as it arrived, each with its
     /// `$len` header: `$len\r\narg\r\n...` to the end of the frame. The headers make the bytes
     /// an unambiguous encoding of those arguments, so two requests whose tails are equal (and
     /// whose argument counts are equal) have equal arguments from `from` on. `None` for an
     /// inline command, a request made with [`Request::from_args`], or `from` 0 or past the end.
-    pub fn wire_from(&self, from: usize) -> Option<&[u8]> {
+    pub fn wire_from(&self, from: usize) -> Option<&'a [u8]> {
         if !self.wire || from == 0 || from >= self.args.len() {
             return None;
         }
@@ -290,31 +377,21 @@ impl Request {
         self.inline
     }
 
-    /// This request in an allocation of its own: what keeps it (a MULTI queue) then holds its
-    /// bytes only, not the read buffer its frame was split from (which a small frame would
-    /// otherwise pin whole, however large that buffer grew).
-    pub fn detached(&self) -> Request {
+    /// A copy in an allocation of its own: its frame's bytes and argument table.
+    pub fn to_request(&self) -> Request {
         Request {
-            frame: Bytes::copy_from_slice(&self.frame),
-            args: self.args.clone(),
+            frame: Bytes::copy_from_slice(self.frame),
+            args: self.args.to_vec(),
             inline: self.inline,
             wire: self.wire,
         }
-    }
-
-    /// The bytes this request holds: itself, its frame and its argument table (so a queue of
-    /// tiny requests is not counted at a fraction of what it takes).
-    pub fn footprint(&self) -> usize {
-        std::mem::size_of::<Request>()
-            + self.frame.len()
-            + self.args.len() * std::mem::size_of::<(usize, usize)>()
     }
 }
 
 /// The arguments of a request, borrowed from its frame.
 #[derive(Clone, Debug)]
 pub struct ArgIter<'a> {
-    request: &'a Request,
+    request: RequestRef<'a>,
     next: usize,
 }
 
@@ -451,7 +528,7 @@ impl Parser {
         // The common case first, before any saved progress is looked at: a whole, ordinary
         // multibulk frame at a frame boundary.
         if self.state == State::Start && buf.first() == Some(&b'*') {
-            if let Some(frame_len) = self.whole_multibulk(buf, request) {
+            if let Some(frame_len) = self.whole_multibulk(buf, &mut request.args) {
                 request.frame = buf.split_to(frame_len).freeze();
                 request.inline = false;
                 request.wire = true;
@@ -467,6 +544,23 @@ impl Parser {
             self.reset();
         }
         result
+    }
+
+    /// The frame at the start of `buf`, read where it lies: its length, with each argument's
+    /// `(offset, len)` in `args`, if it is a whole, ordinary multibulk frame at a frame
+    /// boundary (what [`Parser::parse_into`] reads on its fast path, by the same code). The
+    /// caller executes it from `buf` ([`RequestRef::in_place`]) and then removes those bytes
+    /// itself; the parser stays at the frame boundary after them. `None` for anything else:
+    /// the caller then calls [`Parser::parse_into`] with the same bytes at the buffer's front.
+    ///
+    /// No frame is split off the buffer, so no reference count is taken and dropped per
+    /// request: a pipelined batch costs its connection loop no atomic operation per request.
+    #[inline]
+    pub fn parse_in_place(&self, buf: &[u8], args: &mut Vec<(usize, usize)>) -> Option<usize> {
+        if self.state != State::Start || buf.first() != Some(&b'*') {
+            return None;
+        }
+        self.whole_multibulk(buf, args)
     }
 
     /// The key (second argument) of the frame at the start of `buf` if that frame is the
@@ -706,13 +800,12 @@ impl Parser {
     /// path then parses the same bytes from the start and gives the exact answer or error, so
     /// the two can never disagree on a frame this one accepts.
     #[inline]
-    fn whole_multibulk(&self, buf: &[u8], request: &mut Request) -> Option<usize> {
+    fn whole_multibulk(&self, buf: &[u8], args: &mut Vec<(usize, usize)>) -> Option<usize> {
         let (count, mut pos) = plain_number(buf, 1)?;
         if count == 0 || count > self.fast_max_multibulk_len {
             return None;
         }
         let max_bulk_len = self.fast_max_bulk_len;
-        let args = &mut request.args;
         args.clear();
         for _ in 0..count {
             let (len, start) = bulk_header(buf, pos)?;
@@ -1427,6 +1520,75 @@ mod tests {
         buf.extend_from_slice(&big);
         assert_eq!(p.parse(&mut buf).unwrap().unwrap().len(), 11);
         assert_eq!(p.parse(&mut buf).unwrap().unwrap().len(), 1);
+    }
+
+    /// What `parse_in_place` reads is what `parse_into` reads from the same bytes (frame
+    /// length, arguments, the wire tail), and it declines whatever `parse_into` would read
+    /// another way: an inline command, a partial frame, a frame past the limits before AUTH,
+    /// a frame whose header the general path must judge, or any frame while the parser is
+    /// inside one.
+    #[test]
+    fn a_frame_read_in_place_is_the_frame_parse_into_reads() {
+        let frames: [&[u8]; 4] = [
+            b"*1\r\n$4\r\nPING\r\n",
+            b"*4\r\n$8\r\nRL.CHECK\r\n$3\r\nk:1\r\n$3\r\n100\r\n$2\r\n60\r\n",
+            b"*3\r\n$3\r\nSET\r\n$0\r\n\r\n$10\r\n0123456789\r\n",
+            b"*2\r\n$4\r\nECHO\r\n$3\r\na\r\n\r\n",
+        ];
+        let pipeline: Vec<u8> = frames.concat();
+        let mut at = 0;
+        let mut spare = Vec::new();
+        let reader = parser();
+        let mut general = BytesMut::from(&pipeline[..]);
+        let mut request = Request::default();
+        let mut theirs = parser();
+        for frame in frames {
+            let len = reader
+                .parse_in_place(&pipeline[at..], &mut spare)
+                .expect("whole frame");
+            assert_eq!(len, frame.len());
+            let mine = RequestRef::in_place(&pipeline[at..at + len], &spare);
+            assert!(theirs.parse_into(&mut general, &mut request).unwrap());
+            assert_eq!(
+                mine.args().collect::<Vec<_>>(),
+                request.args().collect::<Vec<_>>()
+            );
+            assert_eq!(mine.wire_from(1), request.wire_from(1));
+            assert_eq!(mine.to_request(), request.detached());
+            at += len;
+        }
+        assert_eq!(reader.parse_in_place(&pipeline[at..], &mut spare), None);
+        // Declined: inline, every cut of a frame, `*0`, a leading zero, past the limits
+        // before AUTH.
+        assert_eq!(reader.parse_in_place(b"PING\r\n", &mut spare), None);
+        for cut in 0..frames[1].len() {
+            assert_eq!(
+                reader.parse_in_place(&frames[1][..cut], &mut spare),
+                None,
+                "{cut}"
+            );
+        }
+        assert_eq!(reader.parse_in_place(b"*0\r\n", &mut spare), None);
+        assert_eq!(
+            reader.parse_in_place(b"*1\r\n$04\r\nPING\r\n", &mut spare),
+            None
+        );
+        let mut strict = parser();
+        strict.set_unauthenticated(true);
+        let eleven = Request::from_args(&[b"x"; 11]);
+        let mut wire = b"*11\r\n".to_vec();
+        for arg in eleven.args() {
+            wire.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            wire.extend_from_slice(arg);
+            wire.extend_from_slice(b"\r\n");
+        }
+        assert_eq!(strict.parse_in_place(&wire, &mut spare), None);
+        assert_eq!(reader.parse_in_place(&wire, &mut spare), Some(wire.len()));
+        // Inside a frame (part of one was parsed), nothing is read in place.
+        let mut inside = parser();
+        let mut partial = BytesMut::from(&frames[0][..5]);
+        assert_eq!(inside.parse(&mut partial), Ok(None));
+        assert_eq!(inside.parse_in_place(frames[1], &mut spare), None);
     }
 
     #[test]

@@ -4,20 +4,20 @@
 //! Number parsing follows Redis (`string2ll`): optional '-', digits only, no '+', no spaces,
 //! no leading zeros except "0" itself.
 
-use sluice_resp::{ArgIter, Request};
+use sluice_resp::{ArgIter, RequestRef};
 
 use super::CmdError;
 
 /// The arguments of one request after the command name, borrowed from its frame.
 #[derive(Debug)]
 pub struct Args<'a> {
-    request: &'a Request,
+    request: RequestRef<'a>,
     pos: usize,
 }
 
 impl<'a> Args<'a> {
     /// The arguments of `request` after its name.
-    pub fn new(request: &'a Request) -> Args<'a> {
+    pub fn new(request: RequestRef<'a>) -> Args<'a> {
         Args { request, pos: 1 }
     }
 
@@ -130,8 +130,8 @@ mod tests {
 
     #[test]
     fn cursor_walks_and_finishes() {
-        let request = Request::from_args(&["CMD", "a", "12"]);
-        let mut args = Args::new(&request);
+        let request = sluice_resp::Request::from_args(&["CMD", "a", "12"]);
+        let mut args = Args::new(request.view());
         assert_eq!(args.required().unwrap(), b"a");
         assert!(args.finish().is_err());
         assert_eq!(args.i64().unwrap(), 12);

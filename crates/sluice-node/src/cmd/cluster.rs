@@ -570,7 +570,7 @@ mod tests {
     fn import_takes_an_optional_tls_port() {
         let parse = |words: &[&str]| {
             let req = sluice_resp::Request::from_args(words);
-            match ClusterCmd::parse(&mut Args::new(&req)) {
+            match ClusterCmd::parse(&mut Args::new(req.view())) {
                 Ok(ClusterCmd::Import(host, port, tls, ranges)) => Ok((host, port, tls, ranges)),
                 Ok(_) => panic!("not an import"),
                 Err(e) => Err(e),
@@ -596,12 +596,12 @@ mod tests {
         let req = sluice_resp::Request::from_args(&[
             "PAUSE", "5-9", "0-3", "4-4", "20-30", "25-26", "31",
         ]);
-        let mut args = Args::new(&req);
+        let mut args = Args::new(req.view());
         assert_eq!(ranges(&mut args).unwrap(), [(0, 9), (20, 31)]);
         // However many copies of the whole range, one range.
         let mut many = vec!["0-16383"; 100_000];
         many[0] = "PAUSE";
         let req = sluice_resp::Request::from_args(&many);
-        assert_eq!(ranges(&mut Args::new(&req)).unwrap(), [(0, 16383)]);
+        assert_eq!(ranges(&mut Args::new(req.view())).unwrap(), [(0, 16383)]);
     }
 }

@@ -3,7 +3,7 @@
 //! replica, a transaction's queue) in this one place.
 
 use bytes::BytesMut;
-use sluice_resp::Request;
+use sluice_resp::RequestRef;
 use sluice_resp::reply::{self, Proto};
 
 use super::route::check_serve;
@@ -12,7 +12,7 @@ use super::table::{CommandSpec, lookup, row};
 use super::{Args, CmdError, Ctx, LastCommand, multi, script};
 
 /// Executes one request, appending its reply to `ctx.out`.
-pub fn execute(req: &Request, ctx: &mut Ctx<'_>) {
+pub fn execute(req: RequestRef<'_>, ctx: &mut Ctx<'_>) {
     let Some(name) = req.arg(0) else {
         return;
     };

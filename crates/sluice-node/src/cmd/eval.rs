@@ -237,10 +237,13 @@ impl ScriptHost<'_> {
             return reply::error(out, script::KILLED);
         }
         if take_shards {
-            match hold_for(&self.shared.store, spec, &request) {
+            match hold_for(&self.shared.store, spec, request.view()) {
                 Err(_) => return reply::error(out, BUSY_SHARD),
                 Ok(Held::Keys) => {
-                    if spec.key_args(&request).any(|k| !self.declared.contains(&k)) {
+                    if spec
+                        .key_args(request.view())
+                        .any(|k| !self.declared.contains(&k))
+                    {
                         UNDECLARED_KEY_CALLS.fetch_add(1, Relaxed);
                     }
                 }
@@ -265,7 +268,7 @@ impl ScriptHost<'_> {
             now: self.now,
             ahead: sluice_store::Ahead::NONE,
         };
-        execute(&request, &mut ctx);
+        execute(request.view(), &mut ctx);
         self.session.proto = proto;
         self.session.last_command = caller;
     }

@@ -1,7 +1,7 @@
 //! What a hold on shards (a script's run, an EXEC) takes for each command it runs: the shards
 //! of the command's keys, none, or all (see `sluice_store::Store::holding`).
 
-use sluice_resp::Request;
+use sluice_resp::RequestRef;
 use sluice_store::{Holding, ShardBusy, Store};
 
 use super::table::CommandSpec;
@@ -33,7 +33,7 @@ const TOUCH_NO_KEY: &[&str] = &[
 pub(super) fn hold_for(
     store: &Store,
     spec: &CommandSpec,
-    request: &Request,
+    request: RequestRef<'_>,
 ) -> Result<Held, ShardBusy> {
     if spec.first_key > 0 && !spec.routed_after_parse {
         store.hold(spec.key_args(request)).map(|()| Held::Keys)

@@ -22,8 +22,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use sluice_resp::Request;
 use sluice_resp::reply;
+use sluice_resp::{Request, RequestRef};
 
 use super::{Args, CmdError, Command, Ctx, execute, lookup};
 
@@ -40,11 +40,11 @@ pub struct Transaction {
 impl Transaction {
     /// Queues a copy of `request`. Once the block has failed nothing more is kept (EXEC will
     /// abort it), as Redis does; the command is still answered `QUEUED`.
-    pub fn queue(&mut self, request: &Request) {
+    pub fn queue(&mut self, request: RequestRef<'_>) {
         if self.failed {
             return;
         }
-        let request = request.detached();
+        let request = request.to_request();
         self.bytes = self.bytes.saturating_add(request.footprint());
         self.queued.push(request);
     }
@@ -113,10 +113,10 @@ impl Command<'_> for Exec {
             for (spec, request) in specs.iter().zip(&tx.queued) {
                 let Some(spec) = spec else { continue };
                 if spec.first_key > 0 && !spec.routed_after_parse {
-                    keys.extend(spec.key_args(request));
+                    keys.extend(spec.key_args(request.view()));
                 } else {
                     // Nothing, or every shard at once (ascending, from none held).
-                    held = held.and(super::hold::hold_for(store, spec, request).map(drop));
+                    held = held.and(super::hold::hold_for(store, spec, request.view()).map(drop));
                 }
             }
             keys.extend(watching.iter().flat_map(|w| w.keys()));
@@ -137,7 +137,7 @@ impl Command<'_> for Exec {
                 ctx.session.close = true;
                 break;
             }
-            execute(request, ctx);
+            execute(request.view(), ctx);
         }
         ctx.session.in_exec = false;
         drop(hold);

@@ -28,7 +28,7 @@
 //! thousand instructions): that one waits for the script's end, and its thread with it, so
 //! `SCRIPT KILL` comes through another thread.
 
-use sluice_resp::{Request, reply};
+use sluice_resp::{RequestRef, reply};
 
 use super::table::CommandSpec;
 use super::{Args, CmdError, Command, Ctx};
@@ -76,7 +76,7 @@ const TOUCH_NO_SHARD: &[&str] = &[
 /// instructions of register spills (scripts/callgrind.sh).
 #[cold]
 #[inline(never)]
-pub(super) fn busy_refusal(ctx: &Ctx<'_>, spec: &CommandSpec, req: &Request) -> bool {
+pub(super) fn busy_refusal(ctx: &Ctx<'_>, spec: &CommandSpec, req: RequestRef<'_>) -> bool {
     // Nor for a command EXEC runs: the EXEC was looked at (as a command on every shard), and
     // one refused half way would break the transaction.
     if script::listed_here() || ctx.session.in_exec {
@@ -118,13 +118,13 @@ const WAIT_MOST: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The declared keys of an EVAL, EVALSHA, EVAL_RO or EVALSHA_RO (none if `numkeys` is not a
 /// count of the arguments: the command refuses it).
-fn eval_keys(req: &Request) -> impl Iterator<Item = &[u8]> {
+fn eval_keys(req: RequestRef<'_>) -> impl Iterator<Item = &[u8]> + use<'_> {
     let numkeys = req
         .arg(2)
         .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok())
         .filter(|&n| n <= req.len().saturating_sub(3))
         .unwrap_or(0);
-    (3..3 + numkeys).filter_map(|i| req.arg(i))
+    (3..3 + numkeys).filter_map(move |i| req.arg(i))
 }
 
 const HELP: &[&str] = &[

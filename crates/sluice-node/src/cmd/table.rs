@@ -80,7 +80,7 @@ impl CommandSpec {
 
     /// The key arguments of `req`, from the key positions (Redis's first, last, step). A
     /// command without keys (first key 0) has none.
-    pub fn key_args<'r>(&self, req: &'r sluice_resp::Request) -> impl Iterator<Item = &'r [u8]> {
+    pub fn key_args<'r>(&self, req: sluice_resp::RequestRef<'r>) -> impl Iterator<Item = &'r [u8]> {
         let first = self.first_key.max(0) as usize;
         let last = if self.last_key < 0 {
             req.len()
@@ -92,7 +92,7 @@ impl CommandSpec {
         (first..=last)
             .step_by(step)
             .filter(move |_| first > 0)
-            .filter_map(|i| req.arg(i))
+            .filter_map(move |i| req.arg(i))
     }
 
     pub(super) fn arity_ok(&self, argc: usize) -> bool {

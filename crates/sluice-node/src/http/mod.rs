@@ -138,7 +138,7 @@ impl Front {
             now: self.shared.clock.now(),
             ahead: sluice_store::Ahead::NONE,
         };
-        cmd::execute(&request, &mut ctx);
+        cmd::execute(request.view(), &mut ctx);
         let slot = self.shared.stats.slot(session.thread);
         session.batch.charge(slot, started.elapsed());
         if let Some(v) = int_array(&out) {
