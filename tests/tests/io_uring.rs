@@ -130,6 +130,38 @@ fn multi_exec_and_protocol_errors_behave_as_on_epoll() {
     assert!(closed);
 }
 
+/// Whole multibulk frames run where they lie in the read buffer; everything around them (a
+/// frame cut by the read, `*0`, a blank line, an inline command, `*-1`, a framing error) is
+/// read as before, in order, once.
+#[test]
+fn frames_read_in_place_mix_with_every_other_framing() {
+    let server = uring(&[]);
+    let mut s = server.raw();
+    s.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n1\r\n*2\r\n$4\r\nINCR\r\n$1\r\na\r\n")
+        .unwrap();
+    s.write_all(b"*2\r\n$4\r\nECHO\r\n$5\r\nhel").unwrap();
+    assert_eq!(read_exact_str(&mut s, 5 + 4), "+OK\r\n:2\r\n");
+    s.write_all(b"lo\r\n").unwrap();
+    assert_eq!(read_exact_str(&mut s, 11), "$5\r\nhello\r\n");
+    s.write_all(
+        b"*2\r\n$4\r\nINCR\r\n$1\r\na\r\n*0\r\n\r\nINCR a\r\n*-1\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\n",
+    )
+    .unwrap();
+    assert_eq!(read_exact_str(&mut s, 4 + 4 + 7), ":3\r\n:4\r\n$1\r\n4\r\n");
+    s.write_all(b"*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nECHO\r\n$1\r\ny\r\n*abc\r\n*1\r\n$4\r\nPING\r\n")
+        .unwrap();
+    let (text, closed) = read_to_close(&mut s);
+    assert!(
+        text.starts_with("+PONG\r\n$1\r\ny\r\n-ERR Protocol error"),
+        "{text}"
+    );
+    assert!(
+        !text.ends_with("+PONG\r\n"),
+        "nothing runs after the error: {text}"
+    );
+    assert!(closed, "a framing error closes the connection");
+}
+
 #[test]
 fn subscribe_goes_on_in_the_epoll_loop_with_what_followed_it() {
     let server = uring(&[]);
@@ -167,6 +199,20 @@ fn wait_blocks_then_answers_and_the_requests_behind_it_run_after() {
         read_exact_str(&mut s, 5 + 4 + 7),
         "+OK\r\n:1\r\n$1\r\n1\r\n"
     );
+    // The same as frames read in place, with a frame cut after them that the epoll loop
+    // completes.
+    s.write_all(
+        b"*3\r\n$3\r\nSET\r\n$1\r\nw\r\n$1\r\n0\r\n*3\r\n$4\r\nWAIT\r\n$1\r\n1\r\n$4\r\n5000\r\n",
+    )
+    .unwrap();
+    s.write_all(b"*2\r\n$4\r\nINCR\r\n$1\r\nw\r\n*2\r\n$4\r\nINCR\r\n$1\r\nw\r\n*2\r\n$4\r\nECHO\r\n$2\r\nz")
+        .unwrap();
+    assert_eq!(
+        read_exact_str(&mut s, 5 + 4 + 4 + 4),
+        "+OK\r\n:1\r\n:1\r\n:2\r\n"
+    );
+    s.write_all(b"z\r\n").unwrap();
+    assert_eq!(read_exact_str(&mut s, 8), "$2\r\nzz\r\n");
     // A WAIT no replica can satisfy times out with the count it has.
     let started = Instant::now();
     let n: i64 = q(&mut c, &["WAIT", "2", "200"]);

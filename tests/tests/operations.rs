@@ -14,8 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use sluice_tests::{
-    RedisSentinel, Sluice, TempDir, binary, free_port, have_tool, http_get, read_to_close,
-    refused_config, rl_check, try_connect, wait_until,
+    RedisSentinel, Sluice, TempDir, binary, free_port, have_tool, http_get, read_exact_str,
+    read_to_close, refused_config, rl_check, try_connect, wait_until,
 };
 
 fn config_get(c: &mut redis::Connection, name: &str) -> String {
@@ -731,6 +731,39 @@ fn a_slow_batch_is_logged_with_its_last_command() {
     assert_eq!(args, &["ECHO", "last"], "{newest:?}");
     assert!(name.ends_with("pipelined=2"), "{newest:?}");
     assert!(*micros >= 1000, "{newest:?}");
+
+    // Whatever follows the last command in the same read, it is still named with its
+    // arguments: an inline command read by the general path, `*0` or a blank line after a
+    // frame read in place, the start of a frame still to come.
+    let eval = format!(
+        "*3\r\n$4\r\nEVAL\r\n${}\r\n{busy}\r\n$1\r\n0\r\n",
+        busy.len()
+    );
+    let echo_b = "*2\r\n$4\r\nECHO\r\n$1\r\nb\r\n";
+    for (tail, want) in [
+        ("ECHO tail\r\n", vec!["ECHO", "tail"]),
+        (&*format!("{echo_b}*0\r\n"), vec!["ECHO", "b"]),
+        (&*format!("{echo_b}\r\n"), vec!["ECHO", "b"]),
+        (&*format!("{echo_b}*2\r\n$4\r\nEC"), vec!["ECHO", "b"]),
+    ] {
+        let mut s = node.raw();
+        s.write_all(format!("{eval}{tail}").as_bytes()).unwrap();
+        let reply_b = if tail.contains("tail") {
+            "$4\r\ntail\r\n"
+        } else {
+            "$1\r\nb\r\n"
+        };
+        assert_eq!(
+            read_exact_str(&mut s, 4 + reply_b.len()),
+            format!(":1\r\n{reply_b}")
+        );
+        let newest: Vec<Entry> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(1)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(newest[0].3, want, "after {tail:?}: {newest:?}");
+    }
 }
 
 #[test]

@@ -216,11 +216,13 @@ enum Last {
     /// Read in place: its frame at this offset and length in the read buffer, its argument
     /// offsets in `Core::args`.
     InPlace(usize, usize),
-    /// In the parser's request.
+    /// In the parser's request, which keeps it until `parse_into` reads a whole frame.
     Parsed,
-    /// Its bytes have left the buffer.
-    Gone,
 }
+
+/// Argument offsets a connection keeps room for between batches, for frames read in place: one
+/// frame of a million arguments should not pin its 16 MB for the connection's life.
+const KEPT_ARGS: usize = 1024;
 
 /// One connection's state apart from its socket: its session, buffers, parser and where it
 /// stands. Whichever loop drives the socket runs its batches ([`Core::run_batch`]).
@@ -352,6 +354,7 @@ impl Core {
             next = self.prefetch_next(0);
         }
         loop {
+            self.spare.clear();
             let request = match self
                 .parser
                 .parse_in_place(&self.rbuf[taken..], &mut self.spare)
@@ -374,10 +377,16 @@ impl Core {
                 }
                 None => {
                     if taken > 0 {
-                        self.rbuf.advance(std::mem::take(&mut taken));
-                        if let Last::InPlace(..) = last {
-                            last = Last::Gone;
+                        // Bytes that are not a whole ordinary frame follow frames read in
+                        // place: the last of those is copied out before its bytes leave the
+                        // buffer (once per such batch), so SLOWLOG can still name it.
+                        if let Last::InPlace(..) = last
+                            && let Some(request) = self.last_request(last)
+                        {
+                            self.request = request.to_request();
+                            last = Last::Parsed;
                         }
+                        self.rbuf.advance(std::mem::take(&mut taken));
                     }
                     match self.parser.parse_into(&mut self.rbuf, &mut self.request) {
                         Ok(true) => {
@@ -385,13 +394,7 @@ impl Core {
                             self.request.view()
                         }
                         Ok(false) => {
-                            // An empty buffer leaves the parser's request untouched: it is
-                            // still the batch's last command. A partial frame after it has
-                            // taken its place.
                             if executed > 0 && !self.shared.slowlog.logs_every_command() {
-                                if !self.rbuf.is_empty() {
-                                    last = Last::Gone;
-                                }
                                 let last = self.last_request(last);
                                 elapsed = Some(self.batch_done(read_at, executed, last));
                             }
@@ -458,8 +461,12 @@ impl Core {
         }
         self.rbuf.advance(taken);
         // Release the last frame so the read buffer is ours alone again and can be reused in
-        // place rather than reallocated.
+        // place rather than reallocated; and the argument lists of a huge frame read in place.
         self.request.clear();
+        if self.args.capacity().max(self.spare.capacity()) > KEPT_ARGS {
+            self.args = Vec::new();
+            self.spare = Vec::new();
+        }
         Ok(Ran {
             executed,
             read_at,
@@ -467,16 +474,15 @@ impl Core {
         })
     }
 
-    /// The batch's last request, for SLOWLOG, where it still is: in the read buffer, or in
-    /// the parser's request; `None` once its bytes have left (a frame read in place before
-    /// bytes that `parse_into` then consumed, or a partial frame that took the request's place).
+    /// The batch's last request, for SLOWLOG, where it is: in the read buffer, or in the
+    /// parser's request.
     fn last_request(&self, last: Last) -> Option<RequestRef<'_>> {
         match last {
             Last::InPlace(at, len) => {
                 Some(RequestRef::in_place(&self.rbuf[at..at + len], &self.args))
             }
             Last::Parsed => Some(self.request.view()),
-            Last::None | Last::Gone => None,
+            Last::None => None,
         }
     }
 
@@ -491,10 +497,10 @@ impl Core {
         }
     }
 
-    /// The batch ran every request it read (the read buffer is empty): its one end-of-batch
-    /// clock read, which the statistics use too, and SLOWLOG's entry if the batch was slow.
-    /// Only then is the last request still whole, so a batch that ends with part of a frame
-    /// (or stops early: QUIT, WAIT) is timed in [`Core::account`] and not looked at by SLOWLOG.
+    /// The batch ran every whole request it read: its one end-of-batch clock read, which the
+    /// statistics use too, and SLOWLOG's entry (naming `last`) if the batch was slow. A batch
+    /// that stops early (QUIT, WAIT) is timed in [`Core::account`] and not looked at by
+    /// SLOWLOG.
     fn batch_done(
         &self,
         read_at: std::time::Instant,
@@ -510,8 +516,8 @@ impl Core {
     }
 
     /// Logs the last command that ran, or the batch of `executed` commands it ended, as taking
-    /// `micros` each: with its arguments while they are still at hand (`last`), else
-    /// ([`Core::last_request`]) by the command's name alone.
+    /// `micros` each: with its arguments (`last`), or by its name alone if they are not at
+    /// hand.
     #[cold]
     fn log_slow(&self, micros: u64, executed: u64, last: Option<RequestRef<'_>>) {
         let at_unix_secs = std::time::SystemTime::now()

@@ -527,8 +527,18 @@ impl Parser {
     ) -> Result<bool, ProtocolError> {
         // The common case first, before any saved progress is looked at: a whole, ordinary
         // multibulk frame at a frame boundary.
+        // The offsets go to the parser's own list (empty at a frame boundary) and move to
+        // `request` only with a whole frame: until then `request` is untouched, still the last
+        // request parsed (whatever follows it: a partial frame, `*0`, a blank line).
         if self.state == State::Start && buf.first() == Some(&b'*') {
-            if let Some(frame_len) = self.whole_multibulk(buf, &mut request.args) {
+            let mut offsets = std::mem::take(&mut self.offsets);
+            let whole = self.whole_multibulk(buf, &mut offsets);
+            if whole.is_some() {
+                std::mem::swap(&mut request.args, &mut offsets);
+            }
+            offsets.clear();
+            self.offsets = offsets;
+            if let Some(frame_len) = whole {
                 request.frame = buf.split_to(frame_len).freeze();
                 request.inline = false;
                 request.wire = true;
@@ -536,7 +546,6 @@ impl Parser {
             }
             // From here on this frame takes the general, incremental path, so the fast path
             // reads any frame at most once.
-            request.args.clear();
             self.state = State::Count { searched: 1 };
         }
         let result = self.step(buf, request);
@@ -547,8 +556,9 @@ impl Parser {
     }
 
     /// The frame at the start of `buf`, read where it lies: its length, with each argument's
-    /// `(offset, len)` in `args`, if it is a whole, ordinary multibulk frame at a frame
-    /// boundary (what [`Parser::parse_into`] reads on its fast path, by the same code). The
+    /// `(offset, len)` from the frame's start appended to `args` (and perhaps some appended
+    /// when the answer is `None`: truncate them), if it is a whole, ordinary multibulk frame at
+    /// a frame boundary (what [`Parser::parse_into`] reads on its fast path, by the same code). The
     /// caller executes it from `buf` ([`RequestRef::in_place`]) and then removes those bytes
     /// itself; the parser stays at the frame boundary after them. `None` for anything else:
     /// the caller then calls [`Parser::parse_into`] with the same bytes at the buffer's front.
@@ -795,10 +805,10 @@ impl Parser {
 
     /// The fast path for the common case: a whole, ordinary multibulk frame at the front of
     /// `buf` (every count and length plain digits, the frame entirely buffered). Reads it in one
-    /// pass, writing the argument offsets straight into `request`, and returns the frame's
-    /// length. `None` for anything else (incomplete, empty, unusual or invalid): the general
-    /// path then parses the same bytes from the start and gives the exact answer or error, so
-    /// the two can never disagree on a frame this one accepts.
+    /// pass, appending the argument offsets to `args`, and returns the frame's length. `None`
+    /// for anything else (incomplete, empty, unusual or invalid): the general path then parses
+    /// the same bytes from the start and gives the exact answer or error, so the two can never
+    /// disagree on a frame this one accepts.
     #[inline]
     fn whole_multibulk(&self, buf: &[u8], args: &mut Vec<(usize, usize)>) -> Option<usize> {
         let (count, mut pos) = plain_number(buf, 1)?;
@@ -806,7 +816,6 @@ impl Parser {
             return None;
         }
         let max_bulk_len = self.fast_max_bulk_len;
-        args.clear();
         for _ in 0..count {
             let (len, start) = bulk_header(buf, pos)?;
             // The payload and the two bytes that end it must be buffered. (`start` is within
@@ -1543,6 +1552,7 @@ mod tests {
         let mut request = Request::default();
         let mut theirs = parser();
         for frame in frames {
+            spare.clear();
             let len = reader
                 .parse_in_place(&pipeline[at..], &mut spare)
                 .expect("whole frame");
@@ -1558,6 +1568,23 @@ mod tests {
             at += len;
         }
         assert_eq!(reader.parse_in_place(&pipeline[at..], &mut spare), None);
+        // `parse_into` leaves the request it filled last as it was until it reads a whole
+        // frame: past `*0` and into a partial frame, it still names the last request.
+        let mut p = parser();
+        let mut buf = BytesMut::from(&b"*2\r\n$4\r\nECHO\r\n$1\r\nb\r\n*0\r\n*2\r\n$4\r\nEC"[..]);
+        let mut r = Request::default();
+        assert_eq!(p.parse_into(&mut buf, &mut r), Ok(true));
+        assert_eq!(p.parse_into(&mut buf, &mut r), Ok(false));
+        assert_eq!(r.args().collect::<Vec<_>>(), [&b"ECHO"[..], b"b"]);
+        // Offsets are appended, each from its own frame's start.
+        let mut both = vec![(7, 7)];
+        let first = reader.parse_in_place(&pipeline, &mut both).unwrap();
+        assert_eq!(
+            reader.parse_in_place(&pipeline[first..], &mut both),
+            Some(frames[1].len())
+        );
+        assert_eq!(both[..2], [(7, 7), (8, 4)]);
+        assert_eq!(both[2..4], [(8, 8), (22, 3)]);
         // Declined: inline, every cut of a frame, `*0`, a leading zero, past the limits
         // before AUTH.
         assert_eq!(reader.parse_in_place(b"PING\r\n", &mut spare), None);
