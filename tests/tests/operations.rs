@@ -629,6 +629,18 @@ fn slowlog_len(c: &mut redis::Connection) -> i64 {
     redis::cmd("SLOWLOG").arg("LEN").query(c).unwrap()
 }
 
+/// A SLOWLOG entry: id, time, µs, arguments, client address, client name.
+type Entry = (i64, i64, i64, Vec<String>, String, String);
+
+/// `SLOWLOG GET count`, newest first.
+fn slowlog_get(c: &mut redis::Connection, count: i64) -> Vec<Entry> {
+    redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(count)
+        .query(c)
+        .unwrap()
+}
+
 #[test]
 fn slowlog_get_len_reset() {
     let node = Sluice::start_with(&["--threads", "1", "--slowlog-log-slower-than", "0"]);
@@ -639,12 +651,7 @@ fn slowlog_get_len_reset() {
         .query::<()>(&mut c)
         .unwrap();
     rl_check(&mut c, &["slow:key", "10", "1m"]).unwrap();
-    type Entry = (i64, i64, i64, Vec<String>, String, String);
-    let entries: Vec<Entry> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(2)
-        .query(&mut c)
-        .unwrap();
+    let entries: Vec<Entry> = slowlog_get(&mut c, 2);
     assert_eq!(entries.len(), 2);
     let (id, at, micros, args, addr, name) = &entries[0];
     assert_eq!(args, &["RL.CHECK", "slow:key", "10", "1m"], "as sent");
@@ -676,21 +683,13 @@ fn slowlog_get_len_reset() {
         let _: String = redis::cmd("PING").query(&mut c).unwrap();
     }
     assert_eq!(slowlog_len(&mut c), 3);
-    let all: Vec<Entry> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(-1)
-        .query(&mut c)
-        .unwrap();
+    let all: Vec<Entry> = slowlog_get(&mut c, -1);
     assert_eq!(all.len(), 3);
 
     // Long arguments are cut as Redis cuts them.
     let long = "x".repeat(300);
     let _: redis::RedisResult<String> = redis::cmd("ECHO").arg(&long).query(&mut c);
-    let newest: Vec<Entry> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(1)
-        .query(&mut c)
-        .unwrap();
+    let newest: Vec<Entry> = slowlog_get(&mut c, 1);
     assert_eq!(
         newest[0].3[1],
         format!("{}... (172 more bytes)", "x".repeat(128))
@@ -721,12 +720,7 @@ fn a_slow_batch_is_logged_with_its_last_command() {
         .query(&mut c)
         .unwrap();
     assert_eq!((one, last.as_str()), (1, "last"));
-    type Entry = (i64, i64, i64, Vec<String>, String, String);
-    let newest: Vec<Entry> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(1)
-        .query(&mut c)
-        .unwrap();
+    let newest: Vec<Entry> = slowlog_get(&mut c, 1);
     let (_, _, micros, args, _, name) = &newest[0];
     assert_eq!(args, &["ECHO", "last"], "{newest:?}");
     assert!(name.ends_with("pipelined=2"), "{newest:?}");
@@ -757,11 +751,7 @@ fn a_slow_batch_is_logged_with_its_last_command() {
             read_exact_str(&mut s, 4 + reply_b.len()),
             format!(":1\r\n{reply_b}")
         );
-        let newest: Vec<Entry> = redis::cmd("SLOWLOG")
-            .arg("GET")
-            .arg(1)
-            .query(&mut c)
-            .unwrap();
+        let newest: Vec<Entry> = slowlog_get(&mut c, 1);
         assert_eq!(newest[0].3, want, "after {tail:?}: {newest:?}");
     }
 }
