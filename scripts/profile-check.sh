@@ -8,7 +8,7 @@
 #   - with --redis, then Redis: PING, the figure issue 42 compares RL.CHECK against.
 # After 2 s of load, the serving thread (Sluice's worker `sluice-0`, Redis's main thread) is
 # sampled for --seconds; the requests served meanwhile come from INFO's
-# total_commands_processed. Each report gives the share of samples and the ns per request of
+# total_commands_processed, read just before and just after the sampling. Each report gives the share of samples and the ns per request of
 # user space by function, and of the kernel by subsystem and by function
 # (`scripts/profile.py report`; what a sample means is said there). Sampling slows the thread
 # by some 5–15%: compare runs sampled alike, and take CPU per request from
@@ -62,14 +62,10 @@ mkdir -p "$OUT"
 # shellcheck source=scripts/side-by-side.sh
 . "$ROOT/scripts/side-by-side.sh"
 
-commands() { # PORT: INFO's total_commands_processed
-  redis-cli -p "$1" INFO stats | tr -d '\r' | awk -F: '/^total_commands_processed:/ { print $2 }'
-}
-
 # profile NAME PORT TID COMMAND...: load on PORT (bounded: at most 2 s + the sampled time + 10 s),
 # TID sampled, then the report.
 profile() {
-  local name=$1 port=$2 tid=$3 bench before after
+  local name=$1 port=$2 tid=$3 bench
   shift 3
   timeout $((SECONDS_SAMPLED + 12)) taskset -c 1 redis-benchmark -p "$port" -c 50 -P 16 \
     -n 2000000000 -r "$KEYS" -q "$@" >/dev/null 2>&1 &
@@ -77,13 +73,11 @@ profile() {
   PIDS+=("$bench")
   sleep 2
   kill -0 "$bench" 2>/dev/null || die "redis-benchmark against $name exited early"
-  before=$(commands "$port")
   python3 "$ROOT/scripts/profile.py" record "$tid" "$SECONDS_SAMPLED" "$OUT/$name" \
-    --period-us "$PERIOD_US" >&2
-  after=$(commands "$port")
+    --period-us "$PERIOD_US" --port "$port" >&2
   stop "$bench"
   echo "== $name: $*"
-  python3 "$ROOT/scripts/profile.py" report "$OUT/$name" --requests $((after - before - 1))
+  python3 "$ROOT/scripts/profile.py" report "$OUT/$name"
   echo
 }
 

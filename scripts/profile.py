@@ -2,7 +2,7 @@
 """A sampling profiler for one thread, kernel and user space, for hosts without `perf`.
 
 Usage:
-  scripts/profile.py record TID SECONDS OUT [--period-us N]
+  scripts/profile.py record TID SECONDS OUT [--period-us N] [--port P]
   scripts/profile.py report OUT [--requests N] [--top N]
 
 `record` asks the kernel (perf_event_open, the system call `perf` itself uses) to sample thread
@@ -10,17 +10,22 @@ TID on its own CPU clock: one sample every N µs the thread runs (default 50), w
 instruction pointer and, when the sample falls in the kernel, the kernel call chain. It writes
 OUT.samples (one line per sample: the pointer, then the chain), OUT.maps (the thread's
 executable mappings, to place user addresses in their files) and OUT.info (the CPU time
-sampled, in ns). It needs root, or `kernel.perf_event_paranoid` at most 1.
+sampled, in ns; with --port, also the requests the server on 127.0.0.1:P served while sampled,
+from INFO's total_commands_processed read just before and just after). It needs root, or
+`kernel.perf_event_paranoid` at most 1 and room for the 64 MB ring in the locked-memory
+limits (`perf_event_mlock_kb`, `ulimit -l`).
 
 `report` names each sample's function: kernel addresses by /proc/kallsyms (read as root, or the
 names are hidden), user addresses by `addr2line -f -i` on the file mapped there (innermost
-inlined function, and the function it was inlined into). With --requests (how many requests
-the thread served while sampled) every share is also given in ns per request: the CPU time
-sampled × the share ÷ the requests.
+inlined function, and the function it was inlined into). With the requests served while
+sampled (recorded with --port, or given with --requests) every share is also given in ns per
+request: the CPU time sampled × the share ÷ the requests.
 
 What a sample means: the thread was on a CPU, at that instruction, when the clock fired. An
 instruction that waits (a load that misses, a page walk) collects the samples of its wait, on
-itself or on the instruction after it. Sampling costs the thread some time of its own: at the
+itself or on the instruction after it. Where the kernel runs with interrupts off, the clock's
+samples wait and land where interrupts come back on (`_raw_spin_unlock_irqrestore` and the
+like): read those with the call chains. Sampling costs the thread some time of its own: at the
 default period it ran 5–15% slower in the measurements of docs/performance.md, so compare
 shares and ns between runs sampled alike, and take server CPU per request from /proc (as the
 benchmark scripts do), not from here.
@@ -50,7 +55,17 @@ KERNEL_START = 0xFFFF800000000000
 CONTEXT_MARKERS = 0xFFFFFFFFFFFFF000
 
 
-def record(tid, seconds, out, period_us):
+def served(port):
+    """INFO's total_commands_processed of the server on 127.0.0.1:port."""
+    text = subprocess.run(["redis-cli", "-p", str(port), "INFO", "stats"],
+                          capture_output=True, text=True, check=True).stdout
+    for line in text.splitlines():
+        if line.startswith("total_commands_processed:"):
+            return int(line.split(":")[1])
+    sys.exit(f"no total_commands_processed from port {port}")
+
+
+def record(tid, seconds, out, period_us, port):
     libc = ctypes.CDLL(None, use_errno=True)
     # struct perf_event_attr, 128 bytes (PERF_ATTR_SIZE_VER7): type, size, config,
     # sample_period, sample_type, read_format, then the flag bits.
@@ -71,14 +86,14 @@ def record(tid, seconds, out, period_us):
         for line in open(f"/proc/{tid}/maps"):
             if " r-xp " in line and "/" in line:
                 maps.write(line)
+    before = served(port) if port else None
     libc.ioctl(fd, IOC_ENABLE, 0)
     time.sleep(seconds)
     libc.ioctl(fd, IOC_DISABLE, 0)
+    # The INFO call itself is one command more.
+    requests = served(port) - before - 1 if port else None
     (cpu_ns,) = struct.unpack("Q", os.read(fd, 8))
     (head,) = struct.unpack_from("Q", ring, 1024)  # perf_event_mmap_page.data_head
-    size = RING_PAGES * page
-    if head > size:
-        sys.exit(f"the sample ring wrapped ({head} bytes): sample for less time or less often")
     data = ring[page:page + head]
     samples = lost = 0
     with open(out + ".samples", "w") as f:
@@ -95,8 +110,16 @@ def record(tid, seconds, out, period_us):
             elif kind == PERF_RECORD_LOST:
                 lost += struct.unpack_from("Q", data, at + 16)[0]
             at += length
+    # The ring is never read while it fills (its tail stays at 0), so once full the kernel
+    # writes nothing more, not even a record of what it lost: compare with the clock instead.
+    expected = cpu_ns // (period_us * 1000)
+    if samples + lost < 0.9 * expected:
+        sys.exit(f"{samples} samples where {expected} were due: the sample ring filled; "
+                 "sample for less time or less often")
     with open(out + ".info", "w") as f:
         f.write(f"cpu_ns {cpu_ns}\nsamples {samples}\nlost {lost}\n")
+        if requests is not None:
+            f.write(f"requests {requests}\n")
     print(f"{samples} samples over {cpu_ns / 1e9:.2f} s of CPU, {lost} lost -> {out}.samples")
 
 
@@ -166,16 +189,17 @@ def load_bias(path):
 
 
 def short(name):
-    """A function name without its generic arguments."""
+    """A function name without its generic arguments (`Vec<T>` is `Vec`); a trait's method
+    keeps its type and trait (`<Vec as Iterator>::next`)."""
     prev = None
     while prev != name:
-        prev, name = name, re.sub(r"<[^<>]*>", "", name)
+        prev, name = name, re.sub(r"(?<=\w)<[^<>]*>", "", name)
     return name
 
 
 # Kernel functions by subsystem, the first pattern that matches: the rows of the kernel table.
 GROUPS = [
-    ("io_uring", r"(__)?io_|tctx_"),
+    ("io_uring", r"(__)?io_(?!schedule)|tctx_"),
     ("epoll, eventfd, poll", r"(__)?ep_|do_epoll|eventfd|(__)?wake_up|sock_poll|tcp_poll"),
     ("scheduler, timers, wake-ups", r"(__)?schedule|pick_|put_prev|enqueue|dequeue|finish_task"
      r"|(__)?switch_to|try_to_wake|ttwu|select_task|(__)?hrtimer|update_|sched_|psi_"),
@@ -202,6 +226,7 @@ def group(name):
 def report(out, requests, top):
     info = dict(line.split() for line in open(out + ".info"))
     cpu_ns = int(info["cpu_ns"])
+    requests = requests or int(info.get("requests", 0))
     samples = [[int(x, 16) for x in line.split()] for line in open(out + ".samples")]
     n = len(samples)
     if n == 0:
@@ -255,10 +280,10 @@ def main(argv):
         return default
 
     if len(argv) >= 2 and argv[1] == "record":
-        period = option("--period-us", 50)
+        period, port = option("--period-us", 50), option("--port", 0)
         if len(argv) != 5:
             sys.exit(__doc__)
-        record(int(argv[2]), float(argv[3]), argv[4], period)
+        record(int(argv[2]), float(argv[3]), argv[4], period, port)
     elif len(argv) >= 2 and argv[1] == "report":
         requests, top = option("--requests", 0), option("--top", 25)
         if len(argv) != 3:

@@ -378,15 +378,19 @@ impl Core {
                 None => {
                     if taken > 0 {
                         // Bytes that are not a whole ordinary frame follow frames read in
-                        // place: the last of those is copied out before its bytes leave the
-                        // buffer (once per such batch), so SLOWLOG can still name it.
-                        if let Last::InPlace(..) = last
-                            && let Some(request) = self.last_request(last)
-                        {
-                            self.request = request.to_request();
+                        // place: the last of those is split off into the parser's request
+                        // (one reference count, no copy) before the buffer moves past it, so
+                        // SLOWLOG can still name it.
+                        if let Last::InPlace(at, len) = last {
+                            debug_assert_eq!(at + len, taken, "the last frame read in place");
+                            self.rbuf.advance(at);
+                            let frame = self.rbuf.split_to(len).freeze();
+                            self.request.set_frame(frame, &self.args);
                             last = Last::Parsed;
+                        } else {
+                            self.rbuf.advance(taken);
                         }
-                        self.rbuf.advance(std::mem::take(&mut taken));
+                        taken = 0;
                     }
                     match self.parser.parse_into(&mut self.rbuf, &mut self.request) {
                         Ok(true) => {
@@ -515,20 +519,17 @@ impl Core {
         elapsed
     }
 
-    /// Logs the last command that ran, or the batch of `executed` commands it ended, as taking
-    /// `micros` each: with its arguments (`last`), or by its name alone if they are not at
-    /// hand.
+    /// Logs the last command that ran (`last`), or the batch of `executed` commands it ended,
+    /// as taking `micros` each.
     #[cold]
     fn log_slow(&self, micros: u64, executed: u64, last: Option<RequestRef<'_>>) {
         let at_unix_secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let name = self.client.name.lock().clone().unwrap_or_default();
-        let args = match (last, self.session.batch.last_row()) {
-            (Some(request), _) => crate::slowlog::entry_args(request.args()),
-            (None, Some(row)) => vec![cmd::row_name(row).as_bytes().to_vec()],
-            (None, None) => Vec::new(),
-        };
+        let args = last.map_or_else(Vec::new, |request| {
+            crate::slowlog::entry_args(request.args())
+        });
         self.shared.slowlog.push(crate::slowlog::Entry {
             id: 0,
             at_unix_secs,

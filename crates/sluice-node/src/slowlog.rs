@@ -6,9 +6,8 @@
 //! time per command with the threshold (one relaxed load), and only a slow batch takes this
 //! module's lock. So the time of an entry is the time its batch took divided by the commands
 //! in it: exact for a client that sends one command at a time, the batch average for a
-//! pipeline, whose entry is its last command (with `pipelined=N` in the client column; a batch
-//! that ends in a partial frame names its last command without its arguments, which the
-//! partial frame has replaced).
+//! pipeline, whose entry is its last command with its arguments, whatever follows it in the
+//! batch (with `pipelined=N` in the client column).
 //!
 //! At `slowlog-log-slower-than 0` (log everything, a setting for a debugging session) each
 //! command is timed on its own and logged as it ends, as Redis logs: one entry per command,

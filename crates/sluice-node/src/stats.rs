@@ -645,11 +645,6 @@ impl Batch {
         }
     }
 
-    /// The row of the last command noted since the last charge.
-    pub fn last_row(&self) -> Option<usize> {
-        (self.repeats > 0).then_some(usize::from(self.row))
-    }
-
     /// True if no command ran since the last charge: the current run is empty only then.
     pub fn is_empty(&self) -> bool {
         self.repeats == 0

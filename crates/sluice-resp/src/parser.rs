@@ -224,11 +224,25 @@ impl Request {
     }
 
     /// Lets go of the frame (and so of the read buffer it is part of), keeping the argument
-    /// list's capacity for the next request.
+    /// list's capacity for the next request (unless a huge frame made it large).
     pub fn clear(&mut self) {
         self.frame = Bytes::new();
         self.args.clear();
+        if self.args.capacity() > KEPT_OFFSETS_CAPACITY {
+            self.args = Vec::new();
+        }
         self.wire = false;
+    }
+
+    /// Makes this request the multibulk frame `frame`, as it arrived, with the argument
+    /// offsets [`Parser::parse_in_place`] found in it: what a frame read in place becomes when
+    /// it must outlive its place in the read buffer.
+    pub fn set_frame(&mut self, frame: Bytes, args: &[(usize, usize)]) {
+        self.frame = frame;
+        self.args.clear();
+        self.args.extend_from_slice(args);
+        self.inline = false;
+        self.wire = true;
     }
 
     /// This request's arguments, borrowed: what the commands read.
@@ -286,7 +300,7 @@ impl Request {
 
     /// Whether this came as an inline command rather than a multibulk frame.
     pub fn is_inline(&self) -> bool {
-        self.inline
+        self.view().is_inline()
     }
 
     /// This request in an allocation of its own: what keeps it (a MULTI queue) then holds its
@@ -537,7 +551,9 @@ impl Parser {
                 std::mem::swap(&mut request.args, &mut offsets);
             }
             offsets.clear();
-            self.offsets = offsets;
+            if offsets.capacity() <= KEPT_OFFSETS_CAPACITY {
+                self.offsets = offsets;
+            }
             if let Some(frame_len) = whole {
                 request.frame = buf.split_to(frame_len).freeze();
                 request.inline = false;
