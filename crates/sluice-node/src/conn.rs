@@ -369,10 +369,7 @@ impl Core {
                 }
                 None if taken > 0 && taken == self.rbuf.len() => {
                     // Every byte read ran in place: the batch is over.
-                    if !self.shared.slowlog.logs_every_command() {
-                        let last = self.last_request(last);
-                        elapsed = Some(self.batch_done(read_at, executed, last));
-                    }
+                    elapsed = self.batch_done(read_at, executed, last);
                     break;
                 }
                 None => {
@@ -398,10 +395,7 @@ impl Core {
                             self.request.view()
                         }
                         Ok(false) => {
-                            if executed > 0 && !self.shared.slowlog.logs_every_command() {
-                                let last = self.last_request(last);
-                                elapsed = Some(self.batch_done(read_at, executed, last));
-                            }
+                            elapsed = self.batch_done(read_at, executed, last);
                             break;
                         }
                         Err(e) => {
@@ -502,21 +496,25 @@ impl Core {
     }
 
     /// The batch ran every whole request it read: its one end-of-batch clock read, which the
-    /// statistics use too, and SLOWLOG's entry (naming `last`) if the batch was slow. A batch
-    /// that stops early (QUIT, WAIT) is timed in [`Core::account`] and not looked at by
-    /// SLOWLOG.
+    /// statistics use too, and SLOWLOG's entry (naming the `last` request) if the batch was
+    /// slow. `None` when it ran nothing, or when every command was timed and logged on its own
+    /// (`slowlog-log-slower-than 0`). A batch that stops early (QUIT, WAIT) is timed in
+    /// [`Core::account`] and not looked at by SLOWLOG.
     fn batch_done(
         &self,
         read_at: std::time::Instant,
         executed: u64,
-        last: Option<RequestRef<'_>>,
-    ) -> Duration {
+        last: Last,
+    ) -> Option<Duration> {
+        if executed == 0 || self.shared.slowlog.logs_every_command() {
+            return None;
+        }
         let elapsed = read_at.elapsed();
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        if self.shared.slowlog.is_slow(nanos / executed.max(1)) {
-            self.log_slow(nanos / executed.max(1) / 1000, executed, last);
+        if self.shared.slowlog.is_slow(nanos / executed) {
+            self.log_slow(nanos / executed / 1000, executed, self.last_request(last));
         }
-        elapsed
+        Some(elapsed)
     }
 
     /// Logs the last command that ran (`last`), or the batch of `executed` commands it ended,
